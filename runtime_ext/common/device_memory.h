@@ -1,0 +1,65 @@
+// The memory operations the TensorRT delegate and the host need, behind one interface, so the
+// delegate's staging and the host's device-planned buffers run unchanged on CUDA (production,
+// H200 tests) and on a host-memory stand-in (CPU CI).
+//
+// Built as its own shared library (libethost_device_memory.so) that both Python modules link:
+// the active memory below must be ONE object per process. The host-memory stand-in only
+// recognizes its own allocations as device memory, so a planned buffer the host allocated must
+// come from the very object the delegate asks "is this a device pointer?". A static copy in each
+// module would give each its own selection and its own stand-in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/result.h>
+
+namespace ethost_device {
+
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+
+// A cudaStream_t carried as an integer, the form TensorRT's Python API takes.
+using StreamHandle = uintptr_t;
+
+enum class CopyKind { HostToHost = 0, HostToDevice = 1, DeviceToHost = 2, DeviceToDevice = 3 };
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual const char* kind() const = 0;
+  virtual int device_id() const = 0;
+  // True where the device reads ordinary (pageable) host memory coherently, e.g. Jetson.
+  virtual bool reads_pageable_host_memory() const = 0;
+  virtual bool is_device_pointer(const void* p) const = 0;
+
+  virtual Result<void*> allocate(size_t nbytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual Error copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
+                           StreamHandle stream) = 0;
+  virtual Result<StreamHandle> create_stream() = 0;
+  virtual Error synchronize(StreamHandle stream) = 0;
+  virtual void destroy_stream(StreamHandle stream) = 0;
+  // The reason of the most recent failure, for messages that reach Python.
+  virtual std::string last_error() const = 0;
+};
+
+// CUDA runtime loaded with dlopen; fails with a readable reason on a host without CUDA.
+Result<std::shared_ptr<DeviceMemory>> make_cuda_memory(std::string* why);
+// Tests only: "device" memory is the allocations this object made.
+std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host);
+
+// The memory a newly initialized delegate or newly loaded method uses. CUDA unless a test
+// selected host memory; delegates and methods already loaded keep the memory they started with.
+Result<std::shared_ptr<DeviceMemory>> active_memory(std::string* why);
+void use_memory(std::shared_ptr<DeviceMemory> memory);
+
+inline CopyKind copy_kind(bool src_on_device, bool dst_on_device) {
+  if (src_on_device) return dst_on_device ? CopyKind::DeviceToDevice : CopyKind::DeviceToHost;
+  return dst_on_device ? CopyKind::HostToDevice : CopyKind::HostToHost;
+}
+
+}  // namespace ethost_device

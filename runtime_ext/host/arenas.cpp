@@ -1,0 +1,159 @@
+#include "arenas.h"
+
+#include <executorch_allocator.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+using ethost_device::DeviceMemory;
+using executorch::runtime::Error;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::MethodMeta;
+using executorch::runtime::Span;
+namespace etensor = executorch::runtime::etensor;
+
+namespace ethost {
+namespace {
+
+std::string device_text(etensor::Device device) {
+  return std::string(device.is_cpu() ? "cpu" : "cuda") + ":" + std::to_string(device.index());
+}
+
+Outcome<uint8_t*> allocate_host(size_t size, const std::string& action, const std::string& path) {
+  size_t rounded = (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  if (rounded == 0) {
+    rounded = kArenaAlignment;
+  }
+  void* memory = std::aligned_alloc(kArenaAlignment, rounded);
+  if (memory == nullptr) {
+    return HostError::executorch(Error::MemoryAllocationFailed, action, path,
+                                 "could not allocate " + std::to_string(rounded) + " bytes");
+  }
+  return static_cast<uint8_t*>(memory);
+}
+
+// `memory` is the process's active device memory, looked up once per method by the caller.
+Outcome<uint8_t*> allocate_device(size_t size, etensor::Device device, size_t index,
+                                  Outcome<std::shared_ptr<DeviceMemory>>& memory,
+                                  const std::string& action, const std::string& path) {
+  std::string what = "planned buffer " + std::to_string(index) + " (" + std::to_string(size) +
+                     " bytes) is planned in " + device_text(device) + " memory";
+  if (!memory.ok()) {
+    return memory.error();
+  }
+  DeviceMemory& dev = *memory.value();
+  if (device.index() != dev.device_id()) {
+    return HostError::executorch(
+        Error::NotSupported, action, path,
+        what + ", but this process allocates device memory on cuda:" + std::to_string(dev.device_id()));
+  }
+  auto allocated = dev.allocate(size);
+  if (!allocated.ok()) {
+    return HostError::executorch(allocated.error(), action, path,
+                                 what + "; " + dev.last_error());
+  }
+  return static_cast<uint8_t*>(allocated.get());
+}
+
+Outcome<std::shared_ptr<DeviceMemory>> find_device_memory(const std::string& action,
+                                                          const std::string& path) {
+  std::string why;
+  auto memory = ethost_device::active_memory(&why);
+  if (!memory.ok()) {
+    return HostError::executorch(
+        Error::NotSupported, action, path,
+        "the program plans buffers in CUDA memory, but there is no CUDA device memory here (" + why + ")");
+  }
+  // Such a program may copy host tensors to and from these buffers with in-graph et_copy ops
+  // (exported without PropagateDeviceConfig's skip options); their kernels need a CUDA
+  // DeviceAllocator registered with ExecuTorch before the method runs.
+  ethost_device::ensure_executorch_allocator();
+  return memory.get();
+}
+
+}  // namespace
+
+void ArenaFree::operator()(uint8_t* p) const {
+  if (device != nullptr) {
+    device->release(p);
+  } else {
+    std::free(p);
+  }
+}
+
+PlannedArenas::PlannedArenas(std::shared_ptr<DeviceMemory> device,
+                             std::vector<std::unique_ptr<uint8_t, ArenaFree>> buffers,
+                             std::vector<Span<uint8_t>> spans, std::vector<etensor::Device> devices)
+    : device_(std::move(device)),
+      buffers_(std::move(buffers)),
+      spans_(std::move(spans)),
+      devices_(std::move(devices)),
+      // Device metadata only where there is a device buffer, as ExecuTorch expects for CPU-only
+      // programs.
+      allocator_(device_ ? HierarchicalAllocator({spans_.data(), spans_.size()},
+                                                 {devices_.data(), devices_.size()})
+                         : HierarchicalAllocator({spans_.data(), spans_.size()})) {}
+
+Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta& meta,
+                                                                const std::string& path) {
+  const std::string action = "allocating planned buffers of method '" + std::string(meta.name()) + "' of";
+  // Declared before the buffers: a partial set freed on failure still needs its memory.
+  std::optional<Outcome<std::shared_ptr<DeviceMemory>>> device_memory;
+  std::vector<std::unique_ptr<uint8_t, ArenaFree>> buffers;
+  std::vector<Span<uint8_t>> spans;
+  std::vector<etensor::Device> devices;
+  for (size_t i = 0; i < meta.num_memory_planned_buffers(); ++i) {
+    auto size = meta.memory_planned_buffer_size(i);
+    if (!size.ok()) {
+      return HostError::executorch(size.error(), "reading planned buffers of", path,
+                                   "planned buffer " + std::to_string(i));
+    }
+    auto device = meta.memory_planned_buffer_device(i);
+    if (!device.ok()) {
+      return HostError::executorch(device.error(), "reading planned buffers of", path,
+                                   "device of planned buffer " + std::to_string(i));
+    }
+    const size_t nbytes = static_cast<size_t>(size.get());
+    const bool on_cpu = device->is_cpu();
+    if (!on_cpu && !device_memory) {
+      device_memory.emplace(find_device_memory(action, path));
+    }
+    auto memory = on_cpu ? allocate_host(nbytes, action, path)
+                         : allocate_device(nbytes, device.get(), i, *device_memory, action, path);
+    if (!memory.ok()) {
+      return memory.error();
+    }
+    ArenaFree free_with{on_cpu ? nullptr : device_memory->value().get()};
+    buffers.emplace_back(memory.value(), free_with);
+    spans.emplace_back(memory.value(), nbytes);
+    devices.push_back(device.get());
+  }
+  std::shared_ptr<DeviceMemory> device;
+  if (device_memory) {
+    device = device_memory->value();
+  }
+  return std::unique_ptr<PlannedArenas>(
+      new PlannedArenas(std::move(device), std::move(buffers), std::move(spans), std::move(devices)));
+}
+
+std::vector<uintptr_t> PlannedArenas::addresses() const {
+  std::vector<uintptr_t> out;
+  for (const auto& buffer : buffers_) {
+    out.push_back(reinterpret_cast<uintptr_t>(buffer.get()));
+  }
+  return out;
+}
+
+bool PlannedArenas::on_device(const void* p) const {
+  auto* byte = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < spans_.size(); ++i) {
+    if (!devices_[i].is_cpu() && byte >= spans_[i].data() &&
+        byte < spans_[i].data() + spans_[i].size()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ethost

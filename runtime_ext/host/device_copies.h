@@ -1,0 +1,40 @@
+// Request inputs into, and results out of, planned buffers that live in device memory. The CPU
+// cannot memcpy there (Method::set_input would), so these copies go through the device-memory
+// seam on the method instance's own stream, and finish() waits for them: before execute starts
+// (the delegate's stream does not order itself after ours) and before outputs reach Python.
+#pragma once
+
+#include "outcome.h"
+
+#include <device_memory.h>
+
+#include <memory>
+#include <string>
+
+namespace ethost {
+
+class DeviceCopies {
+ public:
+  // `path` only names the program in errors.
+  static Outcome<std::unique_ptr<DeviceCopies>> create(
+      std::shared_ptr<ethost_device::DeviceMemory> memory, const std::string& path);
+  ~DeviceCopies();
+  DeviceCopies(const DeviceCopies&) = delete;
+  DeviceCopies& operator=(const DeviceCopies&) = delete;
+
+  executorch::runtime::Error to_device(void* device_dst, const void* host_src, size_t nbytes);
+  executorch::runtime::Error to_host(void* host_dst, const void* device_src, size_t nbytes);
+  // Waits for every copy queued so far.
+  executorch::runtime::Error finish();
+  // Why the last failed call failed, in the device runtime's words.
+  std::string last_error() const { return memory_->last_error(); }
+
+ private:
+  DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory, ethost_device::StreamHandle stream)
+      : memory_(std::move(memory)), stream_(stream) {}
+
+  std::shared_ptr<ethost_device::DeviceMemory> memory_;
+  ethost_device::StreamHandle stream_;
+};
+
+}  // namespace ethost

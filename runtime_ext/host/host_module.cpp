@@ -1,0 +1,224 @@
+// Python bindings of the program host. Everything here is translation: Outcomes become
+// exceptions, specs become dicts, and the GIL is released around every ExecuTorch call that
+// can take long (file verification, method load, execute).
+#include "backend_loader.h"
+#include "errors.h"
+#include "method_instance.h"
+#include "program.h"
+#include "tensor_io.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <executorch/runtime/platform/runtime.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ethost {
+namespace {
+
+nb::dict tensor_spec_dict(const TensorSpec& spec) {
+  nb::dict out;
+  out["index"] = spec.index;
+  out["tag"] = tag_name(spec.tag);
+  if (spec.is_tensor) {
+    out["name"] = spec.name;
+    out["dtype"] = dtype_name(spec.dtype);
+    out["shape"] = spec.shape;
+    out["dynamic"] = spec.dynamic;
+    out["memory_planned"] = spec.memory_planned;
+    out["nbytes"] = spec.nbytes;
+  }
+  return out;
+}
+
+nb::dict method_spec_dict(const MethodSpec& spec) {
+  nb::list inputs, outputs, buffers;
+  for (const auto& input : spec.inputs) inputs.append(tensor_spec_dict(input));
+  for (const auto& output : spec.outputs) outputs.append(tensor_spec_dict(output));
+  for (const auto& buffer : spec.planned_buffers) {
+    nb::dict entry;
+    entry["size"] = buffer.size;
+    entry["device"] = buffer.device;
+    buffers.append(entry);
+  }
+  nb::dict out;
+  out["name"] = spec.name;
+  out["inputs"] = inputs;
+  out["outputs"] = outputs;
+  out["delegates"] = spec.delegates;
+  out["planned_buffers"] = buffers;
+  return out;
+}
+
+std::shared_ptr<MethodInstance> load_instance(const std::shared_ptr<LoadedProgram>& program,
+                                              const std::string& name) {
+  Outcome<std::unique_ptr<MethodInstance>> loaded = HostError{};
+  {
+    nb::gil_scoped_release released;
+    loaded = MethodInstance::load(program, name);
+  }
+  return std::shared_ptr<MethodInstance>(unwrap(std::move(loaded)));
+}
+
+// The Python-facing Program: the shared loaded program plus one cached instance per method
+// (what load_method returns and what method_meta reads dynamism from).
+class PyProgram {
+ public:
+  explicit PyProgram(std::shared_ptr<LoadedProgram> loaded) : loaded_(std::move(loaded)) {}
+
+  const LoadedProgram& loaded() const { return *loaded_; }
+
+  std::shared_ptr<MethodInstance> load_method(const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = primary_.find(name);
+      if (found != primary_.end()) {
+        return found->second;
+      }
+    }
+    auto instance = load_instance(loaded_, name);
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Another thread may have loaded it meanwhile; keep the first so "loads once" holds.
+    return primary_.emplace(name, instance).first->second;
+  }
+
+  std::vector<std::shared_ptr<MethodInstance>> instances(const std::string& name, size_t n) {
+    std::vector<std::shared_ptr<MethodInstance>> out;
+    for (size_t i = 0; i < n; ++i) {
+      out.push_back(load_instance(loaded_, name));
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<LoadedProgram> loaded_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<MethodInstance>> primary_;
+};
+
+// Holds an instance's claim for one execute, whatever way the call leaves.
+class Claim {
+ public:
+  explicit Claim(MethodInstance& instance) : instance_(instance), held_(instance.try_acquire()) {}
+  ~Claim() {
+    if (held_) instance_.release();
+  }
+  bool held() const { return held_; }
+
+ private:
+  MethodInstance& instance_;
+  bool held_;
+};
+
+nb::list execute(MethodInstance& self, nb::sequence values) {
+  Claim claim(self);
+  if (!claim.held()) {
+    raise_python(HostError::busy(self.name()));
+  }
+  const auto& specs = self.spec().inputs;
+  size_t count = nb::len(values);
+  if (count != specs.size()) {
+    raise_python(HostError::input_count(specs.size(), count));
+  }
+  std::vector<InputArray> keep_alive;
+  keep_alive.reserve(count);
+  std::vector<InputBinding> bindings;
+  bindings.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    bindings.push_back(unwrap(bind_input(values[i], specs[i], keep_alive)));
+  }
+  Outcome<std::vector<OutputBuffer>> ran = HostError{};
+  {
+    nb::gil_scoped_release released;
+    ran = self.run(bindings);
+  }
+  std::vector<OutputBuffer> outputs = unwrap(std::move(ran));
+  nb::list result;
+  for (auto& output : outputs) {
+    result.append(to_numpy(std::move(output)));
+  }
+  return result;
+}
+
+std::vector<std::string> load_backend_library_py(const std::filesystem::path& path) {
+  std::vector<std::string> added;
+  std::string error;
+  bool loaded;
+  {
+    nb::gil_scoped_release released;
+    loaded = load_backend_library(path.string(), added, error);
+  }
+  if (!loaded) {
+    nb::object instance = nb::handle(PyExc_OSError)("cannot load backend library " +
+                                                    path.string() + ": " + error);
+    PyErr_SetObject(PyExc_OSError, instance.ptr());
+    throw nb::python_error();
+  }
+  return added;
+}
+
+}  // namespace
+}  // namespace ethost
+
+NB_MODULE(ethost, m) {
+  using namespace ethost;
+  executorch::runtime::runtime_init();
+  install_log_capture();
+  register_exceptions(m);
+  m.doc() =
+      "Native host for ExecuTorch programs: verified, memory-mapped programs, 256-byte aligned "
+      "planned arenas, GIL-free execute, one Method instance per worker thread.";
+
+  nb::class_<MethodInstance>(m, "Method",
+                             "One executable instance of a method; use from one thread at a time.")
+      .def_prop_ro("name", &MethodInstance::name)
+      .def_prop_ro("meta", [](const MethodInstance& self) { return method_spec_dict(self.spec()); })
+      .def("arena_addresses", &MethodInstance::arena_addresses)
+      .def("execute", &execute, "inputs"_a,
+           "Runs the method; returns numpy copies of the outputs. Raises InputError before "
+           "running when inputs do not fit, InstanceBusy if another thread is running it.");
+
+  nb::class_<PyProgram>(m, "Program")
+      .def(
+          "__init__",
+          [](PyProgram* self, const std::filesystem::path& pte,
+             const std::vector<std::filesystem::path>& data_paths) {
+            std::vector<std::string> data;
+            for (const auto& path : data_paths) data.push_back(path.string());
+            Outcome<std::shared_ptr<LoadedProgram>> opened = HostError{};
+            {
+              nb::gil_scoped_release released;
+              opened = LoadedProgram::open(pte.string(), data);
+            }
+            new (self) PyProgram(unwrap(std::move(opened)));
+          },
+          "pte_path"_a, "data_paths"_a = std::vector<std::filesystem::path>{})
+      .def_prop_ro("path", [](const PyProgram& self) { return self.loaded().path(); })
+      .def_prop_ro("data_paths", [](const PyProgram& self) { return self.loaded().data_paths(); })
+      .def_prop_ro("method_names", [](const PyProgram& self) { return self.loaded().method_names(); })
+      .def(
+          "method_meta",
+          [](PyProgram& self, const std::string& name) {
+            return method_spec_dict(self.load_method(name)->spec());
+          },
+          "name"_a, "Signature of a method; loads it (once) because dynamism is only known then.")
+      .def("load_method", &PyProgram::load_method, "name"_a)
+      .def("instances", &PyProgram::instances, "name"_a, "n"_a,
+           "n independent instances sharing this program's mapped files.");
+
+  m.def("registered_backends", &registered_backends);
+  m.def("load_backend_library", &load_backend_library_py, "path"_a);
+  m.def(
+      "data_file_keys",
+      [](const std::filesystem::path& path) { return unwrap(data_file_keys(path.string())); },
+      "ptd_path"_a);
+}

@@ -1,0 +1,181 @@
+#include "method_instance.h"
+
+#include "errors.h"
+
+#include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
+#include <executorch/runtime/core/portable_type/tensor_impl.h>
+
+#include <deque>
+
+using executorch::aten::Tensor;
+using executorch::aten::TensorImpl;
+using executorch::runtime::EValue;
+using executorch::runtime::Error;
+using executorch::runtime::MemoryManager;
+
+namespace ethost {
+namespace {
+
+// The method's planned input takes the caller's shape (dynamic dimensions), then the caller's
+// bytes are queued for the device. Both are contiguous in the same dim order, else refused.
+Error queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies,
+                         std::string* why) {
+  if (!executorch::runtime::is_contiguous_dim_order(planned.dim_order().data(), planned.dim())) {
+    *why = "its device buffer is planned in a non-contiguous dim order, which the host cannot fill";
+    return Error::NotSupported;
+  }
+  Error status = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.sizes.size()});
+  if (status != Error::Ok) {
+    *why = "its planned device tensor cannot take the given shape";
+    return status;
+  }
+  status = copies.to_device(planned.mutable_data_ptr(), in.data, planned.nbytes());
+  if (status != Error::Ok) {
+    *why = "copying it to device memory: " + copies.last_error();
+  }
+  return status;
+}
+
+}  // namespace
+
+Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
+    std::shared_ptr<const LoadedProgram> program, const std::string& name) {
+  std::unique_ptr<MethodInstance> instance(new MethodInstance());
+  instance->name_ = name;
+  instance->program_ = std::move(program);
+  const LoadedProgram& loaded = *instance->program_;
+  const std::string action = "loading method '" + name + "' of";
+
+  auto meta = loaded.method_meta(name);
+  if (!meta.ok()) {
+    return meta.error();
+  }
+  auto arenas = PlannedArenas::allocate(meta.value(), loaded.path());
+  if (!arenas.ok()) {
+    return arenas.error();
+  }
+  instance->arenas_ = arenas.take();
+  if (instance->arenas_->device_memory()) {
+    auto copies = DeviceCopies::create(instance->arenas_->device_memory(), loaded.path());
+    if (!copies.ok()) {
+      return copies.error();
+    }
+    instance->device_copies_ = copies.take();
+  }
+  instance->memory_manager_ = std::make_unique<MemoryManager>(
+      &instance->method_allocator_, instance->arenas_->allocator(), &instance->temp_allocator_);
+
+  clear_last_log_error();
+  auto method = loaded.program().load_method(name.c_str(), instance->memory_manager_.get(),
+                                             nullptr, loaded.data_map());
+  if (!method.ok()) {
+    auto error = from_executorch(method.error(), action, loaded.path());
+    if (!loaded.data_paths().empty() &&
+        (method.error() == Error::InvalidExternalData || method.error() == Error::NotFound)) {
+      std::string files;
+      for (const auto& path : loaded.data_paths()) {
+        files += (files.empty() ? "" : ", ") + path;
+      }
+      error.context += (error.context.empty() ? "" : " ") + std::string("(data files: ") + files + ")";
+    }
+    return error;
+  }
+  instance->method_.emplace(std::move(method.get()));
+  instance->device_inputs_.resize(instance->method_->inputs_size());
+  for (size_t i = 0; i < instance->device_inputs_.size(); ++i) {
+    // MethodMeta says whether an input is planned, not where; the loaded tensor's data pointer
+    // does. mutable_input is deprecated in favour of set_input, which is what must be avoided.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    EValue& input = instance->method_->mutable_input(i);
+#pragma GCC diagnostic pop
+    if (input.isTensor() && instance->arenas_->on_device(input.toTensor().const_data_ptr())) {
+      instance->device_inputs_[i] = input.toTensor();
+    }
+  }
+
+  auto spec = describe_method(meta.value(), *instance->method_, loaded.path());
+  if (!spec.ok()) {
+    return spec.error();
+  }
+  instance->spec_ = spec.take();
+  return instance;
+}
+
+std::optional<HostError> MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
+                                                    std::deque<TensorImpl>& impls) {
+  const std::string& path = program_->path();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    InputBinding& in = inputs[i];
+    const std::string action = "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
+    Error status;
+    if (device_inputs_[i]) {
+      std::string why;
+      status = queue_device_input(*device_inputs_[i], in, *device_copies_, &why);
+      if (status != Error::Ok) {
+        return HostError::executorch(status, action, path, why);
+      }
+    } else if (in.is_tensor) {
+      impls.emplace_back(in.dtype, static_cast<ssize_t>(in.sizes.size()), in.sizes.data(), in.data,
+                         in.dim_order.data(), in.strides.data());
+      status = method_->set_input(EValue(Tensor(&impls.back())), i);
+    } else {
+      status = method_->set_input(in.scalar, i);
+    }
+    if (status != Error::Ok) {
+      return from_executorch(status, action, path);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<HostError> MethodInstance::finish_device_copies(std::optional<HostError> failed,
+                                                              const char* what) {
+  if (!device_copies_) {
+    return failed;
+  }
+  // Always waited for: queued copies still read the caller's arrays or write our output buffers.
+  Error copied = device_copies_->finish();
+  if (!failed && copied != Error::Ok) {
+    failed = HostError::executorch(copied, std::string("copying ") + what + " of method '" + name_ + "' of",
+                                   program_->path(), device_copies_->last_error());
+  }
+  return failed;
+}
+
+Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>& inputs) {
+  const std::string& path = program_->path();
+  // TensorImpls point into `inputs`, which is not resized while they live; a deque never moves
+  // its elements, so the Tensors handed to set_input stay valid.
+  std::deque<TensorImpl> impls;
+  clear_last_log_error();
+  auto failed = finish_device_copies(set_inputs(inputs, impls), "inputs");
+  if (failed) {
+    return *failed;
+  }
+  Error status = method_->execute();
+  if (status != Error::Ok) {
+    return from_executorch(status, "executing method '" + name_ + "' of", path);
+  }
+  std::vector<OutputBuffer> outputs;
+  outputs.reserve(method_->outputs_size());
+  for (size_t i = 0; i < method_->outputs_size() && !failed; ++i) {
+    const EValue& value = method_->get_output(i);
+    bool on_device = value.isTensor() && arenas_->on_device(value.toTensor().const_data_ptr());
+    auto output = copy_output(value, i, name_, on_device ? device_copies_.get() : nullptr);
+    if (output.ok()) {
+      outputs.push_back(output.take());
+    } else {
+      failed = output.error();
+      failed->path = path;
+    }
+  }
+  failed = finish_device_copies(std::move(failed), "outputs");
+  if (failed) {
+    return *failed;
+  }
+  return outputs;
+}
+
+}  // namespace ethost

@@ -1,0 +1,64 @@
+// One executable copy of a method: its own planned arenas and runtime state over the shared
+// program. One thread at a time may run it; parallelism comes from several instances.
+#pragma once
+
+#include "arenas.h"
+#include "device_copies.h"
+#include "method_spec.h"
+#include "program.h"
+#include "tensor_io.h"
+
+#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
+#include <executorch/runtime/executor/memory_manager.h>
+#include <executorch/runtime/executor/method.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ethost {
+
+class MethodInstance {
+ public:
+  static Outcome<std::unique_ptr<MethodInstance>> load(std::shared_ptr<const LoadedProgram> program,
+                                                       const std::string& name);
+
+  const std::string& name() const { return name_; }
+  const MethodSpec& spec() const { return spec_; }
+  const LoadedProgram& program() const { return *program_; }
+  std::vector<uintptr_t> arena_addresses() const { return arenas_->addresses(); }
+
+  // Claim for one execute; false while another thread holds it.
+  bool try_acquire() { return !busy_.exchange(true, std::memory_order_acquire); }
+  void release() { busy_.store(false, std::memory_order_release); }
+
+  // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim.
+  Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs);
+
+ private:
+  MethodInstance() = default;
+  std::optional<HostError> set_inputs(std::vector<InputBinding>& inputs,
+                                      std::deque<executorch::aten::TensorImpl>& impls);
+  // Waits for queued device copies; returns `failed`, or the copies' own failure.
+  std::optional<HostError> finish_device_copies(std::optional<HostError> failed, const char* what);
+
+  std::string name_;
+  std::shared_ptr<const LoadedProgram> program_;
+  // The Method points into everything below, so it is declared last (destroyed first).
+  std::unique_ptr<PlannedArenas> arenas_;
+  // Only for methods with planned buffers in device memory.
+  std::unique_ptr<DeviceCopies> device_copies_;
+  // Per input: the method's own planned tensor when it lives in device memory.
+  std::vector<std::optional<executorch::aten::Tensor>> device_inputs_;
+  executorch::extension::MallocMemoryAllocator method_allocator_;
+  executorch::extension::MallocMemoryAllocator temp_allocator_;
+  std::unique_ptr<executorch::runtime::MemoryManager> memory_manager_;
+  std::optional<executorch::runtime::Method> method_;
+  MethodSpec spec_;
+  std::atomic<bool> busy_{false};
+};
+
+}  // namespace ethost

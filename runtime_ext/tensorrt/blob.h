@@ -1,0 +1,58 @@
+// Reader for the delegate blob Torch-TensorRT writes for an ExecuTorch program (TR01/TR02).
+// The same code serves the backend at load time and the service at ingest (through
+// ethost_tensorrt.parse_blob), so a blob is either accepted or refused identically in both.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/core/error.h>
+
+namespace ethost_trt {
+
+struct IoBinding {
+  std::string name;
+  bool is_input = false;
+  // Written by the exporter but not filled in practice; the engine is the authority.
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+struct AliasedIo {
+  std::string output;
+  std::string input;
+  std::string kind;  // "kv_cache_update" (default) or "user"
+};
+
+struct BlobMetadata {
+  std::vector<IoBinding> io_bindings;
+  std::vector<AliasedIo> aliased_io;
+  bool hardware_compatible = false;
+  int64_t device_id = 0;
+  // Base64 of a Python pickle: kept only as a length so nothing is tempted to decode it.
+  size_t serialized_metadata_size = 0;
+  std::string target_platform;
+  std::optional<std::string> engine_key;
+};
+
+struct ParsedBlob {
+  std::string magic;
+  uint32_t metadata_offset = 0;
+  uint32_t metadata_size = 0;
+  uint32_t engine_offset = 0;
+  uint64_t engine_size = 0;
+  BlobMetadata metadata;
+  // Points into the parsed bytes; empty (nullptr, 0) when the engine lives in named data.
+  const uint8_t* engine = nullptr;
+};
+
+constexpr size_t kBlobHeaderSize = 32;
+
+// Returns Error::Ok and fills `out`, or Error::InvalidProgram with `why` naming the refusal.
+executorch::runtime::Error parse_blob(const uint8_t* data, size_t size, ParsedBlob* out,
+                                      std::string* why);
+
+}  // namespace ethost_trt

@@ -1,0 +1,302 @@
+#include "engine_runner.h"
+
+#include <algorithm>
+#include <set>
+
+#include <executorch/runtime/platform/log.h>
+
+#include "staging_plan.h"
+
+namespace ethost_trt {
+namespace {
+
+std::mutex g_registry_mu;
+std::set<const EngineRunner*>& registry() {
+  static auto* live = new std::set<const EngineRunner*>();
+  return *live;
+}
+
+Error fail(std::string* why, Error code, std::string reason) {
+  *why = std::move(reason);
+  return code;
+}
+
+Error from_provider(const ProviderError& e, std::string* why) {
+  if (!e.ok()) *why = e.reason;
+  return e.code;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// Profile 0 is the only one the delegate selects, so its bounds are the accepted input shapes.
+Error check_input_shape(const EngineIo& io, const std::vector<int64_t>& dims, std::string* why) {
+  std::string name = "input '" + io.name + "' shape " + dims_text(dims);
+  if (dims.size() != io.shape.size()) {
+    return fail(why, Error::InvalidArgument, name + " does not have the engine's rank " +
+                                                 std::to_string(io.shape.size()));
+  }
+  for (size_t d = 0; d < dims.size(); ++d) {
+    bool fixed_mismatch = io.shape[d] >= 0 && io.shape[d] != dims[d];
+    bool below = io.profile_min && d < io.profile_min->size() && dims[d] < (*io.profile_min)[d];
+    bool above = io.profile_max && d < io.profile_max->size() && dims[d] > (*io.profile_max)[d];
+    if (fixed_mismatch || below || above) {
+      std::string bounds = io.profile_min && io.profile_max
+                               ? " outside optimization profile 0 [" + dims_text(*io.profile_min) +
+                                     ", " + dims_text(*io.profile_max) + "]"
+                               : " does not match the engine's " + dims_text(io.shape);
+      return fail(why, Error::InvalidArgument, name + bounds);
+    }
+  }
+  return Error::Ok;
+}
+
+}  // namespace
+
+Error EngineRunner::create(std::shared_ptr<Engine> engine, const BlobMetadata& meta,
+                           std::shared_ptr<DeviceMemory> memory, std::string label,
+                           std::unique_ptr<EngineRunner>* out, std::string* why) {
+  const auto& io = engine->io();
+  if (io.size() != meta.io_bindings.size()) {
+    return fail(why, Error::InvalidProgram,
+                "the blob names " + std::to_string(meta.io_bindings.size()) +
+                    " bindings but the engine has " + std::to_string(io.size()) + " I/O tensors");
+  }
+  auto index_of = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < io.size(); ++i) {
+      if (io[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  std::unique_ptr<EngineRunner> r(new EngineRunner());
+  r->alias_input_.assign(io.size(), -1);
+  r->updated_in_place_.assign(io.size(), false);
+  for (const auto& b : meta.io_bindings) {
+    int i = index_of(b.name);
+    if (i < 0 || io[i].is_input != b.is_input) {
+      return fail(why, Error::InvalidProgram,
+                  "the blob's " + std::string(b.is_input ? "input" : "output") + " '" + b.name +
+                      "' is not an engine " + (b.is_input ? "input" : "output"));
+    }
+    (b.is_input ? r->input_order_ : r->output_order_).push_back(static_cast<size_t>(i));
+  }
+  for (const auto& a : meta.aliased_io) {
+    int o = index_of(a.output);
+    int i = index_of(a.input);
+    r->alias_input_[o] = i;
+    r->updated_in_place_[i] = true;
+  }
+  r->aliased_count_ = meta.aliased_io.size();
+  ProviderError made = engine->create_context(&r->context_);
+  if (!made.ok()) return from_provider(made, why);
+  auto stream = memory->create_stream();
+  if (!stream.ok()) return fail(why, stream.error(), "could not create a stream: " + memory->last_error());
+  r->stream_ = stream.get();
+  r->engine_ = std::move(engine);
+  r->memory_ = std::move(memory);
+  r->label_ = std::move(label);
+  r->stages_.resize(io.size());
+  r->counters_.resize(io.size());
+  for (size_t i = 0; i < io.size(); ++i) {
+    r->counters_[i].name = io[i].name;
+    r->counters_[i].is_input = io[i].is_input;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    registry().insert(r.get());
+  }
+  *out = std::move(r);
+  return Error::Ok;
+}
+
+EngineRunner::~EngineRunner() {
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    registry().erase(this);
+  }
+  if (memory_) {
+    memory_->synchronize(stream_);
+    for (auto& s : stages_) memory_->release(s.data);
+    memory_->destroy_stream(stream_);
+  }
+  context_.reset();  // before the engine it came from
+}
+
+Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resize,
+                              std::vector<int>* arg_of, std::string* why) {
+  const auto& io = engine_->io();
+  size_t n_in = input_order_.size();
+  size_t n_out = output_order_.size();
+  bool elided = false;
+  if (args.size() == n_in + n_out - aliased_count_ && aliased_count_ > 0) {
+    elided = true;
+  } else if (args.size() != n_in + n_out) {
+    return fail(why, Error::InvalidArgument,
+                "the delegate got " + std::to_string(args.size()) + " arguments; the engine takes " +
+                    std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs (" +
+                    std::to_string(aliased_count_) + " of them may be elided in-place outputs)");
+  }
+  arg_of->assign(io.size(), -1);
+  size_t next = 0;
+  for (size_t e : input_order_) (*arg_of)[e] = static_cast<int>(next++);
+  for (size_t e : output_order_) {
+    if (!(elided && alias_input_[e] >= 0)) (*arg_of)[e] = static_cast<int>(next++);
+  }
+  for (size_t e : input_order_) {
+    IoArg& a = args[(*arg_of)[e]];
+    if (!a.dtype.empty() && a.dtype != io[e].dtype) {
+      return fail(why, Error::InvalidArgument, "input '" + io[e].name + "' is " + a.dtype +
+                                                   " but the engine takes " + io[e].dtype);
+    }
+    Error err = check_input_shape(io[e], a.shape, why);
+    if (err != Error::Ok) return err;
+    err = from_provider(context_->set_input_shape(io[e].name, a.shape), why);
+    if (err != Error::Ok) return err;
+  }
+  for (size_t e : output_order_) {
+    std::vector<int64_t> shape;
+    Error err = from_provider(context_->output_shape(io[e].name, &shape), why);
+    if (err != Error::Ok) return err;
+    int a = (*arg_of)[e];
+    if (a < 0) continue;
+    if (!args[a].dtype.empty() && args[a].dtype != io[e].dtype) {
+      return fail(why, Error::InvalidArgument, "output '" + io[e].name + "' is " + args[a].dtype +
+                                                   " but the engine writes " + io[e].dtype);
+    }
+    err = resize(static_cast<size_t>(a), shape, &args[a], why);
+    if (err != Error::Ok) return err;
+    if (alias_input_[e] >= 0) {
+      const IoArg& in = args[(*arg_of)[alias_input_[e]]];
+      if (args[a].nbytes != in.nbytes) {
+        return fail(why, Error::InvalidArgument,
+                    "in-place output '" + io[e].name + "' is " + std::to_string(args[a].nbytes) +
+                        " bytes but its input is " + std::to_string(in.nbytes));
+      }
+    }
+  }
+  return Error::Ok;
+}
+
+Error EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why) {
+  std::vector<int> arg_of;
+  Error err = bind_args(args, resize, &arg_of, why);
+  if (err != Error::Ok) return err;
+  err = stage_and_run(args, arg_of, why);
+  // Whatever was queued finishes before the caller may touch its buffers again.
+  Error synced = memory_->synchronize(stream_);
+  if (err == Error::Ok && synced != Error::Ok) {
+    return fail(why, synced, "stream synchronize failed: " + memory_->last_error());
+  }
+  return err;
+}
+
+Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                                  std::string* why) {
+  const auto& io = engine_->io();
+  size_t n = io.size();
+  std::vector<BindingFacts> facts(n);
+  for (size_t e = 0; e < n; ++e) {
+    BindingFacts& f = facts[e];
+    f.is_input = io[e].is_input;
+    f.alias_input = alias_input_[e];
+    f.updated_in_place = updated_in_place_[e];
+    if (arg_of[e] < 0) {
+      f.present = false;
+      continue;
+    }
+    const IoArg& a = args[arg_of[e]];
+    f.address = reinterpret_cast<uintptr_t>(a.data);
+    f.nbytes = a.nbytes;
+    f.on_device = a.nbytes > 0 && memory_->is_device_pointer(a.data);
+  }
+  StagingPlan plan = plan_staging(facts, memory_->reads_pageable_host_memory());
+
+  for (size_t e = 0; e < n; ++e) {
+    if (plan.reason[e] == StageReason::Unaligned && engine_->claim_unaligned_log()) {
+      ET_LOG(Info,
+             "TensorRTBackend %s: %s '%s' at 0x%zx is %zu bytes past a 256-byte boundary; it is "
+             "staged through a device buffer (one copy per call). Export with 256-byte memory "
+             "planning to avoid this. Logged once per engine.",
+             label_.c_str(), io[e].is_input ? "input" : "output", io[e].name.c_str(),
+             static_cast<size_t>(facts[e].address),
+             static_cast<size_t>(facts[e].address % kBindingAlignment));
+    }
+    Stage& s = stages_[e];
+    if (plan.stage_bytes[e] > s.capacity) {
+      memory_->release(s.data);
+      s = Stage();
+      auto got = memory_->allocate(plan.stage_bytes[e]);
+      if (!got.ok()) {
+        return fail(why, Error::MemoryAllocationFailed,
+                    "staging buffer for '" + io[e].name + "': " + memory_->last_error());
+      }
+      s.data = got.get();
+      s.capacity = plan.stage_bytes[e];
+    }
+  }
+
+  auto address = [&](const Endpoint& p) -> void* {
+    return p.stage ? stages_[p.binding].data : args[arg_of[p.binding]].data;
+  };
+  auto copy = [&](const PlannedCopy& c) -> Error {
+    Error e = memory_->copy_async(address(c.dst), address(c.src), c.nbytes, c.kind, stream_);
+    if (e != Error::Ok) {
+      return fail(why, e, "staging copy for '" + io[c.counted_binding].name + "': " + memory_->last_error());
+    }
+    return Error::Ok;
+  };
+
+  for (const auto& c : plan.before) {
+    Error e = copy(c);
+    if (e != Error::Ok) return e;
+  }
+  for (size_t e = 0; e < n; ++e) {
+    Error err = from_provider(
+        context_->set_tensor_address(io[e].name, reinterpret_cast<uintptr_t>(address(plan.bound[e]))),
+        why);
+    if (err != Error::Ok) return err;
+  }
+  Error err = from_provider(context_->enqueue(stream_), why);
+  if (err != Error::Ok) return err;
+  for (const auto& c : plan.after) {
+    Error e = copy(c);
+    if (e != Error::Ok) return e;
+  }
+
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  ++calls_;
+  for (size_t e = 0; e < n; ++e) {
+    if (plan.placement[e] == Placement::Staged) ++counters_[e].staged_calls;
+    if (plan.placement[e] == Placement::Direct) ++counters_[e].direct_calls;
+    counters_[e].stage_address = reinterpret_cast<uintptr_t>(stages_[e].data);
+    counters_[e].stage_capacity = stages_[e].capacity;
+  }
+  for (const auto* list : {&plan.before, &plan.after}) {
+    for (const auto& c : *list) ++counters_[c.counted_binding].staging_copies;
+  }
+  return Error::Ok;
+}
+
+std::vector<BindingCounters> EngineRunner::counters() const {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  return counters_;
+}
+
+uint64_t EngineRunner::calls() const {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  return calls_;
+}
+
+std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_counters() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::vector<std::pair<std::string, std::vector<BindingCounters>>> out;
+  for (const EngineRunner* r : registry()) out.emplace_back(r->label(), r->counters());
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+}  // namespace ethost_trt

@@ -1,0 +1,90 @@
+// One delegate instance's execution: binds the caller's buffers to a TensorRT execution context,
+// staging what TensorRT cannot take as it is (see staging_plan.h). The backend and the
+// ExecuTorch-free test entry (ethost_tensorrt.testing.Runner) both drive this same class.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "blob.h"
+#include "memory.h"
+#include "engine_provider.h"
+
+namespace ethost_trt {
+
+struct IoArg {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  std::vector<int64_t> shape;
+  std::string dtype;  // numpy name; empty when the caller does not know it
+};
+
+// Gives output argument `arg_index` the shape the engine inferred, updating data and nbytes.
+using ResizeOutput = std::function<Error(size_t arg_index, const std::vector<int64_t>& shape,
+                                         IoArg* arg, std::string* why)>;
+
+struct BindingCounters {
+  std::string name;
+  bool is_input = false;
+  uint64_t staging_copies = 0;
+  uint64_t staged_calls = 0;
+  uint64_t direct_calls = 0;
+  uintptr_t stage_address = 0;
+  size_t stage_capacity = 0;
+};
+
+class EngineRunner {
+ public:
+  static Error create(std::shared_ptr<Engine> engine, const BlobMetadata& meta,
+                      std::shared_ptr<DeviceMemory> memory, std::string label,
+                      std::unique_ptr<EngineRunner>* out, std::string* why);
+  ~EngineRunner();
+  EngineRunner(const EngineRunner&) = delete;
+  EngineRunner& operator=(const EngineRunner&) = delete;
+
+  // args: the delegate's arguments, inputs then outputs (aliased outputs possibly elided).
+  // Returns only after the stream has drained, whatever happened.
+  Error run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why);
+
+  std::vector<BindingCounters> counters() const;
+  const std::string& label() const { return label_; }
+  uint64_t calls() const;
+  StreamHandle stream() const { return stream_; }
+  const Engine& engine() const { return *engine_; }
+  const char* memory_kind() const { return memory_->kind(); }
+
+ private:
+  struct Stage {
+    void* data = nullptr;
+    size_t capacity = 0;
+  };
+
+  EngineRunner() = default;
+  Error bind_args(std::vector<IoArg>& args, const ResizeOutput& resize, std::vector<int>* arg_of,
+                  std::string* why);
+  Error stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of, std::string* why);
+
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<DeviceMemory> memory_;
+  std::unique_ptr<ExecutionContext> context_;
+  StreamHandle stream_ = 0;
+  std::string label_;
+  // Per engine binding (engine order).
+  std::vector<int> alias_input_;        // for an in-place output: its input's engine index
+  std::vector<bool> updated_in_place_;
+  std::vector<size_t> input_order_;     // engine indices of inputs in argument order
+  std::vector<size_t> output_order_;    // engine indices of outputs in argument order
+  size_t aliased_count_ = 0;
+  std::vector<Stage> stages_;
+  mutable std::mutex counters_mu_;
+  std::vector<BindingCounters> counters_;
+  uint64_t calls_ = 0;
+};
+
+// Every live runner's counters, for ethost_tensorrt.staging_counters().
+std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_counters();
+
+}  // namespace ethost_trt

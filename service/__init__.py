@@ -1,0 +1,1 @@
+"""Model service for ExecuTorch programs that carry TensorRT engines (`python -m service`)."""

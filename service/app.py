@@ -1,0 +1,30 @@
+"""Builds the FastAPI application around one ModelService whose lifetime is the app's."""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service import http_routes
+from service.config import Settings
+from service.core import ModelService
+
+
+def create_app(settings: Settings) -> FastAPI:
+    service = ModelService(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="ExecuTorch/TensorRT model server",
+                  description="Deploy ExecuTorch programs (.pte + .ptd), checked at ingest, and "
+                              "run them on the native ExecuTorch host.",
+                  lifespan=lifespan)
+    app.state.service = service
+    http_routes.install(app)
+    return app

@@ -1,0 +1,107 @@
+"""Server settings from command-line flags, falling back to ETRT_* environment variables.
+
+Flags win over the environment so that a container image can carry defaults in its environment
+while an operator still overrides one setting on the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    artifacts: Path = Path("artifacts")
+    max_program_bytes: int = 2048 * MiB
+    max_data_bytes: int = 8192 * MiB
+    max_upload_bytes: int = 16384 * MiB
+    max_data_files: int = 16
+    instances_per_model: int = 2
+    infer_threads: int = 32
+    load_check_timeout_s: float = 120.0
+    allow_unverified_plans: bool = False
+    # "module:function" callables run in the server and in every load-check child before a program
+    # is opened: they register delegate backends with the native host. The default loads the
+    # TensorRT backend with the shipped provider; it needs no TensorRT or GPU to start, so a CPU
+    # host serves CPU programs and refuses (or stores unverified) TensorRT ones.
+    backend_setup: tuple[str, ...] = ("service.tensorrt_runtime:install_backend",)
+    # Modules whose import registers per-delegate ingest checks (service.ingest.register_delegate_check).
+    delegate_check_modules: tuple[str, ...] = ("service.tensorrt_checks",)
+    log_level: str = "info"
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+# (flag, env var, settings attribute, converter, help)
+_OPTIONS = (
+    ("--host", "ETRT_HOST", "host", str, "address to listen on"),
+    ("--port", "ETRT_PORT", "port", int, "TCP port"),
+    ("--artifacts", "ETRT_ARTIFACTS", "artifacts", Path, "artifacts root (models + registry)"),
+    ("--max-program-bytes", "ETRT_MAX_PROGRAM_BYTES", "max_program_bytes", int,
+     "largest accepted .pte"),
+    ("--max-data-bytes", "ETRT_MAX_DATA_BYTES", "max_data_bytes", int,
+     "largest accepted single .ptd"),
+    ("--max-upload-bytes", "ETRT_MAX_UPLOAD_BYTES", "max_upload_bytes", int,
+     "largest accepted request body"),
+    ("--max-data-files", "ETRT_MAX_DATA_FILES", "max_data_files", int,
+     "most .ptd files in one upload"),
+    ("--instances", "ETRT_INSTANCES", "instances_per_model", int,
+     "method instances per model (concurrent requests per method)"),
+    ("--infer-threads", "ETRT_INFER_THREADS", "infer_threads", int,
+     "worker threads running inferences"),
+    ("--load-check-timeout", "ETRT_LOAD_CHECK_TIMEOUT", "load_check_timeout_s", float,
+     "seconds the isolated load check may take"),
+    ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,
+     "accept delegate plans the ingest checks cannot verify"),
+    ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
+     "comma-separated module:function callables registering delegate backends (default: "
+     "service.tensorrt_runtime:install_backend; an empty value registers none)"),
+    ("--delegate-check-modules", "ETRT_DELEGATE_CHECK_MODULES", "delegate_check_modules", _list,
+     "comma-separated modules registering per-delegate ingest checks"),
+    ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
+)
+
+
+def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(prog="python -m service",
+                                     description="ExecuTorch/TensorRT model server")
+    for flag, env, attr, convert, help_text in _OPTIONS:
+        # A boolean flag given alone means true, as its documentation writes it.
+        switch = {"nargs": "?", "const": True} if convert is _bool else {}
+        parser.add_argument(flag, dest=attr, type=convert, default=None,
+                            help=f"{help_text} (env {env})", **switch)
+    args = parser.parse_args(argv)
+    values = {}
+    for flag, env, attr, convert, _ in _OPTIONS:
+        value = getattr(args, attr)
+        if value is None and environ.get(env) is not None:
+            try:
+                value = convert(environ[env])
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                parser.error(f"{env}={environ[env]!r}: {exc}")
+        if value is not None:
+            values[attr] = value
+    settings = Settings(**values)
+    for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "instances_per_model",
+                 "infer_threads", "load_check_timeout_s"):
+        if getattr(settings, attr) <= 0:
+            parser.error(f"{attr} must be positive")
+    return settings

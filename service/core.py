@@ -1,0 +1,265 @@
+"""The protocol-neutral dataplane: deploy, list, describe, delete and infer.
+
+Transports (HTTP today) translate requests into these calls and ServiceError subclasses into
+their own status codes; nothing here knows about HTTP. In-memory `_models` decides what is
+visible: a model enters it only once it is stored durably and its instances are ready.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from service import tensor_codec
+from service.config import Settings
+from service.ingest import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
+from service.ingest_rules import Problem
+from service.model_pool import ModelPool, PoolClosed
+from service.native import import_host
+from service.storage import NameTaken, Storage, StoredModel
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    def __init__(self, message: str, problems: list[Problem] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or []
+
+
+class NotFound(ServiceError):
+    pass
+
+
+class Conflict(ServiceError):
+    pass
+
+
+class Invalid(ServiceError):
+    pass
+
+
+class TooLarge(ServiceError):
+    pass
+
+
+class Unavailable(ServiceError):
+    pass
+
+
+class ExecutionFailed(ServiceError):
+    pass
+
+
+@dataclass
+class _Served:
+    stored: StoredModel
+    pool: ModelPool
+
+
+def _not_runnable(stored: StoredModel) -> str | None:
+    """Why ingest stored this model as unable to run on this host; None when it can run.
+
+    Such a model is kept and listed but never opened: opening it would initialize delegates that
+    cannot work here (e.g. TensorRT plans on a host without TensorRT), so /infer answers with
+    this reason instead.
+    """
+    if stored.description.get("runnable") is False:
+        return stored.description["unavailable_reason"]
+    return None
+
+
+def _input_problem(label: str | None, rule: str, message: str) -> Invalid:
+    return Invalid(message, [Problem(None, rule, message, input=label)])
+
+
+class ModelService:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.storage: Storage | None = None
+        self._ethost = None
+        self._models: dict[str, _Served] = {}
+        self._unavailable: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._executor = ThreadPoolExecutor(settings.infer_threads, thread_name_prefix="infer")
+        self.ready = False
+
+    async def start(self) -> None:
+        self.storage = Storage(self.settings.artifacts)
+        load_delegate_checks(self.settings.delegate_check_modules)
+        self._ethost = import_host(self.settings.backend_setup)
+        for stored in await asyncio.to_thread(self.storage.reconcile):
+            reason = _not_runnable(stored)
+            if reason is not None:
+                self._unavailable[stored.name] = reason
+                continue
+            try:
+                pool = await asyncio.to_thread(self._open_pool, stored)
+            except Exception as exc:  # one broken model must not keep the others from serving
+                log.error("model %s could not be loaded: %s", stored.name, exc)
+                self._unavailable[stored.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            self._models[stored.name] = _Served(stored, pool)
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for served in list(self._models.values()):
+            await served.pool.close()
+        self._executor.shutdown(wait=True)
+
+    def _open_pool(self, stored: StoredModel) -> ModelPool:
+        return ModelPool(stored, self._ethost, self.settings.instances_per_model)
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _exists(self, name: str) -> bool:
+        return name in self._models or name in self._unavailable
+
+    async def deploy(self, upload: StagedUpload) -> dict:
+        """Checks, stores and starts serving an upload; the staging directory is always consumed."""
+        try:
+            if not upload.replace and self._exists(upload.model_name):
+                raise Conflict(f"model {upload.model_name!r} exists; send replace=true to replace it")
+            try:
+                description = await asyncio.to_thread(run_ingest, upload, self.settings)
+            except IngestRefused as refused:
+                raise Invalid(f"upload refused: {len(refused.problems)} problem(s)",
+                              refused.problems) from None
+            async with self._lock(upload.model_name):
+                return await self._commit(upload, description)
+        finally:
+            self.storage.discard(upload.directory)
+
+    async def _commit(self, upload: StagedUpload, description: dict) -> dict:
+        name = upload.model_name
+        try:
+            stored, replaced = await asyncio.to_thread(
+                self.storage.commit, name, upload.directory, description, upload.replace)
+        except NameTaken:
+            raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
+        reason = _not_runnable(stored)
+        pool = await self._open_committed(stored, replaced) if reason is None else None
+        previous = self._models.pop(name, None)
+        if pool is None:
+            self._unavailable[name] = reason
+        else:
+            self._models[name] = _Served(stored, pool)
+            self._unavailable.pop(name, None)
+        if previous is not None:
+            await previous.pool.close()
+        if replaced is not None:
+            await asyncio.to_thread(self.storage.remove_directory, replaced)
+        return self._description(name)
+
+    async def _open_committed(self, stored: StoredModel, replaced: StoredModel | None) -> ModelPool:
+        """Opens a just-committed model; if it cannot be, the commit is undone before raising."""
+        try:
+            return await asyncio.to_thread(self._open_pool, stored)
+        except Exception as exc:
+            log.exception("model %s passed the load check but could not be opened", stored.name)
+            if replaced is None:
+                await asyncio.to_thread(self.storage.unregister, stored.name)
+                await asyncio.to_thread(self.storage.remove_directory, stored)
+            else:
+                await asyncio.to_thread(self.storage.reinstate, replaced, stored)
+            raise Unavailable(f"model {stored.name!r} could not be opened: {exc}") from None
+
+    def _description(self, name: str) -> dict:
+        served = self._models.get(name)
+        if served is not None:
+            return served.stored.description
+        if name in self._unavailable:
+            stored = self.storage.get(name)
+            return {**stored.description, "state": "unavailable", "error": self._unavailable[name]}
+        raise NotFound(f"model {name!r} not found")
+
+    def list_models(self) -> list[dict]:
+        return [self._description(name) for name in sorted({*self._models, *self._unavailable})]
+
+    def describe(self, name: str) -> dict:
+        return self._description(name)
+
+    async def delete(self, name: str) -> None:
+        async with self._lock(name):
+            if not self._exists(name):
+                raise NotFound(f"model {name!r} not found")
+            served = self._models.pop(name, None)
+            self._unavailable.pop(name, None)
+            stored = await asyncio.to_thread(self.storage.unregister, name)
+            if served is not None:
+                await served.pool.close()
+            if stored is not None:
+                await asyncio.to_thread(self.storage.remove_directory, stored)
+        self._locks.pop(name, None)
+
+    async def infer(self, model: str, method: str, inputs: list[dict]) -> dict:
+        served = self._models.get(model)
+        if served is None:
+            if model in self._unavailable:
+                raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model]}")
+            raise NotFound(f"model {model!r} not found")
+        if method not in served.pool.method_names:
+            raise NotFound(f"model {model!r} has no method {method!r} (methods: "
+                           f"{', '.join(served.pool.method_names)})")
+        meta = served.pool.meta(method)
+        arrays = _decode_inputs(inputs, meta["inputs"])
+        try:
+            results = await served.pool.run(method, arrays, self._executor)
+        except PoolClosed:
+            raise NotFound(f"model {model!r} is being deleted or replaced") from None
+        except ValueError as exc:  # ethost.InputError: the host's own input validation
+            label = f"input {getattr(exc, 'index', '?')}"
+            raise _input_problem(getattr(exc, "input_name", None) or label, "input.invalid",
+                                 str(exc)) from None
+        except RuntimeError as exc:
+            raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
+        outputs = []
+        for index, array in enumerate(results):
+            spec = meta["outputs"][index] if index < len(meta["outputs"]) else {}
+            outputs.append(tensor_codec.encode(np.asarray(array),
+                                               spec.get("name") or f"output {index}",
+                                               spec.get("dtype")))
+        return {"model": model, "method": method, "outputs": outputs}
+
+
+def _decode_inputs(inputs: list[dict], specs: list[dict]) -> list[np.ndarray]:
+    if len(inputs) != len(specs):
+        raise _input_problem(None, "input.count",
+                             f"the method takes {len(specs)} input(s), the request has {len(inputs)}")
+    arrays = []
+    for index, (item, spec) in enumerate(zip(inputs, specs)):
+        label = f"input {index}" + (f" ({item['name']!r})" if item.get("name") else "")
+        if spec.get("tag", "Tensor") != "Tensor":
+            raise _input_problem(label, "input.unsupported",
+                                 f"{label} is a {spec['tag']} input; only tensor inputs are served")
+        try:
+            array = tensor_codec.decode(item.get("datatype"), item.get("shape"), item.get("data"),
+                                        label)
+        except tensor_codec.CodecError as exc:
+            raise _input_problem(label, "input.data", str(exc)) from None
+        expected = tensor_codec.datatype_of(spec["dtype"])
+        if item["datatype"] != expected:
+            raise _input_problem(label, "input.datatype",
+                                 f"{label} must be {expected}, the request sends {item['datatype']}")
+        _check_shape(label, list(array.shape), spec)
+        arrays.append(array)
+    return arrays
+
+
+def _check_shape(label: str, shape: list[int], spec: dict) -> None:
+    bound = spec["shape"]
+    if len(shape) != len(bound):
+        raise _input_problem(label, "input.shape",
+                             f"{label} must have {len(bound)} dimension(s) {bound}, got {shape}")
+    if spec.get("dynamic"):
+        if any(d > b for d, b in zip(shape, bound)):
+            raise _input_problem(label, "input.shape",
+                                 f"{label} shape {shape} exceeds the upper bound {bound}")
+    elif shape != bound:
+        raise _input_problem(label, "input.shape", f"{label} must have shape {bound}, got {shape}")

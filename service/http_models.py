@@ -1,0 +1,84 @@
+"""Pydantic shapes of the HTTP API, so the OpenAPI page documents what clients send and get."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ProblemModel(BaseModel):
+    file: str | None = Field(None, description="the uploaded file the problem is about, if any")
+    rule: str = Field(description="stable rule id, e.g. data.characters")
+    message: str
+    input: str | None = Field(None, description="the request input the problem is about, if any")
+
+
+class ErrorBody(BaseModel):
+    error: str
+    problems: list[ProblemModel] = []
+
+
+class FileModel(BaseModel):
+    name: str
+    role: str = Field(description="program or data")
+    bytes: int
+    sha256: str
+
+
+class DelegateModel(BaseModel):
+    index: int
+    backend: str
+    details: dict[str, Any] = {}
+
+
+class MethodModel(BaseModel):
+    name: str
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    delegates: list[DelegateModel]
+    external_data_keys: list[str] = []
+    planned_buffers: list[dict[str, Any]] = []
+
+
+class ModelDescription(BaseModel):
+    name: str
+    state: str = Field(description="ready, or unavailable when a stored model failed to load "
+                                   "or cannot run on this host")
+    runnable: bool = Field(True, description="false when ingest stored the model knowing it "
+                                             "cannot run on this host (unverified plans)")
+    unavailable_reason: str | None = Field(None, description="why it cannot run, when not runnable")
+    files: list[FileModel]
+    methods: list[MethodModel]
+    warnings: list[str] = []
+    error: str | None = None
+
+
+class InferInput(BaseModel):
+    name: str | None = None
+    shape: list[int]
+    datatype: str = Field(description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 "
+                                      "or BF16")
+    data: list[Any]
+
+
+class InferRequest(BaseModel):
+    model: str
+    method: str = "forward"
+    inputs: list[InferInput]
+
+
+class InferOutput(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    data: list[Any]
+
+
+class InferResponse(BaseModel):
+    model: str
+    method: str
+    outputs: list[InferOutput]
+
+
+class HealthBody(BaseModel):
+    status: str

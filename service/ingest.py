@@ -1,0 +1,258 @@
+"""The ingest pipeline: every check an upload goes through before it may become a model.
+
+All checks run and all problems are reported together, so a user fixes an upload in one round.
+The isolated load check runs last and only when everything else passed: it is the slowest step,
+and it would only fail again for a reason already reported.
+
+Delegate-specific checks (e.g. TensorRT plans) plug in through register_delegate_check; the
+pipeline calls them with each delegate of that backend and a context to look up named data.
+A check may accept a delegate it cannot run here (details "runnable": False with an
+"unavailable_reason", e.g. TensorRT plans stored unverified on a host without TensorRT): the
+model is then stored but described as unavailable, and its methods are described from the file
+because loading them would initialize that delegate.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from service import ingest_rules as rules
+from service.config import Settings
+from service.ingest_rules import Problem
+from service.load_check import check_program
+from service.program_inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
+                                        ProgramInfo, inspect_data_file, inspect_program,
+                                        method_meta)
+from service.storage import PROGRAM_FILE
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StagedFile:
+    name: str
+    path: Path
+    size: int
+    sha256: str
+
+
+@dataclass
+class StagedUpload:
+    """An upload received into its own staging directory under names that are safe on disk."""
+    model_name: str
+    replace: bool
+    directory: Path
+    program: StagedFile | None
+    data: list[StagedFile]
+
+
+@dataclass
+class DelegateReport:
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+
+class IngestContext:
+    """What a delegate check may consult; it records which named data was looked up."""
+
+    def __init__(self, settings: Settings, program_name: str, program: ProgramInfo,
+                 data_files: dict[str, DataFileInfo]):
+        self.settings = settings
+        self.program_name = program_name
+        self.program = program
+        self.data_files = data_files
+        self.used_keys: set[str] = set()
+
+    @property
+    def allow_unverified_plans(self) -> bool:
+        return self.settings.allow_unverified_plans
+
+    def data_file_with(self, key: str) -> str | None:
+        return next((name for name, info in self.data_files.items() if key in info.keys), None)
+
+    def named_data(self, key: str) -> bytes | None:
+        self.used_keys.add(key)
+        name = self.data_file_with(key)
+        return None if name is None else self.data_files[name].named_data(key)
+
+    def method(self, name: str) -> MethodInfo:
+        return next(m for m in self.program.methods if m.name == name)
+
+
+DelegateCheck = Callable[[DelegateInfo, IngestContext], DelegateReport]
+_delegate_checks: dict[str, DelegateCheck] = {}
+
+
+def register_delegate_check(backend_id: str, check: DelegateCheck) -> None:
+    _delegate_checks[backend_id] = check
+
+
+def load_delegate_checks(modules: tuple[str, ...]) -> None:
+    """Imports the modules that register checks; a configured module that is absent is logged."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            log.warning("delegate check module %s is not available; its checks are skipped", module)
+
+
+class IngestRefused(Exception):
+    def __init__(self, problems: list[Problem]):
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
+
+
+def _name_problems(upload: StagedUpload) -> list[Problem]:
+    problems = rules.check_model_name(upload.model_name)
+    if upload.program is None:
+        problems.append(Problem(None, "upload.program_missing",
+                                "the upload has no 'program' file part (one .pte file)"))
+    else:
+        problems += rules.check_program_name(upload.program.name)
+    for data in upload.data:
+        problems += rules.check_data_name(data.name)
+    problems += rules.check_data_names_together([d.name for d in upload.data])
+    return problems
+
+
+def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFileInfo], list]:
+    problems = []
+    program = None
+    if upload.program is not None:
+        try:
+            program = inspect_program(upload.program.path)
+        except InspectionError as exc:
+            problems.append(Problem(upload.program.name, "program.invalid",
+                                    f"{upload.program.name!r} is not a valid ExecuTorch program: {exc}"))
+    data_files = {}
+    for data in upload.data:
+        try:
+            data_files[data.name] = inspect_data_file(data.path)
+        except InspectionError as exc:
+            problems.append(Problem(data.name, "data.invalid",
+                                    f"{data.name!r} is not a valid ExecuTorch data file: {exc}"))
+    return program, data_files, problems
+
+
+def _external_data_problems(program_name: str, program: ProgramInfo,
+                            data_files: dict[str, DataFileInfo]) -> list[Problem]:
+    problems = []
+    owners: dict[str, str] = {}
+    for name, info in data_files.items():
+        for key in info.keys:
+            if key in owners:
+                problems.append(Problem(name, "data.duplicate_key",
+                                        f"named data {key!r} is in both {owners[key]!r} and "
+                                        f"{name!r}; the program could get either"))
+            owners.setdefault(key, name)
+    for method in program.methods:
+        missing = [key for key in method.external_keys if key not in owners]
+        if missing:
+            where = "uploaded data files" if data_files else "upload (no data files were uploaded)"
+            problems.append(Problem(program_name, "external.missing_key",
+                                    f"method {method.name!r} needs external data "
+                                    f"{', '.join(map(repr, missing))} that is not in the {where}"))
+    return problems
+
+
+def _delegate_reports(context: IngestContext) -> tuple[dict, list[Problem], list[str]]:
+    details, problems, warnings = {}, [], []
+    for method in context.program.methods:
+        for delegate in method.delegates:
+            check = _delegate_checks.get(delegate.backend_id)
+            if check is None:
+                continue
+            try:
+                report = check(delegate, context)
+            except Exception as exc:  # a failing check must refuse the upload, not crash the server
+                log.exception("delegate check for %s failed", delegate.backend_id)
+                report = DelegateReport(problems=[Problem(
+                    context.program_name, "delegate.check_failed",
+                    f"method {method.name!r} delegate {delegate.index} ({delegate.backend_id}): "
+                    f"the ingest check failed: {type(exc).__name__}: {exc}")])
+            problems += report.problems
+            warnings += report.warnings
+            details[(method.name, delegate.index)] = report.details
+    return details, problems, warnings
+
+
+def _unused_data_warnings(context: IngestContext) -> list[str]:
+    used = context.used_keys | {k for m in context.program.methods for k in m.external_keys}
+    return [f"data file {name!r} is not used by the program (none of its {len(info.keys)} "
+            "named data entries is needed)"
+            for name, info in context.data_files.items() if not used & set(info.keys)]
+
+
+def _unavailable_reasons(delegate_details: dict) -> list[str]:
+    reasons = [d["unavailable_reason"] for d in delegate_details.values()
+               if d.get("runnable") is False]
+    return list(dict.fromkeys(reasons))
+
+
+def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dict],
+              delegate_details: dict, warnings: list[str], unavailable: list[str]) -> dict:
+    by_name = {m.name: m for m in program.methods}
+    methods = []
+    for meta in methods_meta:
+        info = by_name.get(meta["name"])
+        delegates = [] if info is None else [
+            {"index": d.index, "backend": d.backend_id,
+             "details": delegate_details.get((info.name, d.index), {})} for d in info.delegates]
+        methods.append({"name": meta["name"], "inputs": meta["inputs"], "outputs": meta["outputs"],
+                        "delegates": delegates,
+                        "external_data_keys": [] if info is None else info.external_keys,
+                        "planned_buffers": meta.get("planned_buffers", [])})
+    files = [{"name": upload.program.name, "role": "program", "bytes": upload.program.size,
+              "sha256": upload.program.sha256}]
+    files += [{"name": d.name, "role": "data", "bytes": d.size, "sha256": d.sha256}
+              for d in upload.data]
+    description = {"name": upload.model_name, "state": "ready", "runnable": True, "files": files,
+                   "methods": methods, "warnings": warnings}
+    if unavailable:
+        description.update(state="unavailable", runnable=False,
+                           unavailable_reason="; ".join(unavailable))
+    return description
+
+
+def _move_to_final_names(upload: StagedUpload) -> None:
+    """Only after the name rules passed may the uploaded names become file names."""
+    target = upload.directory / PROGRAM_FILE
+    os.rename(upload.program.path, target)
+    upload.program.path = target
+    for data in upload.data:
+        target = upload.directory / data.name
+        os.rename(data.path, target)
+        data.path = target
+
+
+def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
+    """Checks a staged upload and returns its model description, or raises IngestRefused."""
+    problems = _name_problems(upload)
+    program, data_files, inspection_problems = _inspect(upload)
+    problems += inspection_problems
+    if program is None:
+        raise IngestRefused(problems)
+    program_name = upload.program.name
+    problems += _external_data_problems(program_name, program, data_files)
+    context = IngestContext(settings, program_name, program, data_files)
+    details, delegate_problems, warnings = _delegate_reports(context)
+    problems += delegate_problems
+    if problems:
+        raise IngestRefused(problems)
+    warnings += _unused_data_warnings(context)
+    unavailable = _unavailable_reasons(details)
+    _move_to_final_names(upload)
+    result = check_program(upload.program.path, program_name, [d.path for d in upload.data],
+                           upload.directory / ".load_check.json", settings.backend_setup,
+                           settings.load_check_timeout_s, load_methods=not unavailable)
+    if result.problems:
+        raise IngestRefused(result.problems)
+    methods = [method_meta(m) for m in program.methods] if unavailable else result.methods
+    return _describe(upload, program, methods, details, warnings, unavailable)

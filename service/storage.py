@@ -1,0 +1,207 @@
+"""Durable model storage: one directory per model generation plus a SQLite registry.
+
+The registry row is the single source of truth for what is deployed. Files are written into a
+staging directory, fsynced, and renamed into place *before* the row points at them, so a model is
+never visible half-written; anything on disk that no row points at is a leftover of an interrupted
+upload, replace or delete, and startup reconciliation removes it.
+
+Layout under the artifacts root:
+    registry.sqlite3            the registry (the only file outside the two directories below)
+    models/<name>.<generation>/ program.pte and the model's .ptd files under their uploaded names
+    staging/<uuid>/             uploads being received and checked
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+REGISTRY = "registry.sqlite3"
+PROGRAM_FILE = "program.pte"
+log = logging.getLogger(__name__)
+
+
+class NameTaken(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    name: str
+    directory: Path
+    description: dict
+
+    @property
+    def program_path(self) -> Path:
+        return self.directory / PROGRAM_FILE
+
+    @property
+    def data_paths(self) -> list[Path]:
+        return [self.directory / f["name"] for f in self.description["files"] if f["role"] == "data"]
+
+
+def fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Storage:
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self.models_dir = self.root / "models"
+        self.staging_dir = self.root / "staging"
+        self._lock = threading.Lock()
+        for directory in (self.root, self.models_dir, self.staging_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
+                       "directory TEXT NOT NULL, description TEXT NOT NULL, "
+                       "created_at REAL NOT NULL)")
+
+    def _connect(self) -> "_Transaction":
+        db = sqlite3.connect(self.root / REGISTRY, timeout=30, isolation_level=None)
+        db.execute("PRAGMA synchronous=FULL")
+        return _Transaction(db)
+
+    def new_staging_dir(self) -> Path:
+        path = self.staging_dir / uuid.uuid4().hex
+        path.mkdir()
+        return path
+
+    def discard(self, path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def get(self, name: str) -> StoredModel | None:
+        with self._connect() as db:
+            row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
+                             (name,)).fetchone()
+        return None if row is None else self._model(row)
+
+    def all(self) -> list[StoredModel]:
+        with self._connect() as db:
+            rows = db.execute("SELECT name, directory, description FROM models ORDER BY name")
+            return [self._model(row) for row in rows.fetchall()]
+
+    def _model(self, row) -> StoredModel:
+        return StoredModel(row[0], self.models_dir / row[1], json.loads(row[2]))
+
+    def commit(self, name: str, staged: Path, description: dict, replace: bool
+               ) -> tuple[StoredModel, StoredModel | None]:
+        """Moves a checked upload into place and registers it; returns (new, replaced).
+
+        The replaced model's directory stays until the caller calls remove_directory, so requests
+        still running on the old generation keep their files.
+        """
+        for child in staged.iterdir():
+            _fsync_file(child)
+        fsync_directory(staged)
+        directory_name = f"{name}.{uuid.uuid4().hex}"
+        target = self.models_dir / directory_name
+        os.rename(staged, target)
+        fsync_directory(self.models_dir)
+        fsync_directory(self.staging_dir)
+        new = StoredModel(name, target, description)
+        try:
+            with self._lock, self._connect() as db:
+                row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
+                                 (name,)).fetchone()
+                if row is not None and not replace:
+                    raise NameTaken(name)
+                db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
+                           (name, directory_name, json.dumps(description), time.time()))
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return new, None if row is None else self._model(row)
+
+    def unregister(self, name: str) -> StoredModel | None:
+        with self._lock, self._connect() as db:
+            row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
+                             (name,)).fetchone()
+            if row is not None:
+                db.execute("DELETE FROM models WHERE name = ?", (name,))
+        return None if row is None else self._model(row)
+
+    def reinstate(self, model: StoredModel, failed: StoredModel) -> None:
+        """Undoes a commit whose model could not be served: the replaced one is registered again."""
+        with self._lock, self._connect() as db:
+            db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
+                       (model.name, model.directory.name, json.dumps(model.description),
+                        time.time()))
+        self.remove_directory(failed)
+
+    def remove_directory(self, model: StoredModel) -> None:
+        shutil.rmtree(model.directory, ignore_errors=True)
+        fsync_directory(self.models_dir)
+
+    def reconcile(self) -> list[StoredModel]:
+        """Brings disk and registry back in agreement after a crash; returns the models to serve."""
+        for leftover in self.staging_dir.iterdir():
+            log.info("removing unfinished upload %s", leftover.name)
+            self.discard(leftover)
+        kept = []
+        for model in self.all():
+            missing = _missing_files(model)
+            if missing:
+                log.warning("model %s lost files (%s); removing it from the registry",
+                            model.name, ", ".join(missing))
+                self.unregister(model.name)
+            else:
+                kept.append(model)
+        referenced = {m.directory.name for m in kept}
+        for entry in self.models_dir.iterdir():
+            if entry.name not in referenced:
+                log.info("removing unregistered model files %s", entry.name)
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        fsync_directory(self.models_dir)
+        return kept
+
+
+class _Transaction:
+    """A connection used as `with`: one IMMEDIATE transaction, committed or rolled back, closed."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind, value, traceback) -> None:
+        try:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        finally:
+            self.db.close()
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _missing_files(model: StoredModel) -> list[str]:
+    missing = []
+    for entry in model.description.get("files", []):
+        path = model.directory / (PROGRAM_FILE if entry["role"] == "program" else entry["name"])
+        try:
+            if path.stat().st_size != entry["bytes"]:
+                missing.append(f"{entry['name']} (size changed)")
+        except FileNotFoundError:
+            missing.append(entry["name"])
+    return missing

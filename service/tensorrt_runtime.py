@@ -1,0 +1,376 @@
+"""The one module that talks to TensorRT's Python API.
+
+Production images (NVIDIA TensorRT / JetPack containers) ship the full `tensorrt` module; hosts
+that can only install from PyPI get the lean runtime, whose bindings import as
+`tensorrt_lean_bindings` (or `tensorrt_lean` where the metapackage adds that name). Everything here
+uses the part both share -- deserialize, inspect, run -- so either works.
+
+TensorRT is imported on first use, not at import time: the service imports this module on hosts
+without TensorRT too, to say why plans there cannot be verified or run.
+
+The native backend (`ethost_tensorrt`) owns CUDA memory, streams and staging; it calls the
+provider below holding the GIL only for these calls, so each method stays a thin pass-through
+that turns TensorRT's boolean/None failures into exceptions carrying TensorRT's own log lines.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import importlib.util
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+
+# Full TensorRT first: where both exist, it is the one the image was built and tested with.
+MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
+
+# TensorRT requires every bound address to be a multiple of this and does not check it.
+ADDRESS_ALIGNMENT = 256
+
+# TensorRT DataType member names -> numpy dtype names the native host uses. INT4, FP4 and E8M0
+# have no ExecuTorch scalar type, so an engine binding them cannot be fed by a delegate call.
+_DTYPE_NAMES = {
+    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
+    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8_e4m3fn",
+}
+
+_CUDA_SUCCESS = 0
+_CUDA_ERROR_NO_DEVICE = 100
+
+_log = logging.getLogger(__name__)
+
+
+class TensorRTError(RuntimeError):
+    """A TensorRT call failed; the message carries what TensorRT logged while it ran."""
+
+
+def import_first(names) -> tuple[ModuleType | None, list[str]]:
+    """Returns the first importable module of `names`, and why each one before it failed.
+
+    A module that exists but fails to import (e.g. the lean bindings without their libs wheel)
+    is reported with its own error, not as "not installed", so an operator sees what to fix.
+    """
+    reasons = []
+    for name in names:
+        try:
+            return importlib.import_module(name), reasons
+        except ModuleNotFoundError as exc:
+            reasons.append(f"{name}: not installed" if exc.name == name else f"{name}: {exc}")
+        except (ImportError, OSError) as exc:
+            reasons.append(f"{name}: {exc}")
+    return None, reasons
+
+
+@functools.lru_cache(maxsize=None)
+def _tensorrt() -> tuple[ModuleType | None, str]:
+    module, reasons = import_first(MODULE_CANDIDATES)
+    if module is None:
+        return None, "no TensorRT runtime module (" + "; ".join(reasons) + ")"
+    return module, ""
+
+
+def tensorrt_module() -> ModuleType:
+    module, reason = _tensorrt()
+    if module is None:
+        raise TensorRTError(reason)
+    return module
+
+
+class _CudaDriver:
+    """The CUDA driver API through ctypes, for device discovery and selection.
+
+    The driver library ships with the GPU driver itself, so this works wherever a GPU is usable,
+    without tying the service to one CUDA runtime or array library. TensorRT's own CUDA runtime
+    calls follow the driver context made current here.
+    """
+
+    def __init__(self):
+        self.reason = ""
+        self._primary = {}
+        self._lock = threading.Lock()
+        try:
+            self._lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            self._lib = None
+            self.reason = f"no CUDA driver (libcuda.so.1 cannot be loaded: {exc})"
+            return
+        rc = self._lib.cuInit(0)
+        if rc == _CUDA_ERROR_NO_DEVICE:
+            self.reason = "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"
+        elif rc != _CUDA_SUCCESS:
+            self.reason = f"the CUDA driver failed to initialize (cuInit: {self.error_name(rc)})"
+
+    def error_name(self, rc: int) -> str:
+        name = ctypes.c_char_p()
+        if self._lib.cuGetErrorName(rc, ctypes.byref(name)) == _CUDA_SUCCESS and name.value:
+            return name.value.decode()
+        return f"CUDA error {rc}"
+
+    def _check(self, rc: int, call: str) -> None:
+        if rc != _CUDA_SUCCESS:
+            raise TensorRTError(f"{call} failed: {self.error_name(rc)}")
+
+    def device_count(self) -> int:
+        if self.reason:
+            return 0
+        count = ctypes.c_int()
+        self._check(self._lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        return count.value
+
+    @contextmanager
+    def current(self, device_id: int):
+        """Makes device_id's primary context current for the block, then restores the caller's.
+
+        The primary context is retained once per process and never released, as the CUDA
+        runtime does, so engines and contexts created in it outlive the block.
+        """
+        if self.reason:
+            raise TensorRTError(self.reason)
+        count = self.device_count()
+        if not 0 <= device_id < count:
+            raise TensorRTError(f"CUDA device {device_id} does not exist (this host has {count})")
+        with self._lock:
+            if device_id not in self._primary:
+                device, context = ctypes.c_int(), ctypes.c_void_p()
+                self._check(self._lib.cuDeviceGet(ctypes.byref(device), device_id), "cuDeviceGet")
+                self._check(self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+                            "cuDevicePrimaryCtxRetain")
+                self._primary[device_id] = context
+        self._check(self._lib.cuCtxPushCurrent_v2(self._primary[device_id]), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            self._check(self._lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())),
+                        "cuCtxPopCurrent")
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda() -> _CudaDriver:
+    return _CudaDriver()
+
+
+def device_count() -> int:
+    """CUDA devices usable here; 0 when the driver or any device is missing."""
+    try:
+        return _cuda().device_count()
+    except TensorRTError:
+        return 0
+
+
+def availability() -> tuple[bool, str]:
+    """Whether TensorRT plans can be deserialized and run here, and the reason if not."""
+    module, reason = _tensorrt()
+    if module is None:
+        return False, reason
+    cuda = _cuda()
+    try:
+        count = cuda.device_count()
+    except TensorRTError as exc:
+        return False, str(exc)
+    if count == 0:
+        return False, cuda.reason or "no CUDA device"
+    version = getattr(module, "__version__", "unknown version")
+    return True, f"{module.__name__} {version} with {count} CUDA device(s)"
+
+
+# TensorRT's ILogger.Severity values: INTERNAL_ERROR 0, ERROR 1, WARNING 2, INFO 3, VERBOSE 4.
+_ERROR = 1
+_WARNING = 2
+
+_capture = threading.local()
+
+
+@contextmanager
+def _captured_log():
+    """Collects TensorRT's warnings and errors logged by this thread while the block runs.
+
+    Thread-local rather than a lock: the native backend enqueues from many threads at once, and
+    TensorRT logs on the calling thread.
+    """
+    messages: list[tuple[int, str]] = []
+    _capture.messages = messages
+    try:
+        yield messages
+    finally:
+        _capture.messages = None
+
+
+def _failure(what: str, messages: list[tuple[int, str]]) -> TensorRTError:
+    reasons = "; ".join(text for _, text in messages)
+    return TensorRTError(f"{what}: " + (reasons or "TensorRT gave no reason"))
+
+
+def _logger(trt: ModuleType):
+    class CapturingLogger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+
+        def log(self, severity, msg):
+            level = int(severity)
+            _log.log(logging.ERROR if level <= _ERROR else logging.WARNING if level == _WARNING
+                     else logging.DEBUG, "TensorRT: %s", msg)
+            messages = getattr(_capture, "messages", None)
+            if messages is not None and level <= _WARNING:
+                messages.append((level, msg))
+
+    return CapturingLogger()
+
+
+_runtime_lock = threading.Lock()
+_runtime_state: dict = {}
+
+
+def _runtime():
+    """One TensorRT Runtime (and logger) per process, as TensorRT recommends.
+
+    Without a usable CUDA device TensorRT logs an error yet still returns a Runtime, which
+    crashes the process when used or even destroyed (seen with the lean runtime 11.4). Its logged
+    errors are what mark it unusable; it is then kept alive, never freed, and the failure is
+    repeated to every later caller.
+    """
+    with _runtime_lock:
+        if not _runtime_state:
+            trt = tensorrt_module()
+            logger = _logger(trt)
+            with _captured_log() as messages:
+                try:
+                    runtime = trt.Runtime(logger)
+                except (TypeError, RuntimeError) as exc:
+                    messages.append((_ERROR, str(exc)))
+                    runtime = None
+            failed = runtime is None or any(level <= _ERROR for level, _ in messages)
+            _runtime_state.update(runtime=runtime, logger=logger, failure=_failure(
+                "creating the TensorRT runtime failed", messages) if failed else None)
+        if _runtime_state["failure"] is not None:
+            raise TensorRTError(str(_runtime_state["failure"]))
+        return _runtime_state["runtime"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A deserialized engine and the device it lives on (contexts must be made there too)."""
+    cuda_engine: object
+    device_id: int
+
+
+@dataclass(frozen=True)
+class Context:
+    """An execution context; holds its engine so the engine outlives every context using it."""
+    execution_context: object
+    engine: Engine
+
+
+def _dtype_name(trt_dtype, tensor: str) -> str:
+    name = getattr(trt_dtype, "name", str(trt_dtype))
+    if name not in _DTYPE_NAMES:
+        raise TensorRTError(f"engine tensor {tensor!r} has TensorRT dtype {name}, which an "
+                            f"ExecuTorch delegate call cannot carry")
+    return _DTYPE_NAMES[name]
+
+
+class TensorRTEngineProvider:
+    """The shipped engine provider installed with `ethost_tensorrt.set_engine_provider`."""
+
+    def deserialize(self, plan: bytes, device_id: int) -> Engine:
+        with _cuda().current(device_id):
+            runtime = _runtime()
+            with _captured_log() as messages:
+                engine = runtime.deserialize_cuda_engine(plan)
+        if engine is None:
+            raise _failure(f"TensorRT could not deserialize the plan ({len(plan)} bytes) on CUDA "
+                           f"device {device_id}", messages)
+        return Engine(engine, device_id)
+
+    def describe(self, engine: Engine) -> dict:
+        trt = tensorrt_module()
+        cuda_engine = engine.cuda_engine
+        io = []
+        for i in range(cuda_engine.num_io_tensors):
+            name = cuda_engine.get_tensor_name(i)
+            is_input = cuda_engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            profile_min = profile_max = None
+            if is_input:
+                # [min, opt, max] of optimization profile 0, the only one the backend uses.
+                bounds = cuda_engine.get_tensor_profile_shape(name, 0)
+                if len(bounds) == 3:
+                    profile_min, profile_max = list(bounds[0]), list(bounds[2])
+            io.append({
+                "name": name, "is_input": is_input,
+                "dtype": _dtype_name(cuda_engine.get_tensor_dtype(name), name),
+                "shape": list(cuda_engine.get_tensor_shape(name)),
+                "location": cuda_engine.get_tensor_location(name).name.lower(),
+                "profile_min": profile_min, "profile_max": profile_max,
+            })
+        memory = getattr(cuda_engine, "device_memory_size_v2", None)
+        if memory is None:
+            memory = cuda_engine.device_memory_size
+        return {"io": io, "stats": {
+            "stripped_weights_size": int(
+                cuda_engine.get_engine_stat(trt.EngineStat.STRIPPED_WEIGHTS_SIZE)),
+            "total_weights_size": int(
+                cuda_engine.get_engine_stat(trt.EngineStat.TOTAL_WEIGHTS_SIZE)),
+            "refittable": bool(cuda_engine.refittable),
+            "device_memory_size": int(memory),
+        }}
+
+    def create_context(self, engine: Engine) -> Context:
+        with _cuda().current(engine.device_id), _captured_log() as messages:
+            context = engine.cuda_engine.create_execution_context()
+        if context is None:
+            raise _failure("TensorRT could not create an execution context", messages)
+        return Context(context, engine)
+
+    def set_input_shape(self, ctx: Context, name: str, shape: list[int]) -> None:
+        with _captured_log() as messages:
+            ok = ctx.execution_context.set_input_shape(name, tuple(shape))
+        if not ok:
+            raise _failure(f"TensorRT refused shape {list(shape)} for input {name!r}", messages)
+
+    def output_shape(self, ctx: Context, name: str) -> list[int]:
+        with _captured_log() as messages:
+            shape = list(ctx.execution_context.get_tensor_shape(name))
+        if any(dim < 0 for dim in shape):
+            raise _failure(f"TensorRT cannot infer the shape of output {name!r} ({shape}) from "
+                           f"the input shapes; data-dependent output shapes are not supported",
+                           messages)
+        return shape
+
+    def set_tensor_address(self, ctx: Context, name: str, address: int) -> None:
+        if address % ADDRESS_ALIGNMENT:
+            raise TensorRTError(f"address {address:#x} for tensor {name!r} is not a multiple of "
+                                f"{ADDRESS_ALIGNMENT}; TensorRT would fault or compute garbage")
+        with _captured_log() as messages:
+            ok = ctx.execution_context.set_tensor_address(name, address)
+        if not ok:
+            raise _failure(f"TensorRT refused the address of tensor {name!r}", messages)
+
+    def enqueue(self, ctx: Context, stream: int) -> None:
+        with _captured_log() as messages:
+            ok = ctx.execution_context.execute_async_v3(stream)
+        if not ok:
+            raise _failure("TensorRT failed to enqueue the engine", messages)
+
+
+def install_backend() -> None:
+    """Backend setup for the server: `--backend-setup service.tensorrt_runtime:install_backend`.
+
+    Loads the TensorRTBackend library into the native host's backend registry and installs the
+    shipped provider. It fails loudly when another library already holds the backend id, since
+    programs would otherwise run on a delegate nobody here checked. TensorRT itself is not needed
+    until a plan is deserialized, so this also runs on hosts without it.
+    """
+    import ethost
+
+    spec = importlib.util.find_spec("ethost_tensorrt")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the TensorRT backend library (ethost_tensorrt) is not installed")
+    ethost.load_backend_library(spec.origin)
+    import ethost_tensorrt
+
+    error = ethost_tensorrt.registration_error()
+    if error is not None:
+        raise RuntimeError(f"TensorRTBackend could not be registered: {error}")
+    ethost_tensorrt.set_engine_provider(TensorRTEngineProvider())

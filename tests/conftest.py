@@ -1,0 +1,22 @@
+"""Shared test setup: helpers under tests/support are importable as `support.*`."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def programs_dir(tmp_path_factory) -> Path:
+    """One folder per test session for programs exported by the fixtures (never committed).
+
+    ETRT_TEST_PROGRAMS_DIR names a folder to keep them in instead: the GPU machine's torch cannot
+    run executorch's exporter, so programs exported here travel there in that folder.
+    """
+    kept = os.environ.get("ETRT_TEST_PROGRAMS_DIR")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    return tmp_path_factory.mktemp("programs")

@@ -1,0 +1,28 @@
+"""End-to-end fixtures: real server processes over their own artifacts directories."""
+import pytest
+
+from support.server import ServerProcess
+
+
+@pytest.fixture
+def start_server(tmp_path_factory):
+    """start_server(*extra_args) -> a running ServerProcess; all are stopped after the test."""
+    started = []
+
+    def start(*extra_args, artifacts=None):
+        root = artifacts or tmp_path_factory.mktemp("server") / "artifacts"
+        server = ServerProcess(root, *extra_args).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for a whole module of tests that do not depend on an empty registry."""
+    server = ServerProcess(tmp_path_factory.mktemp("shared") / "artifacts").start()
+    yield server
+    server.stop()

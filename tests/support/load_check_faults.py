@@ -1,0 +1,24 @@
+"""Backend-setup hooks that make the load-check child crash or hang, to test how it is contained.
+
+They act only inside the load-check child (`python -m service.load_check`), so a server started
+with one of them still runs; only its uploads' isolated checks misbehave.
+"""
+import os
+import sys
+import time
+
+
+def _in_load_check_child() -> bool:
+    return sys.argv[0].endswith(os.path.join("service", "load_check.py"))
+
+
+def abort_in_load_check() -> None:
+    if _in_load_check_child():
+        sys.stderr.write("load_check_faults: aborting on purpose\n")
+        sys.stderr.flush()
+        os.abort()
+
+
+def hang_in_load_check() -> None:
+    if _in_load_check_child():
+        time.sleep(3600)

@@ -1,0 +1,48 @@
+"""Session fixtures exporting the programs of support.programs once per test session.
+
+Import the fixtures you need into a test module (`from support.program_fixtures import
+linear_relu_program`) or register this module as a pytest plugin.
+"""
+import pytest
+
+from support import programs
+
+
+@pytest.fixture(scope="session")
+def linear_relu_program(programs_dir):
+    return programs.export_linear_relu(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def linear_relu_aligned_program(programs_dir):
+    return programs.export_linear_relu(programs_dir, alignment=256)
+
+
+@pytest.fixture(scope="session")
+def mix_of_ops_program(programs_dir):
+    return programs.export_mix_of_ops(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def dynamic_batch_program(programs_dir):
+    return programs.export_dynamic_batch(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def external_weights_program(programs_dir):
+    return programs.export_external_weights(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def split_weights_program(programs_dir):
+    return programs.export_split_weights(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def two_methods_program(programs_dir):
+    return programs.export_two_methods(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def cpu_heavy_program(programs_dir):
+    return programs.export_cpu_heavy(programs_dir)

@@ -1,0 +1,253 @@
+"""Real ExecuTorch CPU programs exported from small torch modules, for tests of every layer.
+
+Each `export_*` function writes its files into a folder of its own under `out_dir` and returns an
+`ExportedProgram` whose `module` is the eager reference to compare outputs against. A function
+called twice with the same folder re-uses the files it wrote (exports cost seconds on 2 cores), so
+session fixtures and child processes can share them.
+
+torch and executorch.exir are imported lazily: the host itself never needs them, and tests that
+only read already-exported files should not pay for the import.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass
+class ExportedProgram:
+    pte: Path
+    ptds: list[Path]
+    module: "object"  # torch.nn.Module; eager reference for the "forward" method
+    example_inputs: tuple
+    # Extra methods (name -> (module, example inputs)) for multi-method programs.
+    methods: dict = field(default_factory=dict)
+
+    @property
+    def data_paths(self) -> list[str]:
+        return [str(p) for p in self.ptds]
+
+
+def _modules():
+    import torch
+
+    class LinearRelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    class MixOfOps(torch.nn.Module):
+        """Several kernels, an int64 input and two outputs, so dtype and output handling are real."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 8)
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x, idx):
+            e = self.embed(idx)
+            h = torch.sigmoid(self.linear(x + e)) * 2.0 - x
+            s = torch.softmax(h, dim=-1)
+            return torch.cat([s, torch.tanh(h)], dim=0), h.mean(dim=1, keepdim=True)
+
+    class TwoLayers(torch.nn.Module):
+        """Two weight tensors, so they can be placed in two different data files."""
+
+        def __init__(self):
+            super().__init__()
+            self.first = torch.nn.Linear(6, 5)
+            self.second = torch.nn.Linear(5, 2)
+
+        def forward(self, x):
+            return self.second(torch.relu(self.first(x)))
+
+    class Scale(torch.nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return x * self.factor + 1.0
+
+    class Heavy(torch.nn.Module):
+        """Long chain of elementwise kernels: single-threaded CPU work of a tunable length."""
+
+        def __init__(self, rounds):
+            super().__init__()
+            self.rounds = rounds
+
+        def forward(self, x):
+            for _ in range(self.rounds):
+                x = torch.sin(x) * 0.5 + torch.cos(x) * 0.5
+            return x
+
+    return LinearRelu, MixOfOps, TwoLayers, Scale, Heavy
+
+
+def _lower(method_programs: dict, config_kwargs: dict):
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    edge = to_edge_transform_and_lower(method_programs)
+    return edge.to_executorch(ExecutorchBackendConfig(**config_kwargs))
+
+
+def _export(
+    folder: Path,
+    methods: dict,
+    config_kwargs: dict | None = None,
+    dynamic_shapes: dict | None = None,
+) -> tuple[Path, list[Path]]:
+    """methods: name -> (module, example_inputs). Writes program.pte (+ .ptd files) once."""
+    import torch
+
+    pte = folder / "program.pte"
+    marker = folder / "files.json"
+    if marker.exists():
+        names = json.loads(marker.read_text())
+        return pte, [folder / n for n in names]
+    folder.mkdir(parents=True, exist_ok=True)
+    exported = {
+        name: torch.export.export(
+            module.eval(), inputs, dynamic_shapes=(dynamic_shapes or {}).get(name), strict=True
+        )
+        for name, (module, inputs) in methods.items()
+    }
+    config_kwargs = dict(config_kwargs or {})
+    alignment = config_kwargs.pop("memory_planning_alignment", None)
+    if alignment is not None:
+        # Imported only when exporting: reading cached files must work without the exporter.
+        from executorch.exir.passes import MemoryPlanningPass
+
+        config_kwargs["memory_planning_pass"] = MemoryPlanningPass(alignment=alignment)
+    program = _lower(exported, config_kwargs)
+    program.save(str(pte))
+    before = set(folder.glob("*.ptd"))
+    if program._tensor_data:
+        program.write_tensor_data_to_file(str(folder))
+    ptds = sorted(set(folder.glob("*.ptd")) - before)
+    # Written last: a half-exported folder (interrupted run) is exported again.
+    marker.write_text(json.dumps([p.name for p in ptds]))
+    return pte, ptds
+
+
+def _seeded():
+    import torch
+
+    torch.manual_seed(0)
+    return torch
+
+
+def export_linear_relu(out_dir: Path, alignment: int | None = None) -> ExportedProgram:
+    """alignment: planning alignment for memory-planned tensors (e.g. 256 for TensorRT placement)."""
+    torch = _seeded()
+    module = _modules()[0]()
+    inputs = (torch.randn(2, 4),)
+    config = {}
+    folder = Path(out_dir) / "linear_relu"
+    if alignment is not None:
+        config["memory_planning_alignment"] = alignment
+        folder = Path(out_dir) / f"linear_relu_align{alignment}"
+    pte, ptds = _export(folder, {"forward": (module, inputs)}, config)
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+def export_mix_of_ops(out_dir: Path) -> ExportedProgram:
+    torch = _seeded()
+    module = _modules()[1]()
+    inputs = (torch.randn(3, 8), torch.tensor([1, 4, 9], dtype=torch.int64))
+    pte, ptds = _export(Path(out_dir) / "mix_of_ops", {"forward": (module, inputs)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+DYNAMIC_BATCH_MAX = 16
+
+
+def export_dynamic_batch(out_dir: Path) -> ExportedProgram:
+    """Batch dimension 0 of the input is dynamic, 1..DYNAMIC_BATCH_MAX."""
+    torch = _seeded()
+    module = _modules()[0]()
+    inputs = (torch.randn(3, 4),)
+    batch = torch.export.Dim("batch", min=1, max=DYNAMIC_BATCH_MAX)
+    pte, ptds = _export(
+        Path(out_dir) / "dynamic_batch",
+        {"forward": (module, inputs)},
+        dynamic_shapes={"forward": ({0: batch},)},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+def export_external_weights(out_dir: Path) -> ExportedProgram:
+    """All weights in one .ptd (`_default_external_constant.ptd`)."""
+    torch = _seeded()
+    module = _modules()[2]()
+    inputs = (torch.randn(2, 6),)
+    pte, ptds = _export(
+        Path(out_dir) / "external_weights",
+        {"forward": (module, inputs)},
+        {"external_constants": True},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+def _by_layer(node) -> str | None:
+    """Tags each constant by its layer, so the two layers land in two data files."""
+    if "first" in node.name:
+        return "first_layer"
+    if "second" in node.name:
+        return "second_layer"
+    return None
+
+
+def export_split_weights(out_dir: Path) -> ExportedProgram:
+    """Weights split over two .ptd files: first_layer.ptd and second_layer.ptd."""
+    torch = _seeded()
+    module = _modules()[2]()
+    inputs = (torch.randn(2, 6),)
+    pte, ptds = _export(
+        Path(out_dir) / "split_weights",
+        {"forward": (module, inputs)},
+        {"external_constants": _by_layer},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+def export_two_methods(out_dir: Path) -> ExportedProgram:
+    """Methods "forward" (x * 2 + 1) and "triple" (x * 3 + 1)."""
+    torch = _seeded()
+    Scale = _modules()[3]
+    inputs = (torch.randn(2, 3),)
+    forward, triple = Scale(2.0), Scale(3.0)
+    pte, ptds = _export(
+        Path(out_dir) / "two_methods",
+        {"forward": (forward, inputs), "triple": (triple, inputs)},
+    )
+    return ExportedProgram(pte, ptds, forward, inputs, methods={"triple": (triple, inputs)})
+
+
+def export_cpu_heavy(out_dir: Path, rounds: int = 200, size: int = 200_000) -> ExportedProgram:
+    """Hundreds of milliseconds of kernel work per execute with the defaults. ExecuTorch's
+    optimized kernels spread elementwise ops over its own thread pool from some tensor size on;
+    pass a small `size` (e.g. 16384) for single-threaded work, as thread-scaling figures need."""
+    torch = _seeded()
+    module = _modules()[4](rounds)
+    inputs = (torch.randn(size),)
+    pte, ptds = _export(
+        Path(out_dir) / f"cpu_heavy_{rounds}_{size}", {"forward": (module, inputs)}
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
+    "linear_relu": export_linear_relu,
+    "mix_of_ops": export_mix_of_ops,
+    "dynamic_batch": export_dynamic_batch,
+    "external_weights": export_external_weights,
+    "split_weights": export_split_weights,
+    "two_methods": export_two_methods,
+    "cpu_heavy": export_cpu_heavy,
+}

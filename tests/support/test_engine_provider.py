@@ -1,0 +1,116 @@
+"""Test engine provider: a stand-in for TensorRT, for tests only (never shipped).
+
+It implements the engine-provider seam (CONTRACT.md) over "plans" that are b"TESTPLAN" + JSON
+describing a tiny computation it performs itself, reading and writing the bound addresses
+through ethost_tensorrt.testing (host-simulated or CUDA memory alike). Like TensorRT it needs
+every bound address on a 256-byte boundary; unlike TensorRT it checks, records every address,
+and refuses a misaligned one, so a staging bug fails the test instead of computing garbage.
+
+Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "is_input",
+"dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...} optional}.
+  add:         out0 = in0 + in1
+  matmul:      out0 = in0 @ in1
+  scale:       out0 = in0 * 2
+  inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
+"""
+import json
+
+import numpy as np
+
+import ethost_tensorrt
+
+ALIGNMENT = 256
+DEFAULT_STATS = {"stripped_weights_size": -1, "total_weights_size": 0, "refittable": False,
+                 "device_memory_size": 0}
+
+
+class MisalignedAddress(AssertionError):
+    pass
+
+
+class _Engine:
+    def __init__(self, spec, device_id):
+        self.spec = spec
+        self.device_id = device_id
+        self.inputs = [t for t in spec["io"] if t["is_input"]]
+        self.outputs = [t for t in spec["io"] if not t["is_input"]]
+
+
+class _Context:
+    def __init__(self, engine):
+        self.engine = engine
+        self.shapes = {}
+        self.addresses = {}
+
+
+class TestEngineProvider:
+    __test__ = False  # not a pytest test class
+
+    def __init__(self):
+        self.deserialized = 0
+        self.addresses = []  # (name, address) for every set_tensor_address call
+        self.streams = []    # stream of every enqueue
+        self.misaligned = []
+
+    def deserialize(self, plan, device_id):
+        plan = bytes(plan)
+        if not plan.startswith(b"TESTPLAN"):
+            raise ValueError("not a test plan: magic %r" % plan[:8])
+        self.deserialized += 1
+        return _Engine(json.loads(plan[8:]), device_id)
+
+    def describe(self, engine):
+        return {"io": [dict(t) for t in engine.spec["io"]],
+                "stats": {**DEFAULT_STATS, **engine.spec.get("stats", {})}}
+
+    def create_context(self, engine):
+        return _Context(engine)
+
+    def set_input_shape(self, ctx, name, shape):
+        ctx.shapes[name] = [int(d) for d in shape]
+
+    def output_shape(self, ctx, name):
+        e = ctx.engine
+        ins = [ctx.shapes[t["name"]] for t in e.inputs]
+        op = e.spec["op"]
+        if op == "matmul":
+            return [ins[0][0], ins[1][1]]
+        return list(ins[0])
+
+    def set_tensor_address(self, ctx, name, address):
+        self.addresses.append((name, address))
+        if address == 0 or address % ALIGNMENT:
+            self.misaligned.append((name, address))
+            raise MisalignedAddress(f"{name} bound at {address:#x}, not a multiple of {ALIGNMENT}")
+        ctx.addresses[name] = address
+
+    def _read(self, ctx, t, shape):
+        dtype = np.dtype(t["dtype"])
+        n = int(np.prod(shape)) * dtype.itemsize
+        raw = ethost_tensorrt.testing.device_read(ctx.addresses[t["name"]], n)
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+    def _write(self, ctx, t, value):
+        value = np.ascontiguousarray(value, dtype=np.dtype(t["dtype"]))
+        ethost_tensorrt.testing.device_write(ctx.addresses[t["name"]], value.tobytes())
+
+    def enqueue(self, ctx, stream):
+        self.streams.append(stream)
+        # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
+        ethost_tensorrt.testing.stream_synchronize(stream)
+        e = ctx.engine
+        a = [self._read(ctx, t, ctx.shapes[t["name"]]) for t in e.inputs]
+        out = e.outputs[0]
+        op = e.spec["op"]
+        if op == "add":
+            self._write(ctx, out, a[0] + a[1])
+        elif op == "matmul":
+            self._write(ctx, out, a[0] @ a[1])
+        elif op == "scale":
+            self._write(ctx, out, a[0] * 2)
+        elif op == "inplace_add":
+            if ctx.addresses[out["name"]] != ctx.addresses[e.inputs[0]["name"]]:
+                raise AssertionError("in-place output not bound to its input's address")
+            self._write(ctx, out, a[0] + a[1])
+        else:
+            raise ValueError(f"unknown test op {op!r}")

@@ -1,0 +1,61 @@
+"""The models behind the TensorRTBackend test programs, and their numpy references.
+
+Kept free of torch and executorch imports so the GPU machine, where executorch.exir does not
+import, can run programs exported elsewhere (see trt_programs.py) and still check their answers.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# name -> (input shapes, numpy reference)
+MODELS = {
+    "add": ([(3, 5), (3, 5)], lambda x, y: x + y),
+    "mixed": ([(3, 5), (3, 5)], lambda x, y: np.maximum(x + y, 0) + x),
+    "matmul": ([(3, 7), (7, 5)], lambda a, b: a @ b),
+}
+
+# The programs the GPU run uses: (model, planning alignment, engine in a .ptd).
+GPU_SET = [("mixed", 16, False), ("mixed", 256, False), ("add", 16, True), ("matmul", 16, False)]
+
+# Device-planned programs (model, planning alignment): the delegate targets cuda:0, so the
+# method's inputs and outputs are planned in CUDA memory and the host copies requests in and
+# results out. Only models whose inputs each feed the delegate alone qualify (ExecuTorch's rule
+# for skipping its own host-to-device copy). At 16-byte planning some tensors sit off a 256-byte
+# boundary inside the device buffer, which the delegate must then stage device-to-device.
+DEVICE_PLANNED_SET = [("add", 256), ("matmul", 256), ("add", 16)]
+
+# In-graph-copy programs (model, planning alignment): the delegate targets cuda:0 and the
+# program is exported without the skip options, so ExecuTorch plans the method's inputs and
+# outputs in host memory and inserts et_copy::_h2d_copy / _d2h_copy ops around each delegate,
+# which copy through the CUDA DeviceAllocator the host registers. "mixed" has a CPU op between
+# its two delegates, so its tensors go to the device, back, and to the device again.
+IN_GRAPH_COPIES_SET = [("mixed", 256), ("matmul", 256), ("mixed", 16)]
+
+
+def program_name(model, alignment, external, device_planned=False, in_graph_copies=False):
+    suffix = "_cuda" if device_planned else "_cudacopies" if in_graph_copies else ""
+    return f"trt_{model}_a{alignment}{'_ext' if external else ''}{suffix}"
+
+
+@dataclass
+class TrtProgram:
+    pte: Path
+    data_files: list = field(default_factory=list)
+    model: str = ""
+
+    @classmethod
+    def at(cls, out_dir, model, alignment=16, external=False, device_planned=False, in_graph_copies=False):
+        name = program_name(model, alignment, external, device_planned, in_graph_copies)
+        out_dir = Path(out_dir)
+        return cls(out_dir / f"{name}.pte", [out_dir / f"{name}_engines.ptd"] if external else [], model)
+
+    def exists(self):
+        return self.pte.exists() and all(p.exists() for p in self.data_files)
+
+    def reference(self, *inputs):
+        return [MODELS[self.model][1](*inputs)]
+
+    def example_inputs(self, seed=0):
+        rng = np.random.default_rng(seed)
+        return [rng.standard_normal(s).astype(np.float32) for s in MODELS[self.model][0]]

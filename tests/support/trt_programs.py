@@ -1,0 +1,169 @@
+"""Real .pte programs delegated to TensorRTBackend, exported on a CPU without TensorRT.
+
+A BackendDetails subclass named TensorRTBackend (ExecuTorch finds backends by class name)
+turns each delegated op into a TR01 blob around a plan for the test engine provider, so the
+native backend can run these programs end to end with that provider standing in for TensorRT.
+The engine sits inline in the blob or, with external=True, in a .ptd under
+sha256(engine) + "_trt_engine", as Torch-TensorRT stores it.
+
+With device_planned=True the delegate carries ExecuTorch's `target_device` compile spec
+(b"cuda:0"), so memory planning puts the method's inputs and outputs in a CUDA buffer; the
+method's own inputs/outputs are those device tensors (ExecuTorch inserts no copies of its own),
+and the host copies request inputs in and results out.
+
+With in_graph_copies=True the delegate targets cuda:0 too, but the program keeps ExecuTorch
+1.5's default device propagation: inputs and outputs stay in host memory and in-graph
+et_copy::_h2d_copy / _d2h_copy ops move the delegate's tensors, through the CUDA
+DeviceAllocator registered with ExecuTorch (runtime_ext/common/executorch_allocator.h).
+
+Run as `python -m support.trt_programs OUT_DIR` (from tests/) to export the set the GPU tests
+use on a machine whose torch cannot run executorch.exir.
+"""
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+import torch
+from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.passes import MemoryPlanningPass
+from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
+
+from support.trt_blob import io, make_blob, metadata, plan_bytes
+from support.trt_models import DEVICE_PLANNED_SET, GPU_SET, IN_GRAPH_COPIES_SET, TrtProgram, program_name
+
+# Edge op name -> test provider op.
+OPS = {"aten.add.Tensor": "add", "aten.mm.default": "matmul"}
+EXTERNAL_TAG_SPEC = "external_tag"
+# ExecuTorch's key for a delegate's device (exir/passes/propagate_device_pass.py).
+TARGET_DEVICE_SPEC = "target_device"
+
+
+def _op_name(node):
+    """'aten.add.Tensor' for an edge op node (its str is '<EdgeOpOverload: aten.add.Tensor>: ...')."""
+    if node.op != "call_function":
+        return None
+    found = re.match(r"<EdgeOpOverload: ([\w.]+)>", str(node.target))
+    return found.group(1) if found else str(node.target)
+
+
+def _dtype_name(val):
+    return str(val.dtype).replace("torch.", "")
+
+
+class TensorRTBackend(BackendDetails):
+    """Test stand-in for Torch-TensorRT's backend: a one-op partition becomes a test plan."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        specs = {s.key: s.value for s in compile_specs}
+        graph = edge_program.graph_module.graph
+        inputs = [n for n in graph.nodes if n.op == "placeholder"]
+        ops = [n for n in graph.nodes if n.op == "call_function"]
+        outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
+        assert len(ops) == 1 and _op_name(ops[0]) in OPS, f"test backend takes one op, got {ops}"
+        plan_io = [io(f"input{i}", True, n.meta["val"].shape, _dtype_name(n.meta["val"]))
+                   for i, n in enumerate(inputs)]
+        plan_io += [io(f"output{i}", False, n.meta["val"].shape, _dtype_name(n.meta["val"]))
+                    for i, n in enumerate(outputs)]
+        plan = plan_bytes(OPS[_op_name(ops[0])], plan_io)
+        bindings = [(t["name"], t["is_input"]) for t in plan_io]
+        tag = specs.get(EXTERNAL_TAG_SPEC)
+        if tag is None:
+            return PreprocessResult(processed_bytes=make_blob(metadata(bindings), plan))
+        key = hashlib.sha256(plan).hexdigest() + "_trt_engine"
+        store = NamedDataStore()
+        store.add_named_data(key, plan, alignment=16, external_tag=tag.decode())
+        return PreprocessResult(processed_bytes=make_blob(metadata(bindings, engine_key=key)),
+                                data_store_output=store.get_named_data_store_output())
+
+
+class TensorRTTestPartitioner(Partitioner):
+    """Tags each add/mm node as its own TensorRTBackend partition; everything else stays on CPU."""
+
+    def __init__(self, external_tag=None, target_device=None):
+        specs = [CompileSpec(EXTERNAL_TAG_SPEC, external_tag.encode())] if external_tag else []
+        if target_device:
+            specs.append(CompileSpec(TARGET_DEVICE_SPEC, target_device.encode()))
+        self.delegation = DelegationSpec("TensorRTBackend", specs)
+
+    def partition(self, exported_program):
+        tags = {}
+        for node in exported_program.graph_module.graph.nodes:
+            if _op_name(node) in OPS:
+                tag = f"trt_{len(tags)}"
+                node.meta["delegation_tag"] = tag
+                tags[tag] = self.delegation
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+class AddModel(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+class MixedModel(torch.nn.Module):
+    """Two delegates with a CPU op between them: relu(x + y) + x."""
+
+    def forward(self, x, y):
+        return torch.relu(x + y) + x
+
+
+class MatmulModel(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.mm(a, b)
+
+
+TORCH_MODELS = {"add": AddModel, "mixed": MixedModel, "matmul": MatmulModel}
+
+
+def _device_planning(device_planned, in_graph_copies):
+    """Config options for planning the delegate's tensors in its device memory: with
+    device_planned, the method's inputs/outputs too (skipping ExecuTorch's own copies: the host
+    copies requests in and results out); with in_graph_copies, only the delegate's side of
+    ExecuTorch's copy ops (said explicitly rather than relying on 1.5's default)."""
+    if in_graph_copies:
+        return {"enable_non_cpu_memory_planning": True}
+    if not device_planned:
+        return {}
+    return {"enable_non_cpu_memory_planning": True,
+            "propagate_device_config": PropagateDeviceConfig(skip_h2d_for_method_inputs=True,
+                                                             skip_d2h_for_method_outputs=True)}
+
+
+def export_trt_program(out_dir, model="mixed", alignment=16, external=False,
+                       device_planned=False, in_graph_copies=False) -> TrtProgram:
+    if device_planned and in_graph_copies:
+        raise ValueError("device_planned skips the copies that in_graph_copies asks for")
+    out_dir = Path(out_dir)
+    result = TrtProgram.at(out_dir, model, alignment, external, device_planned, in_graph_copies)
+    if result.exists():
+        return result
+    tag = f"{program_name(model, alignment, external)}_engines" if external else None
+    example = tuple(torch.from_numpy(x) for x in result.example_inputs())
+    ep = torch.export.export(TORCH_MODELS[model](), example)
+    on_cuda = device_planned or in_graph_copies
+    partitioner = TensorRTTestPartitioner(tag, target_device="cuda:0" if on_cuda else None)
+    lowered = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    program = lowered.to_executorch(ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alignment=alignment),
+        **_device_planning(device_planned, in_graph_copies)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.pte.write_bytes(program.buffer)
+    if external:
+        program.write_tensor_data_to_file(str(out_dir))
+    assert result.exists(), f"expected {result}"
+    return result
+
+
+if __name__ == "__main__":
+    for model, alignment, external in GPU_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, external).pte)
+    for model, alignment in DEVICE_PLANNED_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, device_planned=True).pte)
+    for model, alignment in IN_GRAPH_COPIES_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)

@@ -1,0 +1,43 @@
+from pathlib import Path
+
+import pytest
+
+from service.config import parse_settings
+
+
+def test_defaults_match_the_documented_ones():
+    settings = parse_settings([], {})
+    assert (settings.host, settings.port, settings.artifacts) == ("127.0.0.1", 8000,
+                                                                  Path("artifacts"))
+    assert settings.allow_unverified_plans is False
+    assert settings.backend_setup == ("service.tensorrt_runtime:install_backend",)
+
+
+@pytest.mark.parametrize("argv,allowed", [(["--allow-unverified-plans"], True),
+                                          (["--allow-unverified-plans", "false"], False)])
+def test_a_boolean_flag_alone_means_true(argv, allowed):
+    assert parse_settings(argv, {}).allow_unverified_plans is allowed
+
+
+def test_an_empty_backend_setup_registers_no_backend():
+    assert parse_settings(["--backend-setup", ""], {}).backend_setup == ()
+
+
+def test_environment_sets_and_flags_override():
+    env = {"ETRT_HOST": "0.0.0.0", "ETRT_PORT": "9000", "ETRT_ARTIFACTS": "/data",
+           "ETRT_INSTANCES": "4", "ETRT_ALLOW_UNVERIFIED_PLANS": "yes",
+           "ETRT_BACKEND_SETUP": "a:b, c:d", "ETRT_LOAD_CHECK_TIMEOUT": "2.5"}
+    settings = parse_settings(["--port", "9100"], env)
+    assert settings.host == "0.0.0.0" and settings.port == 9100
+    assert settings.artifacts == Path("/data") and settings.instances_per_model == 4
+    assert settings.allow_unverified_plans is True and settings.backend_setup == ("a:b", "c:d")
+    assert settings.load_check_timeout_s == 2.5
+
+
+@pytest.mark.parametrize("argv,env", [
+    ([], {"ETRT_PORT": "http"}), (["--instances", "0"], {}),
+    ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}), (["--max-upload-bytes", "-1"], {})])
+def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_settings(argv, env)
+    assert exit_info.value.code == 2

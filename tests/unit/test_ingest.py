@@ -1,0 +1,135 @@
+"""The ingest pipeline on real staged files, including the per-delegate check hook."""
+import hashlib
+import shutil
+
+import pytest
+
+from service import ingest
+from service.config import Settings
+from service.ingest import (DelegateReport, IngestRefused, StagedFile, StagedUpload,
+                            register_delegate_check, run_ingest)
+from service.ingest_rules import Problem
+from support.foreign_delegate import export_xnnpack_linear
+from support.program_fixtures import external_weights_program  # noqa: F401
+
+
+def stage(tmp_path, program, data=(), program_name="model.pte", name="m"):
+    directory = tmp_path / "staged"
+    directory.mkdir()
+
+    def staged(index, file_name, source):
+        path = directory / f"part-{index}"
+        shutil.copyfile(source, path)
+        return StagedFile(file_name, path, path.stat().st_size,
+                          hashlib.sha256(path.read_bytes()).hexdigest())
+
+    return StagedUpload(name, False, directory, staged(0, program_name, program),
+                        [staged(i + 1, n, p) for i, (n, p) in enumerate(data)])
+
+
+@pytest.fixture
+def checks():
+    """Registers checks for one test only, leaving the registry as it was."""
+    saved = dict(ingest._delegate_checks)
+    yield register_delegate_check
+    ingest._delegate_checks.clear()
+    ingest._delegate_checks.update(saved)
+
+
+def test_accepted_upload_gets_final_names_and_a_description(tmp_path, external_weights_program):
+    [weights] = external_weights_program.ptds
+    upload = stage(tmp_path, external_weights_program.pte, [(weights.name, weights)])
+    description = run_ingest(upload, Settings())
+    assert sorted(p.name for p in upload.directory.iterdir()) == [weights.name, "program.pte"]
+    assert [f["role"] for f in description["files"]] == ["program", "data"]
+    assert description["methods"][0]["external_data_keys"]
+
+
+def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(tmp_path, programs_dir,
+                                                                         checks,
+                                                                         external_weights_program):
+    seen = []
+
+    def check(delegate, context):
+        seen.append((delegate.method, delegate.index, delegate.backend_id, len(delegate.blob),
+                     context.named_data("first.weight") is not None,
+                     context.method(delegate.method).planned_buffer_sizes))
+        return DelegateReport(problems=[Problem(context.program_name, "test.delegate", "no")])
+
+    checks("XnnpackBackend", check)
+    [weights] = external_weights_program.ptds
+    upload = stage(tmp_path, export_xnnpack_linear(programs_dir), [(weights.name, weights)])
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(upload, Settings())
+    assert [p.rule for p in refused.value.problems] == ["test.delegate"]
+    [(method, index, backend, blob_size, found, sizes)] = seen
+    assert (method, index, backend, found) == ("forward", 0, "XnnpackBackend", True)
+    assert blob_size > 0 and sizes
+
+
+def test_a_failing_delegate_check_refuses_instead_of_crashing(tmp_path, programs_dir, checks):
+    checks("XnnpackBackend", lambda delegate, context: 1 / 0)
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)), Settings())
+    [problem] = refused.value.problems
+    assert problem.rule == "delegate.check_failed" and "ZeroDivisionError" in problem.message
+
+
+def test_passing_delegate_check_then_the_load_check_runs(tmp_path, programs_dir, checks):
+    checks("XnnpackBackend", lambda d, c: DelegateReport(details={"checked": True}))
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)), Settings())
+    assert [p.rule for p in refused.value.problems] == ["program.load_failed"]
+
+
+def test_a_delegate_that_cannot_run_here_is_stored_unavailable_without_loading(
+        tmp_path, programs_dir, checks):
+    # XnnpackBackend is not registered in the load-check child: loading the method would fail
+    # (see above), so passing shows the child only opened the program.
+    checks("XnnpackBackend", lambda d, c: DelegateReport(details={
+        "runnable": False, "unavailable_reason": "no accelerator here"}))
+    program = export_xnnpack_linear(programs_dir)
+    description = run_ingest(stage(tmp_path, program), Settings())
+    assert description["state"] == "unavailable" and description["runnable"] is False
+    assert description["unavailable_reason"] == "no accelerator here"
+    [method] = description["methods"]
+    assert method["delegates"][0]["backend"] == "XnnpackBackend"
+    assert method["inputs"][0]["tag"] == "Tensor" and method["inputs"][0]["dtype"] == "float32"
+
+
+def test_a_program_that_cannot_be_opened_is_refused_even_when_not_loaded(tmp_path, programs_dir,
+                                                                          checks):
+    checks("XnnpackBackend", lambda d, c: DelegateReport(details={
+        "runnable": False, "unavailable_reason": "no accelerator here"}))
+    program = tmp_path / "truncated.pte"
+    data = export_xnnpack_linear(programs_dir).read_bytes()
+    # Shorter than its header declares, yet every part the inspection reads is still there:
+    # only the native host's full verification in the child finds it.
+    program.write_bytes(data[:-16])
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(stage(tmp_path, program), Settings())
+    assert [p.rule for p in refused.value.problems] == ["program.load_failed"]
+
+
+def test_named_data_used_by_a_delegate_is_not_reported_unused(tmp_path, programs_dir, checks,
+                                                               external_weights_program):
+    [weights] = external_weights_program.ptds
+    program = export_xnnpack_linear(programs_dir)
+
+    def uses_weights(delegate, context):
+        context.named_data("first.weight")
+        return DelegateReport()
+
+    checks("XnnpackBackend", uses_weights)
+    context = ingest.IngestContext(Settings(), "model.pte", ingest.inspect_program(program),
+                                   {weights.name: ingest.inspect_data_file(weights)})
+    ingest._delegate_reports(context)
+    assert ingest._unused_data_warnings(context) == []
+    context.used_keys.clear()
+    assert len(ingest._unused_data_warnings(context)) == 1
+
+
+def test_missing_check_module_is_tolerated_but_a_broken_one_is_not():
+    ingest.load_delegate_checks(("no_such_check_module",))
+    with pytest.raises(ModuleNotFoundError):
+        ingest.load_delegate_checks(("support.foreign_delegate_missing.sub",))

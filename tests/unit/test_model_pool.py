@@ -1,0 +1,100 @@
+"""ModelPool on the real native host: parallel instances, bounded concurrency, draining close."""
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from service.model_pool import ModelPool, PoolClosed
+from service.native import import_host
+from service.storage import StoredModel
+from support import programs
+
+SIZE = 40_000
+
+
+@pytest.fixture(scope="module")
+def heavy(programs_dir):
+    exported = programs.export_cpu_heavy(programs_dir, rounds=300, size=SIZE)
+    description = {"files": [{"name": "program.pte", "role": "program"}]}
+    return exported, StoredModel("heavy", exported.pte.parent, description)
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """Records how many executions were in worker threads at once."""
+
+    def __init__(self):
+        super().__init__(8)
+        self.running = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def submit(self, fn, *args):
+        def counted():
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            try:
+                return fn(*args)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+        return super().submit(counted)
+
+
+@pytest.mark.parametrize("instances", [1, 2, 3])
+def test_at_most_n_executions_run_at_once_each_on_its_own_instance(heavy, instances):
+    exported, stored = heavy
+    x = np.random.rand(SIZE).astype(np.float32)
+    pool = ModelPool(stored, import_host(), instances)
+
+    async def main(executor):
+        return await asyncio.gather(*[pool.run("forward", [x], executor) for _ in range(6)])
+
+    with CountingExecutor() as executor:
+        results = asyncio.run(main(executor))
+    assert executor.most == instances
+    expected = exported.module(torch.from_numpy(x)).numpy()
+    for [output] in results:
+        np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_close_waits_for_running_requests_and_refuses_new_ones(heavy):
+    _, stored = heavy
+    x = np.random.rand(SIZE).astype(np.float32)
+
+    async def main(executor):
+        pool = ModelPool(stored, import_host(), 1)
+        running = [asyncio.create_task(pool.run("forward", [x], executor)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        await pool.close()
+        # Each execution takes ~0.1 s: had close not waited, some would still be running.
+        _, pending = await asyncio.wait(running, timeout=0.02)
+        assert not pending
+        with pytest.raises(PoolClosed):
+            await pool.run("forward", [x], executor)
+        return [task.result()[0].shape for task in running]
+
+    with ThreadPoolExecutor(2) as executor:
+        assert asyncio.run(main(executor)) == [(SIZE,)] * 3
+
+
+def test_cancelled_request_keeps_its_instance_until_execution_ends(heavy):
+    _, stored = heavy
+    x = np.random.rand(SIZE).astype(np.float32)
+
+    async def main(executor):
+        pool = ModelPool(stored, import_host(), 1)
+        first = asyncio.create_task(pool.run("forward", [x], executor))
+        await asyncio.sleep(0.02)
+        first.cancel()
+        # Without waiting for the cancelled execution, this would reach a busy instance.
+        second = await pool.run("forward", [x], executor)
+        await pool.close()
+        return second
+
+    with ThreadPoolExecutor(2) as executor:
+        assert asyncio.run(main(executor))[0].shape == (SIZE,)

@@ -1,0 +1,106 @@
+import hashlib
+import sqlite3
+
+import pytest
+
+from service.storage import PROGRAM_FILE, REGISTRY, NameTaken, Storage
+
+
+def _stage(storage, content=b"program", data=None):
+    staged = storage.new_staging_dir()
+    (staged / PROGRAM_FILE).write_bytes(content)
+    files = [{"name": "m.pte", "role": "program", "bytes": len(content),
+              "sha256": hashlib.sha256(content).hexdigest()}]
+    for name, payload in (data or {}).items():
+        (staged / name).write_bytes(payload)
+        files.append({"name": name, "role": "data", "bytes": len(payload), "sha256": ""})
+    return staged, {"name": "m", "files": files, "methods": []}
+
+
+def all_files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def rows(root):
+    with sqlite3.connect(root / REGISTRY) as db:
+        return db.execute("SELECT name, directory FROM models").fetchall()
+
+
+def test_commit_moves_files_into_a_model_directory_and_registers(tmp_path):
+    storage = Storage(tmp_path)
+    staged, description = _stage(storage, data={"engines.ptd": b"E"})
+    stored, replaced = storage.commit("m", staged, description, replace=False)
+    assert replaced is None and not staged.exists()
+    assert stored.program_path.read_bytes() == b"program"
+    assert [p.read_bytes() for p in stored.data_paths] == [b"E"]
+    assert stored.directory.parent == tmp_path / "models"
+    assert rows(tmp_path) == [("m", stored.directory.name)]
+    again = Storage(tmp_path).get("m")
+    assert again.description == description and again.directory == stored.directory
+
+
+def test_two_models_never_share_a_data_file(tmp_path):
+    storage = Storage(tmp_path)
+    a, _ = storage.commit("a", *_stage(storage, data={"engines.ptd": b"A"}), replace=False)
+    b, _ = storage.commit("b", *_stage(storage, data={"engines.ptd": b"B"}), replace=False)
+    assert a.data_paths[0] != b.data_paths[0]
+    assert a.data_paths[0].read_bytes() == b"A" and b.data_paths[0].read_bytes() == b"B"
+
+
+def test_name_taken_leaves_no_file_and_keeps_the_old_model(tmp_path):
+    storage = Storage(tmp_path)
+    first, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
+    staged, description = _stage(storage, b"two")
+    with pytest.raises(NameTaken):
+        storage.commit("m", staged, description, replace=False)
+    assert all_files(tmp_path) == sorted([REGISTRY, str(first.program_path.relative_to(tmp_path))])
+    assert storage.get("m").program_path.read_bytes() == b"one"
+
+
+def test_replace_switches_the_row_and_keeps_the_old_files_until_removed(tmp_path):
+    storage = Storage(tmp_path)
+    first, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
+    second, replaced = storage.commit("m", *_stage(storage, b"two"), replace=True)
+    assert replaced.directory == first.directory and first.program_path.exists()
+    assert storage.get("m").program_path.read_bytes() == b"two"
+    storage.remove_directory(replaced)
+    assert not first.directory.exists() and len(rows(tmp_path)) == 1
+
+
+def test_reinstate_undoes_a_replace(tmp_path):
+    storage = Storage(tmp_path)
+    first, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
+    second, replaced = storage.commit("m", *_stage(storage, b"two"), replace=True)
+    storage.reinstate(replaced, second)
+    assert storage.get("m").directory == first.directory and not second.directory.exists()
+
+
+def test_unregister_then_remove_leaves_only_the_registry(tmp_path):
+    storage = Storage(tmp_path)
+    stored, _ = storage.commit("m", *_stage(storage, data={"w.ptd": b"W"}), replace=False)
+    assert storage.unregister("m").directory == stored.directory
+    storage.remove_directory(stored)
+    assert all_files(tmp_path) == [REGISTRY] and rows(tmp_path) == []
+    assert storage.unregister("m") is None
+
+
+def test_reconcile_removes_leftovers_and_rows_whose_files_are_gone(tmp_path):
+    storage = Storage(tmp_path)
+    kept, _ = storage.commit("kept", *_stage(storage), replace=False)
+    broken, _ = storage.commit("broken", *_stage(storage, data={"w.ptd": b"W"}), replace=False)
+    resized, _ = storage.commit("resized", *_stage(storage), replace=False)
+    (broken.directory / "w.ptd").unlink()
+    resized.program_path.write_bytes(b"changed size")
+    unfinished = storage.new_staging_dir()
+    (unfinished / "part-0").write_bytes(b"half an upload")
+    orphan = tmp_path / "models" / "ghost.0123"
+    orphan.mkdir()
+    (orphan / PROGRAM_FILE).write_bytes(b"no row points here")
+    (tmp_path / "models" / "stray-file").write_bytes(b"x")
+
+    served = Storage(tmp_path).reconcile()
+
+    assert [m.name for m in served] == ["kept"]
+    assert [r[0] for r in rows(tmp_path)] == ["kept"]
+    assert all_files(tmp_path) == sorted([REGISTRY, str(kept.program_path.relative_to(tmp_path))])
+    assert list((tmp_path / "staging").iterdir()) == []
