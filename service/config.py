@@ -24,6 +24,10 @@ class Settings:
     max_data_files: int = 16
     instances_per_model: int = 2
     infer_threads: int = 32
+    # Intra-op parallelism: ExecuTorch's kernels share one process-wide thread pool that runs one
+    # parallel region at a time, so with it, concurrent requests wait on each other (measured:
+    # 2 threads gave 0.86x one thread's throughput, 2.19x without it; bench/bench_host.py).
+    kernel_threadpool: bool = False
     load_check_timeout_s: float = 120.0
     allow_unverified_plans: bool = False
     # "module:function" callables run in the server and in every load-check child before a program
@@ -66,6 +70,9 @@ _OPTIONS = (
      "method instances per model (concurrent requests per method)"),
     ("--infer-threads", "ETRT_INFER_THREADS", "infer_threads", int,
      "worker threads running inferences"),
+    ("--kernel-threadpool", "ETRT_KERNEL_THREADPOOL", "kernel_threadpool", _bool,
+     "let CPU kernels use ExecuTorch's shared thread pool (faster single requests on large "
+     "CPU ops, but concurrent requests then serialize)"),
     ("--load-check-timeout", "ETRT_LOAD_CHECK_TIMEOUT", "load_check_timeout_s", float,
      "seconds the isolated load check may take"),
     ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from service import tensor_codec
 from service.config import Settings
 from service.ingest import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
 from service.ingest_rules import Problem
+from service.metrics import UNKNOWN, Metrics
 from service.model_pool import ModelPool, PoolClosed
 from service.native import import_host
 from service.storage import NameTaken, Storage, StoredModel
@@ -73,6 +76,10 @@ def _not_runnable(stored: StoredModel) -> str | None:
     return None
 
 
+def _outcome(exc: BaseException, outcomes: tuple) -> str:
+    return next((name for kind, name in outcomes if isinstance(exc, kind)), "error")
+
+
 def _input_problem(label: str | None, rule: str, message: str) -> Invalid:
     return Invalid(message, [Problem(None, rule, message, input=label)])
 
@@ -86,6 +93,7 @@ class ModelService:
         self._unavailable: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._executor = ThreadPoolExecutor(settings.infer_threads, thread_name_prefix="infer")
+        self.metrics = Metrics()
         self.ready = False
 
     async def start(self) -> None:
@@ -113,7 +121,9 @@ class ModelService:
         self._executor.shutdown(wait=True)
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        return ModelPool(stored, self._ethost, self.settings.instances_per_model)
+        return self.metrics.open_pool(stored.name, lambda: ModelPool(
+            stored, self._ethost, self.settings.instances_per_model,
+            self.settings.kernel_threadpool))
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -121,8 +131,31 @@ class ModelService:
     def _exists(self, name: str) -> bool:
         return name in self._models or name in self._unavailable
 
-    async def deploy(self, upload: StagedUpload) -> dict:
-        """Checks, stores and starts serving an upload; the staging directory is always consumed."""
+    async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
+        """Receives, checks, stores and starts serving an upload, then counts and logs the outcome.
+
+        Receiving belongs here so that uploads refused while they arrive (too large, a malformed
+        form) are counted like the ones ingest refuses.
+        """
+        begun = time.perf_counter()
+        name, outcome, rules = None, "error", []
+        try:
+            upload = await receive()
+            name = upload.model_name
+            description = await self._deploy(upload)
+            outcome = "accepted"
+            return description
+        except ServiceError as exc:
+            outcome = _outcome(exc, _UPLOAD_OUTCOMES)
+            rules = [problem.rule for problem in exc.problems]
+            raise
+        finally:
+            self.metrics.upload_finished(outcome, rules)
+            log.info("upload model=%r outcome=%s problems=%d duration_s=%.6f", name, outcome,
+                     len(rules), time.perf_counter() - begun)
+
+    async def _deploy(self, upload: StagedUpload) -> dict:
+        """The staging directory is always consumed."""
         try:
             if not upload.replace and self._exists(upload.model_name):
                 raise Conflict(f"model {upload.model_name!r} exists; send replace=true to replace it")
@@ -196,10 +229,39 @@ class ModelService:
                 await served.pool.close()
             if stored is not None:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
+            self.metrics.forget_model(name)
         self._locks.pop(name, None)
 
+    def metrics_text(self) -> str:
+        return self.metrics.render({"ready": len(self._models),
+                                    "unavailable": len(self._unavailable)})
+
     async def infer(self, model: str, method: str, inputs: list[dict]) -> dict:
+        """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""
+        begun = time.perf_counter()
         served = self._models.get(model)
+        model_label = model if self._exists(model) else UNKNOWN
+        method_label = method if served is not None and method in served.pool.method_names \
+            else UNKNOWN
+        token = self.metrics.request_started(model_label)
+        queued: list[float] = []
+        outcome = "error"
+        try:
+            result = await self._infer(served, model, method, inputs, queued.append)
+            outcome = "ok"
+            return result
+        except ServiceError as exc:
+            outcome = _outcome(exc, _INFER_OUTCOMES)
+            raise
+        finally:
+            elapsed = time.perf_counter() - begun
+            self.metrics.request_finished(token, model_label, method_label, outcome,
+                                          queued[0] if queued else None, elapsed)
+            log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", model, method,
+                     outcome, elapsed)
+
+    async def _infer(self, served: _Served | None, model: str, method: str, inputs: list[dict],
+                     acquired: Callable[[float], None]) -> dict:
         if served is None:
             if model in self._unavailable:
                 raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model]}")
@@ -210,7 +272,7 @@ class ModelService:
         meta = served.pool.meta(method)
         arrays = _decode_inputs(inputs, meta["inputs"])
         try:
-            results = await served.pool.run(method, arrays, self._executor)
+            results = await served.pool.run(method, arrays, self._executor, acquired)
         except PoolClosed:
             raise NotFound(f"model {model!r} is being deleted or replaced") from None
         except ValueError as exc:  # ethost.InputError: the host's own input validation
@@ -226,6 +288,11 @@ class ModelService:
                                                spec.get("name") or f"output {index}",
                                                spec.get("dtype")))
         return {"model": model, "method": method, "outputs": outputs}
+
+
+_INFER_OUTCOMES = ((Unavailable, "unavailable"), (NotFound, "client_error"),
+                   (Invalid, "client_error"))
+_UPLOAD_OUTCOMES = ((Invalid, "refused"), (TooLarge, "too_large"), (Conflict, "conflict"))
 
 
 def _decode_inputs(inputs: list[dict], specs: list[dict]) -> list[np.ndarray]:

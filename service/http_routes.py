@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from service.core import (Conflict, ExecutionFailed, Invalid, ModelService, NotFound, ServiceError,
                           TooLarge, Unavailable)
 from service.http_models import (ErrorBody, HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
 from service.http_upload import receive_upload
+from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 STATUS = {NotFound: 404, Conflict: 409, Invalid: 422, TooLarge: 413, Unavailable: 503,
           ExecutionFailed: 500}
@@ -39,8 +40,8 @@ def _service(request: Request) -> ModelService:
              openapi_extra=_UPLOAD_FORM)
 async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
     service = _service(request)
-    upload = await receive_upload(request, service.storage, service.settings, replace)
-    return await service.deploy(upload)
+    return await service.deploy(
+        lambda: receive_upload(request, service.storage, service.settings, replace))
 
 
 @router.get("/models", response_model=list[ModelDescription])
@@ -75,6 +76,12 @@ async def ready(request: Request) -> JSONResponse:
     is_ready = _service(request).ready
     return JSONResponse({"status": "ready" if is_ready else "starting"},
                         status_code=200 if is_ready else 503)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition format."""
+    return Response(_service(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
 
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:

@@ -8,7 +8,9 @@ native host releases the GIL while executing.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import Executor
+from typing import Callable
 
 import numpy as np
 
@@ -26,11 +28,16 @@ class _MethodSlots:
 
 
 class ModelPool:
-    def __init__(self, model: StoredModel, ethost, instances_per_method: int):
+    def __init__(self, model: StoredModel, ethost, instances_per_method: int,
+                 kernel_threadpool: bool = False):
         self.model = model
         self.program = ethost.Program(str(model.program_path), [str(p) for p in model.data_paths])
-        self._methods = {name: _MethodSlots(self.program.instances(name, instances_per_method))
-                         for name in self.program.method_names}
+        self._methods = {}
+        for name in self.program.method_names:
+            instances = self.program.instances(name, instances_per_method)
+            for instance in instances:
+                instance.kernel_threadpool = kernel_threadpool
+            self._methods[name] = _MethodSlots(instances)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -43,18 +50,23 @@ class ModelPool:
     def meta(self, method: str) -> dict:
         return self.program.method_meta(method)
 
-    async def run(self, method: str, inputs: list[np.ndarray], executor: Executor
-                  ) -> list[np.ndarray]:
+    async def run(self, method: str, inputs: list[np.ndarray], executor: Executor,
+                  acquired: Callable[[float], None] | None = None) -> list[np.ndarray]:
+        """`acquired(seconds waited)` is called once an instance is free, so callers can tell
+        waiting for an instance from running on one."""
         if self.closed:
             raise PoolClosed(self.model.name)
         slots = self._methods[method]
         self._enter()
+        waiting_since = time.perf_counter()
         try:
             await slots.available.acquire()
         except BaseException:
             self._leave()
             raise
         instance = slots.free.pop()
+        if acquired is not None:
+            acquired(time.perf_counter() - waiting_since)
         future = asyncio.get_running_loop().run_in_executor(executor, instance.execute, inputs)
 
         def release(_) -> None:

@@ -129,7 +129,7 @@ nb::list execute(MethodInstance& self, nb::sequence values) {
   if (count != specs.size()) {
     raise_python(HostError::input_count(specs.size(), count));
   }
-  std::vector<InputArray> keep_alive;
+  std::vector<HeldInput> keep_alive;
   keep_alive.reserve(count);
   std::vector<InputBinding> bindings;
   bindings.reserve(count);
@@ -183,6 +183,11 @@ NB_MODULE(ethost, m) {
       .def_prop_ro("name", &MethodInstance::name)
       .def_prop_ro("meta", [](const MethodInstance& self) { return method_spec_dict(self.spec()); })
       .def("arena_addresses", &MethodInstance::arena_addresses)
+      .def_prop_rw("kernel_threadpool", &MethodInstance::kernel_threadpool,
+                   &MethodInstance::set_kernel_threadpool,
+                   "Whether kernels may use ExecuTorch's process-wide thread pool (default True). "
+                   "Set False when several instances run in parallel threads: the shared pool "
+                   "runs one parallel region at a time, so they would wait on each other.")
       .def("execute", &execute, "inputs"_a,
            "Runs the method; returns numpy copies of the outputs. Raises InputError before "
            "running when inputs do not fit, InstanceBusy if another thread is running it.");

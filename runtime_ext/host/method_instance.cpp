@@ -2,6 +2,8 @@
 
 #include "errors.h"
 
+#include <executorch/extension/threadpool/threadpool_guard.h>
+
 #include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/core/portable_type/tensor_impl.h>
@@ -25,7 +27,7 @@ Error queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& 
     *why = "its device buffer is planned in a non-contiguous dim order, which the host cannot fill";
     return Error::NotSupported;
   }
-  Error status = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.sizes.size()});
+  Error status = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.ndim});
   if (status != Error::Ok) {
     *why = "its planned device tensor cannot take the given shape";
     return status;
@@ -117,7 +119,7 @@ std::optional<HostError> MethodInstance::set_inputs(std::vector<InputBinding>& i
         return HostError::executorch(status, action, path, why);
       }
     } else if (in.is_tensor) {
-      impls.emplace_back(in.dtype, static_cast<ssize_t>(in.sizes.size()), in.sizes.data(), in.data,
+      impls.emplace_back(in.dtype, static_cast<ssize_t>(in.ndim), in.sizes.data(), in.data,
                          in.dim_order.data(), in.strides.data());
       status = method_->set_input(EValue(Tensor(&impls.back())), i);
     } else {
@@ -154,7 +156,15 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>
   if (failed) {
     return *failed;
   }
-  Error status = method_->execute();
+  Error status;
+  {
+    // Kernels share one process-wide thread pool, which runs one parallel region at a time
+    // and spins its workers between regions; instances running in their own threads then slow
+    // each other down instead of scaling, so they can run their kernels inline instead.
+    std::optional<executorch::extension::threadpool::NoThreadPoolGuard> inline_kernels;
+    if (!kernel_threadpool_) inline_kernels.emplace();
+    status = method_->execute();
+  }
   if (status != Error::Ok) {
     return from_executorch(status, "executing method '" + name_ + "' of", path);
   }

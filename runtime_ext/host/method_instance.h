@@ -31,6 +31,11 @@ class MethodInstance {
   const LoadedProgram& program() const { return *program_; }
   std::vector<uintptr_t> arena_addresses() const { return arenas_->addresses(); }
 
+  // Whether kernels may use ExecuTorch's shared thread pool (intra-op parallelism). Servers
+  // running several instances in parallel threads turn it off; see run().
+  bool kernel_threadpool() const { return kernel_threadpool_; }
+  void set_kernel_threadpool(bool enabled) { kernel_threadpool_ = enabled; }
+
   // Claim for one execute; false while another thread holds it.
   bool try_acquire() { return !busy_.exchange(true, std::memory_order_acquire); }
   void release() { busy_.store(false, std::memory_order_release); }
@@ -59,6 +64,7 @@ class MethodInstance {
   std::optional<executorch::runtime::Method> method_;
   MethodSpec spec_;
   std::atomic<bool> busy_{false};
+  bool kernel_threadpool_ = true;
 };
 
 }  // namespace ethost

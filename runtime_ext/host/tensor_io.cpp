@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace nb = nanobind;
 using executorch::aten::ScalarType;
@@ -67,53 +68,120 @@ std::string python_type_name(nb::handle value) {
   return nb::type_name(value.type()).c_str();
 }
 
-Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
-                                  std::vector<InputArray>& keep_alive) {
-  InputArray array;
-  if (!nb::try_cast(value, array, true)) {
-    return HostError::input(spec.index, spec.name,
-                            "expected a host array (numpy, buffer protocol or DLPack) of " +
-                                std::string(dtype_name(spec.dtype)) + ", got " + python_type_name(value));
+// The dtype a buffer-protocol format denotes, for native little-endian scalars; nullptr for
+// anything else (the DLPack path then reports it precisely).
+const DtypeEntry* buffer_dtype(const Py_buffer& view) {
+  const char* format = view.format != nullptr ? view.format : "B";
+  if (*format == '@' || *format == '=' || *format == '<') ++format;
+  if (format[0] == '\0' || format[1] != '\0') return nullptr;
+  ScalarType type;
+  switch (format[0]) {
+    case 'e': type = ScalarType::Half; break;
+    case 'f': type = ScalarType::Float; break;
+    case 'd': type = ScalarType::Double; break;
+    case 'b': type = ScalarType::Char; break;
+    case 'B': type = ScalarType::Byte; break;
+    case '?': type = ScalarType::Bool; break;
+    case 'h': type = ScalarType::Short; break;
+    case 'H': type = ScalarType::UInt16; break;
+    case 'i': type = ScalarType::Int; break;
+    case 'I': type = ScalarType::UInt32; break;
+    case 'l':
+    case 'q': type = ScalarType::Long; break;
+    default: return nullptr;
   }
+  const DtypeEntry* entry = find_dtype(type);
+  return entry != nullptr && view.itemsize == entry->bits / 8 ? entry : nullptr;
+}
+
+// A C-contiguous buffer of a known dtype; false (and no Python error set) otherwise.
+bool view_buffer(nb::handle value, Py_buffer& view, const DtypeEntry*& dtype) {
+  if (!PyObject_CheckBuffer(value.ptr())) return false;
+  if (PyObject_GetBuffer(value.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  dtype = buffer_dtype(view);
+  if (dtype == nullptr) {
+    PyBuffer_Release(&view);
+    return false;
+  }
+  return true;
+}
+
+Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
+                                  std::vector<HeldInput>& keep_alive) {
   const DtypeEntry* expected = find_dtype(spec.dtype);
   if (expected == nullptr) {
     return HostError::input(spec.index, spec.name,
                             std::string("the program's dtype ") +
                                 executorch::runtime::toString(spec.dtype) + " is not supported here");
   }
-  nb::dlpack::dtype got = array.dtype();
-  if (got.code != static_cast<uint8_t>(expected->code) || got.bits != expected->bits ||
-      got.lanes != 1) {
-    return HostError::input(spec.index, spec.name,
-                            std::string("expected dtype ") + expected->name + ", got " +
-                                dlpack_name(got));
+  const Py_ssize_t* view_shape = nullptr;
+  const int64_t* array_shape = nullptr;
+  size_t ndim = 0;
+  const void* data = nullptr;
+  Py_buffer view;
+  const DtypeEntry* viewed = nullptr;
+  if (view_buffer(value, view, viewed)) {
+    keep_alive.emplace_back(view);
+    if (viewed != expected) {
+      return HostError::input(spec.index, spec.name,
+                              std::string("expected dtype ") + expected->name + ", got " +
+                                  viewed->name);
+    }
+    view_shape = view.shape;
+    ndim = static_cast<size_t>(view.ndim);
+    data = view.buf;
+  } else {
+    InputArray array;
+    if (!nb::try_cast(value, array, true)) {
+      return HostError::input(spec.index, spec.name,
+                              "expected a host array (numpy, buffer protocol or DLPack) of " +
+                                  std::string(dtype_name(spec.dtype)) + ", got " +
+                                  python_type_name(value));
+    }
+    nb::dlpack::dtype got = array.dtype();
+    if (got.code != static_cast<uint8_t>(expected->code) || got.bits != expected->bits ||
+        got.lanes != 1) {
+      return HostError::input(spec.index, spec.name,
+                              std::string("expected dtype ") + expected->name + ", got " +
+                                  dlpack_name(got));
+    }
+    array_shape = array.shape_ptr();
+    ndim = array.ndim();
+    data = array.data();
+    keep_alive.emplace_back(std::move(array));
   }
-  std::vector<int64_t> shape(array.shape_ptr(), array.shape_ptr() + array.ndim());
-  std::vector<int64_t> bounds(spec.shape.begin(), spec.shape.end());
-  bool fits = shape.size() == bounds.size();
-  for (size_t d = 0; fits && d < shape.size(); ++d) {
-    fits = spec.dynamic ? shape[d] <= bounds[d] : shape[d] == bounds[d];
+  auto extent = [&](size_t d) -> int64_t {
+    return view_shape != nullptr ? static_cast<int64_t>(view_shape[d]) : array_shape[d];
+  };
+  // The program's shapes never exceed kMaxInputDims, so a fitting input fits the binding.
+  bool fits = ndim == spec.shape.size();
+  for (size_t d = 0; fits && d < ndim; ++d) {
+    fits = spec.dynamic ? extent(d) <= spec.shape[d] : extent(d) == spec.shape[d];
   }
   if (!fits) {
+    std::vector<int64_t> got(ndim);
+    for (size_t d = 0; d < ndim; ++d) got[d] = extent(d);
     return HostError::input(spec.index, spec.name,
-                            "expected shape " + shape_text(bounds) +
+                            "expected shape " +
+                                shape_text({spec.shape.begin(), spec.shape.end()}) +
                                 (spec.dynamic ? " (upper bounds)" : "") + ", got " +
-                                shape_text(shape));
+                                shape_text(got));
   }
   InputBinding binding;
   binding.is_tensor = true;
   binding.dtype = spec.dtype;
-  binding.sizes.assign(shape.begin(), shape.end());
-  binding.dim_order.resize(shape.size());
-  binding.strides.resize(shape.size());
+  binding.ndim = ndim;
   int32_t stride = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
+  for (size_t d = ndim; d-- > 0;) {
+    binding.sizes[d] = static_cast<int32_t>(extent(d));
     binding.dim_order[d] = static_cast<uint8_t>(d);
     binding.strides[d] = stride;
-    stride *= static_cast<int32_t>(shape[d]);
+    stride *= binding.sizes[d];
   }
-  binding.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  keep_alive.push_back(std::move(array));
+  binding.data = const_cast<void*>(data);
   return binding;
 }
 
@@ -125,7 +193,7 @@ const char* dtype_name(ScalarType type) {
 }
 
 Outcome<InputBinding> bind_input(nb::handle value, const TensorSpec& spec,
-                                 std::vector<InputArray>& keep_alive) {
+                                 std::vector<HeldInput>& keep_alive) {
   if (spec.tag == Tag::Tensor) {
     return bind_tensor(value, spec, keep_alive);
   }
@@ -215,11 +283,61 @@ Outcome<OutputBuffer> copy_output(const EValue& value, size_t index, const std::
   return out;
 }
 
+namespace {
+
+// Outputs up to this size are copied into an array from numpy.empty: creating that is several
+// times cheaper than wrapping our buffer (capsule + DLPack conversion), and for small outputs
+// that creation, not the copy, is what a call costs.
+constexpr size_t kCopyIntoNumpyUpTo = 64 * 1024;
+
+// numpy.empty and one numpy dtype object per entry of kDtypes, looked up once. Deliberately
+// leaked: they must outlive every call, including calls made during interpreter shutdown.
+nb::handle numpy_empty() {
+  static nb::handle empty = nb::object(nb::module_::import_("numpy").attr("empty")).release();
+  return empty;
+}
+
+nb::handle numpy_dtype(const DtypeEntry* entry) {
+  static std::vector<nb::handle> dtypes = [] {
+    nb::object dtype = nb::module_::import_("numpy").attr("dtype");
+    std::vector<nb::handle> out;
+    // numpy has no bfloat16; such outputs are refused before they get here (copy_output).
+    for (const auto& e : kDtypes) {
+      out.push_back(e.type == ScalarType::BFloat16 ? nb::handle() : dtype(e.name).release());
+    }
+    return out;
+  }();
+  return dtypes[static_cast<size_t>(entry - kDtypes)];
+}
+
+std::optional<nb::object> copy_into_numpy(const OutputBuffer& output, const DtypeEntry* entry) {
+  size_t nbytes = entry->bits / 8;
+  nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(output.shape.size())));
+  for (size_t d = 0; d < output.shape.size(); ++d) {
+    nbytes *= output.shape[d];
+    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d), PyLong_FromSize_t(output.shape[d]));
+  }
+  if (nbytes > kCopyIntoNumpyUpTo) return std::nullopt;
+  nb::object array = numpy_empty()(shape, numpy_dtype(entry));
+  Py_buffer view;
+  if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    throw nb::python_error();
+  }
+  std::memcpy(view.buf, output.data.get(), nbytes);
+  PyBuffer_Release(&view);
+  return array;
+}
+
+}  // namespace
+
 nb::object to_numpy(OutputBuffer&& output) {
   if (output.is_none) {
     return nb::none();
   }
   const DtypeEntry* entry = find_dtype(output.dtype);
+  if (auto copied = copy_into_numpy(output, entry)) {
+    return std::move(*copied);
+  }
   nb::dlpack::dtype dtype{static_cast<uint8_t>(entry->code), entry->bits, 1};
   uint8_t* data = output.data.release();
   nb::capsule owner(data, [](void* p) noexcept { std::free(p); });

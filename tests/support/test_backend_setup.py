@@ -10,7 +10,14 @@ from support.test_engine_provider import TestEngineProvider
 from support.trt_host import load_tensorrt_backend
 
 
-def install_test_backend() -> None:
+def install_test_backend(reads_pageable_host: bool = False) -> None:
     trt = load_tensorrt_backend()
-    trt.testing.use_host_memory()
+    trt.testing.use_host_memory(reads_pageable_host)
     trt.set_engine_provider(TestEngineProvider())
+
+
+def install_test_backend_reading_host_memory() -> None:
+    """A stand-in GPU that reads pageable host memory, as a Jetson does. A discrete one (the
+    default) cannot, so the delegate stages every host buffer; this one stages a buffer only
+    for its alignment, which is what ingest predicts per call from the planned offsets."""
+    install_test_backend(reads_pageable_host=True)

@@ -221,6 +221,46 @@ def test_two_instances_run_in_parallel_threads(cpu_heavy_program):
     np.testing.assert_allclose(results["a"], want, rtol=1e-4, atol=1e-5)
 
 
+def test_kernels_run_inline_when_the_shared_thread_pool_is_off(cpu_heavy_program):
+    # The server turns the pool off so parallel instances scale (bench/bench_host.py measures
+    # it); the results must not depend on where the kernels ran.
+    method = ethost.Program(cpu_heavy_program.pte).load_method("forward")
+    assert method.kernel_threadpool is True
+    x = cpu_heavy_program.example_inputs[0].numpy()
+    pooled = method.execute([x])[0]
+    method.kernel_threadpool = False
+    assert method.kernel_threadpool is False
+    np.testing.assert_array_equal(method.execute([x])[0], pooled)
+
+
+def test_inputs_numpy_cannot_pass_by_buffer_still_get_named_errors(linear_relu_program):
+    # Big-endian and byte buffers miss the buffer-protocol fast path; they must still be judged
+    # against the signature and refused with the input named, never misread.
+    method = ethost.Program(linear_relu_program.pte).load_method("forward")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with pytest.raises(ethost.InputError, match="input 0.*float32"):
+        method.execute([x.astype(">f4")])
+    with pytest.raises(ethost.InputError, match="input 0.*float32.*uint8"):
+        method.execute([bytearray(32)])
+    with pytest.raises(ethost.InputError, match="input 0.*float32.*float64"):
+        method.execute([x.astype(np.float64)])
+
+
+def test_large_and_small_outputs_are_both_owned_arrays(cpu_heavy_program, linear_relu_program):
+    # Outputs up to 64 KiB are copied into numpy.empty arrays, larger ones are wrapped: both
+    # must be ordinary, writable arrays of the right dtype and shape.
+    small = ethost.Program(linear_relu_program.pte).load_method("forward")
+    large = ethost.Program(cpu_heavy_program.pte).load_method("forward")
+    x = cpu_heavy_program.example_inputs[0].numpy()
+    assert x.nbytes > 64 * 1024
+    for method, inputs in ((small, [np.ones((2, 4), np.float32)]), (large, [x])):
+        out = method.execute(inputs)[0]
+        assert out.dtype == np.float32 and out.flags.writeable and out.flags.c_contiguous
+        kept = out.copy()
+        out[...] = np.nan  # writing to it must not disturb the next call
+        np.testing.assert_array_equal(method.execute(inputs)[0], kept)
+
+
 def test_backend_registry(tmp_path):
     before = ethost.registered_backends()
     assert isinstance(before, list)

@@ -98,3 +98,11 @@ def test_cancelled_request_keeps_its_instance_until_execution_ends(heavy):
 
     with ThreadPoolExecutor(2) as executor:
         assert asyncio.run(main(executor))[0].shape == (SIZE,)
+
+
+@pytest.mark.parametrize("kernel_threadpool", [False, True])
+def test_instances_take_the_configured_kernel_threading(heavy, kernel_threadpool):
+    exported, stored = heavy
+    pool = ModelPool(stored, import_host(), 2, kernel_threadpool=kernel_threadpool)
+    slots = pool._methods["forward"].free
+    assert [m.kernel_threadpool for m in slots] == [kernel_threadpool] * 2

@@ -1,0 +1,259 @@
+"""Counters of what the dataplane did, rendered in Prometheus' text exposition format (0.0.4).
+
+The core updates them and any transport renders them; nothing here knows about HTTP. The format
+is small and stable, so it is written here instead of pulling in a client library.
+
+Cardinality stays bounded: model names have passed the ingest name rules, method names come from
+stored programs, and a request naming a model or method that does not exist is counted under
+UNKNOWN, never under the client's string. Deleting a model removes its series.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from typing import Callable
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# No model name can contain parentheses (ingest rule model.characters), so this never collides.
+UNKNOWN = "(unknown)"
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0)
+TENSORRT_BACKEND = "TensorRTBackend"
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _series(name: str, names: tuple[str, ...], values: tuple[str, ...]) -> str:
+    if not names:
+        return name
+    pairs = ",".join(f'{n}="{escape_label_value(v)}"' for n, v in zip(names, values))
+    return f"{name}{{{pairs}}}"
+
+
+class Family:
+    """One metric name: its HELP and TYPE lines and one sample per combination of label values.
+    Subclasses name the TYPE in `kind`."""
+
+    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...] = ()):
+        self.name = name
+        self.help = help_text
+        self.label_names = label_names
+        self.samples: dict[tuple[str, ...], float] = {}
+
+    def remove(self, label: str, value: str) -> None:
+        at = self.label_names.index(label)
+        self.samples = {k: v for k, v in self.samples.items() if k[at] != value}
+
+    def _lines(self) -> list[str]:
+        return [f"{_series(self.name, self.label_names, labels)} {format_value(value)}"
+                for labels, value in sorted(self.samples.items())]
+
+    def render(self) -> list[str]:
+        return [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}",
+                *self._lines()]
+
+
+class Counter(Family):
+    kind = "counter"
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.samples[labels] = self.samples.get(labels, 0.0) + amount
+
+
+class Gauge(Family):
+    kind = "gauge"
+
+    def add(self, labels: tuple[str, ...], amount: float) -> None:
+        self.samples[labels] = self.samples.get(labels, 0.0) + amount
+
+
+class Histogram(Family):
+    """Cumulative buckets, sum and count per label combination, as Prometheus expects them."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...],
+                 buckets: tuple[float, ...] = DURATION_BUCKETS):
+        super().__init__(name, help_text, label_names)
+        self.buckets = tuple(sorted(buckets))
+        self.samples: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        # Per bucket (non-cumulative), then +Inf, sum and count.
+        state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
+        index = next((i for i, bound in enumerate(self.buckets) if value <= bound),
+                     len(self.buckets))
+        state[index] += 1
+        state[-2] += value
+        state[-1] += 1
+
+    def _lines(self) -> list[str]:
+        names = (*self.label_names, "le")
+        lines = []
+        for labels, state in sorted(self.samples.items()):
+            cumulative = 0.0
+            for bound, count in zip((*self.buckets, math.inf), state):
+                cumulative += count
+                bucket = _series(self.name + "_bucket", names, (*labels, format_value(bound)))
+                lines.append(f"{bucket} {format_value(cumulative)}")
+            lines.append(f"{_series(self.name + '_sum', self.label_names, labels)} "
+                         f"{format_value(state[-2])}")
+            lines.append(f"{_series(self.name + '_count', self.label_names, labels)} "
+                         f"{format_value(state[-1])}")
+        return lines
+
+
+class _StagingAttribution:
+    """Names each live TensorRT delegate instance by the model, method and delegate it runs.
+
+    ethost_tensorrt labels a delegate instance "<method>#<n>", n counting every instance the
+    process ever initialized, so the label alone neither names the model nor stays stable across
+    a reload. Instances are created while a model's pool opens: one method instance after the
+    other, each initializing its delegates in program order. Opening pools one at a time and
+    diffing the labels before and after therefore tells which instance is which delegate of
+    which model; the counters of a model's instances of one delegate are then summed.
+    """
+
+    def __init__(self):
+        self._open_lock = threading.Lock()
+        # model -> delegate instance label -> (method, delegate index)
+        self._owners: dict[str, dict[str, tuple[str, str]]] = {}
+
+    @staticmethod
+    def _counters() -> list[dict]:
+        trt = sys.modules.get("ethost_tensorrt")
+        return trt.staging_counters() if trt is not None else []
+
+    def open(self, open_pool: Callable):
+        with self._open_lock:
+            before = {d["delegate"] for d in self._counters()}
+            pool = open_pool()
+            # Inside the window: the first method_meta call loads one more method instance.
+            delegates = {method: pool.meta(method)["delegates"] for method in pool.method_names}
+            created = sorted((d["delegate"] for d in self._counters()
+                              if d["delegate"] not in before),
+                             key=lambda label: int(label.rpartition("#")[2]))
+        owners = {}
+        for method, backends in delegates.items():
+            positions = [i for i, backend in enumerate(backends) if backend == TENSORRT_BACKEND]
+            mine = [label for label in created if label.rpartition("#")[0] == method]
+            for order, label in enumerate(mine if positions else []):
+                owners[label] = (method, str(positions[order % len(positions)]))
+        return pool, owners
+
+    def adopt(self, model: str, owners: dict[str, tuple[str, str]]) -> None:
+        self._owners[model] = owners
+
+    def forget(self, model: str) -> None:
+        self._owners.pop(model, None)
+
+    def family(self) -> Counter | None:
+        if "ethost_tensorrt" not in sys.modules:
+            return None
+        copies = Counter(
+            "etrt_tensorrt_staging_copies_total",
+            "Copies through an aligned staging buffer made by TensorRT delegates, summed over a "
+            "model's instances of the delegate (delegate = its index among the method's "
+            "delegates); resets when the model is replaced",
+            ("model", "method", "delegate", "binding"))
+        by_label = {label: (model, *owner) for model, owners in self._owners.items()
+                    for label, owner in owners.items()}
+        for entry in self._counters():
+            owner = by_label.get(entry["delegate"])
+            if owner is None:  # an instance of a pool being replaced or closed
+                continue
+            for binding in entry["bindings"]:
+                copies.inc((*owner, binding["name"]), binding["staging_copies"])
+        return copies
+
+
+class Metrics:
+    """The server's metrics; updated from the event loop and worker threads, hence the lock."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests = Counter("etrt_inference_requests_total",
+                                "Inference requests by outcome (ok, client_error, unavailable, "
+                                "error)", ("model", "method", "outcome"))
+        self.duration = Histogram("etrt_inference_duration_seconds",
+                                  "Inference request time: decoding, waiting for a free instance, "
+                                  "executing, encoding", ("model", "method"))
+        self.queue = Histogram("etrt_inference_queue_seconds",
+                               "Time an inference request waited for a free method instance",
+                               ("model", "method"))
+        self.inflight = Gauge("etrt_inflight_requests", "Inference requests being served",
+                              ("model",))
+        self.uploads = Counter("etrt_uploads_total",
+                               "Model uploads by outcome (accepted, refused, too_large, conflict, "
+                               "error)", ("outcome",))
+        self.problems = Counter("etrt_ingest_problems_total",
+                                "Problems found in refused uploads, by rule id", ("rule",))
+        self.staging = _StagingAttribution()
+        self._live: dict[str, object] = {}
+
+    def request_started(self, model: str) -> object:
+        """Returns a token for request_finished; a model deleted meanwhile invalidates it."""
+        with self._lock:
+            token = self._live.setdefault(model, object())
+            self.inflight.add((model,), 1)
+            return token
+
+    def request_finished(self, token: object, model: str, method: str, outcome: str,
+                         queued_s: float | None, total_s: float) -> None:
+        with self._lock:
+            if self._live.get(model) is not token:  # its series went with the model
+                return
+            self.inflight.add((model,), -1)
+            self.requests.inc((model, method, outcome))
+            self.duration.observe((model, method), total_s)
+            if queued_s is not None:
+                self.queue.observe((model, method), queued_s)
+
+    def upload_finished(self, outcome: str, rules: list[str]) -> None:
+        with self._lock:
+            self.uploads.inc((outcome,))
+            for rule in rules:
+                self.problems.inc((rule,))
+
+    def open_pool(self, model: str, open_pool: Callable):
+        """Runs open_pool() so that the TensorRT delegates it creates are counted for `model`."""
+        pool, owners = self.staging.open(open_pool)
+        with self._lock:
+            self.staging.adopt(model, owners)
+        return pool
+
+    def forget_model(self, model: str) -> None:
+        with self._lock:
+            self._live.pop(model, None)
+            for family in (self.requests, self.duration, self.queue, self.inflight):
+                family.remove("model", model)
+            self.staging.forget(model)
+
+    def render(self, models_by_state: dict[str, int]) -> str:
+        states = Gauge("etrt_models", "Models by state (ready: serving; unavailable: stored, "
+                                      "cannot run here)", ("state",))
+        for state, count in models_by_state.items():
+            states.add((state,), count)
+        with self._lock:
+            families = [self.requests, self.duration, self.queue, self.inflight, self.uploads,
+                        self.problems, states, self.staging.family()]
+            lines = [line for family in families if family is not None
+                     for line in family.render()]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""The Prometheus formatter, and the counters the core keeps, read back as a scraper would."""
+import math
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from service import metrics
+from service.app import create_app
+from service.config import Settings
+from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.prometheus import parse, series, value
+from support.server import tensor, upload
+
+
+def test_label_values_and_help_are_escaped():
+    counter = metrics.Counter("x_total", 'help with \\ and\nnewline', ("path",))
+    counter.inc(('a"b\\c\nd',))
+    lines = counter.render()
+    assert lines == ["# HELP x_total help with \\\\ and\\nnewline", "# TYPE x_total counter",
+                     'x_total{path="a\\"b\\\\c\\nd"} 1']
+    parsed = parse("\n".join(lines) + "\n")
+    assert value(parsed, "x_total", path='a"b\\c\nd') == 1
+    assert parsed["help"]["x_total"] == "help with \\ and\nnewline"
+
+
+@pytest.mark.parametrize("number, text", [(3.0, "3"), (0.25, "0.25"), (math.inf, "+Inf"),
+                                          (-math.inf, "-Inf"), (math.nan, "NaN"), (1e-7, "1e-07")])
+def test_values(number, text):
+    assert metrics.format_value(number) == text
+
+
+def test_histogram_buckets_are_cumulative_with_sum_and_count():
+    histogram = metrics.Histogram("t_seconds", "t", ("model",), buckets=(0.5, 0.1, 1.0))
+    for seconds in (0.1, 0.3, 0.5, 2.0):  # 0.1 and 0.5 sit on bounds: le means <=
+        histogram.observe(("m",), seconds)
+    histogram.observe(("other",), 0.05)
+    parsed = parse("\n".join(histogram.render()) + "\n")
+    assert parsed["types"] == {"t_seconds": "histogram"}
+    buckets = {dict(labels)["le"]: v for labels, v in series(parsed, "t_seconds_bucket").items()
+               if dict(labels)["model"] == "m"}
+    assert buckets == {"0.1": 1, "0.5": 3, "1": 3, "+Inf": 4}
+    assert value(parsed, "t_seconds_sum", model="m") == pytest.approx(2.9)
+    assert value(parsed, "t_seconds_count", model="m") == 4
+    assert value(parsed, "t_seconds_bucket", model="other", le="0.1") == 1
+    # Buckets come in ascending order, +Inf last, as scrapers expect.
+    lines = [line for line in histogram.render() if line.startswith('t_seconds_bucket{model="m"')]
+    assert [line.split('le="')[1].split('"')[0] for line in lines] == ["0.1", "0.5", "1", "+Inf"]
+
+
+def test_removing_a_model_drops_only_its_series():
+    counter = metrics.Counter("r_total", "r", ("model", "outcome"))
+    counter.inc(("a", "ok"))
+    counter.inc(("b", "ok"), 2)
+    counter.remove("model", "a")
+    assert counter.samples == {("b", "ok"): 2}
+
+
+@pytest.fixture
+def client(tmp_path):
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", max_data_bytes=64))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def scrape(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == metrics.CONTENT_TYPE
+    return parse(response.text)
+
+
+def test_requests_and_uploads_are_counted_through_the_core(client, linear_relu_program):
+    unknown = metrics.UNKNOWN
+    assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    good = {"model": "lin", "inputs": [tensor(np.ones((2, 4), np.float32))]}
+    for _ in range(2):
+        assert client.post("/infer", json=good).status_code == 200
+    bad_shape = {"model": "lin", "inputs": [tensor(np.ones((3, 4), np.float32))]}
+    assert client.post("/infer", json=bad_shape).status_code == 422
+    assert client.post("/infer", json={**good, "method": "nope"}).status_code == 404
+    assert client.post("/infer", json={**good, "model": 'no"such'}).status_code == 404
+    assert upload(client, "lin", linear_relu_program.pte).status_code == 409
+    assert upload(client, "bad name!", linear_relu_program.pte).status_code == 422
+    assert upload(client, "big", linear_relu_program.pte,
+                  [("w.ptd", b"\0" * 65)]).status_code == 413
+
+    parsed = scrape(client)
+    requests = {tuple(sorted(labels)): v
+                for labels, v in series(parsed, "etrt_inference_requests_total").items()}
+    assert requests == {
+        (("method", "forward"), ("model", "lin"), ("outcome", "ok")): 2,
+        (("method", "forward"), ("model", "lin"), ("outcome", "client_error")): 1,
+        (("method", unknown), ("model", "lin"), ("outcome", "client_error")): 1,
+        (("method", unknown), ("model", unknown), ("outcome", "client_error")): 1}
+    assert parsed["types"]["etrt_inference_requests_total"] == "counter"
+    assert value(parsed, "etrt_inference_duration_seconds_count", model="lin",
+                 method="forward") == 3
+    assert value(parsed, "etrt_inference_duration_seconds_sum", model="lin", method="forward") > 0
+    # Only requests that reached an instance waited for one.
+    assert value(parsed, "etrt_inference_queue_seconds_count", model="lin", method="forward") == 2
+    assert value(parsed, "etrt_inflight_requests", model="lin") == 0
+    assert series(parsed, "etrt_uploads_total") == {
+        frozenset({("outcome", o)}): 1 for o in ("accepted", "conflict", "refused", "too_large")}
+    assert value(parsed, "etrt_ingest_problems_total", rule="model.characters") == 1
+    assert value(parsed, "etrt_models", state="ready") == 1
+    assert value(parsed, "etrt_models", state="unavailable") == 0
+    # The default backend setup loads the TensorRT backend; a CPU program has no delegate.
+    assert parsed["types"]["etrt_tensorrt_staging_copies_total"] == "counter"
+    assert series(parsed, "etrt_tensorrt_staging_copies_total") == {}
+
+    assert client.delete("/models/lin").status_code == 204
+    parsed = scrape(client)
+    assert not [key for key in parsed["samples"] if ("model", "lin") in key[1]]
+    assert value(parsed, "etrt_models", state="ready") == 0
+    assert value(parsed, "etrt_inference_requests_total", model=unknown, method=unknown,
+                 outcome="client_error") == 1
+
+
+def test_each_request_and_upload_is_logged(client, linear_relu_program, caplog):
+    caplog.set_level("INFO", logger="service.core")
+    assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    assert client.post("/infer", json={"model": "lin", "inputs": []}).status_code == 422
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.core"]
+    assert [line.rsplit(" duration_s=", 1)[0] for line in lines] == [
+        "upload model='lin' outcome=accepted problems=0",
+        "infer model='lin' method='forward' outcome=client_error"]
+    assert all(float(line.rsplit("=", 1)[1]) > 0 for line in lines)
