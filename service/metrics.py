@@ -145,7 +145,6 @@ class _StagingAttribution:
         with self._open_lock:
             before = {d["delegate"] for d in self._counters()}
             pool = open_pool()
-            # Inside the window: the first method_meta call loads one more method instance.
             delegates = {method: pool.meta(method)["delegates"] for method in pool.method_names}
             created = sorted((d["delegate"] for d in self._counters()
                               if d["delegate"] not in before),

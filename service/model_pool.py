@@ -33,11 +33,15 @@ class ModelPool:
         self.model = model
         self.program = ethost.Program(str(model.program_path), [str(p) for p in model.data_paths])
         self._methods = {}
+        # Read from an instance: Program.method_meta would load one more instance of the method
+        # (and initialize its delegates: TensorRT contexts, device buffers) just to describe it.
+        self._metas = {}
         for name in self.program.method_names:
             instances = self.program.instances(name, instances_per_method)
             for instance in instances:
                 instance.kernel_threadpool = kernel_threadpool
             self._methods[name] = _MethodSlots(instances)
+            self._metas[name] = instances[0].meta
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -48,7 +52,7 @@ class ModelPool:
         return list(self._methods)
 
     def meta(self, method: str) -> dict:
-        return self.program.method_meta(method)
+        return self._metas[method]
 
     async def run(self, method: str, inputs: list[np.ndarray], executor: Executor,
                   acquired: Callable[[float], None] | None = None) -> list[np.ndarray]:

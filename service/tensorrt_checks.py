@@ -59,6 +59,9 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
     offset, so the offset alone says whether TensorRT can take the buffer as it is. A buffer off
     the boundary is staged: one copy per call, two for an input an output updates in place.
     Unplanned tensors (caller-bound inputs, constants) depend on the caller and are not counted.
+    That count is exact for buffers planned in device memory and on a GPU that reads host memory
+    (Jetson). On a discrete GPU a buffer in host memory crosses to the device on every call
+    whatever its alignment, so the report also counts those (host_memory_buffers).
     """
     updated_in_place = {a["input"] for a in metadata["aliased_io"]}
     buffers = []
@@ -69,7 +72,8 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
         if tensor is None:
             continue
         entry = {"binding": name, "is_input": is_input, "value": value,
-                 "memory_id": tensor.memory_id, "offset": tensor.memory_offset}
+                 "memory_id": tensor.memory_id, "offset": tensor.memory_offset,
+                 "memory": method.planned_buffer_devices.get(tensor.memory_id, "cpu")}
         if tensor.memory_offset is None:
             entry["aligned"] = None
         else:
@@ -77,7 +81,9 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
             if not entry["aligned"]:
                 copies += 2 if is_input and name in updated_in_place else 1
         buffers.append(entry)
-    report = {"buffers": buffers, "expected_staging_copies_per_call": copies}
+    report = {"buffers": buffers, "expected_staging_copies_per_call": copies,
+              "host_memory_buffers": sum(1 for b in buffers
+                                         if b["aligned"] is not None and b["memory"] == "cpu")}
     if copies:
         unaligned = [b["binding"] or f"argument value {b['value']}" for b in buffers
                      if b["aligned"] is False]

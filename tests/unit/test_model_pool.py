@@ -1,5 +1,6 @@
 """ModelPool on the real native host: parallel instances, bounded concurrency, draining close."""
 import asyncio
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,3 +107,23 @@ def test_instances_take_the_configured_kernel_threading(heavy, kernel_threadpool
     pool = ModelPool(stored, import_host(), 2, kernel_threadpool=kernel_threadpool)
     slots = pool._methods["forward"].free
     assert [m.kernel_threadpool for m in slots] == [kernel_threadpool] * 2
+
+
+def test_opening_a_pool_loads_exactly_n_instances_per_method(programs_dir, tmp_path):
+    # Describing a method must not load one more instance: each would hold its own TensorRT
+    # contexts and device buffers for nothing. Delegate instances are visible as counters.
+    from support.test_backend_setup import install_test_backend
+    from support.trt_programs import export_trt_program
+
+    install_test_backend()
+    import ethost_tensorrt
+
+    exported = export_trt_program(programs_dir, "mixed", 256)
+    shutil.copy(exported.pte, tmp_path / "program.pte")
+    description = {"files": [{"name": "program.pte", "role": "program"}]}
+    stored = StoredModel("trt", tmp_path, description)
+    before = {d["delegate"] for d in ethost_tensorrt.staging_counters()}
+    pool = ModelPool(stored, import_host(), 3)
+    assert pool.meta("forward")["delegates"] == ["TensorRTBackend", "TensorRTBackend"]
+    created = {d["delegate"] for d in ethost_tensorrt.staging_counters()} - before
+    assert len(created) == 3 * 2  # 3 instances x 2 delegates

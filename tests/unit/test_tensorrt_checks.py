@@ -384,3 +384,18 @@ def test_an_uploaded_tensorrt_program_is_refused_on_this_cpu_host(tmp_path, add_
     assert "this host cannot verify TensorRT plans (no TensorRT runtime module" in problem.message
     assert "ETRT_ALLOW_UNVERIFIED_PLANS=1 (--allow-unverified-plans)" in problem.message
     assert (tmp_path / "staging" / "upload-model.pte").exists()  # the pipeline moved nothing
+
+
+def test_placement_says_which_buffers_live_in_host_and_which_in_device_memory(mixed_256,
+                                                                              programs_dir):
+    # On a discrete GPU host buffers cross to the device every call whatever their alignment;
+    # buffers planned in device memory do not. The report tells the two apart.
+    from support.trt_programs import export_trt_program
+    device_planned = export_trt_program(programs_dir, "add", alignment=256, device_planned=True)
+    for program, memory in ((mixed_256, "cpu"), (device_planned, "cuda")):
+        for _, report in _reports(program, allow=True):
+            placement = report.details["placement"]
+            assert placement["buffers"]
+            assert {b["memory"] for b in placement["buffers"]} == {memory}
+            assert placement["host_memory_buffers"] == (
+                len(placement["buffers"]) if memory == "cpu" else 0)
