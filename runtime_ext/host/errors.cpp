@@ -17,12 +17,23 @@ thread_local std::string t_last_error;
 thread_local std::string t_last_info;
 pal_emit_log_message_method g_forward_log = nullptr;
 
+// A failure is often logged as a chain (a kernel's reason, then the runtime's "arg 2 with
+// type id 1"): the first lines carry the cause, so every error line since the last clear is
+// kept, up to a bound.
+constexpr size_t kMaxErrorText = 2000;
+
 void capture_log(et_timestamp_t timestamp, et_pal_log_level_t level, const char* filename,
                  const char* function, size_t line, const char* message, size_t length) {
-  std::string& slot = (level == kError || level == kFatal) ? t_last_error : t_last_info;
-  slot.assign(message, length);
-  while (!slot.empty() && (slot.back() == '\n' || slot.back() == ' ')) {
-    slot.pop_back();
+  std::string text(message, length);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  if (level == kError || level == kFatal) {
+    if (t_last_error.size() < kMaxErrorText) {
+      t_last_error += (t_last_error.empty() ? "" : "; ") + text;
+    }
+  } else {
+    t_last_info = std::move(text);
   }
   if (g_forward_log != nullptr) {
     g_forward_log(timestamp, level, filename, function, line, message, length);

@@ -48,8 +48,10 @@ class TestInGraphCopiesHostMemory(InGraphCopiesCases):
         trt.set_engine_provider(TestEngineProvider())
         second = load(program)
         np.testing.assert_allclose(second.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5)
-        with pytest.raises(ethost.ExecuTorchError):
+        with pytest.raises(ethost.ExecuTorchError) as refused:
             first.execute(inputs)
+        # The copy kernel's own reason comes first, not only the runtime's last line about it.
+        assert "_h2d_copy" in str(refused.value), str(refused.value)
 
 
 @pytest.mark.parametrize("flavour", ["device-planned", "in-graph-copies"])
