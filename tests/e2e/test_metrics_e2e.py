@@ -11,7 +11,7 @@ import pytest
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
 from support.server import tensor, upload
-from support.trt_programs import export_trt_program
+from support.trt_program_fixtures import mixed_16, mixed_256  # noqa: F401
 
 TEST_BACKEND = "support.test_backend_setup:install_test_backend_reading_host_memory"
 UNKNOWN = "(unknown)"
@@ -60,16 +60,6 @@ def test_requests_uploads_and_models_show_in_metrics(start_server, linear_relu_p
     assert log.count("infer model='lin' method='forward' outcome=client_error duration_s=") == 1
     assert "upload model='lin' outcome=accepted problems=0 duration_s=" in log
     assert "upload model='lin2' outcome=refused problems=1 duration_s=" in log
-
-
-@pytest.fixture(scope="module")
-def mixed_16(programs_dir):
-    return export_trt_program(programs_dir, "mixed", alignment=16)
-
-
-@pytest.fixture(scope="module")
-def mixed_256(programs_dir):
-    return export_trt_program(programs_dir, "mixed", alignment=256)
 
 
 def staging(parsed, model):

@@ -16,24 +16,9 @@ from service.program_inspection import inspect_data_file, inspect_program, metho
 from service.tensorrt_checks import PLANNING_HINT, STRIPPED_HINT
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 from support.server import ServerProcess, registry_rows, stored_files, tensor, upload
-from support.trt_programs import export_trt_program
+from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401
 
 TEST_BACKEND = "support.test_backend_setup:install_test_backend"
-
-
-@pytest.fixture(scope="module")
-def mixed_16(programs_dir):
-    return export_trt_program(programs_dir, "mixed", alignment=16)
-
-
-@pytest.fixture(scope="module")
-def mixed_256(programs_dir):
-    return export_trt_program(programs_dir, "mixed", alignment=256)
-
-
-@pytest.fixture(scope="module")
-def add_external(programs_dir):
-    return export_trt_program(programs_dir, "add", alignment=16, external=True)
 
 
 def with_engine_stats(source, target, stats):

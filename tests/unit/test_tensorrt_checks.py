@@ -20,6 +20,7 @@ from service.tensorrt_checks import (PLANNING_HINT, STRIPPED_HINT, check_tensorr
                                      placement_report, stripped_weights_problem)
 from support import trt_blob
 from support.test_engine_provider import TestEngineProvider
+from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -277,24 +278,6 @@ def test_blob_bindings_that_do_not_match_the_engine_are_refused(test_provider):
 
 
 # --- real programs delegated to TensorRTBackend (exported with the test stand-in backend) -------
-
-@pytest.fixture(scope="session")
-def mixed_16(programs_dir):
-    from support.trt_programs import export_trt_program
-    return export_trt_program(programs_dir, "mixed", alignment=16)
-
-
-@pytest.fixture(scope="session")
-def mixed_256(programs_dir):
-    from support.trt_programs import export_trt_program
-    return export_trt_program(programs_dir, "mixed", alignment=256)
-
-
-@pytest.fixture(scope="session")
-def add_external(programs_dir):
-    from support.trt_programs import export_trt_program
-    return export_trt_program(programs_dir, "add", alignment=16, external=True)
-
 
 def _reports(program, data_files=(), allow=False):
     info = inspect_program(program.pte)
