@@ -29,6 +29,7 @@ class Settings:
     # 2 threads gave 0.86x one thread's throughput, 2.19x without it; bench/bench_host.py).
     kernel_threadpool: bool = False
     load_check_timeout_s: float = 120.0
+    max_concurrent_ingests: int = 2
     allow_unverified_plans: bool = False
     # "module:function" callables run in the server and in every load-check child before a program
     # is opened: they register delegate backends with the native host. The default loads the
@@ -73,6 +74,8 @@ _OPTIONS = (
     ("--kernel-threadpool", "ETRT_KERNEL_THREADPOOL", "kernel_threadpool", _bool,
      "let CPU kernels use ExecuTorch's shared thread pool (faster single requests on large "
      "CPU ops, but concurrent requests then serialize)"),
+    ("--max-concurrent-ingests", "ETRT_MAX_CONCURRENT_INGESTS", "max_concurrent_ingests", int,
+     "uploads checked at once (each may run an isolated load check); more wait their turn"),
     ("--load-check-timeout", "ETRT_LOAD_CHECK_TIMEOUT", "load_check_timeout_s", float,
      "seconds the isolated load check may take"),
     ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,
@@ -108,7 +111,7 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
             values[attr] = value
     settings = Settings(**values)
     for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "instances_per_model",
-                 "infer_threads", "load_check_timeout_s"):
+                 "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")
     return settings

@@ -91,8 +91,15 @@ class ModelService:
         self._ethost = None
         self._models: dict[str, _Served] = {}
         self._unavailable: dict[str, str] = {}
+        # One lock per model name, never dropped: a lock popped while a deploy waits on it would
+        # let the next deploy of that name take a fresh one and commit concurrently.
         self._locks: dict[str, asyncio.Lock] = {}
         self._executor = ThreadPoolExecutor(settings.infer_threads, thread_name_prefix="infer")
+        # Ingest (child load checks of up to load_check_timeout each) gets threads of its own, so
+        # slow uploads queue here instead of starving the shared pool that parses request bodies
+        # and commits, and at most this many uploads are checked at once.
+        self._ingest = ThreadPoolExecutor(settings.max_concurrent_ingests,
+                                          thread_name_prefix="ingest")
         self.metrics = Metrics()
         self.ready = False
 
@@ -119,6 +126,7 @@ class ModelService:
         for served in list(self._models.values()):
             await served.pool.close()
         self._executor.shutdown(wait=True)
+        self._ingest.shutdown(wait=True)
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
         return self.metrics.open_pool(stored.name, lambda: ModelPool(
@@ -160,7 +168,8 @@ class ModelService:
             if not upload.replace and self._exists(upload.model_name):
                 raise Conflict(f"model {upload.model_name!r} exists; send replace=true to replace it")
             try:
-                description = await asyncio.to_thread(run_ingest, upload, self.settings)
+                description = await asyncio.get_running_loop().run_in_executor(
+                    self._ingest, run_ingest, upload, self.settings)
             except IngestRefused as refused:
                 raise Invalid(f"upload refused: {len(refused.problems)} problem(s)",
                               refused.problems) from None
@@ -230,7 +239,6 @@ class ModelService:
             if stored is not None:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
             self.metrics.forget_model(name)
-        self._locks.pop(name, None)
 
     def metrics_text(self) -> str:
         return self.metrics.render({"ready": len(self._models),

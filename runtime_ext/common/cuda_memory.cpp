@@ -148,24 +148,26 @@ class CudaMemory final : public DeviceMemory {
     check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy");
   }
 
-  std::string last_error() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return last_error_;
-  }
+  std::string last_error() const override { return thread_error(); }
 
  private:
+  // Per thread: instances run in parallel threads, and each must report its own failure.
+  static std::string& thread_error() {
+    thread_local std::string error;
+    return error;
+  }
+
   bool check(int rc, const char* what) const {
     if (rc == 0) return true;
-    std::lock_guard<std::mutex> lock(mu_);
-    last_error_ = std::string(what) + " failed: " + api_->get_error_string(rc);
+    thread_error() = std::string(what) + " failed: " + api_->get_error_string(rc);
+    // A non-sticky failure (e.g. an allocation) must not linger for TensorRT's next check.
+    api_->get_last_error();
     return false;
   }
 
   const CudaApi* api_;
   const int device_;
   const bool pageable_;
-  mutable std::mutex mu_;
-  mutable std::string last_error_;
 };
 
 }  // namespace

@@ -92,6 +92,10 @@ class TensorRTBackend final : public et::BackendInterface {
     } catch (const std::exception& e) {
       ET_LOG(Error, "TensorRTBackend %s: init failed: %s", label.c_str(), e.what());
       return Error::Internal;
+    } catch (...) {
+      // Nothing may unwind into ExecuTorch, which is built without exception handling.
+      ET_LOG(Error, "TensorRTBackend %s: init failed: unknown exception", label.c_str());
+      return Error::Internal;
     }
   }
 
@@ -134,6 +138,9 @@ class TensorRTBackend final : public et::BackendInterface {
       return err;
     } catch (const std::exception& e) {
       ET_LOG(Error, "TensorRTBackend %s: execute failed: %s", runner->label().c_str(), e.what());
+      return Error::Internal;
+    } catch (...) {
+      ET_LOG(Error, "TensorRTBackend %s: execute failed: unknown exception", runner->label().c_str());
       return Error::Internal;
     }
   }

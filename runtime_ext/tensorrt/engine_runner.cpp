@@ -208,6 +208,13 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
       continue;
     }
     const IoArg& a = args[arg_of[e]];
+    // Zero-byte tensors may have no storage and get a placeholder; a null buffer that still
+    // claims bytes (after outputs took their shapes) would have the engine overrun it.
+    if (a.data == nullptr && a.nbytes > 0) {
+      return fail(why, Error::InvalidArgument,
+                  std::string(io[e].is_input ? "input '" : "output '") + io[e].name + "' has " +
+                      std::to_string(a.nbytes) + " bytes but no storage");
+    }
     f.address = reinterpret_cast<uintptr_t>(a.data);
     f.nbytes = a.nbytes;
     f.on_device = a.nbytes > 0 && memory_->is_device_pointer(a.data);
@@ -215,7 +222,10 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
   StagingPlan plan = plan_staging(facts, memory_->reads_pageable_host_memory());
 
   for (size_t e = 0; e < n; ++e) {
-    if (plan.reason[e] == StageReason::Unaligned && engine_->claim_unaligned_log()) {
+    // Any buffer off the boundary is worth one line, whatever else made it staged (a host
+    // buffer on a discrete GPU is staged anyway, but would be again on a Jetson).
+    if (plan.placement[e] == Placement::Staged && facts[e].address % kBindingAlignment != 0 &&
+        engine_->claim_unaligned_log()) {
       ET_LOG(Info,
              "TensorRTBackend %s: %s '%s' at 0x%zx is %zu bytes past a 256-byte boundary; it is "
              "staged through a device buffer (one copy per call). Export with 256-byte memory "

@@ -59,6 +59,8 @@ ProviderError call_python(Error code, const char* call, F&& body) {
     return failure(code, call, e);
   } catch (const std::exception& e) {
     return failure(code, call, e);
+  } catch (...) {
+    return {code, std::string(call) + " failed with an unknown exception"};
   }
 }
 

@@ -181,6 +181,15 @@ class StagingCases:
         assert self.provider.addresses and all(a and a % 256 == 0 for _, a in self.provider.addresses)
         assert sum(c["staging_copies"] for c in r.counters()) == 0
 
+    def test_a_buffer_with_bytes_but_no_storage_is_refused(self):
+        # Only zero-byte tensors may come without storage (they get a placeholder); a null
+        # buffer that claims bytes would let the engine write past the placeholder's end.
+        r = T.Runner(add_blob((2, 4)))
+        with pytest.raises(RuntimeError, match="InvalidArgument.*'a' has 32 bytes but no storage"):
+            r.run([(0, 32, [2, 4], F32), (self.mem.buf(32), 32, [2, 4], F32),
+                   (self.mem.buf(32), 32, [2, 4], F32)])
+        assert self.provider.addresses == []
+
     def test_repeated_calls_reuse_staging_buffers(self):
         r = T.Runner(add_blob((8, 64), dynamic=True))
         a = self.mem.buf(64 * 64 * 4, 16)

@@ -1,0 +1,59 @@
+"""The protocol-neutral core, driven through the real app (real storage, native host, ingest)."""
+import threading
+
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.config import Settings
+from support.program_fixtures import linear_relu_program  # noqa: F401
+
+
+def _upload(client, name, program):
+    with open(program.pte, "rb") as pte:
+        return client.post("/models", data={"name": name, "replace": "true"},
+                           files={"program": ("model.pte", pte.read())})
+
+
+def test_a_deleted_names_lock_is_kept_for_whoever_waits_on_it(tmp_path, linear_relu_program):
+    # A deploy waiting on the name's lock during a delete must still exclude the next deploy of
+    # that name: the lock object has to outlive the delete.
+    app = create_app(Settings(artifacts=tmp_path / "artifacts"))
+    with TestClient(app) as client:
+        assert _upload(client, "m", linear_relu_program).status_code == 201
+        service = app.state.service
+        lock = service._lock("m")
+        assert client.delete("/models/m").status_code == 204
+        assert service._lock("m") is lock
+
+
+def test_at_most_the_configured_number_of_uploads_are_checked_at_once(tmp_path, monkeypatch,
+                                                                      linear_relu_program):
+    # Ingest runs on threads of its own, bounded, so slow load checks queue there instead of
+    # taking the threads that parse other requests.
+    import service.core as core
+
+    running, most, lock = 0, 0, threading.Lock()
+    real = core.run_ingest
+
+    def counted(*args):
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        try:
+            return real(*args)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(core, "run_ingest", counted)
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", max_concurrent_ingests=1))
+    with TestClient(app) as client:
+        threads = [threading.Thread(target=_upload, args=(client, f"m{i}", linear_relu_program))
+                   for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(m["name"] for m in client.get("/models").json()) == ["m0", "m1", "m2"]
+    assert most == 1
