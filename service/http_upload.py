@@ -22,6 +22,7 @@ from service.ingest_rules import Problem
 from service.storage import Storage
 
 _FIELD_LIMIT = 4096
+_UNKNOWN_FIELDS_REPORTED = 16
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -90,9 +91,13 @@ class _Receiver:
             self.fields[field] = bytearray()
             self._part = ("field", field)
         else:
-            self.problems.append(Problem(None, "upload.unknown_field",
-                                         f"unknown form field {field!r}; expected 'name', "
-                                         "'program', 'data' and optionally 'replace'"))
+            # Once per name, and a bounded number of names: a body of many tiny parts must not
+            # grow the answer (or memory) with it.
+            reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
+            message = (f"unknown form field {field!r}; expected 'name', 'program', 'data' and "
+                       "optionally 'replace'")
+            if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
+                self.problems.append(Problem(None, "upload.unknown_field", message))
             self._part = ("ignored",)
 
     def _data(self, data: bytes, start: int, end: int) -> None:
