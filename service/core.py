@@ -90,7 +90,8 @@ class ModelService:
         self.storage: Storage | None = None
         self._ethost = None
         self._models: dict[str, _Served] = {}
-        self._unavailable: dict[str, str] = {}
+        # Stored but not served, with why; kept in memory so describing them reads no database.
+        self._unavailable: dict[str, tuple[StoredModel, str]] = {}
         # One lock per model name, never dropped: a lock popped while a deploy waits on it would
         # let the next deploy of that name take a fresh one and commit concurrently.
         self._locks: dict[str, asyncio.Lock] = {}
@@ -110,13 +111,13 @@ class ModelService:
         for stored in await asyncio.to_thread(self.storage.reconcile):
             reason = _not_runnable(stored)
             if reason is not None:
-                self._unavailable[stored.name] = reason
+                self._unavailable[stored.name] = (stored, reason)
                 continue
             try:
                 pool = await asyncio.to_thread(self._open_pool, stored)
             except Exception as exc:  # one broken model must not keep the others from serving
                 log.error("model %s could not be loaded: %s", stored.name, exc)
-                self._unavailable[stored.name] = f"{type(exc).__name__}: {exc}"
+                self._unavailable[stored.name] = (stored, f"{type(exc).__name__}: {exc}")
                 continue
             self._models[stored.name] = _Served(stored, pool)
         self.ready = True
@@ -189,7 +190,7 @@ class ModelService:
         pool = await self._open_committed(stored, replaced) if reason is None else None
         previous = self._models.pop(name, None)
         if pool is None:
-            self._unavailable[name] = reason
+            self._unavailable[name] = (stored, reason)
         else:
             self._models[name] = _Served(stored, pool)
             self._unavailable.pop(name, None)
@@ -217,8 +218,8 @@ class ModelService:
         if served is not None:
             return served.stored.description
         if name in self._unavailable:
-            stored = self.storage.get(name)
-            return {**stored.description, "state": "unavailable", "error": self._unavailable[name]}
+            stored, reason = self._unavailable[name]
+            return {**stored.description, "state": "unavailable", "error": reason}
         raise NotFound(f"model {name!r} not found")
 
     def list_models(self) -> list[dict]:
@@ -272,7 +273,7 @@ class ModelService:
                      acquired: Callable[[float], None]) -> dict:
         if served is None:
             if model in self._unavailable:
-                raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model]}")
+                raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model][1]}")
             raise NotFound(f"model {model!r} not found")
         if method not in served.pool.method_names:
             raise NotFound(f"model {model!r} has no method {method!r} (methods: "
