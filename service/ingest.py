@@ -6,6 +6,11 @@ and it would only fail again for a reason already reported.
 
 Delegate-specific checks (e.g. TensorRT plans) plug in through register_delegate_check; the
 pipeline calls them with each delegate of that backend and a context to look up named data.
+A check that must call into its backend's own runtime on the uploaded bytes (deserialize a plan)
+does not do it here: it returns that call as IsolatedWork, and the pipeline runs all of an
+upload's work in one isolated check child (service.load_check) right after the checks, so those
+findings are still reported together with every other problem. The server never runs native
+code on an unchecked upload itself: a plan that crashes its deserializer kills only the child.
 A check may accept a delegate it cannot run here (details "runnable": False with an
 "unavailable_reason", e.g. TensorRT plans stored unverified on a host without TensorRT): the
 model is then stored but described as unavailable, and its methods are described from the file
@@ -23,7 +28,7 @@ from typing import Callable
 from service import ingest_rules as rules
 from service.config import Settings
 from service.ingest_rules import Problem
-from service.load_check import check_program
+from service.load_check import check_program, run_isolated
 from service.program_inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
@@ -51,21 +56,38 @@ class StagedUpload:
 
 
 @dataclass
+class IsolatedWork:
+    """A call a delegate check needs made in the isolated check child, and what to do with it.
+
+    `function` ("module:function") is called there with `request` (JSON) after the backend setup
+    and returns a JSON-able answer, which `finish` turns into problems and details here. `doing`
+    names the call in the problem if it crashes or hangs the child.
+    """
+    function: str
+    request: dict
+    finish: Callable[[dict], None]
+    doing: str
+
+
+@dataclass
 class DelegateReport:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)
+    isolated: IsolatedWork | None = None
 
 
 class IngestContext:
     """What a delegate check may consult; it records which named data was looked up."""
 
     def __init__(self, settings: Settings, program_name: str, program: ProgramInfo,
-                 data_files: dict[str, DataFileInfo]):
+                 program_path: Path, data_files: dict[str, tuple[Path, DataFileInfo]]):
         self.settings = settings
         self.program_name = program_name
         self.program = program
-        self.data_files = data_files
+        self.program_path = program_path
+        self.data_paths = {name: path for name, (path, _) in data_files.items()}
+        self.data_files = {name: info for name, (_, info) in data_files.items()}
         self.used_keys: set[str] = set()
 
     @property
@@ -75,10 +97,14 @@ class IngestContext:
     def data_file_with(self, key: str) -> str | None:
         return next((name for name, info in self.data_files.items() if key in info.keys), None)
 
-    def named_data(self, key: str) -> bytes | None:
+    def named_data_span(self, key: str) -> tuple[Path, int, int] | None:
+        """(file, start, end) of a named-data entry, for isolated work to read."""
         self.used_keys.add(key)
         name = self.data_file_with(key)
-        return None if name is None else self.data_files[name].named_data(key)
+        if name is None:
+            return None
+        start, end = self.data_files[name].span(key)
+        return self.data_paths[name], start, end
 
     def method(self, name: str) -> MethodInfo:
         return next(m for m in self.program.methods if m.name == name)
@@ -162,24 +188,68 @@ def _external_data_problems(program_name: str, program: ProgramInfo,
     return problems
 
 
-def _delegate_reports(context: IngestContext) -> tuple[dict, list[Problem], list[str]]:
-    details, problems, warnings = {}, [], []
+def _where(delegate: DelegateInfo) -> str:
+    return f"method {delegate.method!r} delegate {delegate.index} ({delegate.backend_id})"
+
+
+def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateReport,
+             step: Callable[[], object]):
+    """A failing check must refuse the upload, not crash the server."""
+    try:
+        return step()
+    except Exception as exc:  # whatever a check raises becomes its problem
+        log.exception("delegate check for %s failed", delegate.backend_id)
+        report.problems.append(Problem(context.program_name, "delegate.check_failed",
+                                       f"{_where(delegate)}: the ingest check failed: "
+                                       f"{type(exc).__name__}: {exc}"))
+        return None
+
+
+def _run_isolated_work(context: IngestContext, reports: list, report_path: Path) -> None:
+    """Runs every check's isolated work in one child and hands back the answers.
+
+    After a crash the rest runs in a new child, so each plan still gets its own verdict; after a
+    time-out it does not: the limit is the upload's, not each plan's.
+    """
+    pending = [(delegate, report) for delegate, report in reports if report.isolated]
+    while pending:
+        answers, end = run_isolated(
+            [{"function": r.isolated.function, "request": r.isolated.request} for _, r in pending],
+            report_path, context.settings.backend_setup, context.settings.load_check_timeout_s)
+        for (delegate, report), answer in zip(pending, answers):
+            if "error" in answer:
+                report.problems.append(Problem(context.program_name, "delegate.check_failed",
+                                               f"{_where(delegate)}: {report.isolated.doing} "
+                                               f"failed: {answer['error']}"))
+            else:
+                _guarded(delegate, context, report,
+                         lambda: report.isolated.finish(answer["answer"]))
+        if len(answers) >= len(pending):
+            return
+        delegate, report = pending[len(answers)]
+        rule = "delegate.check_timeout" if end.timed_out else "delegate.check_crashed"
+        report.problems.append(Problem(context.program_name, rule, (
+            f"{_where(delegate)}: the isolated process {report.isolated.doing} {end.how}"
+            f"{end.tail}; the server did not load it")))
+        pending = [] if end.timed_out else pending[len(answers) + 1:]
+
+
+def _delegate_reports(context: IngestContext, work_report: Path) -> tuple[dict, list, list]:
+    reports = []
     for method in context.program.methods:
         for delegate in method.delegates:
             check = _delegate_checks.get(delegate.backend_id)
             if check is None:
                 continue
-            try:
-                report = check(delegate, context)
-            except Exception as exc:  # a failing check must refuse the upload, not crash the server
-                log.exception("delegate check for %s failed", delegate.backend_id)
-                report = DelegateReport(problems=[Problem(
-                    context.program_name, "delegate.check_failed",
-                    f"method {method.name!r} delegate {delegate.index} ({delegate.backend_id}): "
-                    f"the ingest check failed: {type(exc).__name__}: {exc}")])
-            problems += report.problems
-            warnings += report.warnings
-            details[(method.name, delegate.index)] = report.details
+            failed = DelegateReport()  # receives the problem if the check raises
+            report = _guarded(delegate, context, failed, lambda: check(delegate, context))
+            reports.append((delegate, report or failed))
+    _run_isolated_work(context, reports, work_report)
+    details, problems, warnings = {}, [], []
+    for delegate, report in reports:
+        problems += report.problems
+        warnings += report.warnings
+        details[(delegate.method, delegate.index)] = report.details
     return details, problems, warnings
 
 
@@ -241,8 +311,11 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
         raise IngestRefused(problems)
     program_name = upload.program.name
     problems += _external_data_problems(program_name, program, data_files)
-    context = IngestContext(settings, program_name, program, data_files)
-    details, delegate_problems, warnings = _delegate_reports(context)
+    context = IngestContext(settings, program_name, program, upload.program.path,
+                            {d.name: (d.path, data_files[d.name]) for d in upload.data
+                             if d.name in data_files})
+    details, delegate_problems, warnings = _delegate_reports(
+        context, upload.directory / ".isolated_work.jsonl")
     problems += delegate_problems
     if problems:
         raise IngestRefused(problems)

@@ -131,6 +131,8 @@ class DelegateInfo:
     index: int
     backend_id: str
     blob: bytes
+    # Where the blob starts in the program file: the isolated check child reads it from there.
+    blob_offset: int
     compile_specs: dict[str, bytes]
     call_args: list[int] = field(default_factory=list)
 
@@ -161,11 +163,11 @@ class ProgramInfo:
 class DataFileInfo:
     keys: list[str]
     _segments: dict[str, tuple[int, int]]
-    _data: object
 
-    def named_data(self, key: str) -> bytes | None:
-        span = self._segments.get(key)
-        return None if span is None else bytes(self._data[span[0]:span[1]])
+    def span(self, key: str) -> tuple[int, int] | None:
+        """(start, end) of the entry in the file: entries (TensorRT plans) can be gigabytes, so
+        whoever needs one reads it from the file, in the process that needs it."""
+        return self._segments.get(key)
 
 
 def _open(path: Path):
@@ -230,14 +232,17 @@ def _method(buf, plan, program, segments, base) -> MethodInfo:
         where = ref.scalar(1, "<I")
         if ref.scalar(0, "<b") == _SEGMENT:
             start, end = _segment_span(buf, segments, where, base)
-            blob = bytes(buf.data[start:end])
         elif 0 <= where < len(inline):
-            blob = inline[where].bytes(0)
+            start, length = inline[where]._vector(0)
+            end = start + length
+            if end > len(buf.data):
+                raise InspectionError("flatbuffer byte vector runs past the end of the file")
         else:
             raise InspectionError(f"method {name!r} delegate {index} inline data index {where} "
                                   f"out of range ({len(inline)} entries)")
         specs = {spec.string(0) or "": spec.bytes(1) for spec in delegate.tables(2)}
-        delegates.append(DelegateInfo(name, index, delegate.string(0) or "", blob, specs))
+        delegates.append(DelegateInfo(name, index, delegate.string(0) or "",
+                                      bytes(buf.data[start:end]), start, specs))
     for chain in plan.tables(5):
         for instruction in chain.tables(2):
             if instruction.scalar(0, "<B") == _DELEGATE_CALL:
@@ -322,4 +327,4 @@ def inspect_data_file(path: Path) -> DataFileInfo:
         if key is None:
             raise InspectionError("data file has a named-data entry without a key")
         spans[key] = _segment_span(buf, segments, named.scalar(1, "<I"), base)
-    return DataFileInfo(keys=list(spans), _segments=spans, _data=data)
+    return DataFileInfo(keys=list(spans), _segments=spans)

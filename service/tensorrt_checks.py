@@ -2,17 +2,20 @@
 
 A TensorRT plan is opaque to every generic rule, and the worst ways it can fail do not fail: a
 plan saved without its weights runs with placeholder weights, and a delegate buffer off a 256-byte
-boundary costs a copy on every call. So each engine is deserialized here, with the TensorRT runtime
+boundary costs a copy on every call. So each engine is deserialized, with the TensorRT runtime
 that would serve it, before the upload is accepted, and what was found is recorded in the model's
-description. Where no TensorRT runtime or CUDA device exists, nothing about the plans can be
-verified, so such uploads are refused unless the operator explicitly allows storing them
-unverified (ETRT_ALLOW_UNVERIFIED_PLANS=1 / --allow-unverified-plans); they are then kept but not
-runnable on this host.
+description. Deserializing runs TensorRT on uploaded bytes, which can crash or hang: it happens
+in the isolated check child (verify_engine, as ingest IsolatedWork), never in the server, which
+only reads the blob with our own bounded parser and applies the rules to the child's answer.
+Where no TensorRT runtime or CUDA device exists, nothing about the plans can be verified, so
+such uploads are refused unless the operator explicitly allows storing them unverified
+(ETRT_ALLOW_UNVERIFIED_PLANS=1 / --allow-unverified-plans); they are then kept but not runnable
+on this host.
 """
 from __future__ import annotations
 
 from service import tensorrt_runtime
-from service.ingest import DelegateReport, IngestContext, register_delegate_check
+from service.ingest import DelegateReport, IngestContext, IsolatedWork, register_delegate_check
 from service.ingest_rules import Problem
 from service.program_inspection import DelegateInfo, MethodInfo
 
@@ -117,50 +120,72 @@ def _binding_mismatch(metadata: dict, engine_io: list[dict]) -> str | None:
             f"{sorted(actual)} (names and directions must be the same)")
 
 
-def _verifier() -> tuple[object, bool, str]:
-    """(provider, can verify, why not): checks use the provider the backend will serve with.
-
-    That is the shipped TensorRT provider unless another one was installed in the backend (the
+def _availability() -> tuple[bool, str]:
+    """Whether plans can be verified here, and why not: with the provider the backend will serve
+    with, which is the shipped TensorRT one unless another was installed by the backend setup (the
     test engine provider in CI), which is then trusted to refuse by itself what it cannot load.
-    """
+    The isolated child runs the same backend setup, so it verifies with that same provider."""
     import ethost_tensorrt
 
     installed = ethost_tensorrt.engine_provider()
     if installed is None or isinstance(installed, tensorrt_runtime.TensorRTEngineProvider):
-        ok, reason = tensorrt_runtime.availability()
-        return tensorrt_runtime.TensorRTEngineProvider(), ok, reason
-    return installed, True, ""
+        return tensorrt_runtime.availability()
+    return True, ""
 
 
-def _verify_engine(provider, engine_bytes: bytes, metadata: dict, report: DelegateReport,
-                   delegate: DelegateInfo, program_name: str) -> None:
-    device = metadata["device_id"]
+def verify_engine(request: dict) -> dict:
+    """Runs in the isolated check child only: deserializes one plan and describes it."""
+    import ethost_tensorrt
+
+    provider = ethost_tensorrt.engine_provider() or tensorrt_runtime.TensorRTEngineProvider()
+    device = request["device_id"]
     if not 0 <= device < tensorrt_runtime.device_count():
         device = 0
+    with open(request["file"], "rb") as source:
+        source.seek(request["offset"])
+        plan = source.read(request["size"])
     try:
-        description = provider.describe(provider.deserialize(engine_bytes, device))
+        description = provider.describe(provider.deserialize(plan, device))
     except Exception as exc:  # providers raise whatever they raise, always with a reason
+        return {"invalid": str(exc)}
+    return {"device": device, "stats": description["stats"], "io": description["io"]}
+
+
+def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
+                        delegate: DelegateInfo, program_name: str) -> None:
+    if "invalid" in answer:
         report.problems.append(Problem(program_name, "tensorrt.plan_invalid",
-                                       f"{_where(delegate)}: {exc}"))
+                                       f"{_where(delegate)}: {answer['invalid']}"))
         return
-    stats = description["stats"]
+    stats = answer["stats"]
     report.details["engine"] = {
         "weight_bytes": stats["total_weights_size"],
         "stripped_weights_size": stats["stripped_weights_size"],
         "refittable": stats["refittable"],
         "device_memory_size": stats["device_memory_size"],
-        "device": device,
-        "bindings": description["io"],
+        "device": answer["device"],
+        "bindings": answer["io"],
     }
     stripped = stripped_weights_problem(stats["stripped_weights_size"],
                                         stats["total_weights_size"])
     if stripped:
         report.problems.append(Problem(program_name, "tensorrt.weights_stripped",
                                        f"{_where(delegate)}: the TensorRT plan was {stripped}"))
-    mismatch = _binding_mismatch(metadata, description["io"])
+    mismatch = _binding_mismatch(metadata, answer["io"])
     if mismatch:
         report.problems.append(Problem(program_name, "tensorrt.bindings_mismatch",
                                        f"{_where(delegate)}: {mismatch}"))
+
+
+def _engine_span(delegate: DelegateInfo, metadata: dict,
+                 ctx: IngestContext) -> tuple[str, int, int] | None:
+    """(file, offset, size) of the plan: inline in the program's blob, or a .ptd entry."""
+    key = metadata["engine_key"]
+    if not key:
+        return (str(ctx.program_path), delegate.blob_offset + metadata["engine_offset"],
+                metadata["engine_size"])
+    span = ctx.named_data_span(key)
+    return None if span is None else (str(span[0]), span[1], span[2] - span[1])
 
 
 def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> DelegateReport:
@@ -189,21 +214,23 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
     })
     if report.details["placement"].get("hint"):
         report.warnings.append(f"{where}: {report.details['placement']['hint']}")
-    if key:
-        engine_bytes = ctx.named_data(key)
-    else:
-        start = metadata["engine_offset"]
-        engine_bytes = delegate.blob[start:start + metadata["engine_size"]]
-    if engine_bytes is None:
+    engine = _engine_span(delegate, metadata, ctx)
+    if engine is None:
         report.problems.append(Problem(ctx.program_name, "tensorrt.engine_key_missing",
                                        f"{where} needs engine_key {key!r}, which none of the "
                                        f"uploaded .ptd files contains; upload the .ptd file "
                                        f"written by external_engine_data="))
         return report
-    provider, ok, reason = _verifier()
+    ok, reason = _availability()
     report.details["verified"] = ok
     if ok:
-        _verify_engine(provider, engine_bytes, metadata, report, delegate, ctx.program_name)
+        file, offset, size = engine
+        report.isolated = IsolatedWork(
+            "service.tensorrt_checks:verify_engine",
+            {"file": file, "offset": offset, "size": size, "device_id": metadata["device_id"]},
+            lambda answer: _apply_verification(answer, metadata, report, delegate,
+                                               ctx.program_name),
+            "deserializing the TensorRT plan")
     elif ctx.allow_unverified_plans:
         report.details.update(runnable=False, unavailable_reason=(
             f"TensorRT plans cannot run on this host: {reason}"))

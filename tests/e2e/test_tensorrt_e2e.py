@@ -6,8 +6,6 @@ uploads, or store them as not runnable when the operator allows unverified plans
 engine provider standing in for TensorRT (support.test_backend_setup) the same programs are
 verified at ingest and served end to end.
 """
-import json
-
 import numpy as np
 import pytest
 
@@ -21,29 +19,11 @@ from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # no
 TEST_BACKEND = "support.test_backend_setup:install_test_backend"
 
 
-def with_engine_stats(source, target, stats):
-    """`source` with each inline test plan re-saved reporting `stats` (e.g. stripped weights).
+def rewritten(source, target, **fields):
+    # Imported here: rewriting uses executorch.exir, which the server process must never need.
+    from support.trt_programs import with_plans_rewritten
 
-    Rewritten through ExecuTorch's own serializer, so only the engines differ from a program
-    the exporter wrote: what a user gets who re-exports the same model with other engine flags.
-    """
-    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
-
-    from support import trt_blob
-    from support.trt_host import load_tensorrt_backend
-
-    trt = load_tensorrt_backend()
-    pte = deserialize_pte_binary(source.read_bytes())
-    for entry in pte.program.backend_delegate_data:
-        blob = bytes(entry.data)
-        meta = trt.parse_blob(blob)
-        start = meta["engine_offset"]
-        plan = json.loads(blob[start + len(b"TESTPLAN"):start + meta["engine_size"]])
-        bindings = [(b["name"], b["is_input"]) for b in meta["io_bindings"]]
-        entry.data = trt_blob.make_blob(trt_blob.metadata(bindings),
-                                        trt_blob.plan_bytes(plan["op"], plan["io"], stats=stats))
-    target.write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
-    return target
+    return with_plans_rewritten(source, target, **fields)
 
 
 def delegates(description):
@@ -213,8 +193,8 @@ def test_a_ptd_without_the_engine_key_is_refused_naming_it(trt_server, add_exter
 
 
 def test_a_stripped_plan_is_refused(trt_server, mixed_16, tmp_path):
-    stripped = with_engine_stats(mixed_16.pte, tmp_path / "stripped.pte",
-                                 {"stripped_weights_size": 0, "total_weights_size": 4096})
+    stripped = rewritten(mixed_16.pte, tmp_path / "stripped.pte",
+                         stats={"stripped_weights_size": 0, "total_weights_size": 4096})
     problems = refused(trt_server, "stripped", stripped)
     assert [p["rule"] for p in problems] == ["tensorrt.weights_stripped"] * 2
     assert all(f"the TensorRT plan was {STRIPPED_HINT} (the plan holds 0 of its 4096 weight "
@@ -223,9 +203,9 @@ def test_a_stripped_plan_is_refused(trt_server, mixed_16, tmp_path):
 
 
 def test_a_plan_holding_all_its_weights_passes_with_its_stats(trt_server, mixed_16, tmp_path):
-    kept = with_engine_stats(mixed_16.pte, tmp_path / "kept.pte",
-                             {"stripped_weights_size": 4096, "total_weights_size": 4096,
-                              "refittable": True, "device_memory_size": 512})
+    kept = rewritten(mixed_16.pte, tmp_path / "kept.pte",
+                     stats={"stripped_weights_size": 4096, "total_weights_size": 4096,
+                            "refittable": True, "device_memory_size": 512})
     with trt_server.client() as client:
         response = upload(client, "kept", kept)
         assert response.status_code == 201, response.text
@@ -234,3 +214,25 @@ def test_a_plan_holding_all_its_weights_passes_with_its_stats(trt_server, mixed_
             assert (engine["weight_bytes"], engine["stripped_weights_size"], engine["refittable"],
                     engine["device_memory_size"]) == (4096, 4096, True, 512)
         assert_predicts(client, "kept", mixed_16)
+
+
+def test_a_plan_that_crashes_its_deserializer_is_refused_and_the_server_lives_on(
+        trt_server, mixed_16, linear_relu_program, tmp_path):
+    crashing = rewritten(mixed_16.pte, tmp_path / "crash.pte", test_abort_on_deserialize=True)
+    problems = refused(trt_server, "crash", crashing)
+    # Both delegates' plans crash; the second is verified in a fresh child after the first.
+    assert [p["rule"] for p in problems] == ["delegate.check_crashed"] * 2
+    for index, problem in enumerate(problems):
+        assert problem["message"].startswith(
+            f"method 'forward' delegate {index} (TensorRTBackend): the isolated process "
+            f"deserializing the TensorRT plan was killed by signal SIGABRT")
+        assert "aborting in deserialize on purpose" in problem["message"]
+    with trt_server.client() as client:
+        assert client.get("/health/live").status_code == 200
+        assert client.get("/models/crash").status_code == 404
+        assert upload(client, "after_crash", linear_relu_program.pte).status_code == 201
+        x = np.ones((2, 4), dtype=np.float32)
+        assert client.post("/infer", json={"model": "after_crash", "inputs": [tensor(x)]}
+                           ).status_code == 200
+        assert upload(client, "mixed_after_crash", mixed_16.pte).status_code == 201
+        assert_predicts(client, "mixed_after_crash", mixed_16)

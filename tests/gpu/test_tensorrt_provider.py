@@ -79,23 +79,27 @@ def test_the_dtypes_and_io_modes_the_provider_reads_exist(trt):
     assert trt.TensorLocation.DEVICE.name == "DEVICE"
 
 
-def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason():
+def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_path):
     # The whole ingest path on real TensorRT: the backend's blob parser, then this provider.
     import ethost_tensorrt
 
     from service.config import Settings
     from service.ingest import IngestContext
     from service.program_inspection import DelegateInfo, MethodInfo, ProgramInfo
-    from service.tensorrt_checks import check_tensorrt_delegate
+    from service.tensorrt_checks import check_tensorrt_delegate, verify_engine
     from support import trt_blob
 
     ethost_tensorrt.set_engine_provider(None)
     blob = trt_blob.make_blob(trt_blob.metadata([("x", True), ("output0", False)]),
                               b"garbage!" * 32)
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, {}, [])
+    program = tmp_path / "model.pte"  # the blob stands for the whole program file
+    program.write_bytes(blob)
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, {}, [])
     method = MethodInfo("forward", [], [], {}, [delegate], [])
-    context = IngestContext(Settings(), "model.pte", ProgramInfo([method], []), {})
+    context = IngestContext(Settings(), "model.pte", ProgramInfo([method], []), program, {})
     report = check_tensorrt_delegate(delegate, context)
     assert report.details["verified"] is True
+    # What the isolated check child does with the check's work (the server never does it).
+    report.isolated.finish(verify_engine(report.isolated.request))
     assert [p.rule for p in report.problems] == ["tensorrt.plan_invalid"]
     assert "TensorRT could not deserialize the plan (256 bytes)" in report.problems[0].message

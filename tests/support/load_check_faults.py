@@ -1,7 +1,8 @@
-"""Backend-setup hooks that make the load-check child crash or hang, to test how it is contained.
+"""Backend-setup hooks that make the load-check child crash or hang, to test how it is contained,
+and isolated-work functions (service.ingest.IsolatedWork) that answer, fail, crash or hang.
 
-They act only inside the load-check child (`python -m service.load_check`), so a server started
-with one of them still runs; only its uploads' isolated checks misbehave.
+The setup hooks act only inside the load-check child (`python -m service.load_check`), so a
+server started with one of them still runs; only its uploads' isolated checks misbehave.
 """
 import os
 import sys
@@ -22,3 +23,21 @@ def abort_in_load_check() -> None:
 def hang_in_load_check() -> None:
     if _in_load_check_child():
         time.sleep(3600)
+
+
+def answer_with_pid(request: dict) -> dict:
+    return {**request, "pid": os.getpid()}
+
+
+def fail_in_work(request: dict) -> dict:
+    raise RuntimeError("refusing on purpose")
+
+
+def abort_in_work(request: dict) -> dict:
+    sys.stderr.write("load_check_faults: aborting in isolated work on purpose\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+def hang_in_work(request: dict) -> dict:
+    time.sleep(3600)

@@ -12,8 +12,12 @@ Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "i
   matmul:      out0 = in0 @ in1
   scale:       out0 = in0 * 2
   inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
+A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
+malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
 """
 import json
+import os
+import sys
 
 import numpy as np
 
@@ -56,8 +60,13 @@ class TestEngineProvider:
         plan = bytes(plan)
         if not plan.startswith(b"TESTPLAN"):
             raise ValueError("not a test plan: magic %r" % plan[:8])
+        spec = json.loads(plan[8:])
+        if spec.get("test_abort_on_deserialize"):
+            sys.stderr.write("test engine provider: aborting in deserialize on purpose\n")
+            sys.stderr.flush()
+            os.abort()
         self.deserialized += 1
-        return _Engine(json.loads(plan[8:]), device_id)
+        return _Engine(spec, device_id)
 
     def describe(self, engine):
         return {"io": [dict(t) for t in engine.spec["io"]],

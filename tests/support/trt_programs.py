@@ -167,3 +167,28 @@ if __name__ == "__main__":
         print(export_trt_program(sys.argv[1], model, alignment, device_planned=True).pte)
     for model, alignment in IN_GRAPH_COPIES_SET:
         print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
+
+
+def with_plans_rewritten(source, target, **fields):
+    """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...).
+
+    Rewritten through ExecuTorch's own serializer, so only the engines differ from a program
+    the exporter wrote: what a user gets who re-exports the same model with other engine flags.
+    """
+    import json
+
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    from support.trt_host import load_tensorrt_backend
+
+    trt = load_tensorrt_backend()
+    pte = deserialize_pte_binary(Path(source).read_bytes())
+    for entry in pte.program.backend_delegate_data:
+        blob = bytes(entry.data)
+        meta = trt.parse_blob(blob)
+        start = meta["engine_offset"]
+        plan = json.loads(blob[start + len(b"TESTPLAN"):start + meta["engine_size"]])
+        bindings = [(b["name"], b["is_input"]) for b in meta["io_bindings"]]
+        entry.data = make_blob(metadata(bindings), plan_bytes(plan["op"], plan["io"], **fields))
+    Path(target).write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
+    return Path(target)

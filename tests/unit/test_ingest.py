@@ -1,5 +1,6 @@
 """The ingest pipeline on real staged files, including the per-delegate check hook."""
 import hashlib
+import os
 import shutil
 
 import pytest
@@ -52,7 +53,7 @@ def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(tmp_pat
 
     def check(delegate, context):
         seen.append((delegate.method, delegate.index, delegate.backend_id, len(delegate.blob),
-                     context.named_data("first.weight") is not None,
+                     context.named_data_span("first.weight") is not None,
                      context.method(delegate.method).planned_buffer_sizes))
         return DelegateReport(problems=[Problem(context.program_name, "test.delegate", "no")])
 
@@ -117,16 +118,68 @@ def test_named_data_used_by_a_delegate_is_not_reported_unused(tmp_path, programs
     program = export_xnnpack_linear(programs_dir)
 
     def uses_weights(delegate, context):
-        context.named_data("first.weight")
+        context.named_data_span("first.weight")
         return DelegateReport()
 
     checks("XnnpackBackend", uses_weights)
     context = ingest.IngestContext(Settings(), "model.pte", ingest.inspect_program(program),
-                                   {weights.name: ingest.inspect_data_file(weights)})
-    ingest._delegate_reports(context)
+                                   program,
+                                   {weights.name: (weights, ingest.inspect_data_file(weights))})
+    ingest._delegate_reports(context, tmp_path / "work.jsonl")
     assert ingest._unused_data_warnings(context) == []
     context.used_keys.clear()
     assert len(ingest._unused_data_warnings(context)) == 1
+
+
+# --- isolated work: calls a check must not make in the server -------------------------------------
+
+def isolated(function, request, finished, doing="calling the test runtime"):
+    """A check asking for `support.load_check_faults:<function>` to be called in the child."""
+    def check(delegate, context):
+        report = DelegateReport()
+        report.isolated = ingest.IsolatedWork(f"support.load_check_faults:{function}", request,
+                                              lambda answer: finished.append(answer), doing)
+        return report
+    return check
+
+
+def test_isolated_work_is_answered_from_another_process_even_with_other_problems(
+        tmp_path, programs_dir, checks):
+    finished = []
+    checks("XnnpackBackend", isolated("answer_with_pid", {"echo": 7}, finished))
+    upload = stage(tmp_path, export_xnnpack_linear(programs_dir), name="bad name!")
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(upload, Settings())
+    assert [p.rule for p in refused.value.problems] == ["model.characters"]
+    [answer] = finished
+    assert answer["echo"] == 7 and answer["pid"] != os.getpid()
+    assert sorted(p.name for p in upload.directory.iterdir()) == ["part-0"]
+
+
+@pytest.mark.parametrize("function, rule, words", [
+    ("abort_in_work", "delegate.check_crashed", "was killed by signal SIGABRT"),
+    ("fail_in_work", "delegate.check_failed", "failed: RuntimeError: refusing on purpose"),
+])
+def test_isolated_work_that_crashes_or_fails_refuses_the_upload(tmp_path, programs_dir, checks,
+                                                                 function, rule, words):
+    finished = []
+    checks("XnnpackBackend", isolated(function, {}, finished))
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)), Settings())
+    [problem] = refused.value.problems
+    assert problem.rule == rule and finished == []
+    assert problem.message.startswith(
+        "method 'forward' delegate 0 (XnnpackBackend): ") and words in problem.message
+    assert "calling the test runtime" in problem.message
+
+
+def test_isolated_work_that_hangs_is_stopped_at_the_time_limit(tmp_path, programs_dir, checks):
+    checks("XnnpackBackend", isolated("hang_in_work", {}, []))
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)),
+                   Settings(load_check_timeout_s=2.0))
+    [problem] = refused.value.problems
+    assert problem.rule == "delegate.check_timeout" and "within 2 s" in problem.message
 
 
 def test_missing_check_module_is_tolerated_but_a_broken_one_is_not():

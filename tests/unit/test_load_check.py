@@ -1,6 +1,9 @@
-"""The isolated load check, with real child processes and real exported programs."""
+"""The isolated load check and isolated work, with real child processes and real programs."""
+import os
+import signal
 
-from service.load_check import check_program
+from service import load_check
+from service.load_check import check_program, run_isolated
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 
@@ -54,3 +57,52 @@ def test_a_hanging_child_is_killed_at_the_time_limit(tmp_path, linear_relu_progr
 def test_a_broken_backend_setup_is_reported(tmp_path, linear_relu_program):
     [problem] = run(tmp_path, linear_relu_program.pte, setup=("no_such_module:setup",)).problems
     assert problem.rule == "program.load_failed" and "no_such_module" in problem.message
+
+
+# --- isolated work: answers in order, a crash pinned on the call that caused it -----------------
+
+def work(*functions):
+    return [{"function": f"support.load_check_faults:{f}", "request": {"n": i}}
+            for i, f in enumerate(functions)]
+
+
+def test_isolated_work_is_answered_in_order_in_another_process(tmp_path):
+    answers, end = run_isolated(work("answer_with_pid", "fail_in_work", "answer_with_pid"),
+                                tmp_path / "work.jsonl", (), 60.0)
+    assert [a.get("answer", {}).get("n") for a in answers] == [0, None, 2]
+    assert answers[1] == {"error": "RuntimeError: refusing on purpose"}
+    assert {a["answer"]["pid"] for a in (answers[0], answers[2])} != {os.getpid()}
+    assert end.how == "exited normally" and not end.timed_out
+    assert not (tmp_path / "work.jsonl").exists()
+
+
+def test_a_crash_in_isolated_work_keeps_the_answers_before_it(tmp_path):
+    answers, end = run_isolated(work("answer_with_pid", "abort_in_work", "answer_with_pid"),
+                                tmp_path / "work.jsonl", (), 60.0)
+    assert [a["answer"]["n"] for a in answers] == [0]
+    assert end.how == "was killed by signal SIGABRT" and not end.timed_out
+    assert "aborting in isolated work on purpose" in end.tail
+
+
+def test_hanging_isolated_work_is_killed_at_the_time_limit(tmp_path):
+    answers, end = run_isolated(work("hang_in_work"), tmp_path / "work.jsonl", (), 2.0)
+    assert answers == [] and end.timed_out and "within 2 s" in end.how
+
+
+def test_a_broken_backend_setup_answers_every_call_with_its_error(tmp_path):
+    answers, _ = run_isolated(work("answer_with_pid", "answer_with_pid"), tmp_path / "w.jsonl",
+                              ("no_such_module:setup",), 60.0)
+    assert len(answers) == 2 and all("no_such_module" in a["error"] for a in answers)
+
+
+def test_signals_without_a_name_are_named_by_number():
+    assert load_check._signal_name(signal.SIGABRT) == "SIGABRT"
+    assert load_check._signal_name(signal.SIGRTMIN + 2) == str(signal.SIGRTMIN + 2)
+
+
+def test_only_the_tail_of_a_childs_stderr_is_kept(tmp_path):
+    with open(tmp_path / "stderr", "w+b") as stderr:
+        stderr.write(b"head " + b"x" * 100_000 + b" the end")
+        tail = load_check._tail(stderr)
+    assert tail.startswith("; it reported: x") and tail.endswith(" the end")
+    assert len(tail) <= len("; it reported: ") + load_check._STDERR_TAIL

@@ -1,8 +1,11 @@
 """The TensorRT ingest check on a host without TensorRT or a GPU (CI).
 
 Blob reading goes through the backend's own parser (ethost_tensorrt.parse_blob), so these tests
-need the built extension; deserializing real engines is covered on the H200.
+need the built extension; deserializing real engines is covered on the H200. The check hands
+deserializing to the isolated child as IsolatedWork; unit tests here call that child function
+(verify_engine) themselves, and the run_ingest tests show the server process never does.
 """
+import dataclasses
 import hashlib
 import shutil
 from pathlib import Path
@@ -17,7 +20,7 @@ from service.ingest import (IngestContext, IngestRefused, StagedFile, StagedUplo
 from service.program_inspection import (DataFileInfo, DelegateInfo, MethodInfo, ProgramInfo,
                                         TensorValue, inspect_data_file, inspect_program)
 from service.tensorrt_checks import (PLANNING_HINT, STRIPPED_HINT, check_tensorrt_delegate,
-                                     placement_report, stripped_weights_problem)
+                                     placement_report, stripped_weights_problem, verify_engine)
 from support import trt_blob
 from support.test_engine_provider import TestEngineProvider
 from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401
@@ -30,6 +33,12 @@ def no_provider_installed():
     ethost_tensorrt.set_engine_provider(None)
     yield
     ethost_tensorrt.set_engine_provider(previous)
+
+
+@pytest.fixture(autouse=True)
+def files_here(tmp_path, monkeypatch):
+    """Hand-made contexts write their program and data files into the working directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture
@@ -81,20 +90,28 @@ def _method(call_args, offsets, name="forward"):
 
 
 def _context(blob, call_args=(0, 1), offsets=(0, 256), data=None, allow=False):
+    """The blob stands for the whole program file; data files hold their entries back to back."""
     method = _method(list(call_args), list(offsets))
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, {}, list(call_args))
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, {}, list(call_args))
     method.delegates.append(delegate)
+    Path("model.pte").write_bytes(blob)
     files = {}
     for file_name, entries in (data or {}).items():
-        joined, spans, at = b"", {}, 0
+        joined, spans = b"", {}
         for key, value in entries.items():
-            spans[key] = (at, at + len(value))
+            spans[key] = (len(joined), len(joined) + len(value))
             joined += value
-            at += len(value)
-        files[file_name] = DataFileInfo(list(entries), spans, joined)
+        Path(file_name).write_bytes(joined)
+        files[file_name] = (Path(file_name), DataFileInfo(list(entries), spans))
     context = IngestContext(Settings(allow_unverified_plans=allow), "model.pte",
-                            ProgramInfo([method], []), files)
+                            ProgramInfo([method], []), Path("model.pte"), files)
     return delegate, context
+
+
+def _verified(report):
+    """Does what the isolated child does with the check's work, then applies the answer."""
+    report.isolated.finish(verify_engine(report.isolated.request))
+    return report
 
 
 def _rules(report):
@@ -173,7 +190,7 @@ def test_blob_and_key_problems_are_still_found_when_unverified_plans_are_allowed
 
 def _placement(call_args, offsets, metadata):
     method = _method(list(call_args), list(offsets))
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", b"", {}, list(call_args))
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", b"", 0, {}, list(call_args))
     return placement_report(method, delegate, metadata)
 
 
@@ -238,6 +255,9 @@ def test_a_verified_engine_is_recorded_in_the_description(test_provider):
                                              "total_weights_size": 4096, "refittable": True,
                                              "device_memory_size": 512})
     report = check_tensorrt_delegate(delegate, context)
+    assert test_provider.deserialized == 0  # the check only asks for it, in the child
+    assert report.isolated.request["offset"] > 0 and report.isolated.request["size"] > 0
+    _verified(report)
     assert report.problems == []
     assert report.details["verified"] is True
     engine = report.details["engine"]
@@ -255,7 +275,7 @@ def test_a_verified_engine_is_recorded_in_the_description(test_provider):
 def test_the_stripped_rule_is_applied_to_the_engines_stats(test_provider, stripped, refused):
     delegate, context = _plan_context(stats={"stripped_weights_size": stripped,
                                              "total_weights_size": 4096})
-    report = check_tensorrt_delegate(delegate, context)
+    report = _verified(check_tensorrt_delegate(delegate, context))
     assert _rules(report) == (["tensorrt.weights_stripped"] if refused else [])
     if refused:
         assert ("method 'forward' delegate 0 (TensorRTBackend): the TensorRT plan was "
@@ -265,14 +285,14 @@ def test_the_stripped_rule_is_applied_to_the_engines_stats(test_provider, stripp
 
 def test_a_plan_the_provider_cannot_deserialize_is_refused_with_its_reason(test_provider):
     delegate, context = _plan_context(plan=b"ftrt-not-a-test-plan")
-    report = check_tensorrt_delegate(delegate, context)
+    report = _verified(check_tensorrt_delegate(delegate, context))
     assert _rules(report) == ["tensorrt.plan_invalid"]
     assert "not a test plan" in report.problems[0].message
 
 
 def test_blob_bindings_that_do_not_match_the_engine_are_refused(test_provider):
     delegate, context = _plan_context(declared=[("x", True), ("y", False)])
-    report = check_tensorrt_delegate(delegate, context)
+    report = _verified(check_tensorrt_delegate(delegate, context))
     assert _rules(report) == ["tensorrt.bindings_mismatch"]
     assert "['output0', 'x']" in report.problems[0].message
 
@@ -281,8 +301,9 @@ def test_blob_bindings_that_do_not_match_the_engine_are_refused(test_provider):
 
 def _reports(program, data_files=(), allow=False):
     info = inspect_program(program.pte)
-    files = {Path(p).name: inspect_data_file(Path(p)) for p in data_files}
-    context = IngestContext(Settings(allow_unverified_plans=allow), "model.pte", info, files)
+    files = {Path(p).name: (Path(p), inspect_data_file(Path(p))) for p in data_files}
+    context = IngestContext(Settings(allow_unverified_plans=allow), "model.pte", info,
+                            program.pte, files)
     return [(d, check_tensorrt_delegate(d, context)) for m in info.methods for d in m.delegates]
 
 
@@ -339,7 +360,7 @@ def test_an_engine_key_missing_from_the_upload_is_refused(add_external):
 
 
 def test_real_engines_are_verified_through_the_installed_provider(test_provider, mixed_256):
-    reports = _reports(mixed_256)
+    reports = [(d, _verified(r)) for d, r in _reports(mixed_256)]
     assert [_rules(r) for _, r in reports] == [[], []]
     assert all(r.details["verified"] for _, r in reports)
     assert [b["name"] for b in reports[0][1].details["engine"]["bindings"]] == [
@@ -382,3 +403,38 @@ def test_placement_says_which_buffers_live_in_host_and_which_in_device_memory(mi
             assert {b["memory"] for b in placement["buffers"]} == {memory}
             assert placement["host_memory_buffers"] == (
                 len(placement["buffers"]) if memory == "cpu" else 0)
+
+
+def test_an_engine_in_the_ptd_is_read_by_the_child_from_its_file_range(test_provider,
+                                                                        add_external):
+    [(_, report)] = _reports(add_external, add_external.data_files)
+    request = report.isolated.request
+    assert request["file"] == str(add_external.data_files[0])
+    assert _verified(report).problems == [] and report.details["engine"]["bindings"]
+
+
+# --- the server process never deserializes an uploaded plan ---------------------------------------
+
+TEST_BACKEND = ("support.test_backend_setup:install_test_backend",)
+
+
+def test_run_ingest_verifies_plans_only_in_the_isolated_child(tmp_path, test_provider, mixed_256):
+    description = run_ingest(_stage(mixed_256, tmp_path / "staging"),
+                             Settings(artifacts=tmp_path / "artifacts", backend_setup=TEST_BACKEND))
+    engines = [d["details"]["engine"] for m in description["methods"] for d in m["delegates"]]
+    assert len(engines) == 2 and all(e["bindings"] for e in engines)
+    assert test_provider.deserialized == 0  # this process's provider: the server's
+
+
+def test_a_plan_crashing_its_deserializer_is_refused_and_this_process_lives_on(
+        tmp_path, test_provider, mixed_256):
+    # Were the plan deserialized here, os.abort() would end the test run.
+    from support.trt_programs import with_plans_rewritten
+    crashing = with_plans_rewritten(mixed_256.pte, tmp_path / "crash.pte",
+                                    test_abort_on_deserialize=True)
+    upload = _stage(dataclasses.replace(mixed_256, pte=crashing), tmp_path / "staging")
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(upload, Settings(artifacts=tmp_path / "artifacts", backend_setup=TEST_BACKEND))
+    assert [p.rule for p in refused.value.problems] == ["delegate.check_crashed"] * 2
+    assert "was killed by signal SIGABRT" in refused.value.problems[0].message
+    assert (tmp_path / "staging" / "upload-model.pte").exists()  # the pipeline moved nothing
