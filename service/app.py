@@ -7,6 +7,7 @@ from fastapi import FastAPI
 
 from service import http_routes
 from service.config import Settings
+from service.http_limits import JsonBodyLimit
 from service.core import ModelService
 
 
@@ -27,4 +28,5 @@ def create_app(settings: Settings) -> FastAPI:
                   lifespan=lifespan)
     app.state.service = service
     http_routes.install(app)
+    app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     return app

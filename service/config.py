@@ -22,6 +22,7 @@ class Settings:
     max_data_bytes: int = 8192 * MiB
     max_upload_bytes: int = 16384 * MiB
     max_data_files: int = 16
+    max_infer_bytes: int = 256 * MiB
     instances_per_model: int = 2
     infer_threads: int = 32
     # Intra-op parallelism: ExecuTorch's kernels share one process-wide thread pool that runs one
@@ -67,6 +68,8 @@ _OPTIONS = (
      "largest accepted request body"),
     ("--max-data-files", "ETRT_MAX_DATA_FILES", "max_data_files", int,
      "most .ptd files in one upload"),
+    ("--max-infer-bytes", "ETRT_MAX_INFER_BYTES", "max_infer_bytes", int,
+     "largest accepted /infer request body"),
     ("--instances", "ETRT_INSTANCES", "instances_per_model", int,
      "method instances per model (concurrent requests per method)"),
     ("--infer-threads", "ETRT_INFER_THREADS", "infer_threads", int,
@@ -110,7 +113,8 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
         if value is not None:
             values[attr] = value
     settings = Settings(**values)
-    for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "instances_per_model",
+    for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
+                 "instances_per_model",
                  "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")

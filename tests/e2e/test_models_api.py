@@ -1,4 +1,6 @@
 """Deploy real exported programs over HTTP, predict, compare with eager torch, restart, manage."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -221,3 +223,26 @@ def test_request_over_the_total_limit_is_413(start_server):
         response = upload(client, "big", b"x" * 3000)
         assert response.status_code == 413
     assert stored_files(server.artifacts) == ["registry.sqlite3"]
+
+
+def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_relu_program):
+    server = start_server("--max-infer-bytes", "4096")
+    x = np.ones((2, 4), np.float32)
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        assert predict(client, "lin", [x])["outputs"]  # a small request still runs
+        big = {"model": "lin", "inputs": [{"shape": [2, 4], "datatype": "FP32",
+                                           "data": [0.5] * 2000}]}
+        declared = client.post("/infer", json=big)
+        assert declared.status_code == 413
+        assert declared.json()["problems"][0]["rule"] == "request.too_large"
+
+        def chunks():  # no Content-Length: the limit must hold for a streamed body too
+            payload = json.dumps(big).encode()
+            for start in range(0, len(payload), 1000):
+                yield payload[start:start + 1000]
+
+        streamed = client.post("/infer", content=chunks(),
+                               headers={"content-type": "application/json"})
+        assert streamed.status_code == 413
+        assert predict(client, "lin", [x])["outputs"]  # the server is fine afterwards
