@@ -42,11 +42,16 @@ class Settings:
     log_level: str = "info"
 
 
+# The words a boolean setting or form field may be given as (flags, env vars, 'replace').
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    if lowered in TRUE_WORDS:
         return True
-    if lowered in ("0", "false", "no", "off", ""):
+    if lowered in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
 

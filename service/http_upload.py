@@ -15,7 +15,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from service.config import Settings
+from service.config import FALSE_WORDS, TRUE_WORDS, Settings
 from service.core import Invalid, TooLarge
 from service.ingest import StagedFile, StagedUpload
 from service.ingest_rules import Problem
@@ -23,8 +23,6 @@ from service.storage import Storage
 
 _FIELD_LIMIT = 4096
 _UNKNOWN_FIELDS_REPORTED = 16
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"", "0", "false", "no", "off"}
 
 
 def _header_text(value: bytes) -> str:
@@ -139,12 +137,12 @@ class _Receiver:
             problems.append(Problem(None, "upload.name_missing",
                                     "the upload has no 'name' field (the model name)"))
         replace_text = _header_text(bytes(self.fields.get("replace", b""))).strip().lower()
-        if replace_text not in _TRUE | _FALSE:
+        if replace_text not in TRUE_WORDS | FALSE_WORDS:
             problems.append(Problem(None, "upload.replace",
                                     f"'replace' must be true or false, not {replace_text!r}"))
         if problems:
             raise Invalid("upload refused", problems)
-        return StagedUpload(name, replace_query or replace_text in _TRUE, self.directory,
+        return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
                             self.programs[0] if self.programs else None, self.data)
 
 

@@ -133,7 +133,6 @@ class DelegateInfo:
     blob: bytes
     # Where the blob starts in the program file: the isolated check child reads it from there.
     blob_offset: int
-    compile_specs: dict[str, bytes]
     call_args: list[int] = field(default_factory=list)
 
 
@@ -156,7 +155,6 @@ class MethodInfo:
 @dataclass
 class ProgramInfo:
     methods: list[MethodInfo]
-    named_data_keys: list[str]
 
 
 @dataclass
@@ -240,9 +238,8 @@ def _method(buf, plan, program, segments, base) -> MethodInfo:
         else:
             raise InspectionError(f"method {name!r} delegate {index} inline data index {where} "
                                   f"out of range ({len(inline)} entries)")
-        specs = {spec.string(0) or "": spec.bytes(1) for spec in delegate.tables(2)}
         delegates.append(DelegateInfo(name, index, delegate.string(0) or "",
-                                      bytes(buf.data[start:end]), start, specs))
+                                      bytes(buf.data[start:end]), start))
     for chain in plan.tables(5):
         for instruction in chain.tables(2):
             if instruction.scalar(0, "<B") == _DELEGATE_CALL:
@@ -304,8 +301,7 @@ def inspect_program(path: Path) -> ProgramInfo:
     methods = [_method(buf, plan, program, segments, base) for plan in program.tables(1)]
     if not methods:
         raise InspectionError("program has no methods")
-    return ProgramInfo(methods=methods, named_data_keys=[n.string(0) or "" for n in
-                                                         program.tables(7)])
+    return ProgramInfo(methods=methods)
 
 
 def inspect_data_file(path: Path) -> DataFileInfo:

@@ -94,9 +94,9 @@ def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_pat
                               b"garbage!" * 32)
     program = tmp_path / "model.pte"  # the blob stands for the whole program file
     program.write_bytes(blob)
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, {}, [])
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, [])
     method = MethodInfo("forward", [], [], {}, [delegate], [])
-    context = IngestContext(Settings(), "model.pte", ProgramInfo([method], []), program, {})
+    context = IngestContext(Settings(), "model.pte", ProgramInfo([method]), program, {})
     report = check_tensorrt_delegate(delegate, context)
     assert report.details["verified"] is True
     # What the isolated check child does with the check's work (the server never does it).

@@ -92,7 +92,7 @@ def _method(call_args, offsets, name="forward"):
 def _context(blob, call_args=(0, 1), offsets=(0, 256), data=None, allow=False):
     """The blob stands for the whole program file; data files hold their entries back to back."""
     method = _method(list(call_args), list(offsets))
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, {}, list(call_args))
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, list(call_args))
     method.delegates.append(delegate)
     Path("model.pte").write_bytes(blob)
     files = {}
@@ -104,7 +104,7 @@ def _context(blob, call_args=(0, 1), offsets=(0, 256), data=None, allow=False):
         Path(file_name).write_bytes(joined)
         files[file_name] = (Path(file_name), DataFileInfo(list(entries), spans))
     context = IngestContext(Settings(allow_unverified_plans=allow), "model.pte",
-                            ProgramInfo([method], []), Path("model.pte"), files)
+                            ProgramInfo([method]), Path("model.pte"), files)
     return delegate, context
 
 
@@ -190,7 +190,7 @@ def test_blob_and_key_problems_are_still_found_when_unverified_plans_are_allowed
 
 def _placement(call_args, offsets, metadata):
     method = _method(list(call_args), list(offsets))
-    delegate = DelegateInfo("forward", 0, "TensorRTBackend", b"", 0, {}, list(call_args))
+    delegate = DelegateInfo("forward", 0, "TensorRTBackend", b"", 0, list(call_args))
     return placement_report(method, delegate, metadata)
 
 
