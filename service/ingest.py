@@ -188,10 +188,6 @@ def _external_data_problems(program_name: str, program: ProgramInfo,
     return problems
 
 
-def _where(delegate: DelegateInfo) -> str:
-    return f"method {delegate.method!r} delegate {delegate.index} ({delegate.backend_id})"
-
-
 def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateReport,
              step: Callable[[], object]):
     """A failing check must refuse the upload, not crash the server."""
@@ -200,7 +196,7 @@ def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateRep
     except Exception as exc:  # whatever a check raises becomes its problem
         log.exception("delegate check for %s failed", delegate.backend_id)
         report.problems.append(Problem(context.program_name, "delegate.check_failed",
-                                       f"{_where(delegate)}: the ingest check failed: "
+                                       f"{delegate.where}: the ingest check failed: "
                                        f"{type(exc).__name__}: {exc}"))
         return None
 
@@ -219,7 +215,7 @@ def _run_isolated_work(context: IngestContext, reports: list, report_path: Path)
         for (delegate, report), answer in zip(pending, answers):
             if "error" in answer:
                 report.problems.append(Problem(context.program_name, "delegate.check_failed",
-                                               f"{_where(delegate)}: {report.isolated.doing} "
+                                               f"{delegate.where}: {report.isolated.doing} "
                                                f"failed: {answer['error']}"))
             else:
                 _guarded(delegate, context, report,
@@ -229,7 +225,7 @@ def _run_isolated_work(context: IngestContext, reports: list, report_path: Path)
         delegate, report = pending[len(answers)]
         rule = "delegate.check_timeout" if end.timed_out else "delegate.check_crashed"
         report.problems.append(Problem(context.program_name, rule, (
-            f"{_where(delegate)}: the isolated process {report.isolated.doing} {end.how}"
+            f"{delegate.where}: the isolated process {report.isolated.doing} {end.how}"
             f"{end.tail}; the server did not load it")))
         pending = [] if end.timed_out else pending[len(answers) + 1:]
 

@@ -57,6 +57,9 @@ class Family:
         self.label_names = label_names
         self.samples: dict[tuple[str, ...], float] = {}
 
+    def add(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.samples[labels] = self.samples.get(labels, 0.0) + amount
+
     def remove(self, label: str, value: str) -> None:
         at = self.label_names.index(label)
         self.samples = {k: v for k, v in self.samples.items() if k[at] != value}
@@ -73,15 +76,9 @@ class Family:
 class Counter(Family):
     kind = "counter"
 
-    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        self.samples[labels] = self.samples.get(labels, 0.0) + amount
-
 
 class Gauge(Family):
     kind = "gauge"
-
-    def add(self, labels: tuple[str, ...], amount: float) -> None:
-        self.samples[labels] = self.samples.get(labels, 0.0) + amount
 
 
 class Histogram(Family):
@@ -179,7 +176,7 @@ class _StagingAttribution:
             if owner is None:  # an instance of a pool being replaced or closed
                 continue
             for binding in entry["bindings"]:
-                copies.inc((*owner, binding["name"]), binding["staging_copies"])
+                copies.add((*owner, binding["name"]), binding["staging_copies"])
         return copies
 
 
@@ -220,16 +217,16 @@ class Metrics:
             if self._live.get(model) is not token:  # its series went with the model
                 return
             self.inflight.add((model,), -1)
-            self.requests.inc((model, method, outcome))
+            self.requests.add((model, method, outcome))
             self.duration.observe((model, method), total_s)
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
 
     def upload_finished(self, outcome: str, rules: list[str]) -> None:
         with self._lock:
-            self.uploads.inc((outcome,))
+            self.uploads.add((outcome,))
             for rule in rules:
-                self.problems.inc((rule,))
+                self.problems.add((rule,))
 
     def open_pool(self, model: str, open_pool: Callable):
         """Runs open_pool() so that the TensorRT delegates it creates are counted for `model`."""

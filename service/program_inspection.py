@@ -135,6 +135,11 @@ class DelegateInfo:
     blob_offset: int
     call_args: list[int] = field(default_factory=list)
 
+    @property
+    def where(self) -> str:
+        """How problems and messages name this delegate."""
+        return f"method {self.method!r} delegate {self.index} ({self.backend_id})"
+
 
 @dataclass
 class MethodInfo:

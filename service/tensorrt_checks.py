@@ -96,10 +96,6 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
     return report
 
 
-def _where(delegate: DelegateInfo) -> str:
-    return f"method {delegate.method!r} delegate {delegate.index} ({BACKEND_ID})"
-
-
 def _parse(blob: bytes) -> dict:
     """The backend's own blob reader, so ingest accepts and refuses exactly what it would load.
 
@@ -155,7 +151,7 @@ def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
                         delegate: DelegateInfo, program_name: str) -> None:
     if "invalid" in answer:
         report.problems.append(Problem(program_name, "tensorrt.plan_invalid",
-                                       f"{_where(delegate)}: {answer['invalid']}"))
+                                       f"{delegate.where}: {answer['invalid']}"))
         return
     stats = answer["stats"]
     report.details["engine"] = {
@@ -170,11 +166,11 @@ def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
                                         stats["total_weights_size"])
     if stripped:
         report.problems.append(Problem(program_name, "tensorrt.weights_stripped",
-                                       f"{_where(delegate)}: the TensorRT plan was {stripped}"))
+                                       f"{delegate.where}: the TensorRT plan was {stripped}"))
     mismatch = _binding_mismatch(metadata, answer["io"])
     if mismatch:
         report.problems.append(Problem(program_name, "tensorrt.bindings_mismatch",
-                                       f"{_where(delegate)}: {mismatch}"))
+                                       f"{delegate.where}: {mismatch}"))
 
 
 def _engine_span(delegate: DelegateInfo, metadata: dict,
@@ -190,7 +186,7 @@ def _engine_span(delegate: DelegateInfo, metadata: dict,
 
 def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> DelegateReport:
     report = DelegateReport()
-    where = _where(delegate)
+    where = delegate.where
     try:
         metadata = _parse(delegate.blob)
     except ImportError as exc:

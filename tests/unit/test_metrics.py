@@ -15,7 +15,7 @@ from support.server import tensor, upload
 
 def test_label_values_and_help_are_escaped():
     counter = metrics.Counter("x_total", 'help with \\ and\nnewline', ("path",))
-    counter.inc(('a"b\\c\nd',))
+    counter.add(('a"b\\c\nd',))
     lines = counter.render()
     assert lines == ["# HELP x_total help with \\\\ and\\nnewline", "# TYPE x_total counter",
                      'x_total{path="a\\"b\\\\c\\nd"} 1']
@@ -50,8 +50,8 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count():
 
 def test_removing_a_model_drops_only_its_series():
     counter = metrics.Counter("r_total", "r", ("model", "outcome"))
-    counter.inc(("a", "ok"))
-    counter.inc(("b", "ok"), 2)
+    counter.add(("a", "ok"))
+    counter.add(("b", "ok"), 2)
     counter.remove("model", "a")
     assert counter.samples == {("b", "ok"): 2}
 
