@@ -312,12 +312,12 @@ nb::handle numpy_dtype(const DtypeEntry* entry) {
 
 std::optional<nb::object> copy_into_numpy(const OutputBuffer& output, const DtypeEntry* entry) {
   size_t nbytes = entry->bits / 8;
+  for (size_t extent : output.shape) nbytes *= extent;
+  if (nbytes > kCopyIntoNumpyUpTo) return std::nullopt;
   nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(output.shape.size())));
   for (size_t d = 0; d < output.shape.size(); ++d) {
-    nbytes *= output.shape[d];
     PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d), PyLong_FromSize_t(output.shape[d]));
   }
-  if (nbytes > kCopyIntoNumpyUpTo) return std::nullopt;
   nb::object array = numpy_empty()(shape, numpy_dtype(entry));
   Py_buffer view;
   if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
