@@ -5,10 +5,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service import http_routes
+from service.protocols.native import routes as http_routes
 from service.config import Settings
-from service.http_limits import JsonBodyLimit
-from service.core import ModelService
+from service.protocols.body_limit import JsonBodyLimit
+from service.dataplane.service import ModelService
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -36,9 +36,9 @@ class Settings:
     # is opened: they register delegate backends with the native host. The default loads the
     # TensorRT backend with the shipped provider; it needs no TensorRT or GPU to start, so a CPU
     # host serves CPU programs and refuses (or stores unverified) TensorRT ones.
-    backend_setup: tuple[str, ...] = ("service.tensorrt_runtime:install_backend",)
+    backend_setup: tuple[str, ...] = ("service.backends.tensorrt.runtime:install_backend",)
     # Modules whose import registers per-delegate ingest checks (service.ingest.register_delegate_check).
-    delegate_check_modules: tuple[str, ...] = ("service.tensorrt_checks",)
+    delegate_check_modules: tuple[str, ...] = ("service.backends.tensorrt.checks",)
     log_level: str = "info"
 
 
@@ -90,7 +90,7 @@ _OPTIONS = (
      "accept delegate plans the ingest checks cannot verify"),
     ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
      "comma-separated module:function callables registering delegate backends (default: "
-     "service.tensorrt_runtime:install_backend; an empty value registers none)"),
+     "service.backends.tensorrt.runtime:install_backend; an empty value registers none)"),
     ("--delegate-check-modules", "ETRT_DELEGATE_CHECK_MODULES", "delegate_check_modules", _list,
      "comma-separated modules registering per-delegate ingest checks"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),

@@ -88,7 +88,7 @@ def test_dynamic_batch_within_bound(shared_server, dynamic_batch_program):
                            dynamic_batch_program.module(x))
         response = client.post("/infer", json={"model": "dynamic",
                                                "inputs": [tensor(torch.randn(17, 4))]})
-        assert response.status_code == 422 and response.json()["problems"][0]["input"] == "input 0"
+        assert response.status_code == 422 and response.json()["problems"][0]["input"] == "input_0"
 
 
 def test_two_methods_and_method_selection(shared_server, two_methods_program):
@@ -132,12 +132,13 @@ def test_infer_unknown_model_is_404(shared_server):
     ([], "input.count", None),
     ([tensor(np.zeros((2, 4), np.float32)), tensor(np.zeros((2, 4), np.float32))],
      "input.count", None),
-    ([tensor(np.zeros((2, 4), np.float64))], "input.datatype", "input 0"),
-    ([tensor(np.zeros((2, 5), np.float32), name="x")], "input.shape", "input 0 ('x')"),
-    ([tensor(np.zeros((8,), np.float32))], "input.shape", "input 0"),
-    ([{"shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], "input.data", "input 0"),
-    ([{"shape": [2, 4], "datatype": "FP99", "data": [1.0] * 8}], "input.data", "input 0"),
-    ([{"shape": [2, 4], "datatype": "FP32"}], "request.invalid", "input 0"),
+    ([tensor(np.zeros((2, 4), np.float64))], "input.datatype", "input_0"),
+    ([tensor(np.zeros((2, 5), np.float32), name="input_0")], "input.shape", "input_0"),
+    ([tensor(np.zeros((2, 4), np.float32), name="x")], "input.unknown", "x"),
+    ([tensor(np.zeros((8,), np.float32))], "input.shape", "input_0"),
+    ([{"shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], "input.data", "input_0"),
+    ([{"shape": [2, 4], "datatype": "FP99", "data": [1.0] * 8}], "input.data", "input_0"),
+    ([{"shape": [2, 4], "datatype": "FP32"}], "request.invalid", "input_0"),
 ])
 def test_bad_inputs_are_422_naming_the_input(shared_server, linear_relu_program, inputs, rule,
                                              named):
@@ -149,7 +150,7 @@ def test_bad_inputs_are_422_naming_the_input(shared_server, linear_relu_program,
         [problem] = response.json()["problems"]
         assert problem["rule"] == rule and problem.get("input") == named
         if named:
-            assert named.split(" (")[0] in problem["message"] or rule == "request.invalid"
+            assert named in problem["message"] or rule == "request.invalid"
 
 
 def test_conflict_then_atomic_replace(shared_server, linear_relu_program, two_methods_program):

@@ -9,9 +9,9 @@ verified at ingest and served end to end.
 import numpy as np
 import pytest
 
-from service import tensorrt_runtime
-from service.program_inspection import inspect_data_file, inspect_program, method_meta
-from service.tensorrt_checks import PLANNING_HINT, STRIPPED_HINT
+from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.ingest.inspection import inspect_data_file, inspect_program, method_meta
+from service.backends.tensorrt.checks import PLANNING_HINT, STRIPPED_HINT
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 from support.server import ServerProcess, registry_rows, stored_files, tensor, upload
 from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401

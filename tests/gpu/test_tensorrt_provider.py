@@ -6,8 +6,8 @@ exists under the names it uses, and a bad plan is refused with TensorRT's own re
 """
 import pytest
 
-from service import tensorrt_runtime
-from service.tensorrt_runtime import TensorRTEngineProvider, TensorRTError
+from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.backends.tensorrt.runtime import TensorRTEngineProvider, TensorRTError
 
 pytestmark = pytest.mark.gpu
 
@@ -84,9 +84,9 @@ def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_pat
     import ethost_tensorrt
 
     from service.config import Settings
-    from service.ingest import IngestContext
-    from service.program_inspection import DelegateInfo, MethodInfo, ProgramInfo
-    from service.tensorrt_checks import check_tensorrt_delegate, verify_engine
+    from service.ingest.pipeline import IngestContext
+    from service.ingest.inspection import DelegateInfo, MethodInfo, ProgramInfo
+    from service.backends.tensorrt.checks import check_tensorrt_delegate, verify_engine
     from support import trt_blob
 
     ethost_tensorrt.set_engine_provider(None)

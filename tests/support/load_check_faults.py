@@ -1,7 +1,7 @@
 """Backend-setup hooks that make the load-check child crash or hang, to test how it is contained,
 and isolated-work functions (service.ingest.IsolatedWork) that answer, fail, crash or hang.
 
-The setup hooks act only inside the load-check child (`python -m service.load_check`), so a
+The setup hooks act only inside the load-check child (`python -m service.ingest.load_check`), so a
 server started with one of them still runs; only its uploads' isolated checks misbehave.
 """
 import os
@@ -10,7 +10,7 @@ import time
 
 
 def _in_load_check_child() -> bool:
-    return sys.argv[0].endswith(os.path.join("service", "load_check.py"))
+    return sys.argv[0].endswith(os.path.join("service", "ingest", "load_check.py"))
 
 
 def abort_in_load_check() -> None:

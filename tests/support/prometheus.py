@@ -1,6 +1,6 @@
 """Reads Prometheus text exposition (0.0.4) the way a scraper would, for tests of /metrics.
 
-Written independently of service.metrics so that a formatter bug cannot cancel out in a test:
+Written independently of service.dataplane.metrics so that a formatter bug cannot cancel out in a test:
 label values are unescaped character by character, and every sample line must parse.
 """
 import re

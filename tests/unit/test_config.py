@@ -10,7 +10,7 @@ def test_defaults_match_the_documented_ones():
     assert (settings.host, settings.port, settings.artifacts) == ("127.0.0.1", 8000,
                                                                   Path("artifacts"))
     assert settings.allow_unverified_plans is False
-    assert settings.backend_setup == ("service.tensorrt_runtime:install_backend",)
+    assert settings.backend_setup == ("service.backends.tensorrt.runtime:install_backend",)
 
 
 @pytest.mark.parametrize("argv,allowed", [(["--allow-unverified-plans"], True),

@@ -2,8 +2,8 @@
 import os
 import signal
 
-from service import load_check
-from service.load_check import check_program, run_isolated
+from service.ingest import load_check
+from service.ingest.load_check import check_program, run_isolated
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 

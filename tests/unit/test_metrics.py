@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service import metrics
+from service.dataplane import metrics
 from service.app import create_app
 from service.config import Settings
 from support.program_fixtures import linear_relu_program  # noqa: F401
@@ -118,10 +118,10 @@ def test_requests_and_uploads_are_counted_through_the_core(client, linear_relu_p
 
 
 def test_each_request_and_upload_is_logged(client, linear_relu_program, caplog):
-    caplog.set_level("INFO", logger="service.core")
+    caplog.set_level("INFO", logger="service.dataplane.service")
     assert upload(client, "lin", linear_relu_program.pte).status_code == 201
     assert client.post("/infer", json={"model": "lin", "inputs": []}).status_code == 422
-    lines = [r.getMessage() for r in caplog.records if r.name == "service.core"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.dataplane.service"]
     assert [line.rsplit(" duration_s=", 1)[0] for line in lines] == [
         "upload model='lin' outcome=accepted problems=0",
         "infer model='lin' method='forward' outcome=client_error"]

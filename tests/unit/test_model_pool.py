@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from service.model_pool import ModelPool, PoolClosed
-from service.native import import_host
-from service.storage import StoredModel
+from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.backends.host import import_host
+from service.store.storage import StoredModel
 from support import programs
 
 SIZE = 40_000

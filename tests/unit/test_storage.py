@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 
-from service.storage import PROGRAM_FILE, REGISTRY, NameTaken, Storage
+from service.store.storage import PROGRAM_FILE, REGISTRY, NameTaken, Storage
 
 
 def _stage(storage, content=b"program", data=None):

@@ -15,11 +15,11 @@ import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 from service.config import Settings
-from service.ingest import (IngestContext, IngestRefused, StagedFile, StagedUpload,
+from service.ingest.pipeline import (IngestContext, IngestRefused, StagedFile, StagedUpload,
                             run_ingest)
-from service.program_inspection import (DataFileInfo, DelegateInfo, MethodInfo, ProgramInfo,
+from service.ingest.inspection import (DataFileInfo, DelegateInfo, MethodInfo, ProgramInfo,
                                         TensorValue, inspect_data_file, inspect_program)
-from service.tensorrt_checks import (PLANNING_HINT, STRIPPED_HINT, check_tensorrt_delegate,
+from service.backends.tensorrt.checks import (PLANNING_HINT, STRIPPED_HINT, check_tensorrt_delegate,
                                      placement_report, stripped_weights_problem, verify_engine)
 from support import trt_blob
 from support.test_engine_provider import TestEngineProvider

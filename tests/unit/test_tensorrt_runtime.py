@@ -1,4 +1,4 @@
-"""What of service.tensorrt_runtime can be checked on a host without TensorRT or a GPU (CI).
+"""What of service.backends.tensorrt.runtime can be checked on a host without TensorRT or a GPU (CI).
 
 The TensorRT calls themselves are exercised on the H200 by tests/gpu/test_tensorrt_provider.py.
 """
@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from service import tensorrt_runtime
-from service.tensorrt_runtime import (MODULE_CANDIDATES, TensorRTEngineProvider, TensorRTError,
+from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.backends.tensorrt.runtime import (MODULE_CANDIDATES, TensorRTEngineProvider, TensorRTError,
                                       availability, import_first)
 
 
@@ -115,7 +115,7 @@ def test_install_backend_registers_the_backend_and_the_shipped_provider():
     # In a child: a backend library loaded into the native host stays for the process's life.
     script = textwrap.dedent("""
         import ethost, ethost_tensorrt
-        from service.tensorrt_runtime import TensorRTEngineProvider, install_backend
+        from service.backends.tensorrt.runtime import TensorRTEngineProvider, install_backend
         install_backend()
         assert "TensorRTBackend" in ethost.registered_backends(), ethost.registered_backends()
         assert isinstance(ethost_tensorrt.engine_provider(), TensorRTEngineProvider)

@@ -13,55 +13,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-import numpy as np
-
-from service import tensor_codec
+from service.backends.host import import_host
 from service.config import Settings
-from service.ingest import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
-from service.ingest_rules import Problem
-from service.metrics import UNKNOWN, Metrics
-from service.model_pool import ModelPool, PoolClosed
-from service.native import import_host
-from service.storage import NameTaken, Storage, StoredModel
+from service.dataplane.metrics import UNKNOWN, Metrics
+from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.dataplane.signature import bind_inputs, select_outputs, signature_of
+from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, ServiceError, TooLarge,
+                            Unavailable, clip, input_problem)
+from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
+from service.store.storage import NameTaken, Storage, StoredModel
 
 log = logging.getLogger(__name__)
-
-
-class ServiceError(Exception):
-    def __init__(self, message: str, problems: list[Problem] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.problems = problems or []
-
-
-class NotFound(ServiceError):
-    pass
-
-
-class Conflict(ServiceError):
-    pass
-
-
-class Invalid(ServiceError):
-    pass
-
-
-class TooLarge(ServiceError):
-    pass
-
-
-class Unavailable(ServiceError):
-    pass
-
-
-class ExecutionFailed(ServiceError):
-    pass
+# Every model has one version: a replace swaps it atomically rather than adding a second one.
+MODEL_VERSION = "1"
 
 
 @dataclass
 class _Served:
     stored: StoredModel
     pool: ModelPool
+    signatures: dict[str, MethodSignature]
 
 
 def _not_runnable(stored: StoredModel) -> str | None:
@@ -76,12 +48,12 @@ def _not_runnable(stored: StoredModel) -> str | None:
     return None
 
 
+def _serve(stored: StoredModel, pool: ModelPool) -> _Served:
+    return _Served(stored, pool, {m: signature_of(pool.meta(m)) for m in pool.method_names})
+
+
 def _outcome(exc: BaseException, outcomes: tuple) -> str:
     return next((name for kind, name in outcomes if isinstance(exc, kind)), "error")
-
-
-def _input_problem(label: str | None, rule: str, message: str) -> Invalid:
-    return Invalid(message, [Problem(None, rule, message, input=label)])
 
 
 class ModelService:
@@ -119,7 +91,7 @@ class ModelService:
                 log.error("model %s could not be loaded: %s", stored.name, exc)
                 self._unavailable[stored.name] = (stored, f"{type(exc).__name__}: {exc}")
                 continue
-            self._models[stored.name] = _Served(stored, pool)
+            self._models[stored.name] = _serve(stored, pool)
         self.ready = True
 
     async def stop(self) -> None:
@@ -192,7 +164,7 @@ class ModelService:
         if pool is None:
             self._unavailable[name] = (stored, reason)
         else:
-            self._models[name] = _Served(stored, pool)
+            self._models[name] = _serve(stored, pool)
             self._unavailable.pop(name, None)
         if previous is not None:
             await previous.pool.close()
@@ -220,7 +192,7 @@ class ModelService:
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
             return {**stored.description, "state": "unavailable", "error": reason}
-        raise NotFound(f"model {name!r} not found")
+        raise NotFound(f"model {clip(name)!r} not found")
 
     def list_models(self) -> list[dict]:
         return [self._description(name) for name in sorted({*self._models, *self._unavailable})]
@@ -229,9 +201,13 @@ class ModelService:
         return self._description(name)
 
     async def delete(self, name: str) -> None:
+        # Checked before taking the lock: per-name locks exist only for names that existed, so
+        # deletes of made-up names cannot grow memory.
+        if not self._exists(name):
+            raise NotFound(f"model {clip(name)!r} not found")
         async with self._lock(name):
             if not self._exists(name):
-                raise NotFound(f"model {name!r} not found")
+                raise NotFound(f"model {clip(name)!r} not found")
             served = self._models.pop(name, None)
             self._unavailable.pop(name, None)
             stored = await asyncio.to_thread(self.storage.unregister, name)
@@ -245,9 +221,35 @@ class ModelService:
         return self.metrics.render({"ready": len(self._models),
                                     "unavailable": len(self._unavailable)})
 
-    async def infer(self, model: str, method: str, inputs: list[dict]) -> dict:
+    # -- metadata -------------------------------------------------------------------------------
+
+    def _check_version(self, name: str, version: str | None) -> None:
+        if version not in (None, "", MODEL_VERSION):
+            raise NotFound(f"model {clip(name)!r} has no version {clip(version)!r} "
+                           f"(versions: {MODEL_VERSION})")
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether the model (and version) exists and can serve now; unknown ones raise."""
+        self._description(name)
+        self._check_version(name, version)
+        return name in self._models
+
+    def signatures(self, name: str, version: str | None = None) -> dict[str, MethodSignature]:
+        """Each method's signature with its published tensor names (also of unavailable models,
+        described from the file)."""
+        description = self._description(name)
+        self._check_version(name, version)
+        return {m["name"]: signature_of(m) for m in description["methods"]}
+
+    def model_names(self) -> list[str]:
+        return sorted({*self._models, *self._unavailable})
+
+    # -- inference ------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
         """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""
         begun = time.perf_counter()
+        model, method = request.model, request.method
         served = self._models.get(model)
         model_label = model if self._exists(model) else UNKNOWN
         method_label = method if served is not None and method in served.pool.method_names \
@@ -256,9 +258,9 @@ class ModelService:
         queued: list[float] = []
         outcome = "error"
         try:
-            result = await self._infer(served, model, method, inputs, queued.append)
+            response = await self._infer(served, request, queued.append)
             outcome = "ok"
-            return result
+            return response
         except ServiceError as exc:
             outcome = _outcome(exc, _INFER_OUTCOMES)
             raise
@@ -266,76 +268,39 @@ class ModelService:
             elapsed = time.perf_counter() - begun
             self.metrics.request_finished(token, model_label, method_label, outcome,
                                           queued[0] if queued else None, elapsed)
-            log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", model, method,
-                     outcome, elapsed)
+            log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
+                     clip(method), outcome, elapsed)
 
-    async def _infer(self, served: _Served | None, model: str, method: str, inputs: list[dict],
-                     acquired: Callable[[float], None]) -> dict:
+    async def _infer(self, served: _Served | None, request: InferRequest,
+                     acquired: Callable[[float], None]) -> InferResponse:
+        model, method = request.model, request.method
         if served is None:
             if model in self._unavailable:
                 raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model][1]}")
-            raise NotFound(f"model {model!r} not found")
+            raise NotFound(f"model {clip(model)!r} not found")
+        self._check_version(model, request.version)
         if method not in served.pool.method_names:
-            raise NotFound(f"model {model!r} has no method {method!r} (methods: "
+            raise NotFound(f"model {model!r} has no method {clip(method)!r} (methods: "
                            f"{', '.join(served.pool.method_names)})")
-        meta = served.pool.meta(method)
-        arrays = _decode_inputs(inputs, meta["inputs"])
+        signature = served.signatures[method]
+        arrays = bind_inputs(request.inputs, signature)
+        selected = select_outputs(signature, request.outputs)
         try:
             results = await served.pool.run(method, arrays, self._executor, acquired)
         except PoolClosed:
-            raise NotFound(f"model {model!r} is being deleted or replaced") from None
+            raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except ValueError as exc:  # ethost.InputError: the host's own input validation
-            label = f"input {getattr(exc, 'index', '?')}"
-            raise _input_problem(getattr(exc, "input_name", None) or label, "input.invalid",
-                                 str(exc)) from None
+            label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
+            raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
             raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
         outputs = []
-        for index, array in enumerate(results):
-            spec = meta["outputs"][index] if index < len(meta["outputs"]) else {}
-            outputs.append(tensor_codec.encode(np.asarray(array),
-                                               spec.get("name") or f"output {index}",
-                                               spec.get("dtype")))
-        return {"model": model, "method": method, "outputs": outputs}
+        for index in selected:
+            spec = signature.outputs[index]
+            outputs.append(Tensor(spec.name, spec.datatype, results[index]))
+        return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 
 _INFER_OUTCOMES = ((Unavailable, "unavailable"), (NotFound, "client_error"),
                    (Invalid, "client_error"))
 _UPLOAD_OUTCOMES = ((Invalid, "refused"), (TooLarge, "too_large"), (Conflict, "conflict"))
-
-
-def _decode_inputs(inputs: list[dict], specs: list[dict]) -> list[np.ndarray]:
-    if len(inputs) != len(specs):
-        raise _input_problem(None, "input.count",
-                             f"the method takes {len(specs)} input(s), the request has {len(inputs)}")
-    arrays = []
-    for index, (item, spec) in enumerate(zip(inputs, specs)):
-        label = f"input {index}" + (f" ({item['name']!r})" if item.get("name") else "")
-        if spec.get("tag", "Tensor") != "Tensor":
-            raise _input_problem(label, "input.unsupported",
-                                 f"{label} is a {spec['tag']} input; only tensor inputs are served")
-        try:
-            array = tensor_codec.decode(item.get("datatype"), item.get("shape"), item.get("data"),
-                                        label)
-        except tensor_codec.CodecError as exc:
-            raise _input_problem(label, "input.data", str(exc)) from None
-        expected = tensor_codec.datatype_of(spec["dtype"])
-        if item["datatype"] != expected:
-            raise _input_problem(label, "input.datatype",
-                                 f"{label} must be {expected}, the request sends {item['datatype']}")
-        _check_shape(label, list(array.shape), spec)
-        arrays.append(array)
-    return arrays
-
-
-def _check_shape(label: str, shape: list[int], spec: dict) -> None:
-    bound = spec["shape"]
-    if len(shape) != len(bound):
-        raise _input_problem(label, "input.shape",
-                             f"{label} must have {len(bound)} dimension(s) {bound}, got {shape}")
-    if spec.get("dynamic"):
-        if any(d > b for d, b in zip(shape, bound)):
-            raise _input_problem(label, "input.shape",
-                                 f"{label} shape {shape} exceeds the upper bound {bound}")
-    elif shape != bound:
-        raise _input_problem(label, "input.shape", f"{label} must have shape {bound}, got {shape}")

@@ -355,7 +355,7 @@ class TensorRTEngineProvider:
 
 
 def install_backend() -> None:
-    """Backend setup for the server: `--backend-setup service.tensorrt_runtime:install_backend`.
+    """Backend setup for the server: `--backend-setup service.backends.tensorrt.runtime:install_backend`.
 
     Loads the TensorRTBackend library into the native host's backend registry and installs the
     shipped provider. It fails loudly when another library already holds the backend id, since

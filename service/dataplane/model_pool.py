@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from service.storage import StoredModel
+from service.store.storage import StoredModel
 
 
 class PoolClosed(Exception):

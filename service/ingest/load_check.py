@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.ingest_rules import Problem
+from service.errors import Problem
 
 _STDERR_TAIL = 4096
 
@@ -62,7 +62,7 @@ def _signal_name(number: int) -> str:
 
 def _run_child(request: dict, timeout_s: float) -> ChildEnd:
     with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "service.load_check", json.dumps(request)],
+        child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=stderr, env=_child_env(), start_new_session=True)
         try:
@@ -145,7 +145,7 @@ def _refused(file: str, rule: str, message: str) -> LoadCheckResult:
 
 
 def _child(request: dict) -> dict:
-    from service.native import import_host
+    from service.backends.host import import_host
 
     method = None
     try:
@@ -165,7 +165,7 @@ def _child(request: dict) -> dict:
 
 
 def _answers(request: dict):
-    from service.native import import_host
+    from service.backends.host import import_host
 
     try:
         import_host(request["backend_setup"])

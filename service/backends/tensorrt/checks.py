@@ -14,10 +14,10 @@ on this host.
 """
 from __future__ import annotations
 
-from service import tensorrt_runtime
-from service.ingest import DelegateReport, IngestContext, IsolatedWork, register_delegate_check
-from service.ingest_rules import Problem
-from service.program_inspection import DelegateInfo, MethodInfo
+from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork, register_delegate_check
+from service.errors import Problem
+from service.ingest.inspection import DelegateInfo, MethodInfo
 
 BACKEND_ID = "TensorRTBackend"
 ALIGNMENT = tensorrt_runtime.ADDRESS_ALIGNMENT
@@ -222,7 +222,7 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
     if ok:
         file, offset, size = engine
         report.isolated = IsolatedWork(
-            "service.tensorrt_checks:verify_engine",
+            "service.backends.tensorrt.checks:verify_engine",
             {"file": file, "offset": offset, "size": size, "device_id": metadata["device_id"]},
             lambda answer: _apply_verification(answer, metadata, report, delegate,
                                                ctx.program_name),

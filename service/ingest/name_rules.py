@@ -8,7 +8,7 @@ kind of violation has its own rule id and message so a user knows exactly what t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from service.errors import Problem
 
 DATA_SUFFIX = ".ptd"
 FILE_NAME_LIMIT = 255
@@ -17,18 +17,6 @@ _ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 _FIRST = re.compile(r"[A-Za-z0-9_]")
 _DEVICE_NAMES = frozenset(
     ["CON", "PRN", "AUX", "NUL"] + [f"COM{i}" for i in range(10)] + [f"LPT{i}" for i in range(10)])
-
-
-@dataclass(frozen=True)
-class Problem:
-    file: str | None
-    rule: str
-    message: str
-    input: str | None = None
-
-    def as_dict(self) -> dict:
-        shown = {"file": self.file, "rule": self.rule, "message": self.message}
-        return shown if self.input is None else {**shown, "input": self.input}
 
 
 def windows_name(name: str) -> str:

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from service import ingest
+from service.ingest import pipeline as ingest
 from service.config import Settings
-from service.ingest import (DelegateReport, IngestRefused, StagedFile, StagedUpload,
+from service.ingest.pipeline import (DelegateReport, IngestRefused, StagedFile, StagedUpload,
                             register_delegate_check, run_ingest)
-from service.ingest_rules import Problem
+from service.errors import Problem
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program  # noqa: F401
 

@@ -30,7 +30,7 @@ def test_at_most_the_configured_number_of_uploads_are_checked_at_once(tmp_path, 
                                                                       linear_relu_program):
     # Ingest runs on threads of its own, bounded, so slow load checks queue there instead of
     # taking the threads that parse other requests.
-    import service.core as core
+    import service.dataplane.service as core
 
     running, most, lock = 0, 0, threading.Lock()
     real = core.run_ingest

@@ -9,14 +9,20 @@ from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from service.core import (Conflict, ExecutionFailed, Invalid, ModelService, NotFound, ServiceError,
-                          TooLarge, Unavailable)
-from service.http_models import (ErrorBody, HealthBody, InferRequest, InferResponse,
+from service.dataplane.service import ModelService
+from service.dataplane.types import InferRequest as DataplaneRequest
+from service.dataplane.types import Tensor
+from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
+                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable,
+                            clip, input_problem)
+from service.protocols import json_tensors
+from service.protocols.native.schema import (ErrorBody, HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
-from service.http_upload import receive_upload
-from service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service.protocols.native.multipart import receive_upload
+from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 STATUS = {NotFound: 404, Conflict: 409, Invalid: 422, TooLarge: 413, Unavailable: 503,
+          Busy: 503, DeadlineExceeded: 504, Unauthorized: 401, Forbidden: 403,
           ExecutionFailed: 500}
 _ERRORS = {code: {"model": ErrorBody} for code in (404, 409, 413, 422, 503)}
 _UPLOAD_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -60,10 +66,23 @@ async def delete_model(request: Request, name: str) -> Response:
     return Response(status_code=204)
 
 
+def _decode(index: int, item) -> Tensor:
+    label = clip(item.name) if item.name is not None else f"input_{index}"
+    try:
+        array = json_tensors.decode(item.datatype, item.shape, item.data, label)
+    except json_tensors.CodecError as exc:
+        raise input_problem(label, "input.data", str(exc)) from None
+    return Tensor(item.name, item.datatype, array)
+
+
 @router.post("/infer", response_model=InferResponse, responses=_ERRORS)
 async def infer(request: Request, body: InferRequest) -> dict:
-    inputs = [item.model_dump() for item in body.inputs]
-    return await _service(request).infer(body.model, body.method, inputs)
+    tensors = [_decode(index, item) for index, item in enumerate(body.inputs)]
+    response = await _service(request).infer(
+        DataplaneRequest(model=body.model, method=body.method, inputs=tensors))
+    return {"model": response.model, "method": response.method,
+            "outputs": [json_tensors.encode(t.array, t.name, t.datatype)
+                        for t in response.outputs]}
 
 
 @router.get("/health/live", response_model=HealthBody)
@@ -96,7 +115,7 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
         location = [str(part) for part in error.get("loc", ()) if part != "body"]
         where = None
         if len(location) >= 2 and location[0] == "inputs":
-            where = f"input {location[1]}"
+            where = f"input_{location[1]}"
         problems.append({"file": None, "rule": "request.invalid", "input": where,
                          "message": f"{'.'.join(location) or 'body'}: {error.get('msg')}"})
     return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)

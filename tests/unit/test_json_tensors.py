@@ -4,9 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from service import tensor_codec as codec
-
-
+from service.protocols import json_tensors as codec
 @pytest.mark.parametrize("datatype,values", [
     ("BOOL", [True, False, True, True]), ("UINT8", [0, 255, 7, 1]), ("INT8", [-128, 127, 0, -1]),
     ("INT16", [-32768, 32767, 5, 6]), ("INT32", [-(2**31), 2**31 - 1, 0, 3]),
@@ -29,14 +27,14 @@ def test_bf16_matches_torch_rounding_both_ways():
     assert bits.dtype == np.uint16
     expected = torch.tensor(values, dtype=torch.float32).to(torch.bfloat16).view(torch.int16)
     assert bits.tolist() == (expected.numpy().astype(np.uint16)).tolist()
-    back = codec.encode(bits, "y", "bfloat16")
+    back = codec.encode(bits, "y", "BF16")
     assert back["datatype"] == "BF16"
     assert back["data"] == torch.tensor(values).to(torch.bfloat16).float().tolist()
 
 
 def test_bf16_keeps_nan_and_infinities():
     bits = codec.decode("BF16", [3], ["NaN", "Infinity", "-Infinity"], "x")
-    assert codec.encode(bits, "y", "bfloat16")["data"] == ["NaN", "Infinity", "-Infinity"]
+    assert codec.encode(bits, "y", "BF16")["data"] == ["NaN", "Infinity", "-Infinity"]
 
 
 def test_non_finite_floats_travel_as_strings():

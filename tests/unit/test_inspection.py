@@ -1,7 +1,7 @@
 import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
-from service.program_inspection import (InspectionError, inspect_data_file, inspect_program,
+from service.ingest.inspection import (InspectionError, inspect_data_file, inspect_program,
                                         method_meta)
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import (dynamic_batch_program, external_weights_program,  # noqa: F401

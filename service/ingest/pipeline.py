@@ -8,7 +8,7 @@ Delegate-specific checks (e.g. TensorRT plans) plug in through register_delegate
 pipeline calls them with each delegate of that backend and a context to look up named data.
 A check that must call into its backend's own runtime on the uploaded bytes (deserialize a plan)
 does not do it here: it returns that call as IsolatedWork, and the pipeline runs all of an
-upload's work in one isolated check child (service.load_check) right after the checks, so those
+upload's work in one isolated check child (service.ingest.load_check) right after the checks, so those
 findings are still reported together with every other problem. The server never runs native
 code on an unchecked upload itself: a plan that crashes its deserializer kills only the child.
 A check may accept a delegate it cannot run here (details "runnable": False with an
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from service import ingest_rules as rules
+from service.ingest import name_rules as rules
 from service.config import Settings
-from service.ingest_rules import Problem
-from service.load_check import check_program, run_isolated
-from service.program_inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
+from service.errors import Problem
+from service.ingest.load_check import check_program, run_isolated
+from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
-from service.storage import PROGRAM_FILE
+from service.store.storage import PROGRAM_FILE
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,14 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.dtypes import BY_SCALAR_TYPE
+
 PROGRAM_IDENTIFIER = b"ET12"
 DATA_IDENTIFIER = b"FT01"
 _TENSOR = 5  # KernelTypes.Tensor
 # KernelTypes union members -> the native host's EValue tag names (method_meta "tag").
 _TAGS = {1: "None", 2: "Int", 3: "Bool", 4: "Double", 5: "Tensor", 6: "String", 7: "ListInt",
          8: "ListDouble", 9: "ListBool", 10: "ListTensor", 11: "ListOptionalTensor"}
-# ScalarType -> (numpy dtype name as the native host names it, bytes per element).
-_SCALAR_TYPES = {0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4),
-                 4: ("int64", 8), 5: ("float16", 2), 6: ("float32", 4), 7: ("float64", 8),
-                 11: ("bool", 1), 15: ("bfloat16", 2), 27: ("uint16", 2), 28: ("uint32", 4)}
 _DEVICES = {0: "cpu", 1: "cuda"}  # DeviceType
 _DELEGATE_CALL = 2  # InstructionArguments.DelegateCall
 _EXTERNAL = 1  # TensorDataLocation.EXTERNAL
@@ -267,8 +265,9 @@ def _value_spec(method: MethodInfo, role: str, position: int, value: int) -> dic
     tensor = method.tensors.get(value)
     if tensor is None:
         return spec
-    dtype, itemsize = _SCALAR_TYPES.get(tensor.scalar_type,
-                                        (f"scalar type {tensor.scalar_type}", 0))
+    known = BY_SCALAR_TYPE.get(tensor.scalar_type)
+    dtype, itemsize = (known.name, known.itemsize) if known else (
+        f"scalar type {tensor.scalar_type}", 0)
     if tensor.name:
         spec["name"] += f" ({tensor.name!r})"
     return {**spec, "dtype": dtype, "shape": list(tensor.sizes), "dynamic": tensor.dynamic,

@@ -10,22 +10,16 @@ import math
 
 import numpy as np
 
+from service.dtypes import BY_DATATYPE, datatype_of
+
 BF16 = "BF16"
-# OIP datatype -> numpy dtype name as the native host reports it (bfloat16: our uint16 carrier).
-DATATYPES = {
-    "BOOL": "bool", "UINT8": "uint8", "INT8": "int8", "INT16": "int16", "INT32": "int32",
-    "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64", BF16: "bfloat16",
-}
-DTYPE_TO_DATATYPE = {dtype: datatype for datatype, dtype in DATATYPES.items()}
+# OIP datatype -> the native host's dtype name (bfloat16 travels in a uint16 carrier).
+DATATYPES = {datatype: entry.name for datatype, entry in BY_DATATYPE.items()}
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 class CodecError(ValueError):
     """A request tensor that cannot be decoded; the message names the tensor."""
-
-
-def datatype_of(dtype_name: str) -> str | None:
-    return DTYPE_TO_DATATYPE.get(dtype_name)
 
 
 def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
@@ -102,12 +96,12 @@ def _json_value(value):
     return value
 
 
-def encode(array: np.ndarray, name: str, dtype_name: str | None = None) -> dict:
-    """A result tensor as an OIP output; dtype_name overrides the array's own (bfloat16 carriers)."""
-    dtype_name = dtype_name or array.dtype.name
-    datatype = datatype_of(dtype_name)
+def encode(array: np.ndarray, name: str, datatype: str | None = None) -> dict:
+    """A result tensor as an OIP output; `datatype` overrides the array's own (BF16 carriers)."""
+    datatype = datatype or datatype_of(array.dtype.name)
     if datatype is None:
-        raise CodecError(f"{name}: dtype {dtype_name} has no Open Inference Protocol datatype")
+        raise CodecError(f"{name}: dtype {array.dtype.name} has no Open Inference Protocol "
+                         "datatype")
     values = bf16_bits_to_float32(array) if datatype == BF16 else array
     flat = values.reshape(-1).tolist()
     if values.dtype.kind == "f":

@@ -16,10 +16,10 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from service.config import FALSE_WORDS, TRUE_WORDS, Settings
-from service.core import Invalid, TooLarge
-from service.ingest import StagedFile, StagedUpload
-from service.ingest_rules import Problem
-from service.storage import Storage
+from service.dataplane.service import Invalid, TooLarge
+from service.ingest.pipeline import StagedFile, StagedUpload
+from service.errors import Problem
+from service.store.storage import Storage
 
 _FIELD_LIMIT = 4096
 _UNKNOWN_FIELDS_REPORTED = 16

@@ -1,6 +1,6 @@
 import pytest
 
-from service.ingest_rules import (check_data_name, check_data_names_together, check_model_name,
+from service.ingest.name_rules import (check_data_name, check_data_names_together, check_model_name,
                                   check_program_name)
 
 

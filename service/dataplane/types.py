@@ -1,0 +1,70 @@
+"""Requests and responses of the dataplane: named numpy tensors, no wire format.
+
+Each protocol decodes its wire format (JSON lists, binary tensor data, gRPC raw contents) into
+these at its edge and encodes the response back, so the dataplane only checks tensors against
+the method's signature and runs them. BF16 tensors carry uint16 bit patterns (service.dtypes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Tensor:
+    name: str | None  # None: matched to the method's inputs by position (native API only)
+    datatype: str     # Open Inference Protocol datatype
+    array: np.ndarray
+
+
+@dataclass
+class InferRequest:
+    model: str
+    inputs: list[Tensor]
+    method: str = "forward"
+    version: str | None = None
+    id: str | None = None
+    # Names of the outputs to return, in that order; None returns all of them.
+    outputs: list[str] | None = None
+    parameters: dict = field(default_factory=dict)
+    # Seconds the request may wait for an instance before it is dropped unexecuted.
+    timeout_s: float | None = None
+
+
+@dataclass
+class InferResponse:
+    model: str
+    version: str
+    method: str
+    id: str | None
+    outputs: list[Tensor]
+    parameters: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A method input or output as protocols publish it."""
+    name: str
+    datatype: str | None  # None: a dtype no protocol datatype exists for
+    shape: list[int]      # upper bounds where dynamic
+    dynamic: bool
+    tag: str = "Tensor"
+
+    @property
+    def published_shape(self) -> list[int]:
+        """The Open Inference Protocol shape: -1 for every dimension that may vary."""
+        return [-1 for _ in self.shape] if self.dynamic else list(self.shape)
+
+
+@dataclass(frozen=True)
+class MethodSignature:
+    name: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]

@@ -1,0 +1,87 @@
+"""What can go wrong in the dataplane, as values every protocol maps to its own status codes.
+
+The dataplane raises these and nothing else for anything a client can cause; each protocol has
+one table from these classes to its codes (native HTTP, v2 REST, gRPC), so a new protocol only
+adds a table. A Problem names the file or request input and a stable rule id, so a client can
+act on every problem of a request at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Client strings (model names, tensor names, ...) are cut to this many characters wherever they
+# are echoed into an error body or a log line: a 10 MB name must not become a 10 MB answer.
+ECHO_LIMIT = 200
+
+
+def clip(text: object, limit: int = ECHO_LIMIT) -> str:
+    """`repr`-free truncation for echoing client-supplied text."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text) - limit} more)"
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str | None
+    rule: str
+    message: str
+    input: str | None = None
+
+    def as_dict(self) -> dict:
+        shown = {"file": self.file, "rule": self.rule, "message": self.message}
+        return shown if self.input is None else {**shown, "input": self.input}
+
+
+class ServiceError(Exception):
+    def __init__(self, message: str, problems: list[Problem] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or []
+
+
+class NotFound(ServiceError):
+    """Unknown model, version, method or tensor name."""
+
+
+class Conflict(ServiceError):
+    """The name exists and the request did not ask to replace it."""
+
+
+class Invalid(ServiceError):
+    """The request (or upload) breaks a rule; `problems` say which."""
+
+
+class TooLarge(ServiceError):
+    """A size limit was crossed."""
+
+
+class Unavailable(ServiceError):
+    """The model exists but cannot serve now (not runnable here, loading, being replaced)."""
+
+
+class Busy(ServiceError):
+    """The model's queue is full; retry after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(ServiceError):
+    """The request's deadline passed while it waited; it was never executed."""
+
+
+class Unauthorized(ServiceError):
+    """No credentials, or wrong ones."""
+
+
+class Forbidden(ServiceError):
+    """Credentials of the wrong scope, or an operation disabled on this server."""
+
+
+class ExecutionFailed(ServiceError):
+    """The program failed for a reason that is not the request's fault (the server's own)."""
+
+
+def input_problem(label: str | None, rule: str, message: str) -> Invalid:
+    return Invalid(message, [Problem(None, rule, message, input=label)])
