@@ -2,19 +2,26 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
 
 from service.app import create_app
 from service.config import parse_settings
+from service.store_lock import StoreLockError, acquire
 
 
 def main() -> None:
     settings = parse_settings()
+    try:
+        store_lock = acquire(settings.artifacts)  # held until the process exits
+    except StoreLockError as exc:
+        sys.exit(f"error: {exc}")
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                 log_level=settings.log_level)
+    store_lock.release()
 
 
 if __name__ == "__main__":
