@@ -65,3 +65,21 @@ def test_inference_service_uses_the_runtime_with_v2():
     formats = {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
     assert model["modelFormat"]["name"] in formats
     assert model["storageUri"]
+
+
+def test_runtime_args_reach_the_server_as_flags():
+    """KServe's args (and `docker run IMAGE ARGS`) replace CMD, not ENTRYPOINT."""
+    import os
+    import subprocess
+    import sys
+
+    dockerfile = DOCKERFILE.read_text()
+    assert "COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/etrt-server" in dockerfile
+    assert 'ENTRYPOINT ["etrt-server"]' in dockerfile
+    repo = KSERVE.parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    done = subprocess.run(["sh", str(KSERVE.parent / "entrypoint.sh"), "--help"], env=env,
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: python -m service" in done.stdout and "--admin-token-file" in done.stdout
