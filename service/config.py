@@ -40,6 +40,10 @@ class Settings:
     # Modules whose import registers per-delegate ingest checks (service.ingest.register_delegate_check).
     delegate_check_modules: tuple[str, ...] = ("service.backends.tensorrt.checks",)
     log_level: str = "info"
+    # Bearer tokens (service/auth.py): files here, or ETRT_ADMIN_TOKEN / ETRT_INFER_TOKEN.
+    admin_token_file: Path | None = None
+    infer_token_file: Path | None = None
+    metrics_auth: str = "none"
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace').
@@ -54,6 +58,12 @@ def _bool(text: str) -> bool:
     if lowered in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def _metrics_auth(text: str) -> str:
+    if text.strip().lower() not in ("none", "infer"):
+        raise argparse.ArgumentTypeError(f"expected none or infer, got {text!r}")
+    return text.strip().lower()
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -94,6 +104,12 @@ _OPTIONS = (
     ("--delegate-check-modules", "ETRT_DELEGATE_CHECK_MODULES", "delegate_check_modules", _list,
      "comma-separated modules registering per-delegate ingest checks"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
+    ("--admin-token-file", "ETRT_ADMIN_TOKEN_FILE", "admin_token_file", Path,
+     "file holding the bearer token for model management (or set ETRT_ADMIN_TOKEN)"),
+    ("--infer-token-file", "ETRT_INFER_TOKEN_FILE", "infer_token_file", Path,
+     "file holding the bearer token for inference and metadata (or set ETRT_INFER_TOKEN)"),
+    ("--metrics-auth", "ETRT_METRICS_AUTH", "metrics_auth", _metrics_auth,
+     "none: /metrics is open; infer: it needs the infer token"),
 )
 
 

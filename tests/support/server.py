@@ -128,8 +128,12 @@ def tensor(array, name: str | None = None, datatype: str | None = None) -> dict:
 
 
 def stored_files(artifacts: Path) -> list[str]:
-    """Every file under the artifacts root, relative to it (the registry included)."""
-    return sorted(str(p.relative_to(artifacts)) for p in Path(artifacts).rglob("*") if p.is_file())
+    """Every file under the artifacts root, relative to it (the registry included; not the
+    running server's lock file, which holds no model data)."""
+    from service.store.lock import LOCK_FILE
+
+    return sorted(str(p.relative_to(artifacts)) for p in Path(artifacts).rglob("*")
+                  if p.is_file() and str(p.relative_to(artifacts)) != LOCK_FILE)
 
 
 def registry_rows(artifacts: Path) -> list[str]:
