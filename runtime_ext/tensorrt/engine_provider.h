@@ -1,5 +1,5 @@
 // The narrow surface through which the delegate reaches TensorRT. Everything TensorRT-specific
-// lives behind it (in Python, see CONTRACT "engine-provider seam"), so the delegate is built and
+// lives behind it (in Python: service/tensorrt_runtime.py), so the delegate is built and
 // tested without TensorRT headers, and production and test providers plug into the same code.
 #pragma once
 
@@ -37,13 +37,32 @@ struct ProviderError {
   bool ok() const { return code == Error::Ok; }
 };
 
+using Dims = std::vector<int64_t>;
+
+// Everything one execute hands the provider, in a single call.
+struct ExecuteCall {
+  // Engine-order input shapes, or null when the context already holds these shapes.
+  const std::vector<Dims>* input_shapes = nullptr;
+  // Every binding's address in engine order, or null when none changed since the last call.
+  const std::vector<uintptr_t>* addresses = nullptr;
+  StreamHandle stream = 0;
+};
+
+// While alive, keeps the provider entered (a Python provider holds the GIL), so that the calls
+// made inside it cost one entry between them.
+class ProviderScope {
+ public:
+  virtual ~ProviderScope() = default;
+};
+
 class ExecutionContext {
  public:
   virtual ~ExecutionContext() = default;
-  virtual ProviderError set_input_shape(const std::string& name, const std::vector<int64_t>& shape) = 0;
-  virtual ProviderError output_shape(const std::string& name, std::vector<int64_t>* shape) = 0;
-  virtual ProviderError set_tensor_address(const std::string& name, uintptr_t address) = 0;
-  virtual ProviderError enqueue(StreamHandle stream) = 0;
+  // Sets the inputs' shapes (engine input order) and returns the outputs' (engine output order).
+  virtual ProviderError infer_shapes(const std::vector<Dims>& inputs, std::vector<Dims>* outputs) = 0;
+  // Sets what changed, binds what moved and enqueues: the only provider call of a steady call.
+  virtual ProviderError execute(const ExecuteCall& call) = 0;
+  virtual std::unique_ptr<ProviderScope> enter() = 0;
 };
 
 class Engine {

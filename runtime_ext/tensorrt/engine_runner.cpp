@@ -125,8 +125,8 @@ EngineRunner::~EngineRunner() {
   context_.reset();  // before the engine it came from
 }
 
-Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resize,
-                              std::vector<int>* arg_of, std::string* why) {
+Error EngineRunner::check_args(const std::vector<IoArg>& args, std::vector<int>* arg_of,
+                               std::string* why) {
   const auto& io = engine_->io();
   size_t n_in = input_order_.size();
   size_t n_out = output_order_.size();
@@ -146,30 +146,68 @@ Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resi
     if (!(elided && alias_input_[e] >= 0)) (*arg_of)[e] = static_cast<int>(next++);
   }
   for (size_t e : input_order_) {
-    IoArg& a = args[(*arg_of)[e]];
+    const IoArg& a = args[(*arg_of)[e]];
     if (!a.dtype.empty() && a.dtype != io[e].dtype) {
       return fail(why, Error::InvalidArgument, "input '" + io[e].name + "' is " + a.dtype +
                                                    " but the engine takes " + io[e].dtype);
     }
     Error err = check_input_shape(io[e], a.shape, why);
     if (err != Error::Ok) return err;
-    err = from_provider(context_->set_input_shape(io[e].name, a.shape), why);
-    if (err != Error::Ok) return err;
   }
   for (size_t e : output_order_) {
-    std::vector<int64_t> shape;
-    Error err = from_provider(context_->output_shape(io[e].name, &shape), why);
-    if (err != Error::Ok) return err;
     int a = (*arg_of)[e];
-    if (a < 0) continue;
-    if (!args[a].dtype.empty() && args[a].dtype != io[e].dtype) {
+    if (a >= 0 && !args[a].dtype.empty() && args[a].dtype != io[e].dtype) {
       return fail(why, Error::InvalidArgument, "output '" + io[e].name + "' is " + args[a].dtype +
                                                    " but the engine writes " + io[e].dtype);
     }
-    err = resize(static_cast<size_t>(a), shape, &args[a], why);
+  }
+  return Error::Ok;
+}
+
+Error EngineRunner::output_shapes(const std::vector<Dims>& inputs, const std::vector<Dims>** outputs,
+                                  std::unique_ptr<ProviderScope>* scope, std::string* why) {
+  auto found = shape_cache_.find(inputs);
+  if (found != shape_cache_.end()) {
+    *outputs = &found->second;
+    return Error::Ok;
+  }
+  // New input shapes: this call asks the provider twice (infer, then execute), so it enters the
+  // provider once for both. Output shapes depend on input shapes alone (the provider refuses
+  // engines whose outputs depend on values), hence the cache.
+  *scope = context_->enter();
+  std::vector<Dims> shapes;
+  Error err = from_provider(context_->infer_shapes(inputs, &shapes), why);
+  if (err != Error::Ok) {
+    context_shapes_.clear();
+    return err;
+  }
+  if (shapes.size() != output_order_.size()) {
+    return fail(why, Error::Internal,
+                "the engine provider gave " + std::to_string(shapes.size()) +
+                    " output shapes for an engine with " + std::to_string(output_order_.size()) +
+                    " outputs");
+  }
+  context_shapes_ = inputs;
+  constexpr size_t kMaxCachedShapes = 64;  // a bound for callers that vary shapes endlessly
+  if (shape_cache_.size() >= kMaxCachedShapes) shape_cache_.clear();
+  *outputs = &shape_cache_.emplace(inputs, std::move(shapes)).first->second;
+  return Error::Ok;
+}
+
+Error EngineRunner::resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                                   const std::vector<Dims>& shapes, const ResizeOutput& resize,
+                                   std::string* why) {
+  const auto& io = engine_->io();
+  size_t k = 0;
+  for (size_t e = 0; e < io.size(); ++e) {
+    if (io[e].is_input) continue;
+    const Dims& shape = shapes[k++];
+    int a = arg_of[e];
+    if (a < 0) continue;
+    Error err = resize(static_cast<size_t>(a), shape, &args[a], why);
     if (err != Error::Ok) return err;
     if (alias_input_[e] >= 0) {
-      const IoArg& in = args[(*arg_of)[alias_input_[e]]];
+      const IoArg& in = args[arg_of[alias_input_[e]]];
       if (args[a].nbytes != in.nbytes) {
         return fail(why, Error::InvalidArgument,
                     "in-place output '" + io[e].name + "' is " + std::to_string(args[a].nbytes) +
@@ -182,9 +220,22 @@ Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resi
 
 Error EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why) {
   std::vector<int> arg_of;
-  Error err = bind_args(args, resize, &arg_of, why);
+  Error err = check_args(args, &arg_of, why);
   if (err != Error::Ok) return err;
-  err = stage_and_run(args, arg_of, why);
+  // Engine input order, which is also the order the provider takes them in.
+  std::vector<Dims> inputs;
+  inputs.reserve(input_order_.size());
+  const auto& io = engine_->io();
+  for (size_t e = 0; e < io.size(); ++e) {
+    if (io[e].is_input) inputs.push_back(args[arg_of[e]].shape);
+  }
+  {
+    std::unique_ptr<ProviderScope> scope;
+    const std::vector<Dims>* outputs = nullptr;
+    err = output_shapes(inputs, &outputs, &scope, why);
+    if (err == Error::Ok) err = resize_outputs(args, arg_of, *outputs, resize, why);
+    if (err == Error::Ok) err = stage_and_run(args, arg_of, inputs, why);
+  }
   // Whatever was queued finishes before the caller may touch its buffers again.
   Error synced = memory_->synchronize(stream_);
   if (err == Error::Ok && synced != Error::Ok) {
@@ -194,7 +245,7 @@ Error EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize, st
 }
 
 Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
-                                  std::string* why) {
+                                  const std::vector<Dims>& input_shapes, std::string* why) {
   const auto& io = engine_->io();
   size_t n = io.size();
   std::vector<BindingFacts> facts(n);
@@ -263,14 +314,21 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
     Error e = copy(c);
     if (e != Error::Ok) return e;
   }
-  for (size_t e = 0; e < n; ++e) {
-    Error err = from_provider(
-        context_->set_tensor_address(io[e].name, reinterpret_cast<uintptr_t>(address(plan.bound[e]))),
-        why);
-    if (err != Error::Ok) return err;
+  std::vector<uintptr_t> addresses(n);
+  for (size_t e = 0; e < n; ++e) addresses[e] = reinterpret_cast<uintptr_t>(address(plan.bound[e]));
+  ExecuteCall call;
+  call.input_shapes = input_shapes == context_shapes_ ? nullptr : &input_shapes;
+  call.addresses = addresses == bound_addresses_ ? nullptr : &addresses;
+  call.stream = stream_;
+  Error err = from_provider(context_->execute(call), why);
+  if (err != Error::Ok) {
+    // What the context holds is unknown now: resend everything next time.
+    context_shapes_.clear();
+    bound_addresses_.clear();
+    return err;
   }
-  Error err = from_provider(context_->enqueue(stream_), why);
-  if (err != Error::Ok) return err;
+  if (call.input_shapes) context_shapes_ = input_shapes;
+  if (call.addresses) bound_addresses_ = std::move(addresses);
   for (const auto& c : plan.after) {
     Error e = copy(c);
     if (e != Error::Ok) return e;

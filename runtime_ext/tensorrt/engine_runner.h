@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,9 +64,13 @@ class EngineRunner {
   };
 
   EngineRunner() = default;
-  Error bind_args(std::vector<IoArg>& args, const ResizeOutput& resize, std::vector<int>* arg_of,
-                  std::string* why);
-  Error stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of, std::string* why);
+  Error check_args(const std::vector<IoArg>& args, std::vector<int>* arg_of, std::string* why);
+  Error output_shapes(const std::vector<Dims>& inputs, const std::vector<Dims>** outputs,
+                      std::unique_ptr<ProviderScope>* scope, std::string* why);
+  Error resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                       const std::vector<Dims>& shapes, const ResizeOutput& resize, std::string* why);
+  Error stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                      const std::vector<Dims>& input_shapes, std::string* why);
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<DeviceMemory> memory_;
@@ -79,6 +84,11 @@ class EngineRunner {
   std::vector<size_t> output_order_;    // engine indices of outputs in argument order
   size_t aliased_count_ = 0;
   std::vector<Stage> stages_;
+  // Output shapes by input shapes, asked of the provider once per new input shapes.
+  std::map<std::vector<Dims>, std::vector<Dims>> shape_cache_;
+  // What the execution context holds now, so unchanged shapes and addresses are not resent.
+  std::vector<Dims> context_shapes_;
+  std::vector<uintptr_t> bound_addresses_;
   mutable std::mutex counters_mu_;
   std::vector<BindingCounters> counters_;
   uint64_t calls_ = 0;

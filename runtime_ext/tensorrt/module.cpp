@@ -96,8 +96,12 @@ NB_MODULE(ethost_tensorrt, m) {
   }, nb::arg("blob"), "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
 
   m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
-        "Install the object TensorRT is reached through (see CONTRACT: engine-provider seam).");
+        "Install the object TensorRT is reached through (deserialize, describe, create_context, "
+        "infer_shapes, execute; see service/tensorrt_runtime.py).");
   m.def("engine_provider", &python_provider);
+  m.def("provider_gil_entries", &provider_gil_entries,
+        "How many times delegates have taken the GIL to call the engine provider (at most once "
+        "per execute).");
 
   m.def("device_status", []() -> std::optional<std::string> {
     std::string why;

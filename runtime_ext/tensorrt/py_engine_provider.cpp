@@ -1,6 +1,8 @@
 // Engine provider over a Python object. The host releases the GIL for the whole execute, so the
-// GIL is taken only around each provider call and every Python error becomes a ProviderError here:
-// nothing Python- or exception-shaped crosses back into ExecuTorch.
+// GIL is taken only for provider calls -- once per execute: one `execute` call in the steady
+// state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Every
+// Python error becomes a ProviderError here: nothing Python- or exception-shaped crosses back
+// into ExecuTorch.
 #include <map>
 #include <atomic>
 #include <stdexcept>
@@ -47,10 +49,19 @@ ProviderError failure(Error code, const char* call, const std::exception& e) {
   return {code, std::string("engine provider ") + call + " returned something unexpected: " + e.what()};
 }
 
+// Times the delegate took the GIL to reach the provider (not counting re-entries while held).
+std::atomic<uint64_t> g_gil_entries{0};
+
+bool count_gil_entry() {
+  if (!PyGILState_Check()) g_gil_entries.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // Runs `body` holding the GIL and maps any exception it raises to `code`.
 template <typename F>
 ProviderError call_python(Error code, const char* call, F&& body) {
   if (!python_alive()) return {Error::InvalidState, "the Python interpreter is shutting down"};
+  count_gil_entry();
   nb::gil_scoped_acquire gil;
   try {
     body();
@@ -69,34 +80,70 @@ std::optional<std::vector<int64_t>> optional_dims(nb::handle v) {
   return nb::cast<std::vector<int64_t>>(v);
 }
 
+nb::object dims_list(const std::vector<Dims>& shapes) {
+  nb::list out;
+  for (const Dims& dims : shapes) {
+    nb::list d;
+    for (int64_t x : dims) d.append(x);
+    out.append(d);
+  }
+  return out;
+}
+
+nb::object address_tuple(const std::vector<uintptr_t>& addresses) {
+  nb::object out = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(addresses.size())));
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    PyObject* v = PyLong_FromSize_t(addresses[i]);
+    if (v == nullptr) throw nb::python_error();
+    PyTuple_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), v);
+  }
+  return out;
+}
+
+class PyScope final : public ProviderScope {
+ public:
+  PyScope() : counted_(count_gil_entry()) {}
+
+ private:
+  bool counted_;  // before gil_: counts whether this entry takes the GIL
+  nb::gil_scoped_acquire gil_;
+};
+
 class PyContext final : public ExecutionContext {
  public:
-  explicit PyContext(nb::object provider, nb::object ctx)
-      : provider_(std::move(provider)), ctx_(std::move(ctx)) {}
+  // Bound methods are looked up once here, not per call.
+  PyContext(nb::object provider, nb::object ctx)
+      : infer_(provider.attr("infer_shapes")), execute_(provider.attr("execute")),
+        provider_(std::move(provider)), ctx_(std::move(ctx)) {}
   ~PyContext() override {
+    drop(infer_);
+    drop(execute_);
     drop(ctx_);
     drop(provider_);
   }
 
-  ProviderError set_input_shape(const std::string& name, const std::vector<int64_t>& shape) override {
-    return call_python(Error::InvalidArgument, "set_input_shape",
-                       [&] { provider_.attr("set_input_shape")(ctx_, name, shape); });
-  }
-  ProviderError output_shape(const std::string& name, std::vector<int64_t>* shape) override {
-    return call_python(Error::Internal, "output_shape", [&] {
-      *shape = nb::cast<std::vector<int64_t>>(provider_.attr("output_shape")(ctx_, name));
+  ProviderError infer_shapes(const std::vector<Dims>& inputs, std::vector<Dims>* outputs) override {
+    return call_python(Error::InvalidArgument, "infer_shapes", [&] {
+      *outputs = nb::cast<std::vector<Dims>>(infer_(ctx_, dims_list(inputs)));
     });
   }
-  ProviderError set_tensor_address(const std::string& name, uintptr_t address) override {
-    return call_python(Error::Internal, "set_tensor_address",
-                       [&] { provider_.attr("set_tensor_address")(ctx_, name, address); });
+
+  ProviderError execute(const ExecuteCall& call) override {
+    return call_python(Error::Internal, "execute", [&] {
+      nb::object shapes = call.input_shapes ? dims_list(*call.input_shapes) : nb::none();
+      nb::object addresses = call.addresses ? address_tuple(*call.addresses) : nb::none();
+      execute_(ctx_, shapes, addresses, call.stream);
+    });
   }
-  ProviderError enqueue(StreamHandle stream) override {
-    return call_python(Error::Internal, "enqueue",
-                       [&] { provider_.attr("enqueue")(ctx_, stream); });
+
+  std::unique_ptr<ProviderScope> enter() override {
+    if (!python_alive()) return nullptr;
+    return std::make_unique<PyScope>();
   }
 
  private:
+  nb::object infer_;
+  nb::object execute_;
   nb::object provider_;
   nb::object ctx_;
 };
@@ -162,6 +209,8 @@ void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io,
 void set_python_provider(nb::object provider) {
   g_provider = provider.is_none() ? nb::object() : std::move(provider);
 }
+
+uint64_t provider_gil_entries() { return g_gil_entries.load(std::memory_order_relaxed); }
 
 nb::object python_provider() {
   return g_provider.is_valid() ? g_provider : nb::none();

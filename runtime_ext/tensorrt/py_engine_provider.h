@@ -1,5 +1,7 @@
-// Installing the Python engine provider (CONTRACT "engine-provider seam") the delegate uses.
+// Installing the Python engine provider (engine_provider.h) the delegate reaches TensorRT through.
 #pragma once
+
+#include <cstdint>
 
 #include <nanobind/nanobind.h>
 
@@ -9,5 +11,8 @@ namespace ethost_trt {
 // provider that made them. None uninstalls it.
 void set_python_provider(nanobind::object provider);
 nanobind::object python_provider();
+// How often the delegate has taken the GIL to call the provider, process-wide (at most once per
+// execute; benchmarks and tests read it).
+uint64_t provider_gil_entries();
 
 }  // namespace ethost_trt
