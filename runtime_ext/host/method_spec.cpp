@@ -1,6 +1,6 @@
 #include "method_spec.h"
 
-#include "errors.h"
+#include "executorch_log.h"
 
 using executorch::runtime::EValue;
 using executorch::runtime::Method;
@@ -81,21 +81,17 @@ Outcome<MethodSpec> describe_method(const MethodMeta& meta, const Method& method
 #pragma GCC diagnostic pop
   for (size_t i = 0; i < meta.num_inputs(); ++i) {
     const EValue* loaded = have_inputs && i < inputs.size() ? &inputs[i] : nullptr;
-    auto input = describe_value("input", i, meta.input_tag(i), &MethodMeta::input_tensor_meta, meta,
-                                loaded, path);
-    if (!input.ok()) {
-      return input.error();
-    }
-    spec.inputs.push_back(input.take());
+    ETHOST_ASSIGN_OR_RETURN(TensorSpec input,
+                            describe_value("input", i, meta.input_tag(i),
+                                           &MethodMeta::input_tensor_meta, meta, loaded, path));
+    spec.inputs.push_back(std::move(input));
   }
   for (size_t i = 0; i < meta.num_outputs(); ++i) {
     const EValue* loaded = i < method.outputs_size() ? &method.get_output(i) : nullptr;
-    auto output = describe_value("output", i, meta.output_tag(i), &MethodMeta::output_tensor_meta,
-                                 meta, loaded, path);
-    if (!output.ok()) {
-      return output.error();
-    }
-    spec.outputs.push_back(output.take());
+    ETHOST_ASSIGN_OR_RETURN(TensorSpec output,
+                            describe_value("output", i, meta.output_tag(i),
+                                           &MethodMeta::output_tensor_meta, meta, loaded, path));
+    spec.outputs.push_back(std::move(output));
   }
   for (size_t i = 0; i < meta.num_backends(); ++i) {
     auto backend = meta.get_backend_name(i);

@@ -1,6 +1,7 @@
 // The narrow surface through which the delegate reaches TensorRT. Everything TensorRT-specific
-// lives behind it (in Python: service/tensorrt_runtime.py), so the delegate is built and
-// tested without TensorRT headers, and production and test providers plug into the same code.
+// lives behind it (in Python: service/tensorrt_runtime.py, reached through provider_module.cpp),
+// so the delegate is built and tested without TensorRT headers, and production and test
+// providers plug into the same code.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +15,15 @@
 
 namespace ethost_trt {
 
+using Dims = std::vector<int64_t>;
+
 struct EngineIo {
   std::string name;
   bool is_input = false;
-  std::string dtype;            // numpy dtype name
-  std::vector<int64_t> shape;   // -1 = dynamic
-  std::optional<std::vector<int64_t>> profile_min;  // optimization profile 0
-  std::optional<std::vector<int64_t>> profile_max;
+  std::string dtype;  // numpy dtype name
+  Dims shape;         // -1 = dynamic
+  std::optional<Dims> profile_min;  // optimization profile 0
+  std::optional<Dims> profile_max;
 };
 
 struct EngineStats {
@@ -29,15 +32,6 @@ struct EngineStats {
   bool refittable = false;
   int64_t device_memory_size = 0;
 };
-
-// Failures carry TensorRT's (or the provider's) reason for the log and for Python callers.
-struct ProviderError {
-  Error code = Error::Ok;
-  std::string reason;
-  bool ok() const { return code == Error::Ok; }
-};
-
-using Dims = std::vector<int64_t>;
 
 // Everything one execute hands the provider, in a single call.
 struct ExecuteCall {
@@ -55,13 +49,14 @@ class ProviderScope {
   virtual ~ProviderScope() = default;
 };
 
+// Failures carry TensorRT's (or the provider's) reason.
 class ExecutionContext {
  public:
   virtual ~ExecutionContext() = default;
   // Sets the inputs' shapes (engine input order) and returns the outputs' (engine output order).
-  virtual ProviderError infer_shapes(const std::vector<Dims>& inputs, std::vector<Dims>* outputs) = 0;
+  virtual Outcome<std::vector<Dims>> infer_shapes(const std::vector<Dims>& inputs) = 0;
   // Sets what changed, binds what moved and enqueues: the only provider call of a steady call.
-  virtual ProviderError execute(const ExecuteCall& call) = 0;
+  virtual Status execute(const ExecuteCall& call) = 0;
   virtual std::unique_ptr<ProviderScope> enter() = 0;
 };
 
@@ -70,14 +65,23 @@ class Engine {
   virtual ~Engine() = default;
   virtual const std::vector<EngineIo>& io() const = 0;
   virtual const EngineStats& stats() const = 0;
-  virtual ProviderError create_context(std::unique_ptr<ExecutionContext>* out) = 0;
+  virtual Outcome<std::unique_ptr<ExecutionContext>> create_context() = 0;
   // Set by the first caller that meets an unaligned buffer, so the log says it once per engine.
   virtual bool claim_unaligned_log() = 0;
 };
 
-// Deserializes through the provider installed from Python, sharing one Engine per identical
-// plan bytes and device across the process.
-ProviderError deserialize_engine(const uint8_t* plan, size_t size, int device_id,
-                                 std::shared_ptr<Engine>* out);
+class EngineProvider {
+ public:
+  virtual ~EngineProvider() = default;
+  // May share one Engine between identical plans on the same device.
+  virtual Outcome<std::shared_ptr<Engine>> deserialize(const uint8_t* plan, size_t size,
+                                                       int device_id) = 0;
+};
+
+// The provider engines are deserialized with from now on (engines already made keep theirs);
+// null uninstalls it.
+void set_engine_provider(std::shared_ptr<EngineProvider> provider);
+Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size,
+                                                    int device_id);
 
 }  // namespace ethost_trt

@@ -19,13 +19,12 @@ namespace ethost_trt {
 struct IoArg {
   void* data = nullptr;
   size_t nbytes = 0;
-  std::vector<int64_t> shape;
+  Dims shape;
   std::string dtype;  // numpy name; empty when the caller does not know it
 };
 
 // Gives output argument `arg_index` the shape the engine inferred, updating data and nbytes.
-using ResizeOutput = std::function<Error(size_t arg_index, const std::vector<int64_t>& shape,
-                                         IoArg* arg, std::string* why)>;
+using ResizeOutput = std::function<Status(size_t arg_index, const Dims& shape, IoArg* arg)>;
 
 struct BindingCounters {
   std::string name;
@@ -39,16 +38,17 @@ struct BindingCounters {
 
 class EngineRunner {
  public:
-  static Error create(std::shared_ptr<Engine> engine, const BlobMetadata& meta,
-                      std::shared_ptr<DeviceMemory> memory, std::string label,
-                      std::unique_ptr<EngineRunner>* out, std::string* why);
+  static Outcome<std::unique_ptr<EngineRunner>> create(std::shared_ptr<Engine> engine,
+                                                       const BlobMetadata& meta,
+                                                       std::shared_ptr<DeviceMemory> memory,
+                                                       std::string label);
   ~EngineRunner();
   EngineRunner(const EngineRunner&) = delete;
   EngineRunner& operator=(const EngineRunner&) = delete;
 
   // args: the delegate's arguments, inputs then outputs (aliased outputs possibly elided).
   // Returns only after the stream has drained, whatever happened.
-  Error run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why);
+  Status run(std::vector<IoArg>& args, const ResizeOutput& resize);
 
   std::vector<BindingCounters> counters() const;
   const std::string& label() const { return label_; }
@@ -64,13 +64,13 @@ class EngineRunner {
   };
 
   EngineRunner() = default;
-  Error check_args(const std::vector<IoArg>& args, std::vector<int>* arg_of, std::string* why);
-  Error output_shapes(const std::vector<Dims>& inputs, const std::vector<Dims>** outputs,
-                      std::unique_ptr<ProviderScope>* scope, std::string* why);
-  Error resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
-                       const std::vector<Dims>& shapes, const ResizeOutput& resize, std::string* why);
-  Error stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
-                      const std::vector<Dims>& input_shapes, std::string* why);
+  Outcome<std::vector<int>> check_args(const std::vector<IoArg>& args);
+  Outcome<const std::vector<Dims>*> output_shapes(const std::vector<Dims>& inputs,
+                                                  std::unique_ptr<ProviderScope>* scope);
+  Status resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                        const std::vector<Dims>& shapes, const ResizeOutput& resize);
+  Status stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                       const std::vector<Dims>& input_shapes);
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<DeviceMemory> memory_;

@@ -12,21 +12,24 @@ class Parser {
  public:
   explicit Parser(const std::string& text) : s_(text) {}
 
-  bool parse(JsonValue* out, std::string* error) {
+  ethost::Outcome<JsonValue> parse() {
+    JsonValue out;
     skip_space();
-    if (!value(out, 0)) {
-      *error = error_ + " at byte " + std::to_string(pos_);
-      return false;
+    if (!value(&out, 0)) {
+      return ethost::Status(ethost::Error::InvalidArgument,
+                            error_ + " at byte " + std::to_string(pos_));
     }
     skip_space();
     if (pos_ != s_.size()) {
-      *error = "unexpected trailing characters at byte " + std::to_string(pos_);
-      return false;
+      return ethost::Status(ethost::Error::InvalidArgument,
+                            "unexpected trailing characters at byte " + std::to_string(pos_));
     }
-    return true;
+    return out;
   }
 
  private:
+  // The recursive steps return whether they parsed; the first failure's reason stays in error_
+  // and parse() turns it into the Status.
   bool fail(const char* why) {
     error_ = why;
     return false;
@@ -225,9 +228,6 @@ const JsonValue* JsonValue::find(const std::string& key) const {
   return nullptr;
 }
 
-bool parse_json(const std::string& text, JsonValue* out, std::string* error) {
-  *out = JsonValue();
-  return Parser(text).parse(out, error);
-}
+ethost::Outcome<JsonValue> parse_json(const std::string& text) { return Parser(text).parse(); }
 
 }  // namespace ethost_trt

@@ -1,4 +1,5 @@
-// Installing the Python engine provider (engine_provider.h) the delegate reaches TensorRT through.
+// The Python engine provider (service/tensorrt_runtime.py's TensorRTEngineProvider, or the test
+// engine provider) behind the delegate's EngineProvider seam (engine_provider.h).
 #pragma once
 
 #include <cstdint>

@@ -1,18 +1,18 @@
-// Engine provider over a Python object. The host releases the GIL for the whole execute, so the
+// The engine provider seam over a Python object. The host releases the GIL for the whole execute, so the
 // GIL is taken only for provider calls -- once per execute: one `execute` call in the steady
 // state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Every
-// Python error becomes a ProviderError here: nothing Python- or exception-shaped crosses back
+// Python error becomes a Status here: nothing Python- or exception-shaped crosses back
 // into ExecuTorch.
 #include <map>
 #include <atomic>
 #include <stdexcept>
-#include <tuple>
+#include <utility>
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "engine_provider.h"
-#include "py_engine_provider.h"
+#include "provider_module.h"
 
 namespace nb = nanobind;
 
@@ -39,14 +39,19 @@ void drop(nb::object& obj) {
   obj.reset();
 }
 
-ProviderError failure(Error code, const char* call, nb::python_error& e) {
+Status failure(Error code, const char* call, nb::python_error& e) {
   std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
   std::string value = nb::cast<std::string>(nb::str(e.value()));
-  return {code, std::string("engine provider ") + call + " failed: " + type + ": " + value};
+  return Status(code, std::string("engine provider ") + call + " failed: " + type + ": " + value);
 }
 
-ProviderError failure(Error code, const char* call, const std::exception& e) {
-  return {code, std::string("engine provider ") + call + " returned something unexpected: " + e.what()};
+Status failure(Error code, const char* call, const std::exception& e) {
+  return Status(code, std::string("engine provider ") + call +
+                          " returned something unexpected: " + e.what());
+}
+
+Status interpreter_gone() {
+  return Status(Error::InvalidState, "the Python interpreter is shutting down");
 }
 
 // Times the delegate took the GIL to reach the provider (not counting re-entries while held).
@@ -59,19 +64,19 @@ bool count_gil_entry() {
 
 // Runs `body` holding the GIL and maps any exception it raises to `code`.
 template <typename F>
-ProviderError call_python(Error code, const char* call, F&& body) {
-  if (!python_alive()) return {Error::InvalidState, "the Python interpreter is shutting down"};
+Status call_python(Error code, const char* call, F&& body) {
+  if (!python_alive()) return interpreter_gone();
   count_gil_entry();
   nb::gil_scoped_acquire gil;
   try {
     body();
-    return {};
+    return Status();
   } catch (nb::python_error& e) {
     return failure(code, call, e);
   } catch (const std::exception& e) {
     return failure(code, call, e);
   } catch (...) {
-    return {code, std::string(call) + " failed with an unknown exception"};
+    return Status(code, std::string(call) + " failed with an unknown exception");
   }
 }
 
@@ -122,13 +127,15 @@ class PyContext final : public ExecutionContext {
     drop(provider_);
   }
 
-  ProviderError infer_shapes(const std::vector<Dims>& inputs, std::vector<Dims>* outputs) override {
-    return call_python(Error::InvalidArgument, "infer_shapes", [&] {
-      *outputs = nb::cast<std::vector<Dims>>(infer_(ctx_, dims_list(inputs)));
-    });
+  Outcome<std::vector<Dims>> infer_shapes(const std::vector<Dims>& inputs) override {
+    std::vector<Dims> outputs;
+    ETHOST_RETURN_IF_ERROR(call_python(Error::InvalidArgument, "infer_shapes", [&] {
+      outputs = nb::cast<std::vector<Dims>>(infer_(ctx_, dims_list(inputs)));
+    }));
+    return outputs;
   }
 
-  ProviderError execute(const ExecuteCall& call) override {
+  Status execute(const ExecuteCall& call) override {
     return call_python(Error::Internal, "execute", [&] {
       nb::object shapes = call.input_shapes ? dims_list(*call.input_shapes) : nb::none();
       nb::object addresses = call.addresses ? address_tuple(*call.addresses) : nb::none();
@@ -160,11 +167,13 @@ class PyEngine final : public Engine {
   const std::vector<EngineIo>& io() const override { return io_; }
   const EngineStats& stats() const override { return stats_; }
 
-  ProviderError create_context(std::unique_ptr<ExecutionContext>* out) override {
-    return call_python(Error::Internal, "create_context", [&] {
+  Outcome<std::unique_ptr<ExecutionContext>> create_context() override {
+    std::unique_ptr<ExecutionContext> made;
+    ETHOST_RETURN_IF_ERROR(call_python(Error::Internal, "create_context", [&] {
       nb::object ctx = provider_.attr("create_context")(engine_);
-      *out = std::make_unique<PyContext>(provider_, std::move(ctx));
-    });
+      made = std::make_unique<PyContext>(provider_, std::move(ctx));
+    }));
+    return made;
   }
 
   bool claim_unaligned_log() override { return !unaligned_logged_.exchange(true); }
@@ -176,13 +185,6 @@ class PyEngine final : public Engine {
   EngineStats stats_;
   std::atomic<bool> unaligned_logged_{false};
 };
-
-// Both are guarded by the GIL alone: taking a mutex around GIL acquisition would deadlock
-// against a Python thread that holds the GIL and wants the mutex. Leaked on purpose, so no static
-// destructor touches Python after the interpreter is gone.
-nb::object& g_provider = *new nb::object();
-// Engines are shared while anyone uses them; an entry whose engine died is simply replaced.
-auto& g_cache = *new std::map<std::tuple<uintptr_t, std::string, int>, std::weak_ptr<Engine>>();
 
 void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io, EngineStats* stats) {
   nb::dict d = nb::cast<nb::dict>(provider.attr("describe")(engine));
@@ -204,51 +206,67 @@ void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io,
   stats->device_memory_size = nb::cast<int64_t>(s["device_memory_size"]);
 }
 
+// Deserializes through the Python object, sharing one Engine per identical plan bytes and device
+// while anyone uses it. The cache is guarded by the GIL alone: a mutex taken around GIL
+// acquisition would deadlock against a Python thread that holds the GIL and wants the mutex.
+class PyProvider final : public EngineProvider {
+ public:
+  explicit PyProvider(nb::object provider) : provider_(std::move(provider)) {}
+  ~PyProvider() override { drop(provider_); }
+
+  Outcome<std::shared_ptr<Engine>> deserialize(const uint8_t* plan, size_t size,
+                                               int device_id) override {
+    // A provider that releases the GIL inside deserialize may let two threads deserialize the
+    // same new plan at once; both engines are valid and the later one stays in the cache.
+    std::shared_ptr<Engine> out;
+    ETHOST_RETURN_IF_ERROR(call_python(Error::DelegateInvalidCompatibility, "deserialize", [&] {
+      nb::bytes bytes(plan, size);
+      std::string digest = nb::cast<std::string>(
+          nb::module_::import_("hashlib").attr("sha256")(bytes).attr("hexdigest")());
+      auto key = std::make_pair(digest, device_id);
+      auto found = cache_.find(key);
+      if (found != cache_.end()) {
+        if (auto shared = found->second.lock()) {
+          out = std::move(shared);
+          return;
+        }
+      }
+      nb::object engine = provider_.attr("deserialize")(bytes, device_id);
+      if (engine.is_none()) throw std::runtime_error("deserialize returned None");
+      std::vector<EngineIo> io;
+      EngineStats stats;
+      describe(provider_, engine, &io, &stats);
+      auto made = std::make_shared<PyEngine>(provider_, std::move(engine), std::move(io), stats);
+      cache_[key] = made;
+      out = std::move(made);
+    }));
+    return out;
+  }
+
+ private:
+  nb::object provider_;
+  // Engines are shared while anyone uses them; an entry whose engine died is simply replaced.
+  std::map<std::pair<std::string, int>, std::weak_ptr<Engine>> cache_;
+};
+
+// What engine_provider() returns; guarded by the GIL. Leaked on purpose, so no static destructor
+// touches Python after the interpreter is gone.
+nb::object& g_installed = *new nb::object();
+
 }  // namespace
 
 void set_python_provider(nb::object provider) {
-  g_provider = provider.is_none() ? nb::object() : std::move(provider);
+  if (provider.is_none()) {
+    g_installed = nb::object();
+    set_engine_provider(nullptr);
+    return;
+  }
+  g_installed = provider;
+  set_engine_provider(std::make_shared<PyProvider>(std::move(provider)));
 }
 
 uint64_t provider_gil_entries() { return g_gil_entries.load(std::memory_order_relaxed); }
 
-nb::object python_provider() {
-  return g_provider.is_valid() ? g_provider : nb::none();
-}
-
-ProviderError deserialize_engine(const uint8_t* plan, size_t size, int device_id,
-                                 std::shared_ptr<Engine>* out) {
-  // A provider that releases the GIL inside deserialize may let two threads deserialize the same
-  // new plan at once; both engines are valid and the later one stays in the cache.
-  if (!python_alive()) return {Error::InvalidState, "the Python interpreter is shutting down"};
-  {
-    nb::gil_scoped_acquire gil;
-    if (!g_provider.is_valid()) {
-      return {Error::InvalidState,
-              "no engine provider is installed (ethost_tensorrt.set_engine_provider was not called)"};
-    }
-  }
-  return call_python(Error::DelegateInvalidCompatibility, "deserialize", [&] {
-    nb::bytes bytes(plan, size);
-    std::string digest = nb::cast<std::string>(
-        nb::module_::import_("hashlib").attr("sha256")(bytes).attr("hexdigest")());
-    auto key = std::make_tuple(reinterpret_cast<uintptr_t>(g_provider.ptr()), digest, device_id);
-    auto found = g_cache.find(key);
-    if (found != g_cache.end()) {
-      if (auto shared = found->second.lock()) {
-        *out = std::move(shared);
-        return;
-      }
-    }
-    nb::object engine = g_provider.attr("deserialize")(bytes, device_id);
-    if (engine.is_none()) throw std::runtime_error("deserialize returned None");
-    std::vector<EngineIo> io;
-    EngineStats stats;
-    describe(g_provider, engine, &io, &stats);
-    auto made = std::make_shared<PyEngine>(g_provider, std::move(engine), std::move(io), stats);
-    g_cache[key] = made;
-    *out = std::move(made);
-  });
-}
+nb::object python_provider() { return g_installed.is_valid() ? g_installed : nb::none(); }
 
 }  // namespace ethost_trt

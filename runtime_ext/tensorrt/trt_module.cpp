@@ -1,6 +1,7 @@
 // Python face of the TensorRTBackend library: configuration for the service (engine provider,
-// counters, the blob parser its ingest reuses) and, under `testing`, hooks that let CPU tests
-// drive the delegate's real staging code through a host-memory stand-in for the GPU.
+// counters, the blob parser its ingest reuses). Test hooks are a separate, test-only module
+// (ethost_tensorrt_testing, testing_module.cpp), reachable as `ethost_tensorrt.testing` where a
+// test build installed it.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -10,13 +11,12 @@
 
 #include "backend.h"
 #include "blob.h"
+#include "counters_module.h"
 #include "memory.h"
-#include "py_engine_provider.h"
+#include "provider_module.h"
 
 namespace nb = nanobind;
 using namespace ethost_trt;
-
-void define_testing(nb::module_& testing);
 
 namespace {
 
@@ -62,20 +62,24 @@ nb::dict blob_dict(const ParsedBlob& b) {
 
 }  // namespace
 
-nb::list counters_list(const std::vector<BindingCounters>& counters) {
-  nb::list out;
-  for (const auto& c : counters) {
-    nb::dict d;
-    d["name"] = c.name;
-    d["is_input"] = c.is_input;
-    d["staging_copies"] = c.staging_copies;
-    d["staged_calls"] = c.staged_calls;
-    d["direct_calls"] = c.direct_calls;
-    d["stage_address"] = c.stage_address;
-    d["stage_capacity"] = c.stage_capacity;
-    out.append(d);
+// The test hooks, imported on first use of `ethost_tensorrt.testing` (PEP 562 module
+// __getattr__), so production never loads them and a build without them says how to get them.
+nb::object module_getattr(nb::module_ m, const std::string& name) {
+  if (name == "testing") {
+    nb::object testing;
+    try {
+      testing = nb::module_::import_("ethost_tensorrt_testing");
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_ImportError)) throw;
+      throw nb::attribute_error(
+          "ethost_tensorrt.testing: the test hooks (ethost_tensorrt_testing) are not installed; "
+          "build with ETHOST_TESTING=ON (pip install -C cmake.define.ETHOST_TESTING=ON ..., or "
+          "bash .ci/install --test)");
+    }
+    m.attr("testing") = testing;
+    return testing;
   }
-  return out;
+  throw nb::attribute_error(("module 'ethost_tensorrt' has no attribute '" + name + "'").c_str());
 }
 
 NB_MODULE(ethost_tensorrt, m) {
@@ -88,11 +92,9 @@ NB_MODULE(ethost_tensorrt, m) {
   }, "None when this library holds the TensorRTBackend id, else why it does not.");
 
   m.def("parse_blob", [](nb::bytes blob) {
-    ParsedBlob parsed;
-    std::string why;
-    Error err = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size(), &parsed, &why);
-    if (err != Error::Ok) throw nb::value_error(why.c_str());
-    return blob_dict(parsed);
+    auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size());
+    if (!parsed.ok()) throw nb::value_error(parsed.status().reason.c_str());
+    return blob_dict(parsed.value());
   }, nb::arg("blob"), "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
 
   m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
@@ -104,15 +106,13 @@ NB_MODULE(ethost_tensorrt, m) {
         "per execute).");
 
   m.def("device_status", []() -> std::optional<std::string> {
-    std::string why;
-    auto memory = active_memory(&why);
-    return memory.ok() ? std::nullopt : std::optional<std::string>(why);
+    auto memory = active_memory();
+    return memory.ok() ? std::nullopt : std::optional<std::string>(memory.status().reason);
   }, "None when delegates can initialize here, else why not (e.g. 'no CUDA device: ...').");
 
   m.def("memory_kind", []() -> std::optional<std::string> {
-    std::string why;
-    auto memory = active_memory(&why);
-    return memory.ok() ? std::optional<std::string>(memory.get()->kind()) : std::nullopt;
+    auto memory = active_memory();
+    return memory.ok() ? std::optional<std::string>(memory.value()->kind()) : std::nullopt;
   });
 
   m.def("staging_counters", []() {
@@ -126,6 +126,5 @@ NB_MODULE(ethost_tensorrt, m) {
     return out;
   }, "Per live delegate instance, per binding: staging copies so far and how often it was staged or bound directly.");
 
-  nb::module_ testing = m.def_submodule("testing", "Test hooks; not for production use.");
-  define_testing(testing);
+  m.def("__getattr__", [m](const std::string& name) { return module_getattr(m, name); });
 }
