@@ -105,9 +105,10 @@ class CudaMemory final : public DeviceMemory {
 
   Outcome<void*> allocate(size_t nbytes) override {
     void* p = nullptr;
-    ETHOST_RETURN_IF_ERROR(check(api_->set_device(device_), "cudaSetDevice", Error::MemoryAllocationFailed));
     ETHOST_RETURN_IF_ERROR(
-        check(api_->malloc(&p, nbytes == 0 ? 256 : nbytes), "cudaMalloc", Error::MemoryAllocationFailed));
+        check(api_->set_device(device_), "cudaSetDevice", Error::MemoryAllocationFailed));
+    ETHOST_RETURN_IF_ERROR(check(api_->malloc(&p, nbytes == 0 ? 256 : nbytes), "cudaMalloc",
+                                 Error::MemoryAllocationFailed));
     return p;
   }
 
@@ -137,7 +138,8 @@ class CudaMemory final : public DeviceMemory {
   }
 
   void destroy_stream(StreamHandle stream) override {
-    check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy", Error::Internal);
+    check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy",
+          Error::Internal);
   }
 
  private:

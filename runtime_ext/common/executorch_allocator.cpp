@@ -16,16 +16,17 @@ using executorch::runtime::Result;
 namespace etensor = executorch::runtime::etensor;
 
 // The ExecuTorch boundary: the seam's Status becomes ExecuTorch's Error here, its reason a log
-// line. Stateless: registered once per process, it asks for the active memory at every call, so after a
-// test switches between CUDA and the host-memory stand-in (or between two stand-ins), methods
-// loaded from then on have their copies done by the memory their buffers came from. Production
-// gets CUDA the same way.
+// line. Stateless: registered once per process, it asks for the active memory at every call, so
+// after a test switches between CUDA and the host-memory stand-in (or between two stand-ins),
+// methods loaded from then on have their copies done by the memory their buffers came from.
+// Production gets CUDA the same way.
 class SeamAllocator final : public DeviceAllocator {
  public:
   Result<void*> allocate(size_t nbytes, etensor::DeviceIndex index, size_t alignment) override {
     // The seam hands out 256-byte aligned memory (cudaMalloc's guarantee, and the stand-in's).
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 256) {
-      ET_LOG(Error, "CUDA device allocator: alignment %zu is not a power of two up to 256", alignment);
+      ET_LOG(Error, "CUDA device allocator: alignment %zu is not a power of two up to 256",
+             alignment);
       return Error::NotSupported;
     }
     auto memory = memory_for(index, "allocate");
@@ -73,7 +74,8 @@ class SeamAllocator final : public DeviceAllocator {
     return s.code;
   }
 
-  static Result<std::shared_ptr<DeviceMemory>> memory_for(etensor::DeviceIndex index, const char* what) {
+  static Result<std::shared_ptr<DeviceMemory>> memory_for(etensor::DeviceIndex index,
+                                                          const char* what) {
     auto memory = active_memory();
     if (!memory.ok()) {
       ET_LOG(Error, "CUDA device allocator: cannot %s: %s", what, memory.status().reason.c_str());

@@ -74,7 +74,6 @@ class HostMemory final : public DeviceMemory {
   void destroy_stream(StreamHandle) override {}
 
  private:
-
   const bool reads_pageable_host_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> allocations_;

@@ -67,8 +67,8 @@ struct Status {
     return s;
   }
   static Status input_count(size_t expected, size_t got) {
-    Status s(Error::InvalidArgument, "expected " + std::to_string(expected) + " inputs, got " +
-                                         std::to_string(got));
+    Status s(Error::InvalidArgument,
+             "expected " + std::to_string(expected) + " inputs, got " + std::to_string(got));
     s.kind = Kind::Input;
     s.input_name = "inputs";
     return s;
@@ -119,7 +119,9 @@ class Outcome {
   std::variant<T, Status> v_;
 };
 
-inline Status status_of(Status s) { return s; }
+inline Status status_of(Status s) {
+  return s;
+}
 template <typename T>
 Status status_of(const Outcome<T>& o) {
   return o.ok() ? Status() : o.status();

@@ -63,7 +63,8 @@ Outcome<std::shared_ptr<DeviceMemory>> find_device_memory(const std::string& act
   if (!memory.ok()) {
     return Status(Error::NotSupported,
                   "the program plans buffers in CUDA memory, but there is no CUDA device memory "
-                  "here (" + memory.status().reason + ")")
+                  "here (" +
+                      memory.status().reason + ")")
         .at(action, path);
   }
   // Such a program may copy host tensors to and from these buffers with in-graph et_copy ops
@@ -98,7 +99,8 @@ PlannedArenas::PlannedArenas(std::shared_ptr<DeviceMemory> device,
 
 Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta& meta,
                                                                 const std::string& path) {
-  const std::string action = "allocating planned buffers of method '" + std::string(meta.name()) + "' of";
+  const std::string action =
+      "allocating planned buffers of method '" + std::string(meta.name()) + "' of";
   // Declared before the buffers: a partial set freed on failure still needs its memory.
   std::optional<Outcome<std::shared_ptr<DeviceMemory>>> device_memory;
   std::vector<std::unique_ptr<uint8_t, ArenaFree>> buffers;
@@ -132,8 +134,8 @@ Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta
   if (device_memory) {
     device = device_memory->value();
   }
-  return std::unique_ptr<PlannedArenas>(
-      new PlannedArenas(std::move(device), std::move(buffers), std::move(spans), std::move(devices)));
+  return std::unique_ptr<PlannedArenas>(new PlannedArenas(std::move(device), std::move(buffers),
+                                                          std::move(spans), std::move(devices)));
 }
 
 std::vector<uintptr_t> PlannedArenas::addresses() const {

@@ -12,7 +12,9 @@ Outcome<std::unique_ptr<DeviceCopies>> DeviceCopies::create(std::shared_ptr<Devi
   return std::unique_ptr<DeviceCopies>(new DeviceCopies(std::move(memory), stream.value()));
 }
 
-DeviceCopies::~DeviceCopies() { memory_->destroy_stream(stream_); }
+DeviceCopies::~DeviceCopies() {
+  memory_->destroy_stream(stream_);
+}
 
 Status DeviceCopies::to_device(void* device_dst, const void* host_src, size_t nbytes) {
   return memory_->copy_async(device_dst, host_src, nbytes, CopyKind::HostToDevice, stream_);
@@ -22,6 +24,8 @@ Status DeviceCopies::to_host(void* host_dst, const void* device_src, size_t nbyt
   return memory_->copy_async(host_dst, device_src, nbytes, CopyKind::DeviceToHost, stream_);
 }
 
-Status DeviceCopies::finish() { return memory_->synchronize(stream_); }
+Status DeviceCopies::finish() {
+  return memory_->synchronize(stream_);
+}
 
 }  // namespace ethost

@@ -28,7 +28,8 @@ class DeviceCopies {
   Status finish();
 
  private:
-  DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory, ethost_device::StreamHandle stream)
+  DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory,
+               ethost_device::StreamHandle stream)
       : memory_(std::move(memory)), stream_(stream) {}
 
   std::shared_ptr<ethost_device::DeviceMemory> memory_;

@@ -31,10 +31,11 @@ PyObject* new_exception(nb::module_& m, const char* name, PyObject* base, const 
 }  // namespace
 
 void register_exceptions(nb::module_& m) {
-  g_executorch_error = new_exception(
-      m, "ExecuTorchError", PyExc_RuntimeError,
-      "An ExecuTorch runtime failure. Attributes: code (int), error_name (str), path (file involved "
-      "or None), context (ExecuTorch's reason, when it logged one).");
+  g_executorch_error =
+      new_exception(m, "ExecuTorchError", PyExc_RuntimeError,
+                    "An ExecuTorch runtime failure. Attributes: code (int), error_name (str), path "
+                    "(file involved "
+                    "or None), context (ExecuTorch's reason, when it logged one).");
   g_input_error = new_exception(
       m, "InputError", PyExc_ValueError,
       "Inputs refused before execute (count, dtype or shape). Attributes: index, input_name.");
@@ -65,8 +66,7 @@ void raise_python(const Status& error) {
       nb::object instance = nb::handle(g_instance_busy)(error.reason);
       raise_instance(g_instance_busy, instance);
     }
-    case Status::Kind::Runtime:
-      break;
+    case Status::Kind::Runtime: break;
   }
   nb::object instance = nb::handle(g_executorch_error)(error.message());
   instance.attr("code") = static_cast<int>(error.code);

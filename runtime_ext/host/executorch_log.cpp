@@ -48,7 +48,9 @@ void clear_last_log_error() {
   t_last_info.clear();
 }
 
-std::string last_log_error() { return t_last_error.empty() ? t_last_info : t_last_error; }
+std::string last_log_error() {
+  return t_last_error.empty() ? t_last_info : t_last_error;
+}
 
 Status from_executorch(Error code, std::string action, std::string path) {
   Status s(code, last_log_error());

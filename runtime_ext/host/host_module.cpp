@@ -157,8 +157,8 @@ std::vector<std::string> load_backend_library_py(const std::filesystem::path& pa
     loaded = load_backend_library(path.string());
   }
   if (!loaded.ok()) {
-    nb::object instance = nb::handle(PyExc_OSError)("cannot load backend library " +
-                                                    path.string() + ": " + loaded.status().reason);
+    nb::object instance = nb::handle(PyExc_OSError)("cannot load backend library " + path.string() +
+                                                    ": " + loaded.status().reason);
     PyErr_SetObject(PyExc_OSError, instance.ptr());
     throw nb::python_error();
   }
@@ -208,7 +208,8 @@ NB_MODULE(ethost, m) {
           "pte_path"_a, "data_paths"_a = std::vector<std::filesystem::path>{})
       .def_prop_ro("path", [](const PyProgram& self) { return self.loaded().path(); })
       .def_prop_ro("data_paths", [](const PyProgram& self) { return self.loaded().data_paths(); })
-      .def_prop_ro("method_names", [](const PyProgram& self) { return self.loaded().method_names(); })
+      .def_prop_ro("method_names",
+                   [](const PyProgram& self) { return self.loaded().method_names(); })
       .def(
           "method_meta",
           [](PyProgram& self, const std::string& name) {

@@ -12,8 +12,8 @@
 
 using executorch::aten::Tensor;
 using executorch::aten::TensorImpl;
-using executorch::runtime::EValue;
 using executorch::runtime::Error;
+using executorch::runtime::EValue;
 using executorch::runtime::MemoryManager;
 
 namespace ethost {
@@ -49,15 +49,16 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
   ETHOST_ASSIGN_OR_RETURN(auto meta, loaded.method_meta(name));
   ETHOST_ASSIGN_OR_RETURN(instance->arenas_, PlannedArenas::allocate(meta, loaded.path()));
   if (instance->arenas_->device_memory()) {
-    ETHOST_ASSIGN_OR_RETURN(instance->device_copies_,
-                            DeviceCopies::create(instance->arenas_->device_memory(), loaded.path()));
+    ETHOST_ASSIGN_OR_RETURN(
+        instance->device_copies_,
+        DeviceCopies::create(instance->arenas_->device_memory(), loaded.path()));
   }
   instance->memory_manager_ = std::make_unique<MemoryManager>(
       &instance->method_allocator_, instance->arenas_->allocator(), &instance->temp_allocator_);
 
   clear_last_log_error();
-  auto method = loaded.program().load_method(name.c_str(), instance->memory_manager_.get(),
-                                             nullptr, loaded.data_map());
+  auto method = loaded.program().load_method(name.c_str(), instance->memory_manager_.get(), nullptr,
+                                             loaded.data_map());
   if (!method.ok()) {
     auto error = from_executorch(method.error(), action, loaded.path());
     if (!loaded.data_paths().empty() &&
@@ -66,7 +67,8 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
       for (const auto& path : loaded.data_paths()) {
         files += (files.empty() ? "" : ", ") + path;
       }
-      error.reason += (error.reason.empty() ? "" : " ") + std::string("(data files: ") + files + ")";
+      error.reason +=
+          (error.reason.empty() ? "" : " ") + std::string("(data files: ") + files + ")";
     }
     return error;
   }
@@ -84,15 +86,18 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
     }
   }
 
-  ETHOST_ASSIGN_OR_RETURN(instance->spec_, describe_method(meta, *instance->method_, loaded.path()));
+  ETHOST_ASSIGN_OR_RETURN(instance->spec_,
+                          describe_method(meta, *instance->method_, loaded.path()));
   return instance;
 }
 
-Status MethodInstance::set_inputs(std::vector<InputBinding>& inputs, std::deque<TensorImpl>& impls) {
+Status MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
+                                  std::deque<TensorImpl>& impls) {
   const std::string& path = program_->path();
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputBinding& in = inputs[i];
-    const std::string action = "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
+    const std::string action =
+        "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
     Error status;
     if (device_inputs_[i]) {
       Status queued = queue_device_input(*device_inputs_[i], in, *device_copies_);
@@ -119,7 +124,8 @@ Status MethodInstance::finish_device_copies(Status failed, const char* what) {
   // Always waited for: queued copies still read the caller's arrays or write our output buffers.
   Status copied = device_copies_->finish();
   if (failed.ok() && !copied.ok()) {
-    failed = copied.at(std::string("copying ") + what + " of method '" + name_ + "' of", program_->path());
+    failed = copied.at(std::string("copying ") + what + " of method '" + name_ + "' of",
+                       program_->path());
   }
   return failed;
 }

@@ -22,7 +22,8 @@ Outcome<TensorSpec> describe_value(const char* role, size_t index, Result<Tag> t
   spec.index = index;
   spec.name = std::string(role) + " " + std::to_string(index);
   if (!tag.ok()) {
-    return from_executorch(tag.error(), "reading method '" + std::string(meta.name()) + "' of", path);
+    return from_executorch(tag.error(), "reading method '" + std::string(meta.name()) + "' of",
+                           path);
   }
   spec.tag = tag.get();
   if (spec.tag != Tag::Tensor) {
@@ -30,7 +31,8 @@ Outcome<TensorSpec> describe_value(const char* role, size_t index, Result<Tag> t
   }
   auto info = (meta.*info_of)(index);
   if (!info.ok()) {
-    return from_executorch(info.error(), "reading method '" + std::string(meta.name()) + "' of", path);
+    return from_executorch(info.error(), "reading method '" + std::string(meta.name()) + "' of",
+                           path);
   }
   spec.is_tensor = true;
   spec.dtype = info->scalar_type();
@@ -104,7 +106,7 @@ Outcome<MethodSpec> describe_method(const MethodMeta& meta, const Method& method
     auto size = meta.memory_planned_buffer_size(i);
     auto device = meta.memory_planned_buffer_device(i);
     buffer.size = size.ok() ? size.get() : -1;
-    buffer.device = !device.ok() ? "unknown"
+    buffer.device = !device.ok()                                 ? "unknown"
                     : device->type() == etensor::DeviceType::CPU ? "cpu"
                                                                  : "cuda";
     spec.planned_buffers.push_back(buffer);

@@ -38,7 +38,7 @@ std::string join(const std::vector<std::string>& parts) {
 }  // namespace
 
 Outcome<std::unique_ptr<MmapDataLoader>> map_file(const std::string& path) {
-  struct stat info {};
+  struct stat info{};
   if (::stat(path.c_str(), &info) != 0) {
     return Status::os_error(errno, path, "");
   }
@@ -110,7 +110,8 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
   }
 
   clear_last_log_error();
-  auto program = Program::load(loaded->pte_loader_.get(), Program::Verification::InternalConsistency);
+  auto program =
+      Program::load(loaded->pte_loader_.get(), Program::Verification::InternalConsistency);
   if (!program.ok()) {
     return from_executorch(program.error(), "loading program", pte_path);
   }

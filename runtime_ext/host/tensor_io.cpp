@@ -77,7 +77,8 @@ Outcome<OutputBuffer> copy_output(const EValue& value, size_t index, const std::
   }
   Status copied = from_device->to_host(memory, source, nbytes);
   if (!copied.ok()) {
-    copied.reason = "copying output " + std::to_string(index) + " from device memory: " + copied.reason;
+    copied.reason =
+        "copying output " + std::to_string(index) + " from device memory: " + copied.reason;
     return copied.at("reading outputs of method '" + method + "'", "");
   }
   return out;

@@ -10,8 +10,8 @@
 
 namespace nb = nanobind;
 using executorch::aten::ScalarType;
-using executorch::runtime::EValue;
 using executorch::runtime::Error;
+using executorch::runtime::EValue;
 using executorch::runtime::Tag;
 
 namespace ethost {
@@ -85,8 +85,8 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
   const Dtype* expected = find_dtype(spec.dtype);
   if (expected == nullptr) {
     return Status::input(spec.index, spec.name,
-                            std::string("the program's dtype ") +
-                                executorch::runtime::toString(spec.dtype) + " is not supported here");
+                         std::string("the program's dtype ") +
+                             executorch::runtime::toString(spec.dtype) + " is not supported here");
   }
   const Py_ssize_t* view_shape = nullptr;
   const int64_t* array_shape = nullptr;
@@ -97,9 +97,9 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
   if (view_buffer(value, view, viewed)) {
     keep_alive.emplace_back(view);
     if (viewed != expected) {
-      return Status::input(spec.index, spec.name,
-                              std::string("expected dtype ") + expected->name + ", got " +
-                                  viewed->name);
+      return Status::input(
+          spec.index, spec.name,
+          std::string("expected dtype ") + expected->name + ", got " + viewed->name);
     }
     view_shape = view.shape;
     ndim = static_cast<size_t>(view.ndim);
@@ -108,16 +108,16 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
     InputArray array;
     if (!nb::try_cast(value, array, true)) {
       return Status::input(spec.index, spec.name,
-                              "expected a host array (numpy, buffer protocol or DLPack) of " +
-                                  std::string(dtype_name(spec.dtype)) + ", got " +
-                                  python_type_name(value));
+                           "expected a host array (numpy, buffer protocol or DLPack) of " +
+                               std::string(dtype_name(spec.dtype)) + ", got " +
+                               python_type_name(value));
     }
     nb::dlpack::dtype got = array.dtype();
     if (got.code != static_cast<uint8_t>(expected->code) || got.bits != expected->bits ||
         got.lanes != 1) {
-      return Status::input(spec.index, spec.name,
-                              std::string("expected dtype ") + expected->name + ", got " +
-                                  dlpack_name(got));
+      return Status::input(
+          spec.index, spec.name,
+          std::string("expected dtype ") + expected->name + ", got " + dlpack_name(got));
     }
     array_shape = array.shape_ptr();
     ndim = array.ndim();
@@ -136,10 +136,8 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
     std::vector<int64_t> got(ndim);
     for (size_t d = 0; d < ndim; ++d) got[d] = extent(d);
     return Status::input(spec.index, spec.name,
-                            "expected shape " +
-                                shape_text({spec.shape.begin(), spec.shape.end()}) +
-                                (spec.dynamic ? " (upper bounds)" : "") + ", got " +
-                                shape_text(got));
+                         "expected shape " + shape_text({spec.shape.begin(), spec.shape.end()}) +
+                             (spec.dynamic ? " (upper bounds)" : "") + ", got " + shape_text(got));
   }
   InputBinding binding;
   binding.is_tensor = true;
@@ -174,9 +172,9 @@ Outcome<InputBinding> bind_input(nb::handle value, const TensorSpec& spec,
   } else if (spec.tag == Tag::None && value.is_none()) {
     binding.scalar = EValue();
   } else {
-    return Status::input(spec.index, spec.name,
-                            std::string("expected a ") + tag_name(spec.tag) + " value, got " +
-                                python_type_name(value));
+    return Status::input(
+        spec.index, spec.name,
+        std::string("expected a ") + tag_name(spec.tag) + " value, got " + python_type_name(value));
   }
   return binding;
 }

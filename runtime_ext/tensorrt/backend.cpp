@@ -23,7 +23,8 @@ class TensorRTBackend final : public et::BackendInterface {
  public:
   bool is_available() const override { return active_memory().ok(); }
 
-  et::Result<et::DelegateHandle*> init(et::BackendInitContext& context, et::FreeableBuffer* processed,
+  et::Result<et::DelegateHandle*> init(et::BackendInitContext& context,
+                                       et::FreeableBuffer* processed,
                                        et::ArrayRef<et::CompileSpec>) const override {
     const char* method = context.get_method_name() ? context.get_method_name() : "?";
     std::string label = std::string(method) + "#" + std::to_string(g_instances++);
@@ -69,7 +70,8 @@ class TensorRTBackend final : public et::BackendInterface {
       std::vector<IoArg> io(args.size());
       for (size_t i = 0; i < args.size(); ++i) {
         if (args[i] == nullptr || !args[i]->isTensor()) {
-          ET_LOG(Error, "TensorRTBackend %s: argument %zu is not a tensor", runner->label().c_str(), i);
+          ET_LOG(Error, "TensorRTBackend %s: argument %zu is not a tensor", runner->label().c_str(),
+                 i);
           return Error::InvalidArgument;
         }
         const auto& t = args[i]->toTensor();
@@ -102,7 +104,8 @@ class TensorRTBackend final : public et::BackendInterface {
       ET_LOG(Error, "TensorRTBackend %s: execute failed: %s", runner->label().c_str(), e.what());
       return Error::Internal;
     } catch (...) {
-      ET_LOG(Error, "TensorRTBackend %s: execute failed: unknown exception", runner->label().c_str());
+      ET_LOG(Error, "TensorRTBackend %s: execute failed: unknown exception",
+             runner->label().c_str());
       return Error::Internal;
     }
   }

@@ -22,7 +22,9 @@ uint64_t read_u64(const uint8_t* p) {
   return static_cast<uint64_t>(read_u32(p)) | (static_cast<uint64_t>(read_u32(p + 4)) << 32);
 }
 
-Status refuse(std::string reason) { return Status(Error::InvalidProgram, std::move(reason)); }
+Status refuse(std::string reason) {
+  return Status(Error::InvalidProgram, std::move(reason));
+}
 
 bool read_dims(const JsonValue& v, std::vector<int64_t>* out) {
   if (v.kind == JsonValue::Kind::Null) return true;
@@ -56,11 +58,14 @@ Status read_io_bindings(const JsonValue& list, BlobMetadata* meta) {
     binding.name = name->string;
     binding.is_input = is_input->boolean;
     if (const JsonValue* dtype = entry.find("dtype")) {
-      if (dtype->kind == JsonValue::Kind::String) binding.dtype = dtype->string;
-      else if (dtype->kind != JsonValue::Kind::Null) return refuse(where + " dtype is not a string");
+      if (dtype->kind == JsonValue::Kind::String)
+        binding.dtype = dtype->string;
+      else if (dtype->kind != JsonValue::Kind::Null)
+        return refuse(where + " dtype is not a string");
     }
     if (const JsonValue* shape = entry.find("shape")) {
-      if (!read_dims(*shape, &binding.shape)) return refuse(where + " shape is not a list of integers");
+      if (!read_dims(*shape, &binding.shape))
+        return refuse(where + " shape is not a list of integers");
     }
     meta->io_bindings.push_back(std::move(binding));
   }
@@ -84,8 +89,8 @@ Status read_aliased_io(const JsonValue& list, BlobMetadata* meta) {
     const JsonValue* output = entry.find("output");
     const JsonValue* input = entry.find("input");
     const JsonValue* kind = entry.find("kind");
-    if (output == nullptr || output->kind != JsonValue::Kind::String ||
-        input == nullptr || input->kind != JsonValue::Kind::String) {
+    if (output == nullptr || output->kind != JsonValue::Kind::String || input == nullptr ||
+        input->kind != JsonValue::Kind::String) {
       return refuse(where + " needs string 'output' and 'input'");
     }
     AliasedIo alias{output->string, input->string, "kv_cache_update"};
@@ -125,7 +130,8 @@ Status read_metadata(const std::string& text, BlobMetadata* meta) {
     ETHOST_RETURN_IF_ERROR(read_aliased_io(*aliased, meta));
   }
   if (const JsonValue* v = root.find("hardware_compatible")) {
-    if (v->kind != JsonValue::Kind::Bool) return refuse("metadata hardware_compatible is not a boolean");
+    if (v->kind != JsonValue::Kind::Bool)
+      return refuse("metadata hardware_compatible is not a boolean");
     meta->hardware_compatible = v->boolean;
   }
   if (const JsonValue* v = root.find("device_id")) {
@@ -174,11 +180,11 @@ Outcome<ParsedBlob> parse_blob(const uint8_t* data, size_t size) {
   out->engine_size = read_u64(data + 16);
   if (out->metadata_offset < kBlobHeaderSize) {
     return refuse("blob metadata_offset " + std::to_string(out->metadata_offset) +
-                           " lies inside the 32-byte header");
+                  " lies inside the 32-byte header");
   }
   if (out->engine_offset % 16 != 0) {
     return refuse("blob engine_offset " + std::to_string(out->engine_offset) +
-                           " is not a multiple of 16");
+                  " is not a multiple of 16");
   }
   if (out->metadata_offset > size || out->metadata_size > size - out->metadata_offset) {
     return refuse("blob metadata runs past the end of the blob");

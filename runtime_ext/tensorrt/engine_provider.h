@@ -20,8 +20,8 @@ using Dims = std::vector<int64_t>;
 struct EngineIo {
   std::string name;
   bool is_input = false;
-  std::string dtype;  // numpy dtype name
-  Dims shape;         // -1 = dynamic
+  std::string dtype;                // numpy dtype name
+  Dims shape;                       // -1 = dynamic
   std::optional<Dims> profile_min;  // optimization profile 0
   std::optional<Dims> profile_max;
 };

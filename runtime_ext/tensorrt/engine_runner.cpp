@@ -156,8 +156,8 @@ Outcome<std::vector<int>> EngineRunner::check_args(const std::vector<IoArg>& arg
   return arg_of;
 }
 
-Outcome<const std::vector<Dims>*> EngineRunner::output_shapes(const std::vector<Dims>& inputs,
-                                                              std::unique_ptr<ProviderScope>* scope) {
+Outcome<const std::vector<Dims>*> EngineRunner::output_shapes(
+    const std::vector<Dims>& inputs, std::unique_ptr<ProviderScope>* scope) {
   auto found = shape_cache_.find(inputs);
   if (found != shape_cache_.end()) return &found->second;
   // New input shapes: this call asks the provider twice (infer, then execute), so it enters the
@@ -194,10 +194,9 @@ Status EngineRunner::resize_outputs(std::vector<IoArg>& args, const std::vector<
     if (alias_input_[e] >= 0) {
       const IoArg& in = args[arg_of[alias_input_[e]]];
       if (args[a].nbytes != in.nbytes) {
-        return Status(Error::InvalidArgument, "in-place output '" + io[e].name + "' is " +
-                                                  std::to_string(args[a].nbytes) +
-                                                  " bytes but its input is " +
-                                                  std::to_string(in.nbytes));
+        return Status(Error::InvalidArgument,
+                      "in-place output '" + io[e].name + "' is " + std::to_string(args[a].nbytes) +
+                          " bytes but its input is " + std::to_string(in.nbytes));
       }
     }
   }
@@ -248,9 +247,9 @@ Status EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<i
     // Zero-byte tensors may have no storage and get a placeholder; a null buffer that still
     // claims bytes (after outputs took their shapes) would have the engine overrun it.
     if (a.data == nullptr && a.nbytes > 0) {
-      return Status(Error::InvalidArgument,
-                    std::string(io[e].is_input ? "input '" : "output '") + io[e].name + "' has " +
-                        std::to_string(a.nbytes) + " bytes but no storage");
+      return Status(Error::InvalidArgument, std::string(io[e].is_input ? "input '" : "output '") +
+                                                io[e].name + "' has " + std::to_string(a.nbytes) +
+                                                " bytes but no storage");
     }
     f.address = reinterpret_cast<uintptr_t>(a.data);
     f.nbytes = a.nbytes;
@@ -340,8 +339,7 @@ std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_cou
   std::lock_guard<std::mutex> lock(g_registry_mu);
   std::vector<std::pair<std::string, std::vector<BindingCounters>>> out;
   for (const EngineRunner* r : registry()) out.emplace_back(r->label(), r->counters());
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
 

@@ -78,10 +78,10 @@ class EngineRunner {
   StreamHandle stream_ = 0;
   std::string label_;
   // Per engine binding (engine order).
-  std::vector<int> alias_input_;        // for an in-place output: its input's engine index
+  std::vector<int> alias_input_;  // for an in-place output: its input's engine index
   std::vector<bool> updated_in_place_;
-  std::vector<size_t> input_order_;     // engine indices of inputs in argument order
-  std::vector<size_t> output_order_;    // engine indices of outputs in argument order
+  std::vector<size_t> input_order_;   // engine indices of inputs in argument order
+  std::vector<size_t> output_order_;  // engine indices of outputs in argument order
   size_t aliased_count_ = 0;
   std::vector<Stage> stages_;
   // Output shapes by input shapes, asked of the provider once per new input shapes.

@@ -57,8 +57,14 @@ class Parser {
       case '{': return object(out, depth);
       case '[': return array(out, depth);
       case '"': out->kind = JsonValue::Kind::String; return string(&out->string);
-      case 't': out->kind = JsonValue::Kind::Bool; out->boolean = true; return literal("true");
-      case 'f': out->kind = JsonValue::Kind::Bool; out->boolean = false; return literal("false");
+      case 't':
+        out->kind = JsonValue::Kind::Bool;
+        out->boolean = true;
+        return literal("true");
+      case 'f':
+        out->kind = JsonValue::Kind::Bool;
+        out->boolean = false;
+        return literal("false");
       case 'n': out->kind = JsonValue::Kind::Null; return literal("null");
       default: return number(out);
     }
@@ -68,7 +74,10 @@ class Parser {
     out->kind = JsonValue::Kind::Object;
     ++pos_;
     skip_space();
-    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+    if (pos_ < s_.size() && s_[pos_] == '}') {
+      ++pos_;
+      return true;
+    }
     while (true) {
       skip_space();
       if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected a string key");
@@ -83,8 +92,14 @@ class Parser {
       if (!value(&member, depth + 1)) return false;
       out->object.emplace_back(std::move(key), std::move(member));
       skip_space();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == '}') {
+        ++pos_;
+        return true;
+      }
       return fail("expected ',' or '}'");
     }
   }
@@ -93,15 +108,24 @@ class Parser {
     out->kind = JsonValue::Kind::Array;
     ++pos_;
     skip_space();
-    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+    if (pos_ < s_.size() && s_[pos_] == ']') {
+      ++pos_;
+      return true;
+    }
     while (true) {
       skip_space();
       JsonValue element;
       if (!value(&element, depth + 1)) return false;
       out->array.push_back(std::move(element));
       skip_space();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == ']') {
+        ++pos_;
+        return true;
+      }
       return fail("expected ',' or ']'");
     }
   }
@@ -130,10 +154,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char h = s_[pos_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else return fail("invalid \\u escape");
+      if (h >= '0' && h <= '9')
+        v |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return fail("invalid \\u escape");
     }
     *out = v;
     return true;
@@ -145,7 +173,10 @@ class Parser {
       unsigned char c = static_cast<unsigned char>(s_[pos_++]);
       if (c == '"') return true;
       if (c < 0x20) return fail("control character in string");
-      if (c != '\\') { out->push_back(static_cast<char>(c)); continue; }
+      if (c != '\\') {
+        out->push_back(static_cast<char>(c));
+        continue;
+      }
       if (pos_ >= s_.size()) break;
       char e = s_[pos_++];
       switch (e) {
@@ -228,6 +259,8 @@ const JsonValue* JsonValue::find(const std::string& key) const {
   return nullptr;
 }
 
-ethost::Outcome<JsonValue> parse_json(const std::string& text) { return Parser(text).parse(); }
+ethost::Outcome<JsonValue> parse_json(const std::string& text) {
+  return Parser(text).parse();
+}
 
 }  // namespace ethost_trt

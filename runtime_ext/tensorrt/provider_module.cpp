@@ -1,5 +1,5 @@
-// The engine provider seam over a Python object. The host releases the GIL for the whole execute, so the
-// GIL is taken only for provider calls -- once per execute: one `execute` call in the steady
+// The engine provider seam over a Python object. The host releases the GIL for the whole execute,
+// so the GIL is taken only for provider calls -- once per execute: one `execute` call in the steady
 // state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Every
 // Python error becomes a Status here: nothing Python- or exception-shaped crosses back
 // into ExecuTorch.
@@ -46,8 +46,8 @@ Status failure(Error code, const char* call, nb::python_error& e) {
 }
 
 Status failure(Error code, const char* call, const std::exception& e) {
-  return Status(code, std::string("engine provider ") + call +
-                          " returned something unexpected: " + e.what());
+  return Status(
+      code, std::string("engine provider ") + call + " returned something unexpected: " + e.what());
 }
 
 Status interpreter_gone() {
@@ -118,8 +118,10 @@ class PyContext final : public ExecutionContext {
  public:
   // Bound methods are looked up once here, not per call.
   PyContext(nb::object provider, nb::object ctx)
-      : infer_(provider.attr("infer_shapes")), execute_(provider.attr("execute")),
-        provider_(std::move(provider)), ctx_(std::move(ctx)) {}
+      : infer_(provider.attr("infer_shapes")),
+        execute_(provider.attr("execute")),
+        provider_(std::move(provider)),
+        ctx_(std::move(ctx)) {}
   ~PyContext() override {
     drop(infer_);
     drop(execute_);
@@ -158,7 +160,10 @@ class PyContext final : public ExecutionContext {
 class PyEngine final : public Engine {
  public:
   PyEngine(nb::object provider, nb::object engine, std::vector<EngineIo> io, EngineStats stats)
-      : provider_(std::move(provider)), engine_(std::move(engine)), io_(std::move(io)), stats_(stats) {}
+      : provider_(std::move(provider)),
+        engine_(std::move(engine)),
+        io_(std::move(io)),
+        stats_(stats) {}
   ~PyEngine() override {
     drop(engine_);
     drop(provider_);
@@ -186,7 +191,8 @@ class PyEngine final : public Engine {
   std::atomic<bool> unaligned_logged_{false};
 };
 
-void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io, EngineStats* stats) {
+void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io,
+              EngineStats* stats) {
   nb::dict d = nb::cast<nb::dict>(provider.attr("describe")(engine));
   for (nb::handle entry : nb::cast<nb::list>(d["io"])) {
     nb::dict e = nb::cast<nb::dict>(entry);
@@ -265,8 +271,12 @@ void set_python_provider(nb::object provider) {
   set_engine_provider(std::make_shared<PyProvider>(std::move(provider)));
 }
 
-uint64_t provider_gil_entries() { return g_gil_entries.load(std::memory_order_relaxed); }
+uint64_t provider_gil_entries() {
+  return g_gil_entries.load(std::memory_order_relaxed);
+}
 
-nb::object python_provider() { return g_installed.is_valid() ? g_installed : nb::none(); }
+nb::object python_provider() {
+  return g_installed.is_valid() ? g_installed : nb::none();
+}
 
 }  // namespace ethost_trt

@@ -34,9 +34,13 @@ T unwrap(Outcome<T>&& outcome) {
   return outcome.take();
 }
 
-std::shared_ptr<DeviceMemory> memory_or_raise() { return unwrap(active_memory()); }
+std::shared_ptr<DeviceMemory> memory_or_raise() {
+  return unwrap(active_memory());
+}
 
-void* as_ptr(uintptr_t addr) { return reinterpret_cast<void*>(addr); }
+void* as_ptr(uintptr_t addr) {
+  return reinterpret_cast<void*>(addr);
+}
 
 // A copy between a device address and host bytes; the direction follows where `addr` lives, so
 // it also works on a host buffer bound directly on a device that reads pageable memory.
@@ -68,7 +72,8 @@ class TestRunner {
   // args: (address, nbytes, shape, dtype or None) per delegate argument. Returns each
   // argument's shape after the call (outputs take the shape the engine inferred).
   std::vector<std::vector<int64_t>> run(
-      const std::vector<std::tuple<uintptr_t, size_t, std::vector<int64_t>, std::optional<std::string>>>& args) {
+      const std::vector<
+          std::tuple<uintptr_t, size_t, std::vector<int64_t>, std::optional<std::string>>>& args) {
     std::vector<IoArg> io(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
       io[i].data = as_ptr(std::get<0>(args[i]));
@@ -124,40 +129,59 @@ class TestRunner {
 NB_MODULE(ethost_tensorrt_testing, t) {
   executorch::runtime::runtime_init();
   t.doc() = "Test hooks of the TensorRTBackend delegate; not for production use.";
-  t.def("use_host_memory", [](bool reads_pageable_host) { use_memory(make_host_memory(reads_pageable_host)); },
-        nb::arg("reads_pageable_host") = false,
-        "Delegates initialized from now on use a host-memory stand-in for the GPU: a discrete one, "
-        "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like).");
-  t.def("use_cuda_memory", []() {
-    use_memory(nullptr);
-    memory_or_raise();
-  }, "Back to CUDA for delegates initialized from now on; raises when there is no CUDA device.");
-  t.def("device_alloc", [](size_t n) {
-    return reinterpret_cast<uintptr_t>(unwrap(memory_or_raise()->allocate(n)));
-  }, nb::arg("nbytes"));
-  t.def("device_free", [](uintptr_t addr) { memory_or_raise()->release(as_ptr(addr)); }, nb::arg("address"));
-  t.def("device_write", [](uintptr_t addr, nb::bytes data) {
-    copy_now(as_ptr(addr), data.data(), data.size(), true, addr);
-  }, nb::arg("address"), nb::arg("data"));
-  t.def("device_read", [](uintptr_t addr, size_t n) {
-    std::string out(n, '\0');
-    copy_now(out.data(), as_ptr(addr), n, false, addr);
-    return nb::bytes(out.data(), out.size());
-  }, nb::arg("address"), nb::arg("nbytes"));
-  t.def("is_device_pointer", [](uintptr_t addr) { return memory_or_raise()->is_device_pointer(as_ptr(addr)); });
-  t.def("stream_synchronize", [](uintptr_t stream) {
-    auto memory = memory_or_raise();
-    Status synced;
-    {
-      nb::gil_scoped_release release;
-      synced = memory->synchronize(stream);
-    }
-    raise_if_error(synced);
-  }, nb::arg("stream"));
+  t.def(
+      "use_host_memory",
+      [](bool reads_pageable_host) { use_memory(make_host_memory(reads_pageable_host)); },
+      nb::arg("reads_pageable_host") = false,
+      "Delegates initialized from now on use a host-memory stand-in for the GPU: a discrete one, "
+      "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like).");
+  t.def(
+      "use_cuda_memory",
+      []() {
+        use_memory(nullptr);
+        memory_or_raise();
+      },
+      "Back to CUDA for delegates initialized from now on; raises when there is no CUDA device.");
+  t.def(
+      "device_alloc",
+      [](size_t n) { return reinterpret_cast<uintptr_t>(unwrap(memory_or_raise()->allocate(n))); },
+      nb::arg("nbytes"));
+  t.def(
+      "device_free", [](uintptr_t addr) { memory_or_raise()->release(as_ptr(addr)); },
+      nb::arg("address"));
+  t.def(
+      "device_write",
+      [](uintptr_t addr, nb::bytes data) {
+        copy_now(as_ptr(addr), data.data(), data.size(), true, addr);
+      },
+      nb::arg("address"), nb::arg("data"));
+  t.def(
+      "device_read",
+      [](uintptr_t addr, size_t n) {
+        std::string out(n, '\0');
+        copy_now(out.data(), as_ptr(addr), n, false, addr);
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("address"), nb::arg("nbytes"));
+  t.def("is_device_pointer",
+        [](uintptr_t addr) { return memory_or_raise()->is_device_pointer(as_ptr(addr)); });
+  t.def(
+      "stream_synchronize",
+      [](uintptr_t stream) {
+        auto memory = memory_or_raise();
+        Status synced;
+        {
+          nb::gil_scoped_release release;
+          synced = memory->synchronize(stream);
+        }
+        raise_if_error(synced);
+      },
+      nb::arg("stream"));
 
   nb::class_<TestRunner>(t, "Runner",
                          "The delegate's runner on a Torch-TensorRT blob, without ExecuTorch.")
-      .def(nb::init<nb::bytes, std::optional<nb::dict>>(), nb::arg("blob"), nb::arg("named_data") = nb::none())
+      .def(nb::init<nb::bytes, std::optional<nb::dict>>(), nb::arg("blob"),
+           nb::arg("named_data") = nb::none())
       .def("run", &TestRunner::run, nb::arg("args"))
       .def("counters", &TestRunner::counters)
       .def_prop_ro("calls", &TestRunner::calls)

@@ -56,7 +56,8 @@ nb::dict blob_dict(const ParsedBlob& b) {
   d["device_id"] = b.metadata.device_id;
   d["serialized_metadata_size"] = b.metadata.serialized_metadata_size;
   d["target_platform"] = b.metadata.target_platform;
-  d["engine_key"] = b.metadata.engine_key ? nb::object(nb::str(b.metadata.engine_key->c_str())) : nb::none();
+  d["engine_key"] =
+      b.metadata.engine_key ? nb::object(nb::str(b.metadata.engine_key->c_str())) : nb::none();
   return d;
 }
 
@@ -86,16 +87,23 @@ NB_MODULE(ethost_tensorrt, m) {
   executorch::runtime::runtime_init();
   m.doc() = "TensorRTBackend delegate for ExecuTorch programs (registered when this library loads)";
 
-  m.def("registration_error", []() -> std::optional<std::string> {
-    const char* e = registration_error();
-    return e ? std::optional<std::string>(e) : std::nullopt;
-  }, "None when this library holds the TensorRTBackend id, else why it does not.");
+  m.def(
+      "registration_error",
+      []() -> std::optional<std::string> {
+        const char* e = registration_error();
+        return e ? std::optional<std::string>(e) : std::nullopt;
+      },
+      "None when this library holds the TensorRTBackend id, else why it does not.");
 
-  m.def("parse_blob", [](nb::bytes blob) {
-    auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size());
-    if (!parsed.ok()) throw nb::value_error(parsed.status().reason.c_str());
-    return blob_dict(parsed.value());
-  }, nb::arg("blob"), "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
+  m.def(
+      "parse_blob",
+      [](nb::bytes blob) {
+        auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size());
+        if (!parsed.ok()) throw nb::value_error(parsed.status().reason.c_str());
+        return blob_dict(parsed.value());
+      },
+      nb::arg("blob"),
+      "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
 
   m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
         "Install the object TensorRT is reached through (deserialize, describe, create_context, "
@@ -105,26 +113,33 @@ NB_MODULE(ethost_tensorrt, m) {
         "How many times delegates have taken the GIL to call the engine provider (at most once "
         "per execute).");
 
-  m.def("device_status", []() -> std::optional<std::string> {
-    auto memory = active_memory();
-    return memory.ok() ? std::nullopt : std::optional<std::string>(memory.status().reason);
-  }, "None when delegates can initialize here, else why not (e.g. 'no CUDA device: ...').");
+  m.def(
+      "device_status",
+      []() -> std::optional<std::string> {
+        auto memory = active_memory();
+        return memory.ok() ? std::nullopt : std::optional<std::string>(memory.status().reason);
+      },
+      "None when delegates can initialize here, else why not (e.g. 'no CUDA device: ...').");
 
   m.def("memory_kind", []() -> std::optional<std::string> {
     auto memory = active_memory();
     return memory.ok() ? std::optional<std::string>(memory.value()->kind()) : std::nullopt;
   });
 
-  m.def("staging_counters", []() {
-    nb::list out;
-    for (const auto& [label, counters] : all_runner_counters()) {
-      nb::dict d;
-      d["delegate"] = label;
-      d["bindings"] = counters_list(counters);
-      out.append(d);
-    }
-    return out;
-  }, "Per live delegate instance, per binding: staging copies so far and how often it was staged or bound directly.");
+  m.def(
+      "staging_counters",
+      []() {
+        nb::list out;
+        for (const auto& [label, counters] : all_runner_counters()) {
+          nb::dict d;
+          d["delegate"] = label;
+          d["bindings"] = counters_list(counters);
+          out.append(d);
+        }
+        return out;
+      },
+      "Per live delegate instance, per binding: staging copies so far and how often it was staged "
+      "or bound directly.");
 
   m.def("__getattr__", [m](const std::string& name) { return module_getattr(m, name); });
 }

@@ -38,7 +38,8 @@ std::vector<uint8_t> blob(const std::string& metadata, const std::string& engine
   put_u32(b, 4, layout.metadata_offset);
   put_u32(b, 8, static_cast<uint32_t>(metadata.size()));
   put_u32(b, 12, static_cast<uint32_t>(engine_at));
-  put_u64(b, 16, layout.engine_size >= 0 ? static_cast<uint64_t>(layout.engine_size) : engine.size());
+  put_u64(b, 16,
+          layout.engine_size >= 0 ? static_cast<uint64_t>(layout.engine_size) : engine.size());
   std::copy(metadata.begin(), metadata.end(), b.begin() + layout.metadata_offset);
   std::copy(engine.begin(), engine.end(), b.begin() + engine_at);
   return b;
@@ -48,7 +49,9 @@ const char* kIo =
     R"({"io_bindings": [{"name": "x", "is_input": true, "dtype": "float32", "shape": [2, -1]},)"
     R"( {"name": "y", "is_input": false}])";
 
-std::string meta(const std::string& extra = "") { return std::string(kIo) + extra + "}"; }
+std::string meta(const std::string& extra = "") {
+  return std::string(kIo) + extra + "}";
+}
 
 std::string refusal(const std::vector<uint8_t>& b) {
   auto parsed = parse_blob(b.data(), b.size());
@@ -60,8 +63,9 @@ std::string refusal(const std::vector<uint8_t>& b) {
 }  // namespace
 
 TEST(an_inline_engine_blob_is_read) {
-  auto b = blob(meta(R"(, "device_id": 1, "hardware_compatible": true, "target_platform": "linux")"),
-                "ENGINE-BYTES");
+  auto b =
+      blob(meta(R"(, "device_id": 1, "hardware_compatible": true, "target_platform": "linux")"),
+           "ENGINE-BYTES");
   auto parsed = parse_blob(b.data(), b.size());
   CHECK(parsed.ok());
   const auto& p = parsed.value();
@@ -128,9 +132,9 @@ TEST(metadata_refusals_name_the_field) {
                  "names 'x' twice");
   CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "", "is_input": true}]})", "E")),
                  "io_bindings[0] has no non-empty name");
-  CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true, "shape": [1.5]}]})",
-                              "E")),
-                 "shape is not a list of integers");
+  CHECK_CONTAINS(
+      refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true, "shape": [1.5]}]})", "E")),
+      "shape is not a list of integers");
   CHECK_CONTAINS(refusal(blob(meta(R"(, "device_id": -1)"), "E")),
                  "device_id is not a non-negative integer");
   CHECK_CONTAINS(refusal(blob(meta(R"(, "aliased_io": [{"output": "x", "input": "y"}])"), "E")),

@@ -34,26 +34,26 @@ inline bool contains(const std::string& text, const std::string& part) {
 
 }  // namespace ethost_test
 
-#define TEST(name)                                                   \
-  static void name();                                                \
-  static ::ethost_test::Registrar name##_registrar(#name, &name);    \
+#define TEST(name)                                                \
+  static void name();                                             \
+  static ::ethost_test::Registrar name##_registrar(#name, &name); \
   static void name()
 
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);    \
-      ++::ethost_test::failures();                                                     \
-    }                                                                                  \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      ++::ethost_test::failures();                                                  \
+    }                                                                               \
   } while (0)
 
 // CHECK that `text` (a std::string) contains `part`, printing the text when it does not.
-#define CHECK_CONTAINS(text, part)                                                         \
-  do {                                                                                     \
-    const std::string& ethost_text_ = (text);                                              \
-    if (!::ethost_test::contains(ethost_text_, (part))) {                                  \
+#define CHECK_CONTAINS(text, part)                                                        \
+  do {                                                                                    \
+    const std::string& ethost_text_ = (text);                                             \
+    if (!::ethost_test::contains(ethost_text_, (part))) {                                 \
       std::fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
-                   ethost_text_.c_str(), std::string(part).c_str());                       \
-      ++::ethost_test::failures();                                                         \
-    }                                                                                      \
+                   ethost_text_.c_str(), std::string(part).c_str());                      \
+      ++::ethost_test::failures();                                                        \
+    }                                                                                     \
   } while (0)

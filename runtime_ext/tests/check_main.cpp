@@ -6,6 +6,7 @@ int main() {
     c.run();
     std::printf("%s %s\n", ethost_test::failures() == before ? "ok  " : "FAIL", c.name);
   }
-  std::printf("%zu cases, %d failed checks\n", ethost_test::cases().size(), ethost_test::failures());
+  std::printf("%zu cases, %d failed checks\n", ethost_test::cases().size(),
+              ethost_test::failures());
   return ethost_test::failures() == 0 ? 0 : 1;
 }

@@ -43,7 +43,8 @@ TEST(aligned_device_buffers_are_bound_directly) {
 }
 
 TEST(an_unaligned_device_input_is_copied_in_on_the_device) {
-  auto plan = plan_staging({device_buffer(true, 0x10010, 512), device_buffer(false, 0x20000)}, false);
+  auto plan =
+      plan_staging({device_buffer(true, 0x10010, 512), device_buffer(false, 0x20000)}, false);
   CHECK(plan.placement[0] == Placement::Staged && plan.reason[0] == StageReason::Unaligned);
   CHECK(plan.bound[0].stage && plan.stage_bytes[0] == 512);
   CHECK(plan.before.size() == 1 && plan.after.empty());
@@ -65,11 +66,13 @@ TEST(host_buffers_depend_on_whether_the_device_reads_pageable_memory) {
   CHECK(discrete.before.size() == 1 && discrete.before[0].kind == CopyKind::HostToDevice);
   CHECK(discrete.after.size() == 1 && discrete.after[0].kind == CopyKind::DeviceToHost);
   auto integrated = plan_staging(facts, true);
-  CHECK(integrated.placement[0] == Placement::Direct && integrated.placement[1] == Placement::Direct);
+  CHECK(integrated.placement[0] == Placement::Direct &&
+        integrated.placement[1] == Placement::Direct);
   CHECK(integrated.before.empty() && integrated.after.empty());
   // Alignment still matters where the device reads host memory.
   auto unaligned = plan_staging({host_buffer(true, 0x10020), host_buffer(false, 0x20000)}, true);
-  CHECK(unaligned.placement[0] == Placement::Staged && unaligned.reason[0] == StageReason::Unaligned);
+  CHECK(unaligned.placement[0] == Placement::Staged &&
+        unaligned.reason[0] == StageReason::Unaligned);
   CHECK(unaligned.before.size() == 1 && unaligned.before[0].kind == CopyKind::HostToDevice);
 }
 
@@ -88,7 +91,8 @@ TEST(an_in_place_output_shares_its_inputs_binding) {
   out.alias_input = 0;
   auto plan = plan_staging({cache, device_buffer(true, 0x20000), out}, false);
   CHECK(plan.placement[2] == Placement::AliasOfInput);
-  CHECK(plan.bound[2].stage == plan.bound[0].stage && plan.bound[2].binding == plan.bound[0].binding);
+  CHECK(plan.bound[2].stage == plan.bound[0].stage &&
+        plan.bound[2].binding == plan.bound[0].binding);
   // copied in, updated on the stage, copied back; then into the separately passed output
   CHECK(copies_counted_for(plan, 0) == 2 && copies_counted_for(plan, 1) == 0);
   CHECK(copies_counted_for(plan, 2) == 1);
