@@ -14,6 +14,7 @@ in the steady state. Rows:
   delegate, null       testing.Runner.run with a provider that does nothing: the delegate's whole
                        execute (checks, staging plan, provider entry, stream sync)
   delegate, test       the same with the test engine provider (it reads, adds and writes memory)
+  stream synchronize   a Python call that only synchronizes an idle stream: the delegate's floor
 GIL entries per delegate execute come from ethost_tensorrt.provider_gil_entries().
 """
 import argparse
@@ -158,6 +159,11 @@ def delegate_rows(n_in, n_out, iters, memory):
         ethost_tensorrt.set_engine_provider(provider)
         runner = T.Runner(blob)
         runner.run(args)
+        if not rows:
+            # The floor under a delegate execute: a Python call into the module that only
+            # synchronizes the runner's (idle) stream, as every execute ends by doing.
+            rows["stream synchronize via testing (delegate floor)"] = per_call_us(
+                lambda: T.stream_synchronize(runner.stream), iters)
         before = ethost_tensorrt.provider_gil_entries()
         rows[label] = per_call_us(lambda: runner.run(args), iters)
         gil[label] = (ethost_tensorrt.provider_gil_entries() - before) / (runner.calls - 1)
