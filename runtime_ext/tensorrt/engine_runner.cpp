@@ -161,8 +161,9 @@ Outcome<const std::vector<Dims>*> EngineRunner::output_shapes(
   auto found = shape_cache_.find(inputs);
   if (found != shape_cache_.end()) return &found->second;
   // New input shapes: this call asks the provider twice (infer, then execute), so it enters the
-  // provider once for both. Output shapes depend on input shapes alone (the provider refuses
-  // engines whose outputs depend on values), hence the cache.
+  // provider once for both. Output shapes depend on input shapes alone, hence the cache: the
+  // provider refuses data-dependent output shapes, and shape-tensor inputs (whose values would
+  // matter) are not supported by this delegate.
   *scope = context_->enter();
   auto inferred = context_->infer_shapes(inputs);
   if (!inferred.ok()) {
