@@ -1,5 +1,5 @@
 // The narrow surface through which the delegate reaches TensorRT. Everything TensorRT-specific
-// lives behind it (in Python: service/tensorrt_runtime.py, reached through provider_module.cpp),
+// lives behind it (in Python: the service's TensorRTEngineProvider, via provider_module.cpp),
 // so the delegate is built and tested without TensorRT headers, and production and test
 // providers plug into the same code.
 #pragma once

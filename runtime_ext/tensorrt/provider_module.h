@@ -1,4 +1,4 @@
-// The Python engine provider (service/tensorrt_runtime.py's TensorRTEngineProvider, or the test
+// The Python engine provider (the service's TensorRTEngineProvider, or the test
 // engine provider) behind the delegate's EngineProvider seam (engine_provider.h).
 #pragma once
 

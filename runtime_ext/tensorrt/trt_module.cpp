@@ -107,7 +107,7 @@ NB_MODULE(ethost_tensorrt, m) {
 
   m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
         "Install the object TensorRT is reached through (deserialize, describe, create_context, "
-        "infer_shapes, execute; see service/tensorrt_runtime.py).");
+        "infer_shapes, execute; the service's TensorRTEngineProvider is the shipped one).");
   m.def("engine_provider", &python_provider);
   m.def("provider_gil_entries", &provider_gil_entries,
         "How many times delegates have taken the GIL to call the engine provider (at most once "

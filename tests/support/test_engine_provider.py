@@ -1,7 +1,7 @@
 """Test engine provider: a stand-in for TensorRT, for tests only (never shipped).
 
 It implements the engine-provider seam (the calls TensorRTEngineProvider in
-service/tensorrt_runtime.py answers) over "plans" that are b"TESTPLAN" + JSON
+the service's TensorRT backend answers) over "plans" that are b"TESTPLAN" + JSON
 describing a tiny computation it performs itself, reading and writing the bound addresses
 through ethost_tensorrt.testing (host-simulated or CUDA memory alike). Like TensorRT it needs
 every bound address on a 256-byte boundary; unlike TensorRT it checks, records every address it
