@@ -3,8 +3,8 @@
 // state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Every
 // Python error becomes a Status here: nothing Python- or exception-shaped crosses back
 // into ExecuTorch.
-#include <map>
 #include <atomic>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
