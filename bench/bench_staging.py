@@ -40,16 +40,10 @@ class NullEngineProvider:
     def create_context(self, engine):
         return {}
 
-    def set_input_shape(self, ctx, name, shape):
-        ctx[name] = list(shape)
+    def infer_shapes(self, ctx, input_shapes):
+        return [list(input_shapes[0])]
 
-    def output_shape(self, ctx, name):
-        return ctx["x"]
-
-    def set_tensor_address(self, ctx, name, address):
-        pass
-
-    def enqueue(self, ctx, stream):
+    def execute(self, ctx, input_shapes, addresses, stream):
         pass
 
 

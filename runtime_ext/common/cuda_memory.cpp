@@ -46,7 +46,7 @@ bool bind(void* lib, const char* name, F* out) {
 }
 
 // Opens libcudart once per process; the handle stays open for the life of the process.
-const CudaApi* load_cudart(std::string* why) {
+Outcome<const CudaApi*> load_cudart() {
   static CudaApi api;
   static std::string failure;
   static std::once_flag once;
@@ -80,10 +80,7 @@ const CudaApi* load_cudart(std::string* why) {
               bind(lib, "cudaGetErrorString", &api.get_error_string);
     if (!ok) failure = "the CUDA runtime found lacks an entry point this module needs";
   });
-  if (!failure.empty()) {
-    *why = failure;
-    return nullptr;
-  }
+  if (!failure.empty()) return Status(Error::NotSupported, failure);
   return &api;
 }
 
@@ -106,63 +103,52 @@ class CudaMemory final : public DeviceMemory {
     return attrs.type == 2 || attrs.type == 3;
   }
 
-  Result<void*> allocate(size_t nbytes) override {
+  Outcome<void*> allocate(size_t nbytes) override {
     void* p = nullptr;
-    if (!check(api_->set_device(device_), "cudaSetDevice") ||
-        !check(api_->malloc(&p, nbytes == 0 ? 256 : nbytes), "cudaMalloc")) {
-      return Error::MemoryAllocationFailed;
-    }
+    ETHOST_RETURN_IF_ERROR(
+        check(api_->set_device(device_), "cudaSetDevice", Error::MemoryAllocationFailed));
+    ETHOST_RETURN_IF_ERROR(check(api_->malloc(&p, nbytes == 0 ? 256 : nbytes), "cudaMalloc",
+                                 Error::MemoryAllocationFailed));
     return p;
   }
 
   void release(void* p) override {
-    if (p != nullptr) check(api_->free(p), "cudaFree");
+    if (p != nullptr) check(api_->free(p), "cudaFree", Error::Internal);
   }
 
-  Error copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
-                   StreamHandle stream) override {
-    if (nbytes == 0) return Error::Ok;
+  Status copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
+                    StreamHandle stream) override {
+    if (nbytes == 0) return Status();
     return check(api_->memcpy_async(dst, src, nbytes, static_cast<int>(kind),
                                     reinterpret_cast<void*>(stream)),
-                 "cudaMemcpyAsync")
-               ? Error::Ok
-               : Error::Internal;
+                 "cudaMemcpyAsync", Error::Internal);
   }
 
-  Result<StreamHandle> create_stream() override {
+  Outcome<StreamHandle> create_stream() override {
     void* s = nullptr;
-    if (!check(api_->set_device(device_), "cudaSetDevice") ||
-        !check(api_->stream_create_with_flags(&s, kStreamNonBlocking), "cudaStreamCreateWithFlags")) {
-      return Error::Internal;
-    }
+    ETHOST_RETURN_IF_ERROR(check(api_->set_device(device_), "cudaSetDevice", Error::Internal));
+    ETHOST_RETURN_IF_ERROR(check(api_->stream_create_with_flags(&s, kStreamNonBlocking),
+                                 "cudaStreamCreateWithFlags", Error::Internal));
     return reinterpret_cast<StreamHandle>(s);
   }
 
-  Error synchronize(StreamHandle stream) override {
-    return check(api_->stream_synchronize(reinterpret_cast<void*>(stream)), "cudaStreamSynchronize")
-               ? Error::Ok
-               : Error::Internal;
+  Status synchronize(StreamHandle stream) override {
+    return check(api_->stream_synchronize(reinterpret_cast<void*>(stream)), "cudaStreamSynchronize",
+                 Error::Internal);
   }
 
   void destroy_stream(StreamHandle stream) override {
-    check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy");
+    check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy",
+          Error::Internal);
   }
-
-  std::string last_error() const override { return thread_error(); }
 
  private:
-  // Per thread: instances run in parallel threads, and each must report its own failure.
-  static std::string& thread_error() {
-    thread_local std::string error;
-    return error;
-  }
-
-  bool check(int rc, const char* what) const {
-    if (rc == 0) return true;
-    thread_error() = std::string(what) + " failed: " + api_->get_error_string(rc);
+  Status check(int rc, const char* what, Error code) const {
+    if (rc == 0) return Status();
+    Status failed(code, std::string(what) + " failed: " + api_->get_error_string(rc));
     // A non-sticky failure (e.g. an allocation) must not linger for TensorRT's next check.
     api_->get_last_error();
-    return false;
+    return failed;
   }
 
   const CudaApi* api_;
@@ -172,24 +158,23 @@ class CudaMemory final : public DeviceMemory {
 
 }  // namespace
 
-Result<std::shared_ptr<DeviceMemory>> make_cuda_memory(std::string* why) {
-  const CudaApi* api = load_cudart(why);
-  if (api == nullptr) return Error::NotSupported;
+Outcome<std::shared_ptr<DeviceMemory>> make_cuda_memory() {
+  ETHOST_ASSIGN_OR_RETURN(const CudaApi* api, load_cudart());
   int count = 0;
   int rc = api->get_device_count(&count);
   if (rc != 0 || count == 0) {
-    *why = std::string("no CUDA device: ") +
-           (rc != 0 ? api->get_error_string(rc) : "cudaGetDeviceCount found none");
+    Status failed(Error::NotSupported,
+                  std::string("no CUDA device: ") +
+                      (rc != 0 ? api->get_error_string(rc) : "cudaGetDeviceCount found none"));
     api->get_last_error();
-    return Error::NotSupported;
+    return failed;
   }
   int device = 0;
   int pageable = 0;
   if (api->get_device(&device) != 0 ||
       api->device_get_attribute(&pageable, kAttrPageableMemoryAccess, device) != 0) {
-    *why = "could not query the current CUDA device";
     api->get_last_error();
-    return Error::NotSupported;
+    return Status(Error::NotSupported, "could not query the current CUDA device");
   }
   return std::shared_ptr<DeviceMemory>(std::make_shared<CudaMemory>(api, device, pageable != 0));
 }

@@ -14,13 +14,13 @@
 #include <memory>
 #include <string>
 
-#include <executorch/runtime/core/error.h>
-#include <executorch/runtime/core/result.h>
+#include "status.h"
 
 namespace ethost_device {
 
-using executorch::runtime::Error;
-using executorch::runtime::Result;
+using ethost::Error;
+using ethost::Outcome;
+using ethost::Status;
 
 // A cudaStream_t carried as an integer, the form TensorRT's Python API takes.
 using StreamHandle = uintptr_t;
@@ -36,25 +36,25 @@ class DeviceMemory {
   virtual bool reads_pageable_host_memory() const = 0;
   virtual bool is_device_pointer(const void* p) const = 0;
 
-  virtual Result<void*> allocate(size_t nbytes) = 0;
+  // Failures carry the device runtime's own words (e.g. "cudaMalloc failed: out of memory").
+  virtual Outcome<void*> allocate(size_t nbytes) = 0;
   virtual void release(void* p) = 0;
-  virtual Error copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
-                           StreamHandle stream) = 0;
-  virtual Result<StreamHandle> create_stream() = 0;
-  virtual Error synchronize(StreamHandle stream) = 0;
+  virtual Status copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
+                            StreamHandle stream) = 0;
+  virtual Outcome<StreamHandle> create_stream() = 0;
+  virtual Status synchronize(StreamHandle stream) = 0;
   virtual void destroy_stream(StreamHandle stream) = 0;
-  // The reason of the most recent failure, for messages that reach Python.
-  virtual std::string last_error() const = 0;
 };
 
-// CUDA runtime loaded with dlopen; fails with a readable reason on a host without CUDA.
-Result<std::shared_ptr<DeviceMemory>> make_cuda_memory(std::string* why);
+// CUDA runtime loaded with dlopen; fails (NotSupported) with a readable reason on a host
+// without CUDA.
+Outcome<std::shared_ptr<DeviceMemory>> make_cuda_memory();
 // Tests only: "device" memory is the allocations this object made.
 std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host);
 
 // The memory a newly initialized delegate or newly loaded method uses. CUDA unless a test
 // selected host memory; delegates and methods already loaded keep the memory they started with.
-Result<std::shared_ptr<DeviceMemory>> active_memory(std::string* why);
+Outcome<std::shared_ptr<DeviceMemory>> active_memory();
 void use_memory(std::shared_ptr<DeviceMemory> memory);
 
 inline CopyKind copy_kind(bool src_on_device, bool dst_on_device) {

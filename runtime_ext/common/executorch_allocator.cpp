@@ -12,27 +12,31 @@ namespace ethost_device {
 namespace {
 
 using executorch::runtime::DeviceAllocator;
+using executorch::runtime::Result;
 namespace etensor = executorch::runtime::etensor;
 
-// Stateless: registered once per process, it asks for the active memory at every call, so after a
-// test switches between CUDA and the host-memory stand-in (or between two stand-ins), methods
-// loaded from then on have their copies done by the memory their buffers came from. Production
-// gets CUDA the same way.
+// The ExecuTorch boundary: the seam's Status becomes ExecuTorch's Error here, its reason a log
+// line. Stateless: registered once per process, it asks for the active memory at every call, so
+// after a test switches between CUDA and the host-memory stand-in (or between two stand-ins),
+// methods loaded from then on have their copies done by the memory their buffers came from.
+// Production gets CUDA the same way.
 class SeamAllocator final : public DeviceAllocator {
  public:
   Result<void*> allocate(size_t nbytes, etensor::DeviceIndex index, size_t alignment) override {
     // The seam hands out 256-byte aligned memory (cudaMalloc's guarantee, and the stand-in's).
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 256) {
-      ET_LOG(Error, "CUDA device allocator: alignment %zu is not a power of two up to 256", alignment);
+      ET_LOG(Error, "CUDA device allocator: alignment %zu is not a power of two up to 256",
+             alignment);
       return Error::NotSupported;
     }
     auto memory = memory_for(index, "allocate");
     if (!memory.ok()) return memory.error();
     auto p = memory.get()->allocate(nbytes);
     if (!p.ok()) {
-      ET_LOG(Error, "CUDA device allocator: %s", memory.get()->last_error().c_str());
+      ET_LOG(Error, "CUDA device allocator: %s", p.status().reason.c_str());
+      return p.status().code;
     }
-    return p;
+    return p.value();
   }
 
   void deallocate(void* ptr, etensor::DeviceIndex index) override {
@@ -60,29 +64,29 @@ class SeamAllocator final : public DeviceAllocator {
     auto memory = memory_for(index, "copy");
     if (!memory.ok()) return memory.error();
     DeviceMemory& m = *memory.get();
-    Error e = m.copy_async(dst, src, nbytes, kind, 0);
-    if (e == Error::Ok) e = m.synchronize(0);
-    if (e != Error::Ok) {
+    Status s = m.copy_async(dst, src, nbytes, kind, 0);
+    if (s.ok()) s = m.synchronize(0);
+    if (!s.ok()) {
       ET_LOG(Error, "CUDA device allocator: %s of %zu bytes failed: %s",
              kind == CopyKind::HostToDevice ? "host-to-device copy" : "device-to-host copy", nbytes,
-             m.last_error().c_str());
+             s.reason.c_str());
     }
-    return e;
+    return s.code;
   }
 
-  static Result<std::shared_ptr<DeviceMemory>> memory_for(etensor::DeviceIndex index, const char* what) {
-    std::string why;
-    auto memory = active_memory(&why);
+  static Result<std::shared_ptr<DeviceMemory>> memory_for(etensor::DeviceIndex index,
+                                                          const char* what) {
+    auto memory = active_memory();
     if (!memory.ok()) {
-      ET_LOG(Error, "CUDA device allocator: cannot %s: %s", what, why.c_str());
-      return memory.error();
+      ET_LOG(Error, "CUDA device allocator: cannot %s: %s", what, memory.status().reason.c_str());
+      return memory.status().code;
     }
-    if (index != memory.get()->device_id()) {
+    if (index != memory.value()->device_id()) {
       ET_LOG(Error, "CUDA device allocator: cannot %s on cuda:%d; this process uses cuda:%d", what,
-             static_cast<int>(index), memory.get()->device_id());
+             static_cast<int>(index), memory.value()->device_id());
       return Error::InvalidArgument;
     }
-    return memory;
+    return memory.take();
   }
 };
 

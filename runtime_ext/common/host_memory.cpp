@@ -32,13 +32,13 @@ class HostMemory final : public DeviceMemory {
     return a < it->first + it->second;
   }
 
-  Result<void*> allocate(size_t nbytes) override {
+  Outcome<void*> allocate(size_t nbytes) override {
     // Like cudaMalloc: 256-byte aligned, and never null for a zero-byte request.
     size_t size = nbytes == 0 ? 256 : (nbytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, size);
     if (p == nullptr) {
-      set_error("host allocation of " + std::to_string(nbytes) + " bytes failed");
-      return Error::MemoryAllocationFailed;
+      return Status(Error::MemoryAllocationFailed,
+                    "host allocation of " + std::to_string(nbytes) + " bytes failed");
     }
     std::lock_guard<std::mutex> lock(mu_);
     allocations_[reinterpret_cast<uintptr_t>(p)] = size;
@@ -51,44 +51,33 @@ class HostMemory final : public DeviceMemory {
     if (allocations_.erase(reinterpret_cast<uintptr_t>(p)) == 1) std::free(p);
   }
 
-  Error copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
-                   StreamHandle) override {
+  Status copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
+                    StreamHandle) override {
     bool src_dev = is_device_pointer(src);
     bool dst_dev = is_device_pointer(dst);
     if (copy_kind(src_dev, dst_dev) != kind) {
-      set_error("copy of " + std::to_string(nbytes) + " bytes declared as kind " +
-                std::to_string(static_cast<int>(kind)) + " but source is " +
-                (src_dev ? "device" : "host") + " and destination is " +
-                (dst_dev ? "device" : "host"));
-      return Error::InvalidArgument;
+      return Status(Error::InvalidArgument,
+                    "copy of " + std::to_string(nbytes) + " bytes declared as kind " +
+                        std::to_string(static_cast<int>(kind)) + " but source is " +
+                        (src_dev ? "device" : "host") + " and destination is " +
+                        (dst_dev ? "device" : "host"));
     }
     if (nbytes > 0) std::memmove(dst, src, nbytes);
-    return Error::Ok;
+    return Status();
   }
 
-  Result<StreamHandle> create_stream() override {
+  Outcome<StreamHandle> create_stream() override {
     std::lock_guard<std::mutex> lock(mu_);
     return ++next_stream_;
   }
-  Error synchronize(StreamHandle) override { return Error::Ok; }
+  Status synchronize(StreamHandle) override { return Status(); }
   void destroy_stream(StreamHandle) override {}
 
-  std::string last_error() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return last_error_;
-  }
-
  private:
-  void set_error(std::string why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_error_ = std::move(why);
-  }
-
   const bool reads_pageable_host_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> allocations_;
   StreamHandle next_stream_ = 0;
-  std::string last_error_;
 };
 
 }  // namespace

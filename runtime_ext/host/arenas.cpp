@@ -27,8 +27,9 @@ Outcome<uint8_t*> allocate_host(size_t size, const std::string& action, const st
   }
   void* memory = std::aligned_alloc(kArenaAlignment, rounded);
   if (memory == nullptr) {
-    return HostError::executorch(Error::MemoryAllocationFailed, action, path,
-                                 "could not allocate " + std::to_string(rounded) + " bytes");
+    return Status(Error::MemoryAllocationFailed,
+                  "could not allocate " + std::to_string(rounded) + " bytes")
+        .at(action, path);
   }
   return static_cast<uint8_t*>(memory);
 }
@@ -39,37 +40,38 @@ Outcome<uint8_t*> allocate_device(size_t size, etensor::Device device, size_t in
                                   const std::string& action, const std::string& path) {
   std::string what = "planned buffer " + std::to_string(index) + " (" + std::to_string(size) +
                      " bytes) is planned in " + device_text(device) + " memory";
-  if (!memory.ok()) {
-    return memory.error();
-  }
+  ETHOST_RETURN_IF_ERROR(memory);
   DeviceMemory& dev = *memory.value();
   if (device.index() != dev.device_id()) {
-    return HostError::executorch(
-        Error::NotSupported, action, path,
-        what + ", but this process allocates device memory on cuda:" + std::to_string(dev.device_id()));
+    return Status(Error::NotSupported, what +
+                                           ", but this process allocates device memory on cuda:" +
+                                           std::to_string(dev.device_id()))
+        .at(action, path);
   }
   auto allocated = dev.allocate(size);
   if (!allocated.ok()) {
-    return HostError::executorch(allocated.error(), action, path,
-                                 what + "; " + dev.last_error());
+    Status failed = allocated.take_status();
+    failed.reason = what + "; " + failed.reason;
+    return failed.at(action, path);
   }
-  return static_cast<uint8_t*>(allocated.get());
+  return static_cast<uint8_t*>(allocated.value());
 }
 
 Outcome<std::shared_ptr<DeviceMemory>> find_device_memory(const std::string& action,
                                                           const std::string& path) {
-  std::string why;
-  auto memory = ethost_device::active_memory(&why);
+  auto memory = ethost_device::active_memory();
   if (!memory.ok()) {
-    return HostError::executorch(
-        Error::NotSupported, action, path,
-        "the program plans buffers in CUDA memory, but there is no CUDA device memory here (" + why + ")");
+    return Status(Error::NotSupported,
+                  "the program plans buffers in CUDA memory, but there is no CUDA device memory "
+                  "here (" +
+                      memory.status().reason + ")")
+        .at(action, path);
   }
   // Such a program may copy host tensors to and from these buffers with in-graph et_copy ops
   // (exported without PropagateDeviceConfig's skip options); their kernels need a CUDA
   // DeviceAllocator registered with ExecuTorch before the method runs.
   ethost_device::ensure_executorch_allocator();
-  return memory.get();
+  return memory.take();
 }
 
 }  // namespace
@@ -97,7 +99,8 @@ PlannedArenas::PlannedArenas(std::shared_ptr<DeviceMemory> device,
 
 Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta& meta,
                                                                 const std::string& path) {
-  const std::string action = "allocating planned buffers of method '" + std::string(meta.name()) + "' of";
+  const std::string action =
+      "allocating planned buffers of method '" + std::string(meta.name()) + "' of";
   // Declared before the buffers: a partial set freed on failure still needs its memory.
   std::optional<Outcome<std::shared_ptr<DeviceMemory>>> device_memory;
   std::vector<std::unique_ptr<uint8_t, ArenaFree>> buffers;
@@ -106,13 +109,13 @@ Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta
   for (size_t i = 0; i < meta.num_memory_planned_buffers(); ++i) {
     auto size = meta.memory_planned_buffer_size(i);
     if (!size.ok()) {
-      return HostError::executorch(size.error(), "reading planned buffers of", path,
-                                   "planned buffer " + std::to_string(i));
+      return Status(size.error(), "planned buffer " + std::to_string(i))
+          .at("reading planned buffers of", path);
     }
     auto device = meta.memory_planned_buffer_device(i);
     if (!device.ok()) {
-      return HostError::executorch(device.error(), "reading planned buffers of", path,
-                                   "device of planned buffer " + std::to_string(i));
+      return Status(device.error(), "device of planned buffer " + std::to_string(i))
+          .at("reading planned buffers of", path);
     }
     const size_t nbytes = static_cast<size_t>(size.get());
     const bool on_cpu = device->is_cpu();
@@ -121,9 +124,7 @@ Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta
     }
     auto memory = on_cpu ? allocate_host(nbytes, action, path)
                          : allocate_device(nbytes, device.get(), i, *device_memory, action, path);
-    if (!memory.ok()) {
-      return memory.error();
-    }
+    ETHOST_RETURN_IF_ERROR(memory);
     ArenaFree free_with{on_cpu ? nullptr : device_memory->value().get()};
     buffers.emplace_back(memory.value(), free_with);
     spans.emplace_back(memory.value(), nbytes);
@@ -133,8 +134,8 @@ Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta
   if (device_memory) {
     device = device_memory->value();
   }
-  return std::unique_ptr<PlannedArenas>(
-      new PlannedArenas(std::move(device), std::move(buffers), std::move(spans), std::move(devices)));
+  return std::unique_ptr<PlannedArenas>(new PlannedArenas(std::move(device), std::move(buffers),
+                                                          std::move(spans), std::move(devices)));
 }
 
 std::vector<uintptr_t> PlannedArenas::addresses() const {

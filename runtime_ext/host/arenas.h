@@ -4,7 +4,7 @@
 // aligns to 256), so a delegate gets its tensors already on the device.
 #pragma once
 
-#include "outcome.h"
+#include "status.h"
 
 #include <device_memory.h>
 

@@ -19,8 +19,7 @@ std::vector<std::string> registered_backends() {
   return names;
 }
 
-bool load_backend_library(const std::string& path, std::vector<std::string>& added,
-                          std::string& error) {
+Outcome<std::vector<std::string>> load_backend_library(const std::string& path) {
   std::vector<std::string> before = registered_backends();
   // RTLD_GLOBAL: the backend's symbols must resolve against the single libexecutorch.so already
   // mapped here, so it registers into the registry this host reads. The handle is never
@@ -28,15 +27,15 @@ bool load_backend_library(const std::string& path, std::vector<std::string>& add
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (handle == nullptr) {
     const char* reason = ::dlerror();
-    error = reason != nullptr ? reason : "dlopen failed";
-    return false;
+    return Status(Error::AccessFailed, reason != nullptr ? reason : "dlopen failed");
   }
+  std::vector<std::string> added;
   for (const auto& name : registered_backends()) {
     if (std::find(before.begin(), before.end(), name) == before.end()) {
       added.push_back(name);
     }
   }
-  return true;
+  return added;
 }
 
 }  // namespace ethost

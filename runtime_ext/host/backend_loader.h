@@ -2,6 +2,8 @@
 // shared library; loading that library is how a program's delegate becomes runnable.
 #pragma once
 
+#include "status.h"
+
 #include <string>
 #include <vector>
 
@@ -9,9 +11,8 @@ namespace ethost {
 
 std::vector<std::string> registered_backends();
 
-// dlopen with RTLD_NOW | RTLD_GLOBAL; returns the backend ids the load registered. On failure
-// returns false and sets `error` to dlerror()'s text.
-bool load_backend_library(const std::string& path, std::vector<std::string>& added,
-                          std::string& error);
+// dlopen with RTLD_NOW | RTLD_GLOBAL; returns the backend ids the load registered, or a failure
+// (AccessFailed) whose reason is dlerror()'s text.
+Outcome<std::vector<std::string>> load_backend_library(const std::string& path);
 
 }  // namespace ethost

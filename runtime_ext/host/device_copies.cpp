@@ -2,30 +2,30 @@
 
 using ethost_device::CopyKind;
 using ethost_device::DeviceMemory;
-using executorch::runtime::Error;
 
 namespace ethost {
 
 Outcome<std::unique_ptr<DeviceCopies>> DeviceCopies::create(std::shared_ptr<DeviceMemory> memory,
                                                             const std::string& path) {
   auto stream = memory->create_stream();
-  if (!stream.ok()) {
-    return HostError::executorch(stream.error(), "creating a device stream for", path,
-                                 memory->last_error());
-  }
-  return std::unique_ptr<DeviceCopies>(new DeviceCopies(std::move(memory), stream.get()));
+  if (!stream.ok()) return stream.take_status().at("creating a device stream for", path);
+  return std::unique_ptr<DeviceCopies>(new DeviceCopies(std::move(memory), stream.value()));
 }
 
-DeviceCopies::~DeviceCopies() { memory_->destroy_stream(stream_); }
+DeviceCopies::~DeviceCopies() {
+  memory_->destroy_stream(stream_);
+}
 
-Error DeviceCopies::to_device(void* device_dst, const void* host_src, size_t nbytes) {
+Status DeviceCopies::to_device(void* device_dst, const void* host_src, size_t nbytes) {
   return memory_->copy_async(device_dst, host_src, nbytes, CopyKind::HostToDevice, stream_);
 }
 
-Error DeviceCopies::to_host(void* host_dst, const void* device_src, size_t nbytes) {
+Status DeviceCopies::to_host(void* host_dst, const void* device_src, size_t nbytes) {
   return memory_->copy_async(host_dst, device_src, nbytes, CopyKind::DeviceToHost, stream_);
 }
 
-Error DeviceCopies::finish() { return memory_->synchronize(stream_); }
+Status DeviceCopies::finish() {
+  return memory_->synchronize(stream_);
+}
 
 }  // namespace ethost

@@ -4,7 +4,7 @@
 // (the delegate's stream does not order itself after ours) and before outputs reach Python.
 #pragma once
 
-#include "outcome.h"
+#include "status.h"
 
 #include <device_memory.h>
 
@@ -22,15 +22,14 @@ class DeviceCopies {
   DeviceCopies(const DeviceCopies&) = delete;
   DeviceCopies& operator=(const DeviceCopies&) = delete;
 
-  executorch::runtime::Error to_device(void* device_dst, const void* host_src, size_t nbytes);
-  executorch::runtime::Error to_host(void* host_dst, const void* device_src, size_t nbytes);
+  Status to_device(void* device_dst, const void* host_src, size_t nbytes);
+  Status to_host(void* host_dst, const void* device_src, size_t nbytes);
   // Waits for every copy queued so far.
-  executorch::runtime::Error finish();
-  // Why the last failed call failed, in the device runtime's words.
-  std::string last_error() const { return memory_->last_error(); }
+  Status finish();
 
  private:
-  DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory, ethost_device::StreamHandle stream)
+  DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory,
+               ethost_device::StreamHandle stream)
       : memory_(std::move(memory)), stream_(stream) {}
 
   std::shared_ptr<ethost_device::DeviceMemory> memory_;

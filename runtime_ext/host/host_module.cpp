@@ -1,11 +1,12 @@
-// Python bindings of the program host. Everything here is translation: Outcomes become
+// Python bindings of the program host. Everything here is translation: failed Outcomes become
 // exceptions, specs become dicts, and the GIL is released around every ExecuTorch call that
 // can take long (file verification, method load, execute).
 #include "backend_loader.h"
-#include "errors.h"
+#include "errors_module.h"
+#include "executorch_log.h"
 #include "method_instance.h"
 #include "program.h"
-#include "tensor_io.h"
+#include "tensors_module.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
@@ -61,7 +62,7 @@ nb::dict method_spec_dict(const MethodSpec& spec) {
 
 std::shared_ptr<MethodInstance> load_instance(const std::shared_ptr<LoadedProgram>& program,
                                               const std::string& name) {
-  Outcome<std::unique_ptr<MethodInstance>> loaded = HostError{};
+  Outcome<std::unique_ptr<MethodInstance>> loaded = Status(Error::Internal, "not loaded");
   {
     nb::gil_scoped_release released;
     loaded = MethodInstance::load(program, name);
@@ -122,12 +123,12 @@ class Claim {
 nb::list execute(MethodInstance& self, nb::sequence values) {
   Claim claim(self);
   if (!claim.held()) {
-    raise_python(HostError::busy(self.name()));
+    raise_python(Status::busy(self.name()));
   }
   const auto& specs = self.spec().inputs;
   size_t count = nb::len(values);
   if (count != specs.size()) {
-    raise_python(HostError::input_count(specs.size(), count));
+    raise_python(Status::input_count(specs.size(), count));
   }
   std::vector<HeldInput> keep_alive;
   keep_alive.reserve(count);
@@ -136,7 +137,7 @@ nb::list execute(MethodInstance& self, nb::sequence values) {
   for (size_t i = 0; i < count; ++i) {
     bindings.push_back(unwrap(bind_input(values[i], specs[i], keep_alive)));
   }
-  Outcome<std::vector<OutputBuffer>> ran = HostError{};
+  Outcome<std::vector<OutputBuffer>> ran = Status(Error::Internal, "not run");
   {
     nb::gil_scoped_release released;
     ran = self.run(bindings);
@@ -150,20 +151,18 @@ nb::list execute(MethodInstance& self, nb::sequence values) {
 }
 
 std::vector<std::string> load_backend_library_py(const std::filesystem::path& path) {
-  std::vector<std::string> added;
-  std::string error;
-  bool loaded;
+  Outcome<std::vector<std::string>> loaded = Status(Error::Internal, "not loaded");
   {
     nb::gil_scoped_release released;
-    loaded = load_backend_library(path.string(), added, error);
+    loaded = load_backend_library(path.string());
   }
-  if (!loaded) {
-    nb::object instance = nb::handle(PyExc_OSError)("cannot load backend library " +
-                                                    path.string() + ": " + error);
+  if (!loaded.ok()) {
+    nb::object instance = nb::handle(PyExc_OSError)("cannot load backend library " + path.string() +
+                                                    ": " + loaded.status().reason);
     PyErr_SetObject(PyExc_OSError, instance.ptr());
     throw nb::python_error();
   }
-  return added;
+  return loaded.take();
 }
 
 }  // namespace
@@ -199,7 +198,7 @@ NB_MODULE(ethost, m) {
              const std::vector<std::filesystem::path>& data_paths) {
             std::vector<std::string> data;
             for (const auto& path : data_paths) data.push_back(path.string());
-            Outcome<std::shared_ptr<LoadedProgram>> opened = HostError{};
+            Outcome<std::shared_ptr<LoadedProgram>> opened = Status(Error::Internal, "not opened");
             {
               nb::gil_scoped_release released;
               opened = LoadedProgram::open(pte.string(), data);
@@ -209,7 +208,8 @@ NB_MODULE(ethost, m) {
           "pte_path"_a, "data_paths"_a = std::vector<std::filesystem::path>{})
       .def_prop_ro("path", [](const PyProgram& self) { return self.loaded().path(); })
       .def_prop_ro("data_paths", [](const PyProgram& self) { return self.loaded().data_paths(); })
-      .def_prop_ro("method_names", [](const PyProgram& self) { return self.loaded().method_names(); })
+      .def_prop_ro("method_names",
+                   [](const PyProgram& self) { return self.loaded().method_names(); })
       .def(
           "method_meta",
           [](PyProgram& self, const std::string& name) {

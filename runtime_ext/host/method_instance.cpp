@@ -1,6 +1,6 @@
 #include "method_instance.h"
 
-#include "errors.h"
+#include "executorch_log.h"
 
 #include <executorch/extension/threadpool/threadpool_guard.h>
 
@@ -12,8 +12,8 @@
 
 using executorch::aten::Tensor;
 using executorch::aten::TensorImpl;
-using executorch::runtime::EValue;
 using executorch::runtime::Error;
+using executorch::runtime::EValue;
 using executorch::runtime::MemoryManager;
 
 namespace ethost {
@@ -21,22 +21,19 @@ namespace {
 
 // The method's planned input takes the caller's shape (dynamic dimensions), then the caller's
 // bytes are queued for the device. Both are contiguous in the same dim order, else refused.
-Error queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies,
-                         std::string* why) {
+Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies) {
   if (!executorch::runtime::is_contiguous_dim_order(planned.dim_order().data(), planned.dim())) {
-    *why = "its device buffer is planned in a non-contiguous dim order, which the host cannot fill";
-    return Error::NotSupported;
+    return Status(Error::NotSupported,
+                  "its device buffer is planned in a non-contiguous dim order, which the host "
+                  "cannot fill");
   }
-  Error status = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.ndim});
-  if (status != Error::Ok) {
-    *why = "its planned device tensor cannot take the given shape";
-    return status;
+  Error resized = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.ndim});
+  if (resized != Error::Ok) {
+    return Status(resized, "its planned device tensor cannot take the given shape");
   }
-  status = copies.to_device(planned.mutable_data_ptr(), in.data, planned.nbytes());
-  if (status != Error::Ok) {
-    *why = "copying it to device memory: " + copies.last_error();
-  }
-  return status;
+  Status copied = copies.to_device(planned.mutable_data_ptr(), in.data, planned.nbytes());
+  if (!copied.ok()) copied.reason = "copying it to device memory: " + copied.reason;
+  return copied;
 }
 
 }  // namespace
@@ -49,28 +46,19 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
   const LoadedProgram& loaded = *instance->program_;
   const std::string action = "loading method '" + name + "' of";
 
-  auto meta = loaded.method_meta(name);
-  if (!meta.ok()) {
-    return meta.error();
-  }
-  auto arenas = PlannedArenas::allocate(meta.value(), loaded.path());
-  if (!arenas.ok()) {
-    return arenas.error();
-  }
-  instance->arenas_ = arenas.take();
+  ETHOST_ASSIGN_OR_RETURN(auto meta, loaded.method_meta(name));
+  ETHOST_ASSIGN_OR_RETURN(instance->arenas_, PlannedArenas::allocate(meta, loaded.path()));
   if (instance->arenas_->device_memory()) {
-    auto copies = DeviceCopies::create(instance->arenas_->device_memory(), loaded.path());
-    if (!copies.ok()) {
-      return copies.error();
-    }
-    instance->device_copies_ = copies.take();
+    ETHOST_ASSIGN_OR_RETURN(
+        instance->device_copies_,
+        DeviceCopies::create(instance->arenas_->device_memory(), loaded.path()));
   }
   instance->memory_manager_ = std::make_unique<MemoryManager>(
       &instance->method_allocator_, instance->arenas_->allocator(), &instance->temp_allocator_);
 
   clear_last_log_error();
-  auto method = loaded.program().load_method(name.c_str(), instance->memory_manager_.get(),
-                                             nullptr, loaded.data_map());
+  auto method = loaded.program().load_method(name.c_str(), instance->memory_manager_.get(), nullptr,
+                                             loaded.data_map());
   if (!method.ok()) {
     auto error = from_executorch(method.error(), action, loaded.path());
     if (!loaded.data_paths().empty() &&
@@ -79,7 +67,8 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
       for (const auto& path : loaded.data_paths()) {
         files += (files.empty() ? "" : ", ") + path;
       }
-      error.context += (error.context.empty() ? "" : " ") + std::string("(data files: ") + files + ")";
+      error.reason +=
+          (error.reason.empty() ? "" : " ") + std::string("(data files: ") + files + ")";
     }
     return error;
   }
@@ -97,27 +86,23 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
     }
   }
 
-  auto spec = describe_method(meta.value(), *instance->method_, loaded.path());
-  if (!spec.ok()) {
-    return spec.error();
-  }
-  instance->spec_ = spec.take();
+  ETHOST_ASSIGN_OR_RETURN(instance->spec_,
+                          describe_method(meta, *instance->method_, loaded.path()));
   return instance;
 }
 
-std::optional<HostError> MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
-                                                    std::deque<TensorImpl>& impls) {
+Status MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
+                                  std::deque<TensorImpl>& impls) {
   const std::string& path = program_->path();
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputBinding& in = inputs[i];
-    const std::string action = "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
+    const std::string action =
+        "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
     Error status;
     if (device_inputs_[i]) {
-      std::string why;
-      status = queue_device_input(*device_inputs_[i], in, *device_copies_, &why);
-      if (status != Error::Ok) {
-        return HostError::executorch(status, action, path, why);
-      }
+      Status queued = queue_device_input(*device_inputs_[i], in, *device_copies_);
+      if (!queued.ok()) return queued.at(action, path);
+      continue;
     } else if (in.is_tensor) {
       impls.emplace_back(in.dtype, static_cast<ssize_t>(in.ndim), in.sizes.data(), in.data,
                          in.dim_order.data(), in.strides.data());
@@ -129,19 +114,18 @@ std::optional<HostError> MethodInstance::set_inputs(std::vector<InputBinding>& i
       return from_executorch(status, action, path);
     }
   }
-  return std::nullopt;
+  return Status();
 }
 
-std::optional<HostError> MethodInstance::finish_device_copies(std::optional<HostError> failed,
-                                                              const char* what) {
+Status MethodInstance::finish_device_copies(Status failed, const char* what) {
   if (!device_copies_) {
     return failed;
   }
   // Always waited for: queued copies still read the caller's arrays or write our output buffers.
-  Error copied = device_copies_->finish();
-  if (!failed && copied != Error::Ok) {
-    failed = HostError::executorch(copied, std::string("copying ") + what + " of method '" + name_ + "' of",
-                                   program_->path(), device_copies_->last_error());
+  Status copied = device_copies_->finish();
+  if (failed.ok() && !copied.ok()) {
+    failed = copied.at(std::string("copying ") + what + " of method '" + name_ + "' of",
+                       program_->path());
   }
   return failed;
 }
@@ -152,10 +136,8 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>
   // its elements, so the Tensors handed to set_input stay valid.
   std::deque<TensorImpl> impls;
   clear_last_log_error();
-  auto failed = finish_device_copies(set_inputs(inputs, impls), "inputs");
-  if (failed) {
-    return *failed;
-  }
+  Status failed = finish_device_copies(set_inputs(inputs, impls), "inputs");
+  ETHOST_RETURN_IF_ERROR(failed);
   Error status;
   {
     // Kernels share one process-wide thread pool, which runs one parallel region at a time
@@ -170,21 +152,18 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>
   }
   std::vector<OutputBuffer> outputs;
   outputs.reserve(method_->outputs_size());
-  for (size_t i = 0; i < method_->outputs_size() && !failed; ++i) {
+  for (size_t i = 0; i < method_->outputs_size() && failed.ok(); ++i) {
     const EValue& value = method_->get_output(i);
     bool on_device = value.isTensor() && arenas_->on_device(value.toTensor().const_data_ptr());
     auto output = copy_output(value, i, name_, on_device ? device_copies_.get() : nullptr);
     if (output.ok()) {
       outputs.push_back(output.take());
     } else {
-      failed = output.error();
-      failed->path = path;
+      failed = output.take_status();
+      failed.path = path;
     }
   }
-  failed = finish_device_copies(std::move(failed), "outputs");
-  if (failed) {
-    return *failed;
-  }
+  ETHOST_RETURN_IF_ERROR(finish_device_copies(std::move(failed), "outputs"));
   return outputs;
 }
 

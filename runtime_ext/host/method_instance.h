@@ -45,10 +45,10 @@ class MethodInstance {
 
  private:
   MethodInstance() = default;
-  std::optional<HostError> set_inputs(std::vector<InputBinding>& inputs,
-                                      std::deque<executorch::aten::TensorImpl>& impls);
+  Status set_inputs(std::vector<InputBinding>& inputs,
+                    std::deque<executorch::aten::TensorImpl>& impls);
   // Waits for queued device copies; returns `failed`, or the copies' own failure.
-  std::optional<HostError> finish_device_copies(std::optional<HostError> failed, const char* what);
+  Status finish_device_copies(Status failed, const char* what);
 
   std::string name_;
   std::shared_ptr<const LoadedProgram> program_;

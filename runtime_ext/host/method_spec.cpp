@@ -1,6 +1,6 @@
 #include "method_spec.h"
 
-#include "errors.h"
+#include "executorch_log.h"
 
 using executorch::runtime::EValue;
 using executorch::runtime::Method;
@@ -22,7 +22,8 @@ Outcome<TensorSpec> describe_value(const char* role, size_t index, Result<Tag> t
   spec.index = index;
   spec.name = std::string(role) + " " + std::to_string(index);
   if (!tag.ok()) {
-    return from_executorch(tag.error(), "reading method '" + std::string(meta.name()) + "' of", path);
+    return from_executorch(tag.error(), "reading method '" + std::string(meta.name()) + "' of",
+                           path);
   }
   spec.tag = tag.get();
   if (spec.tag != Tag::Tensor) {
@@ -30,7 +31,8 @@ Outcome<TensorSpec> describe_value(const char* role, size_t index, Result<Tag> t
   }
   auto info = (meta.*info_of)(index);
   if (!info.ok()) {
-    return from_executorch(info.error(), "reading method '" + std::string(meta.name()) + "' of", path);
+    return from_executorch(info.error(), "reading method '" + std::string(meta.name()) + "' of",
+                           path);
   }
   spec.is_tensor = true;
   spec.dtype = info->scalar_type();
@@ -81,21 +83,17 @@ Outcome<MethodSpec> describe_method(const MethodMeta& meta, const Method& method
 #pragma GCC diagnostic pop
   for (size_t i = 0; i < meta.num_inputs(); ++i) {
     const EValue* loaded = have_inputs && i < inputs.size() ? &inputs[i] : nullptr;
-    auto input = describe_value("input", i, meta.input_tag(i), &MethodMeta::input_tensor_meta, meta,
-                                loaded, path);
-    if (!input.ok()) {
-      return input.error();
-    }
-    spec.inputs.push_back(input.take());
+    ETHOST_ASSIGN_OR_RETURN(TensorSpec input,
+                            describe_value("input", i, meta.input_tag(i),
+                                           &MethodMeta::input_tensor_meta, meta, loaded, path));
+    spec.inputs.push_back(std::move(input));
   }
   for (size_t i = 0; i < meta.num_outputs(); ++i) {
     const EValue* loaded = i < method.outputs_size() ? &method.get_output(i) : nullptr;
-    auto output = describe_value("output", i, meta.output_tag(i), &MethodMeta::output_tensor_meta,
-                                 meta, loaded, path);
-    if (!output.ok()) {
-      return output.error();
-    }
-    spec.outputs.push_back(output.take());
+    ETHOST_ASSIGN_OR_RETURN(TensorSpec output,
+                            describe_value("output", i, meta.output_tag(i),
+                                           &MethodMeta::output_tensor_meta, meta, loaded, path));
+    spec.outputs.push_back(std::move(output));
   }
   for (size_t i = 0; i < meta.num_backends(); ++i) {
     auto backend = meta.get_backend_name(i);
@@ -108,7 +106,7 @@ Outcome<MethodSpec> describe_method(const MethodMeta& meta, const Method& method
     auto size = meta.memory_planned_buffer_size(i);
     auto device = meta.memory_planned_buffer_device(i);
     buffer.size = size.ok() ? size.get() : -1;
-    buffer.device = !device.ok() ? "unknown"
+    buffer.device = !device.ok()                                 ? "unknown"
                     : device->type() == etensor::DeviceType::CPU ? "cpu"
                                                                  : "cuda";
     spec.planned_buffers.push_back(buffer);

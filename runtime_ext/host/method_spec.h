@@ -2,7 +2,7 @@
 // validation and the Python metadata dict read the same facts.
 #pragma once
 
-#include "outcome.h"
+#include "status.h"
 
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/method_meta.h>

@@ -1,6 +1,6 @@
 #include "program.h"
 
-#include "errors.h"
+#include "executorch_log.h"
 
 #include <sys/stat.h>
 
@@ -38,15 +38,15 @@ std::string join(const std::vector<std::string>& parts) {
 }  // namespace
 
 Outcome<std::unique_ptr<MmapDataLoader>> map_file(const std::string& path) {
-  struct stat info {};
+  struct stat info{};
   if (::stat(path.c_str(), &info) != 0) {
-    return HostError::os(errno, path, "");
+    return Status::os_error(errno, path, "");
   }
   if (S_ISDIR(info.st_mode)) {
-    return HostError::os(EISDIR, path, "expected a file");
+    return Status::os_error(EISDIR, path, "expected a file");
   }
   if (info.st_size == 0) {
-    return HostError::executorch(Error::InvalidArgument, "opening", path, "the file is empty");
+    return Status(Error::InvalidArgument, "the file is empty").at("opening", path);
   }
   clear_last_log_error();
   // No mlock: programs may be larger than RLIMIT_MEMLOCK, and pages are shared across instances.
@@ -58,21 +58,15 @@ Outcome<std::unique_ptr<MmapDataLoader>> map_file(const std::string& path) {
 }
 
 Outcome<std::vector<std::string>> data_file_keys(const std::string& path) {
-  auto loader = map_file(path);
-  if (!loader.ok()) {
-    return loader.error();
-  }
-  auto map = open_data_map(loader.value().get(), path);
-  if (!map.ok()) {
-    return map.error();
-  }
-  auto count = map.value()->get_num_keys();
+  ETHOST_ASSIGN_OR_RETURN(auto loader, map_file(path));
+  ETHOST_ASSIGN_OR_RETURN(auto map, open_data_map(loader.get(), path));
+  auto count = map->get_num_keys();
   if (!count.ok()) {
     return from_executorch(count.error(), "reading keys of", path);
   }
   std::vector<std::string> keys;
   for (uint32_t i = 0; i < count.get(); ++i) {
-    auto key = map.value()->get_key(i);
+    auto key = map->get_key(i);
     if (!key.ok()) {
       return from_executorch(key.error(), "reading keys of", path);
     }
@@ -87,23 +81,13 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
   loaded->path_ = pte_path;
   loaded->data_paths_ = data_paths;
 
-  auto pte_loader = map_file(pte_path);
-  if (!pte_loader.ok()) {
-    return pte_loader.error();
-  }
-  loaded->pte_loader_ = pte_loader.take();
+  ETHOST_ASSIGN_OR_RETURN(loaded->pte_loader_, map_file(pte_path));
 
   for (const auto& data_path : data_paths) {
-    auto loader = map_file(data_path);
-    if (!loader.ok()) {
-      return loader.error();
-    }
-    auto map = open_data_map(loader.value().get(), data_path);
-    if (!map.ok()) {
-      return map.error();
-    }
-    loaded->data_loaders_.push_back(loader.take());
-    loaded->data_maps_.push_back(map.take());
+    ETHOST_ASSIGN_OR_RETURN(auto loader, map_file(data_path));
+    ETHOST_ASSIGN_OR_RETURN(auto map, open_data_map(loader.get(), data_path));
+    loaded->data_loaders_.push_back(std::move(loader));
+    loaded->data_maps_.push_back(std::move(map));
   }
   if (loaded->data_maps_.size() == 1) {
     loaded->data_map_ = loaded->data_maps_.front().get();
@@ -116,8 +100,8 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
     auto merged = MergedDataMap::load({maps.data(), maps.size()});
     if (!merged.ok()) {
       auto error = from_executorch(merged.error(), "merging data files", join(data_paths));
-      if (error.context.empty()) {
-        error.context = "the data files could not be merged (a key present in two files?)";
+      if (error.reason.empty()) {
+        error.reason = "the data files could not be merged (a key present in two files?)";
       }
       return error;
     }
@@ -126,7 +110,8 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
   }
 
   clear_last_log_error();
-  auto program = Program::load(loaded->pte_loader_.get(), Program::Verification::InternalConsistency);
+  auto program =
+      Program::load(loaded->pte_loader_.get(), Program::Verification::InternalConsistency);
   if (!program.ok()) {
     return from_executorch(program.error(), "loading program", pte_path);
   }

@@ -2,7 +2,7 @@
 // Method instance created from it (on any thread).
 #pragma once
 
-#include "outcome.h"
+#include "status.h"
 
 #include <executorch/extension/data_loader/mmap_data_loader.h>
 #include <executorch/extension/flat_tensor/flat_tensor_data_map.h>

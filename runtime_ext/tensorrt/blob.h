@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <executorch/runtime/core/error.h>
+#include "status.h"
 
 namespace ethost_trt {
 
@@ -51,8 +51,8 @@ struct ParsedBlob {
 
 constexpr size_t kBlobHeaderSize = 32;
 
-// Returns Error::Ok and fills `out`, or Error::InvalidProgram with `why` naming the refusal.
-executorch::runtime::Error parse_blob(const uint8_t* data, size_t size, ParsedBlob* out,
-                                      std::string* why);
+// The blob's layout and metadata, or an InvalidProgram status naming the refusal. The result
+// points into `data` (engine).
+ethost::Outcome<ParsedBlob> parse_blob(const uint8_t* data, size_t size);
 
 }  // namespace ethost_trt

@@ -1,6 +1,7 @@
 // The narrow surface through which the delegate reaches TensorRT. Everything TensorRT-specific
-// lives behind it (in Python, see CONTRACT "engine-provider seam"), so the delegate is built and
-// tested without TensorRT headers, and production and test providers plug into the same code.
+// lives behind it (in Python: the service's TensorRTEngineProvider, via provider_module.cpp),
+// so the delegate is built and tested without TensorRT headers, and production and test
+// providers plug into the same code.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +15,15 @@
 
 namespace ethost_trt {
 
+using Dims = std::vector<int64_t>;
+
 struct EngineIo {
   std::string name;
   bool is_input = false;
-  std::string dtype;            // numpy dtype name
-  std::vector<int64_t> shape;   // -1 = dynamic
-  std::optional<std::vector<int64_t>> profile_min;  // optimization profile 0
-  std::optional<std::vector<int64_t>> profile_max;
+  std::string dtype;                // numpy dtype name
+  Dims shape;                       // -1 = dynamic
+  std::optional<Dims> profile_min;  // optimization profile 0
+  std::optional<Dims> profile_max;
 };
 
 struct EngineStats {
@@ -30,20 +33,31 @@ struct EngineStats {
   int64_t device_memory_size = 0;
 };
 
-// Failures carry TensorRT's (or the provider's) reason for the log and for Python callers.
-struct ProviderError {
-  Error code = Error::Ok;
-  std::string reason;
-  bool ok() const { return code == Error::Ok; }
+// Everything one execute hands the provider, in a single call.
+struct ExecuteCall {
+  // Engine-order input shapes, or null when the context already holds these shapes.
+  const std::vector<Dims>* input_shapes = nullptr;
+  // Every binding's address in engine order, or null when none changed since the last call.
+  const std::vector<uintptr_t>* addresses = nullptr;
+  StreamHandle stream = 0;
 };
 
+// While alive, keeps the provider entered (a Python provider holds the GIL), so that the calls
+// made inside it cost one entry between them.
+class ProviderScope {
+ public:
+  virtual ~ProviderScope() = default;
+};
+
+// Failures carry TensorRT's (or the provider's) reason.
 class ExecutionContext {
  public:
   virtual ~ExecutionContext() = default;
-  virtual ProviderError set_input_shape(const std::string& name, const std::vector<int64_t>& shape) = 0;
-  virtual ProviderError output_shape(const std::string& name, std::vector<int64_t>* shape) = 0;
-  virtual ProviderError set_tensor_address(const std::string& name, uintptr_t address) = 0;
-  virtual ProviderError enqueue(StreamHandle stream) = 0;
+  // Sets the inputs' shapes (engine input order) and returns the outputs' (engine output order).
+  virtual Outcome<std::vector<Dims>> infer_shapes(const std::vector<Dims>& inputs) = 0;
+  // Sets what changed, binds what moved and enqueues: the only provider call of a steady call.
+  virtual Status execute(const ExecuteCall& call) = 0;
+  virtual std::unique_ptr<ProviderScope> enter() = 0;
 };
 
 class Engine {
@@ -51,14 +65,23 @@ class Engine {
   virtual ~Engine() = default;
   virtual const std::vector<EngineIo>& io() const = 0;
   virtual const EngineStats& stats() const = 0;
-  virtual ProviderError create_context(std::unique_ptr<ExecutionContext>* out) = 0;
+  virtual Outcome<std::unique_ptr<ExecutionContext>> create_context() = 0;
   // Set by the first caller that meets an unaligned buffer, so the log says it once per engine.
   virtual bool claim_unaligned_log() = 0;
 };
 
-// Deserializes through the provider installed from Python, sharing one Engine per identical
-// plan bytes and device across the process.
-ProviderError deserialize_engine(const uint8_t* plan, size_t size, int device_id,
-                                 std::shared_ptr<Engine>* out);
+class EngineProvider {
+ public:
+  virtual ~EngineProvider() = default;
+  // May share one Engine between identical plans on the same device.
+  virtual Outcome<std::shared_ptr<Engine>> deserialize(const uint8_t* plan, size_t size,
+                                                       int device_id) = 0;
+};
+
+// The provider engines are deserialized with from now on (engines already made keep theirs);
+// null uninstalls it.
+void set_engine_provider(std::shared_ptr<EngineProvider> provider);
+Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size,
+                                                    int device_id);
 
 }  // namespace ethost_trt

@@ -16,16 +16,6 @@ std::set<const EngineRunner*>& registry() {
   return *live;
 }
 
-Error fail(std::string* why, Error code, std::string reason) {
-  *why = std::move(reason);
-  return code;
-}
-
-Error from_provider(const ProviderError& e, std::string* why) {
-  if (!e.ok()) *why = e.reason;
-  return e.code;
-}
-
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
@@ -33,11 +23,11 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 }
 
 // Profile 0 is the only one the delegate selects, so its bounds are the accepted input shapes.
-Error check_input_shape(const EngineIo& io, const std::vector<int64_t>& dims, std::string* why) {
+Status check_input_shape(const EngineIo& io, const Dims& dims) {
   std::string name = "input '" + io.name + "' shape " + dims_text(dims);
   if (dims.size() != io.shape.size()) {
-    return fail(why, Error::InvalidArgument, name + " does not have the engine's rank " +
-                                                 std::to_string(io.shape.size()));
+    return Status(Error::InvalidArgument,
+                  name + " does not have the engine's rank " + std::to_string(io.shape.size()));
   }
   for (size_t d = 0; d < dims.size(); ++d) {
     bool fixed_mismatch = io.shape[d] >= 0 && io.shape[d] != dims[d];
@@ -48,22 +38,23 @@ Error check_input_shape(const EngineIo& io, const std::vector<int64_t>& dims, st
                                ? " outside optimization profile 0 [" + dims_text(*io.profile_min) +
                                      ", " + dims_text(*io.profile_max) + "]"
                                : " does not match the engine's " + dims_text(io.shape);
-      return fail(why, Error::InvalidArgument, name + bounds);
+      return Status(Error::InvalidArgument, name + bounds);
     }
   }
-  return Error::Ok;
+  return Status();
 }
 
 }  // namespace
 
-Error EngineRunner::create(std::shared_ptr<Engine> engine, const BlobMetadata& meta,
-                           std::shared_ptr<DeviceMemory> memory, std::string label,
-                           std::unique_ptr<EngineRunner>* out, std::string* why) {
+Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engine> engine,
+                                                            const BlobMetadata& meta,
+                                                            std::shared_ptr<DeviceMemory> memory,
+                                                            std::string label) {
   const auto& io = engine->io();
   if (io.size() != meta.io_bindings.size()) {
-    return fail(why, Error::InvalidProgram,
-                "the blob names " + std::to_string(meta.io_bindings.size()) +
-                    " bindings but the engine has " + std::to_string(io.size()) + " I/O tensors");
+    return Status(Error::InvalidProgram,
+                  "the blob names " + std::to_string(meta.io_bindings.size()) +
+                      " bindings but the engine has " + std::to_string(io.size()) + " I/O tensors");
   }
   auto index_of = [&](const std::string& name) -> int {
     for (size_t i = 0; i < io.size(); ++i) {
@@ -77,9 +68,9 @@ Error EngineRunner::create(std::shared_ptr<Engine> engine, const BlobMetadata& m
   for (const auto& b : meta.io_bindings) {
     int i = index_of(b.name);
     if (i < 0 || io[i].is_input != b.is_input) {
-      return fail(why, Error::InvalidProgram,
-                  "the blob's " + std::string(b.is_input ? "input" : "output") + " '" + b.name +
-                      "' is not an engine " + (b.is_input ? "input" : "output"));
+      return Status(Error::InvalidProgram,
+                    "the blob's " + std::string(b.is_input ? "input" : "output") + " '" + b.name +
+                        "' is not an engine " + (b.is_input ? "input" : "output"));
     }
     (b.is_input ? r->input_order_ : r->output_order_).push_back(static_cast<size_t>(i));
   }
@@ -90,11 +81,14 @@ Error EngineRunner::create(std::shared_ptr<Engine> engine, const BlobMetadata& m
     r->updated_in_place_[i] = true;
   }
   r->aliased_count_ = meta.aliased_io.size();
-  ProviderError made = engine->create_context(&r->context_);
-  if (!made.ok()) return from_provider(made, why);
+  ETHOST_ASSIGN_OR_RETURN(r->context_, engine->create_context());
   auto stream = memory->create_stream();
-  if (!stream.ok()) return fail(why, stream.error(), "could not create a stream: " + memory->last_error());
-  r->stream_ = stream.get();
+  if (!stream.ok()) {
+    Status failed = stream.take_status();
+    failed.reason = "could not create a stream: " + failed.reason;
+    return failed;
+  }
+  r->stream_ = stream.value();
   r->engine_ = std::move(engine);
   r->memory_ = std::move(memory);
   r->label_ = std::move(label);
@@ -108,8 +102,7 @@ Error EngineRunner::create(std::shared_ptr<Engine> engine, const BlobMetadata& m
     std::lock_guard<std::mutex> lock(g_registry_mu);
     registry().insert(r.get());
   }
-  *out = std::move(r);
-  return Error::Ok;
+  return r;
 }
 
 EngineRunner::~EngineRunner() {
@@ -125,8 +118,7 @@ EngineRunner::~EngineRunner() {
   context_.reset();  // before the engine it came from
 }
 
-Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resize,
-                              std::vector<int>* arg_of, std::string* why) {
+Outcome<std::vector<int>> EngineRunner::check_args(const std::vector<IoArg>& args) {
   const auto& io = engine_->io();
   size_t n_in = input_order_.size();
   size_t n_out = output_order_.size();
@@ -134,67 +126,112 @@ Error EngineRunner::bind_args(std::vector<IoArg>& args, const ResizeOutput& resi
   if (args.size() == n_in + n_out - aliased_count_ && aliased_count_ > 0) {
     elided = true;
   } else if (args.size() != n_in + n_out) {
-    return fail(why, Error::InvalidArgument,
-                "the delegate got " + std::to_string(args.size()) + " arguments; the engine takes " +
-                    std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs (" +
-                    std::to_string(aliased_count_) + " of them may be elided in-place outputs)");
+    return Status(Error::InvalidArgument,
+                  "the delegate got " + std::to_string(args.size()) +
+                      " arguments; the engine takes " + std::to_string(n_in) + " inputs and " +
+                      std::to_string(n_out) + " outputs (" + std::to_string(aliased_count_) +
+                      " of them may be elided in-place outputs)");
   }
-  arg_of->assign(io.size(), -1);
+  std::vector<int> arg_of(io.size(), -1);
   size_t next = 0;
-  for (size_t e : input_order_) (*arg_of)[e] = static_cast<int>(next++);
+  for (size_t e : input_order_) arg_of[e] = static_cast<int>(next++);
   for (size_t e : output_order_) {
-    if (!(elided && alias_input_[e] >= 0)) (*arg_of)[e] = static_cast<int>(next++);
+    if (!(elided && alias_input_[e] >= 0)) arg_of[e] = static_cast<int>(next++);
   }
   for (size_t e : input_order_) {
-    IoArg& a = args[(*arg_of)[e]];
+    const IoArg& a = args[arg_of[e]];
     if (!a.dtype.empty() && a.dtype != io[e].dtype) {
-      return fail(why, Error::InvalidArgument, "input '" + io[e].name + "' is " + a.dtype +
-                                                   " but the engine takes " + io[e].dtype);
+      return Status(Error::InvalidArgument, "input '" + io[e].name + "' is " + a.dtype +
+                                                " but the engine takes " + io[e].dtype);
     }
-    Error err = check_input_shape(io[e], a.shape, why);
-    if (err != Error::Ok) return err;
-    err = from_provider(context_->set_input_shape(io[e].name, a.shape), why);
-    if (err != Error::Ok) return err;
+    ETHOST_RETURN_IF_ERROR(check_input_shape(io[e], a.shape));
   }
   for (size_t e : output_order_) {
-    std::vector<int64_t> shape;
-    Error err = from_provider(context_->output_shape(io[e].name, &shape), why);
-    if (err != Error::Ok) return err;
-    int a = (*arg_of)[e];
-    if (a < 0) continue;
-    if (!args[a].dtype.empty() && args[a].dtype != io[e].dtype) {
-      return fail(why, Error::InvalidArgument, "output '" + io[e].name + "' is " + args[a].dtype +
-                                                   " but the engine writes " + io[e].dtype);
+    int a = arg_of[e];
+    if (a >= 0 && !args[a].dtype.empty() && args[a].dtype != io[e].dtype) {
+      return Status(Error::InvalidArgument, "output '" + io[e].name + "' is " + args[a].dtype +
+                                                " but the engine writes " + io[e].dtype);
     }
-    err = resize(static_cast<size_t>(a), shape, &args[a], why);
-    if (err != Error::Ok) return err;
+  }
+  return arg_of;
+}
+
+Outcome<const std::vector<Dims>*> EngineRunner::output_shapes(
+    const std::vector<Dims>& inputs, std::unique_ptr<ProviderScope>* scope) {
+  auto found = shape_cache_.find(inputs);
+  if (found != shape_cache_.end()) return &found->second;
+  // New input shapes: this call asks the provider twice (infer, then execute), so it enters the
+  // provider once for both. Output shapes depend on input shapes alone, hence the cache: the
+  // provider refuses data-dependent output shapes, and shape-tensor inputs (whose values would
+  // matter) are not supported by this delegate.
+  *scope = context_->enter();
+  auto inferred = context_->infer_shapes(inputs);
+  if (!inferred.ok()) {
+    context_shapes_.clear();  // the context may hold some of the new shapes now
+    return inferred.take_status();
+  }
+  std::vector<Dims> shapes = inferred.take();
+  if (shapes.size() != output_order_.size()) {
+    return Status(Error::Internal, "the engine provider gave " + std::to_string(shapes.size()) +
+                                       " output shapes for an engine with " +
+                                       std::to_string(output_order_.size()) + " outputs");
+  }
+  context_shapes_ = inputs;
+  constexpr size_t kMaxCachedShapes = 64;  // a bound for callers that vary shapes endlessly
+  if (shape_cache_.size() >= kMaxCachedShapes) shape_cache_.clear();
+  return &shape_cache_.emplace(inputs, std::move(shapes)).first->second;
+}
+
+Status EngineRunner::resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                                    const std::vector<Dims>& shapes, const ResizeOutput& resize) {
+  const auto& io = engine_->io();
+  size_t k = 0;
+  for (size_t e = 0; e < io.size(); ++e) {
+    if (io[e].is_input) continue;
+    const Dims& shape = shapes[k++];
+    int a = arg_of[e];
+    if (a < 0) continue;
+    ETHOST_RETURN_IF_ERROR(resize(static_cast<size_t>(a), shape, &args[a]));
     if (alias_input_[e] >= 0) {
-      const IoArg& in = args[(*arg_of)[alias_input_[e]]];
+      const IoArg& in = args[arg_of[alias_input_[e]]];
       if (args[a].nbytes != in.nbytes) {
-        return fail(why, Error::InvalidArgument,
-                    "in-place output '" + io[e].name + "' is " + std::to_string(args[a].nbytes) +
-                        " bytes but its input is " + std::to_string(in.nbytes));
+        return Status(Error::InvalidArgument,
+                      "in-place output '" + io[e].name + "' is " + std::to_string(args[a].nbytes) +
+                          " bytes but its input is " + std::to_string(in.nbytes));
       }
     }
   }
-  return Error::Ok;
+  return Status();
 }
 
-Error EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why) {
-  std::vector<int> arg_of;
-  Error err = bind_args(args, resize, &arg_of, why);
-  if (err != Error::Ok) return err;
-  err = stage_and_run(args, arg_of, why);
-  // Whatever was queued finishes before the caller may touch its buffers again.
-  Error synced = memory_->synchronize(stream_);
-  if (err == Error::Ok && synced != Error::Ok) {
-    return fail(why, synced, "stream synchronize failed: " + memory_->last_error());
+Status EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize) {
+  ETHOST_ASSIGN_OR_RETURN(std::vector<int> arg_of, check_args(args));
+  // Engine input order, which is also the order the provider takes them in.
+  std::vector<Dims> inputs;
+  inputs.reserve(input_order_.size());
+  const auto& io = engine_->io();
+  for (size_t e = 0; e < io.size(); ++e) {
+    if (io[e].is_input) inputs.push_back(args[arg_of[e]].shape);
   }
-  return err;
+  Status ran;
+  {
+    std::unique_ptr<ProviderScope> scope;
+    auto outputs = output_shapes(inputs, &scope);
+    ran = status_of(outputs);
+    if (ran.ok()) ran = resize_outputs(args, arg_of, *outputs.value(), resize);
+    if (ran.ok()) ran = stage_and_run(args, arg_of, inputs);
+  }
+  // Whatever was queued finishes before the caller may touch its buffers again.
+  Status synced = memory_->synchronize(stream_);
+  if (ran.ok() && !synced.ok()) {
+    synced.reason = "stream synchronize failed: " + synced.reason;
+    return synced;
+  }
+  return ran;
 }
 
-Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
-                                  std::string* why) {
+Status EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                                   const std::vector<Dims>& input_shapes) {
   const auto& io = engine_->io();
   size_t n = io.size();
   std::vector<BindingFacts> facts(n);
@@ -211,9 +248,9 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
     // Zero-byte tensors may have no storage and get a placeholder; a null buffer that still
     // claims bytes (after outputs took their shapes) would have the engine overrun it.
     if (a.data == nullptr && a.nbytes > 0) {
-      return fail(why, Error::InvalidArgument,
-                  std::string(io[e].is_input ? "input '" : "output '") + io[e].name + "' has " +
-                      std::to_string(a.nbytes) + " bytes but no storage");
+      return Status(Error::InvalidArgument, std::string(io[e].is_input ? "input '" : "output '") +
+                                                io[e].name + "' has " + std::to_string(a.nbytes) +
+                                                " bytes but no storage");
     }
     f.address = reinterpret_cast<uintptr_t>(a.data);
     f.nbytes = a.nbytes;
@@ -240,10 +277,10 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
       s = Stage();
       auto got = memory_->allocate(plan.stage_bytes[e]);
       if (!got.ok()) {
-        return fail(why, Error::MemoryAllocationFailed,
-                    "staging buffer for '" + io[e].name + "': " + memory_->last_error());
+        return Status(Error::MemoryAllocationFailed,
+                      "staging buffer for '" + io[e].name + "': " + got.status().reason);
       }
-      s.data = got.get();
+      s.data = got.value();
       s.capacity = plan.stage_bytes[e];
     }
   }
@@ -251,30 +288,29 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
   auto address = [&](const Endpoint& p) -> void* {
     return p.stage ? stages_[p.binding].data : args[arg_of[p.binding]].data;
   };
-  auto copy = [&](const PlannedCopy& c) -> Error {
-    Error e = memory_->copy_async(address(c.dst), address(c.src), c.nbytes, c.kind, stream_);
-    if (e != Error::Ok) {
-      return fail(why, e, "staging copy for '" + io[c.counted_binding].name + "': " + memory_->last_error());
-    }
-    return Error::Ok;
+  auto copy = [&](const PlannedCopy& c) -> Status {
+    Status s = memory_->copy_async(address(c.dst), address(c.src), c.nbytes, c.kind, stream_);
+    if (!s.ok()) s.reason = "staging copy for '" + io[c.counted_binding].name + "': " + s.reason;
+    return s;
   };
 
-  for (const auto& c : plan.before) {
-    Error e = copy(c);
-    if (e != Error::Ok) return e;
+  for (const auto& c : plan.before) ETHOST_RETURN_IF_ERROR(copy(c));
+  std::vector<uintptr_t> addresses(n);
+  for (size_t e = 0; e < n; ++e) addresses[e] = reinterpret_cast<uintptr_t>(address(plan.bound[e]));
+  ExecuteCall call;
+  call.input_shapes = input_shapes == context_shapes_ ? nullptr : &input_shapes;
+  call.addresses = addresses == bound_addresses_ ? nullptr : &addresses;
+  call.stream = stream_;
+  Status executed = context_->execute(call);
+  if (!executed.ok()) {
+    // What the context holds is unknown now: resend everything next time.
+    context_shapes_.clear();
+    bound_addresses_.clear();
+    return executed;
   }
-  for (size_t e = 0; e < n; ++e) {
-    Error err = from_provider(
-        context_->set_tensor_address(io[e].name, reinterpret_cast<uintptr_t>(address(plan.bound[e]))),
-        why);
-    if (err != Error::Ok) return err;
-  }
-  Error err = from_provider(context_->enqueue(stream_), why);
-  if (err != Error::Ok) return err;
-  for (const auto& c : plan.after) {
-    Error e = copy(c);
-    if (e != Error::Ok) return e;
-  }
+  if (call.input_shapes) context_shapes_ = input_shapes;
+  if (call.addresses) bound_addresses_ = std::move(addresses);
+  for (const auto& c : plan.after) ETHOST_RETURN_IF_ERROR(copy(c));
 
   std::lock_guard<std::mutex> lock(counters_mu_);
   ++calls_;
@@ -287,7 +323,7 @@ Error EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<in
   for (const auto* list : {&plan.before, &plan.after}) {
     for (const auto& c : *list) ++counters_[c.counted_binding].staging_copies;
   }
-  return Error::Ok;
+  return Status();
 }
 
 std::vector<BindingCounters> EngineRunner::counters() const {
@@ -304,8 +340,7 @@ std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_cou
   std::lock_guard<std::mutex> lock(g_registry_mu);
   std::vector<std::pair<std::string, std::vector<BindingCounters>>> out;
   for (const EngineRunner* r : registry()) out.emplace_back(r->label(), r->counters());
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
 

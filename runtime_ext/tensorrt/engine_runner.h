@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,13 +19,12 @@ namespace ethost_trt {
 struct IoArg {
   void* data = nullptr;
   size_t nbytes = 0;
-  std::vector<int64_t> shape;
+  Dims shape;
   std::string dtype;  // numpy name; empty when the caller does not know it
 };
 
 // Gives output argument `arg_index` the shape the engine inferred, updating data and nbytes.
-using ResizeOutput = std::function<Error(size_t arg_index, const std::vector<int64_t>& shape,
-                                         IoArg* arg, std::string* why)>;
+using ResizeOutput = std::function<Status(size_t arg_index, const Dims& shape, IoArg* arg)>;
 
 struct BindingCounters {
   std::string name;
@@ -38,16 +38,17 @@ struct BindingCounters {
 
 class EngineRunner {
  public:
-  static Error create(std::shared_ptr<Engine> engine, const BlobMetadata& meta,
-                      std::shared_ptr<DeviceMemory> memory, std::string label,
-                      std::unique_ptr<EngineRunner>* out, std::string* why);
+  static Outcome<std::unique_ptr<EngineRunner>> create(std::shared_ptr<Engine> engine,
+                                                       const BlobMetadata& meta,
+                                                       std::shared_ptr<DeviceMemory> memory,
+                                                       std::string label);
   ~EngineRunner();
   EngineRunner(const EngineRunner&) = delete;
   EngineRunner& operator=(const EngineRunner&) = delete;
 
   // args: the delegate's arguments, inputs then outputs (aliased outputs possibly elided).
   // Returns only after the stream has drained, whatever happened.
-  Error run(std::vector<IoArg>& args, const ResizeOutput& resize, std::string* why);
+  Status run(std::vector<IoArg>& args, const ResizeOutput& resize);
 
   std::vector<BindingCounters> counters() const;
   const std::string& label() const { return label_; }
@@ -63,9 +64,13 @@ class EngineRunner {
   };
 
   EngineRunner() = default;
-  Error bind_args(std::vector<IoArg>& args, const ResizeOutput& resize, std::vector<int>* arg_of,
-                  std::string* why);
-  Error stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of, std::string* why);
+  Outcome<std::vector<int>> check_args(const std::vector<IoArg>& args);
+  Outcome<const std::vector<Dims>*> output_shapes(const std::vector<Dims>& inputs,
+                                                  std::unique_ptr<ProviderScope>* scope);
+  Status resize_outputs(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                        const std::vector<Dims>& shapes, const ResizeOutput& resize);
+  Status stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
+                       const std::vector<Dims>& input_shapes);
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<DeviceMemory> memory_;
@@ -73,12 +78,17 @@ class EngineRunner {
   StreamHandle stream_ = 0;
   std::string label_;
   // Per engine binding (engine order).
-  std::vector<int> alias_input_;        // for an in-place output: its input's engine index
+  std::vector<int> alias_input_;  // for an in-place output: its input's engine index
   std::vector<bool> updated_in_place_;
-  std::vector<size_t> input_order_;     // engine indices of inputs in argument order
-  std::vector<size_t> output_order_;    // engine indices of outputs in argument order
+  std::vector<size_t> input_order_;   // engine indices of inputs in argument order
+  std::vector<size_t> output_order_;  // engine indices of outputs in argument order
   size_t aliased_count_ = 0;
   std::vector<Stage> stages_;
+  // Output shapes by input shapes, asked of the provider once per new input shapes.
+  std::map<std::vector<Dims>, std::vector<Dims>> shape_cache_;
+  // What the execution context holds now, so unchanged shapes and addresses are not resent.
+  std::vector<Dims> context_shapes_;
+  std::vector<uintptr_t> bound_addresses_;
   mutable std::mutex counters_mu_;
   std::vector<BindingCounters> counters_;
   uint64_t calls_ = 0;

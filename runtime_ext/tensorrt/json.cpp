@@ -4,6 +4,11 @@
 #include <cstdlib>
 
 namespace ethost_trt {
+
+using ethost::Error;
+using ethost::Outcome;
+using ethost::Status;
+
 namespace {
 
 constexpr int kMaxDepth = 64;
@@ -12,24 +17,18 @@ class Parser {
  public:
   explicit Parser(const std::string& text) : s_(text) {}
 
-  bool parse(JsonValue* out, std::string* error) {
+  Outcome<JsonValue> parse() {
+    JsonValue out;
     skip_space();
-    if (!value(out, 0)) {
-      *error = error_ + " at byte " + std::to_string(pos_);
-      return false;
-    }
+    ETHOST_RETURN_IF_ERROR(value(&out, 0));
     skip_space();
-    if (pos_ != s_.size()) {
-      *error = "unexpected trailing characters at byte " + std::to_string(pos_);
-      return false;
-    }
-    return true;
+    if (pos_ != s_.size()) return fail("unexpected trailing characters");
+    return out;
   }
 
  private:
-  bool fail(const char* why) {
-    error_ = why;
-    return false;
+  Status fail(const char* why) const {
+    return Status(Error::InvalidArgument, std::string(why) + " at byte " + std::to_string(pos_));
   }
 
   void skip_space() {
@@ -39,14 +38,14 @@ class Parser {
     }
   }
 
-  bool literal(const char* word) {
+  Status literal(const char* word) {
     size_t n = std::char_traits<char>::length(word);
     if (s_.compare(pos_, n, word) != 0) return fail("invalid literal");
     pos_ += n;
-    return true;
+    return Status();
   }
 
-  bool value(JsonValue* out, int depth) {
+  Status value(JsonValue* out, int depth) {
     if (depth > kMaxDepth) return fail("nesting too deep");
     if (pos_ >= s_.size()) return fail("unexpected end of text");
     char c = s_[pos_];
@@ -54,51 +53,75 @@ class Parser {
       case '{': return object(out, depth);
       case '[': return array(out, depth);
       case '"': out->kind = JsonValue::Kind::String; return string(&out->string);
-      case 't': out->kind = JsonValue::Kind::Bool; out->boolean = true; return literal("true");
-      case 'f': out->kind = JsonValue::Kind::Bool; out->boolean = false; return literal("false");
+      case 't':
+        out->kind = JsonValue::Kind::Bool;
+        out->boolean = true;
+        return literal("true");
+      case 'f':
+        out->kind = JsonValue::Kind::Bool;
+        out->boolean = false;
+        return literal("false");
       case 'n': out->kind = JsonValue::Kind::Null; return literal("null");
       default: return number(out);
     }
   }
 
-  bool object(JsonValue* out, int depth) {
+  Status object(JsonValue* out, int depth) {
     out->kind = JsonValue::Kind::Object;
     ++pos_;
     skip_space();
-    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+    if (pos_ < s_.size() && s_[pos_] == '}') {
+      ++pos_;
+      return Status();
+    }
     while (true) {
       skip_space();
       if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected a string key");
       std::string key;
-      if (!string(&key)) return false;
+      ETHOST_RETURN_IF_ERROR(string(&key));
       if (out->find(key) != nullptr) return fail("duplicate object key");
       skip_space();
       if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
       ++pos_;
       skip_space();
       JsonValue member;
-      if (!value(&member, depth + 1)) return false;
+      ETHOST_RETURN_IF_ERROR(value(&member, depth + 1));
       out->object.emplace_back(std::move(key), std::move(member));
       skip_space();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == '}') {
+        ++pos_;
+        return Status();
+      }
       return fail("expected ',' or '}'");
     }
   }
 
-  bool array(JsonValue* out, int depth) {
+  Status array(JsonValue* out, int depth) {
     out->kind = JsonValue::Kind::Array;
     ++pos_;
     skip_space();
-    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+    if (pos_ < s_.size() && s_[pos_] == ']') {
+      ++pos_;
+      return Status();
+    }
     while (true) {
       skip_space();
       JsonValue element;
-      if (!value(&element, depth + 1)) return false;
+      ETHOST_RETURN_IF_ERROR(value(&element, depth + 1));
       out->array.push_back(std::move(element));
       skip_space();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == ']') {
+        ++pos_;
+        return Status();
+      }
       return fail("expected ',' or ']'");
     }
   }
@@ -121,28 +144,35 @@ class Parser {
     }
   }
 
-  bool hex4(uint32_t* out) {
+  Status hex4(uint32_t* out) {
     if (s_.size() - pos_ < 4) return fail("truncated \\u escape");
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i) {
       char h = s_[pos_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else return fail("invalid \\u escape");
+      if (h >= '0' && h <= '9')
+        v |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return fail("invalid \\u escape");
     }
     *out = v;
-    return true;
+    return Status();
   }
 
-  bool string(std::string* out) {
+  Status string(std::string* out) {
     ++pos_;
     while (pos_ < s_.size()) {
       unsigned char c = static_cast<unsigned char>(s_[pos_++]);
-      if (c == '"') return true;
+      if (c == '"') return Status();
       if (c < 0x20) return fail("control character in string");
-      if (c != '\\') { out->push_back(static_cast<char>(c)); continue; }
+      if (c != '\\') {
+        out->push_back(static_cast<char>(c));
+        continue;
+      }
       if (pos_ >= s_.size()) break;
       char e = s_[pos_++];
       switch (e) {
@@ -156,12 +186,12 @@ class Parser {
         case 't': out->push_back('\t'); break;
         case 'u': {
           uint32_t cp = 0;
-          if (!hex4(&cp)) return false;
+          ETHOST_RETURN_IF_ERROR(hex4(&cp));
           if (cp >= 0xD800 && cp < 0xDC00) {
             uint32_t low = 0;
             if (s_.compare(pos_, 2, "\\u") != 0) return fail("unpaired surrogate");
             pos_ += 2;
-            if (!hex4(&low) || low < 0xDC00 || low > 0xDFFF) return fail("unpaired surrogate");
+            if (!hex4(&low).ok() || low < 0xDC00 || low > 0xDFFF) return fail("unpaired surrogate");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             return fail("unpaired surrogate");
@@ -175,7 +205,7 @@ class Parser {
     return fail("unterminated string");
   }
 
-  bool number(JsonValue* out) {
+  Status number(JsonValue* out) {
     size_t start = pos_;
     if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
     auto digits = [&] {
@@ -208,12 +238,11 @@ class Parser {
       out->is_integer = errno != ERANGE;
       out->integer = v;
     }
-    return true;
+    return Status();
   }
 
   const std::string& s_;
   size_t pos_ = 0;
-  std::string error_;
 };
 
 }  // namespace
@@ -225,9 +254,8 @@ const JsonValue* JsonValue::find(const std::string& key) const {
   return nullptr;
 }
 
-bool parse_json(const std::string& text, JsonValue* out, std::string* error) {
-  *out = JsonValue();
-  return Parser(text).parse(out, error);
+ethost::Outcome<JsonValue> parse_json(const std::string& text) {
+  return Parser(text).parse();
 }
 
 }  // namespace ethost_trt

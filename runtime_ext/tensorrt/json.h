@@ -1,6 +1,6 @@
 // A strict, small JSON reader for the delegate blob's metadata. The blob comes from a file a
 // user uploaded, so the parser bounds its nesting depth and never throws: failures come back as
-// a message the caller maps to an ExecuTorch error.
+// a Status with the reason and byte offset.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "status.h"
 
 namespace ethost_trt {
 
@@ -29,8 +31,8 @@ class JsonValue {
   const JsonValue* find(const std::string& key) const;
 };
 
-// Parses the whole of `text`; trailing non-space characters are an error. Returns false and
-// fills `error` (with the byte offset) when the text is not valid JSON.
-bool parse_json(const std::string& text, JsonValue* out, std::string* error);
+// Parses the whole of `text`; trailing non-space characters are an error (InvalidArgument, with
+// the byte offset), as is anything else that is not valid JSON.
+ethost::Outcome<JsonValue> parse_json(const std::string& text);
 
 }  // namespace ethost_trt

@@ -1,12 +1,15 @@
-// The shared device-memory seam (runtime_ext/common), under the names this library's code uses.
+// The shared error style and device-memory seam (runtime_ext/common), under the names this
+// library's code uses.
 #pragma once
 
 #include "device_memory.h"
+#include "status.h"
 
 namespace ethost_trt {
 
-using executorch::runtime::Error;
-using executorch::runtime::Result;
+using ethost::Error;
+using ethost::Outcome;
+using ethost::Status;
 using ethost_device::active_memory;
 using ethost_device::copy_kind;
 using ethost_device::CopyKind;

@@ -51,12 +51,13 @@ StagingPlan plan_staging(const std::vector<BindingFacts>& bindings, bool reads_p
     size_t in = static_cast<size_t>(b.alias_input);
     plan.placement[i] = Placement::AliasOfInput;
     plan.bound[i] = plan.bound[in];
-    bool separate = b.present && b.nbytes > 0 && b.address != 0 &&
-                    b.address != bindings[in].address;
+    bool separate =
+        b.present && b.nbytes > 0 && b.address != 0 && b.address != bindings[in].address;
     if (!separate || plan.placement[in] == Placement::Placeholder) continue;
     Endpoint src = plan.bound[in];
     bool src_on_device = src.stage || bindings[in].on_device;
-    plan.after.push_back({i, src, Endpoint{false, i}, b.nbytes, copy_kind(src_on_device, b.on_device)});
+    plan.after.push_back(
+        {i, src, Endpoint{false, i}, b.nbytes, copy_kind(src_on_device, b.on_device)});
   }
   return plan;
 }

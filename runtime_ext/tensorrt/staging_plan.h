@@ -55,10 +55,10 @@ struct PlannedCopy {
 struct StagingPlan {
   std::vector<Placement> placement;
   std::vector<StageReason> reason;
-  std::vector<Endpoint> bound;       // the address each binding gets
-  std::vector<size_t> stage_bytes;   // staging buffer size needed, 0 = none
-  std::vector<PlannedCopy> before;   // before enqueue, in order
-  std::vector<PlannedCopy> after;    // after enqueue, in order
+  std::vector<Endpoint> bound;      // the address each binding gets
+  std::vector<size_t> stage_bytes;  // staging buffer size needed, 0 = none
+  std::vector<PlannedCopy> before;  // before enqueue, in order
+  std::vector<PlannedCopy> after;   // after enqueue, in order
 };
 
 StageReason stage_reason(const BindingFacts& b, bool reads_pageable_host);

@@ -1,58 +1,46 @@
-// ethost_tensorrt.testing: lets CPU tests (and the H200 rerun) drive the delegate's real runner
-// and staging code without ExecuTorch, on whichever device memory is active, and read or write
-// that memory the way the test engine provider must.
+// ethost_tensorrt_testing (reached as ethost_tensorrt.testing): lets CPU tests (and the H200
+// rerun) drive the delegate's real runner and staging code without ExecuTorch, on whichever
+// device memory is active, and read or write that memory the way the test engine provider must.
+// A test-only module: built and installed only with ETHOST_TESTING=ON.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <executorch/runtime/platform/runtime.h>
+
 #include <atomic>
-#include <cstdio>
 #include <optional>
 
-#include "backend.h"
+#include "counters_module.h"
+#include "delegate_init.h"
+#include "dtypes.h"
 #include "memory.h"
-#include "dtype_names.h"
-#include "engine_runner.h"
 
 namespace nb = nanobind;
 using namespace ethost_trt;
 
-nb::list counters_list(const std::vector<BindingCounters>& counters);
-
 namespace {
 
-const char* error_name(Error e) {
-  switch (e) {
-    case Error::Ok: return "Ok";
-    case Error::Internal: return "Internal";
-    case Error::InvalidState: return "InvalidState";
-    case Error::NotSupported: return "NotSupported";
-    case Error::InvalidArgument: return "InvalidArgument";
-    case Error::NotFound: return "NotFound";
-    case Error::MemoryAllocationFailed: return "MemoryAllocationFailed";
-    case Error::InvalidProgram: return "InvalidProgram";
-    case Error::InvalidExternalData: return "InvalidExternalData";
-    case Error::DelegateInvalidCompatibility: return "DelegateInvalidCompatibility";
-    default: return "Error";
-  }
+// RuntimeError("InvalidArgument (0x12): why"), the form the tests match.
+void raise_if_error(const Status& status) {
+  if (!status.ok()) throw std::runtime_error(status.message());
 }
 
-[[noreturn]] void raise(Error e, const std::string& why) {
-  char code[8];
-  std::snprintf(code, sizeof(code), "0x%02x", static_cast<unsigned>(e));
-  throw std::runtime_error(std::string(error_name(e)) + " (" + code + "): " + why);
+template <typename T>
+T unwrap(Outcome<T>&& outcome) {
+  raise_if_error(status_of(outcome));
+  return outcome.take();
 }
 
 std::shared_ptr<DeviceMemory> memory_or_raise() {
-  std::string why;
-  auto memory = active_memory(&why);
-  if (!memory.ok()) raise(memory.error(), why);
-  return memory.get();
+  return unwrap(active_memory());
 }
 
-void* as_ptr(uintptr_t addr) { return reinterpret_cast<void*>(addr); }
+void* as_ptr(uintptr_t addr) {
+  return reinterpret_cast<void*>(addr);
+}
 
 // A copy between a device address and host bytes; the direction follows where `addr` lives, so
 // it also works on a host buffer bound directly on a device that reads pageable memory.
@@ -60,9 +48,9 @@ void copy_now(void* dst, const void* src, size_t n, bool device_is_dst, uintptr_
   auto memory = memory_or_raise();
   bool on_device = memory->is_device_pointer(as_ptr(addr));
   CopyKind kind = device_is_dst ? copy_kind(false, on_device) : copy_kind(on_device, false);
-  Error e = memory->copy_async(dst, src, n, kind, 0);
-  if (e == Error::Ok) e = memory->synchronize(0);
-  if (e != Error::Ok) raise(e, memory->last_error());
+  Status copied = memory->copy_async(dst, src, n, kind, 0);
+  if (copied.ok()) copied = memory->synchronize(0);
+  raise_if_error(copied);
 }
 
 std::atomic<uint64_t> g_runners{0};
@@ -70,25 +58,22 @@ std::atomic<uint64_t> g_runners{0};
 class TestRunner {
  public:
   TestRunner(nb::bytes blob, std::optional<nb::dict> named_data) {
-    NamedLookup lookup = [&](const std::string& key, const uint8_t** data, size_t* size) {
-      if (!named_data) return Error::NotFound;
+    NamedLookup lookup = [&](const std::string& key) -> Outcome<Bytes> {
+      if (!named_data) return Status(Error::NotFound, "no named data");
       nb::str k(key.c_str());
-      if (!named_data->contains(k)) return Error::InvalidExternalData;
+      if (!named_data->contains(k)) return Status(Error::InvalidExternalData, "no entry");
       nb::bytes b = nb::cast<nb::bytes>((*named_data)[k]);
-      *data = static_cast<const uint8_t*>(b.data());
-      *size = b.size();
-      return Error::Ok;
+      return Bytes{static_cast<const uint8_t*>(b.data()), b.size()};
     };
-    std::string why;
-    Error e = make_runner(static_cast<const uint8_t*>(blob.data()), blob.size(), lookup,
-                          "testing#" + std::to_string(g_runners++), [] {}, &runner_, &why);
-    if (e != Error::Ok) raise(e, why);
+    runner_ = unwrap(make_runner(static_cast<const uint8_t*>(blob.data()), blob.size(), lookup,
+                                 "testing#" + std::to_string(g_runners++), [] {}));
   }
 
   // args: (address, nbytes, shape, dtype or None) per delegate argument. Returns each
   // argument's shape after the call (outputs take the shape the engine inferred).
   std::vector<std::vector<int64_t>> run(
-      const std::vector<std::tuple<uintptr_t, size_t, std::vector<int64_t>, std::optional<std::string>>>& args) {
+      const std::vector<
+          std::tuple<uintptr_t, size_t, std::vector<int64_t>, std::optional<std::string>>>& args) {
     std::vector<IoArg> io(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
       io[i].data = as_ptr(std::get<0>(args[i]));
@@ -97,27 +82,25 @@ class TestRunner {
       io[i].dtype = std::get<3>(args[i]).value_or("");
     }
     // Outputs here are caller-owned buffers of fixed capacity, like planned memory.
-    ResizeOutput resize = [this](size_t, const std::vector<int64_t>& shape, IoArg* arg, std::string* why) {
+    ResizeOutput resize = [](size_t, const Dims& shape, IoArg* arg) {
       size_t elems = 1;
       for (int64_t d : shape) elems *= static_cast<size_t>(d);
-      std::string dtype = arg->dtype;
-      size_t itemsize = dtype_size(dtype);
-      size_t need = elems * (itemsize ? itemsize : 1);
-      if (itemsize == 0 || need > arg->nbytes) {
-        *why = "output buffer of " + std::to_string(arg->nbytes) + " bytes cannot hold the engine's output";
-        return Error::InvalidArgument;
+      const ethost::Dtype* dtype = ethost::find_dtype(arg->dtype);
+      size_t need = elems * (dtype != nullptr ? dtype->size() : 1);
+      if (dtype == nullptr || need > arg->nbytes) {
+        return Status(Error::InvalidArgument, "output buffer of " + std::to_string(arg->nbytes) +
+                                                  " bytes cannot hold the engine's output");
       }
       arg->nbytes = need;
       arg->shape = shape;
-      return Error::Ok;
+      return Status();
     };
-    std::string why;
-    Error e;
+    Status ran;
     {
       nb::gil_scoped_release release;
-      e = runner_->run(io, resize, &why);
+      ran = runner_->run(io, resize);
     }
-    if (e != Error::Ok) raise(e, why);
+    raise_if_error(ran);
     std::vector<std::vector<int64_t>> shapes;
     for (const auto& a : io) shapes.push_back(a.shape);
     return shapes;
@@ -143,44 +126,62 @@ class TestRunner {
 
 }  // namespace
 
-void define_testing(nb::module_& t) {
-  t.def("use_host_memory", [](bool reads_pageable_host) { use_memory(make_host_memory(reads_pageable_host)); },
-        nb::arg("reads_pageable_host") = false,
-        "Delegates initialized from now on use a host-memory stand-in for the GPU: a discrete one, "
-        "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like).");
-  t.def("use_cuda_memory", []() {
-    use_memory(nullptr);
-    memory_or_raise();
-  }, "Back to CUDA for delegates initialized from now on; raises when there is no CUDA device.");
-  t.def("device_alloc", [](size_t n) {
-    auto memory = memory_or_raise();
-    auto p = memory->allocate(n);
-    if (!p.ok()) raise(p.error(), memory->last_error());
-    return reinterpret_cast<uintptr_t>(p.get());
-  }, nb::arg("nbytes"));
-  t.def("device_free", [](uintptr_t addr) { memory_or_raise()->release(as_ptr(addr)); }, nb::arg("address"));
-  t.def("device_write", [](uintptr_t addr, nb::bytes data) {
-    copy_now(as_ptr(addr), data.data(), data.size(), true, addr);
-  }, nb::arg("address"), nb::arg("data"));
-  t.def("device_read", [](uintptr_t addr, size_t n) {
-    std::string out(n, '\0');
-    copy_now(out.data(), as_ptr(addr), n, false, addr);
-    return nb::bytes(out.data(), out.size());
-  }, nb::arg("address"), nb::arg("nbytes"));
-  t.def("is_device_pointer", [](uintptr_t addr) { return memory_or_raise()->is_device_pointer(as_ptr(addr)); });
-  t.def("stream_synchronize", [](uintptr_t stream) {
-    auto memory = memory_or_raise();
-    Error e;
-    {
-      nb::gil_scoped_release release;
-      e = memory->synchronize(stream);
-    }
-    if (e != Error::Ok) raise(e, memory->last_error());
-  }, nb::arg("stream"));
+NB_MODULE(ethost_tensorrt_testing, t) {
+  executorch::runtime::runtime_init();
+  t.doc() = "Test hooks of the TensorRTBackend delegate; not for production use.";
+  t.def(
+      "use_host_memory",
+      [](bool reads_pageable_host) { use_memory(make_host_memory(reads_pageable_host)); },
+      nb::arg("reads_pageable_host") = false,
+      "Delegates initialized from now on use a host-memory stand-in for the GPU: a discrete one, "
+      "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like).");
+  t.def(
+      "use_cuda_memory",
+      []() {
+        use_memory(nullptr);
+        memory_or_raise();
+      },
+      "Back to CUDA for delegates initialized from now on; raises when there is no CUDA device.");
+  t.def(
+      "device_alloc",
+      [](size_t n) { return reinterpret_cast<uintptr_t>(unwrap(memory_or_raise()->allocate(n))); },
+      nb::arg("nbytes"));
+  t.def(
+      "device_free", [](uintptr_t addr) { memory_or_raise()->release(as_ptr(addr)); },
+      nb::arg("address"));
+  t.def(
+      "device_write",
+      [](uintptr_t addr, nb::bytes data) {
+        copy_now(as_ptr(addr), data.data(), data.size(), true, addr);
+      },
+      nb::arg("address"), nb::arg("data"));
+  t.def(
+      "device_read",
+      [](uintptr_t addr, size_t n) {
+        std::string out(n, '\0');
+        copy_now(out.data(), as_ptr(addr), n, false, addr);
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("address"), nb::arg("nbytes"));
+  t.def("is_device_pointer",
+        [](uintptr_t addr) { return memory_or_raise()->is_device_pointer(as_ptr(addr)); });
+  t.def(
+      "stream_synchronize",
+      [](uintptr_t stream) {
+        auto memory = memory_or_raise();
+        Status synced;
+        {
+          nb::gil_scoped_release release;
+          synced = memory->synchronize(stream);
+        }
+        raise_if_error(synced);
+      },
+      nb::arg("stream"));
 
   nb::class_<TestRunner>(t, "Runner",
                          "The delegate's runner on a Torch-TensorRT blob, without ExecuTorch.")
-      .def(nb::init<nb::bytes, std::optional<nb::dict>>(), nb::arg("blob"), nb::arg("named_data") = nb::none())
+      .def(nb::init<nb::bytes, std::optional<nb::dict>>(), nb::arg("blob"),
+           nb::arg("named_data") = nb::none())
       .def("run", &TestRunner::run, nb::arg("args"))
       .def("counters", &TestRunner::counters)
       .def_prop_ro("calls", &TestRunner::calls)

@@ -12,7 +12,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 [ -f .gpu/executorch-slim.tgz ] && tar xzf .gpu/executorch-slim.tgz -C /tmp/site
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -m pip install --no-build-isolation --no-deps --no-index --target /tmp/site --upgrade . \
+# With the test hooks (ethost_tensorrt_testing), which the shipped build leaves out.
+python3 -m pip install --no-build-isolation --no-deps --no-index --target /tmp/site --upgrade \
+  -C cmake.define.ETHOST_TESTING=ON . \
   > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; echo "build failed"; exit 1; }
 echo "build ok"
 export ETRT_TEST_PROGRAMS_DIR="$PWD/.gpu/programs" ETHOST_TRT_PROGRAMS="$PWD/.gpu/trt_programs"

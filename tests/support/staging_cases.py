@@ -258,3 +258,26 @@ class StagingCases:
         assert self.provider.streams == [r1.stream, r2.stream]
         labels = {d["delegate"] for d in ethost_tensorrt.staging_counters()}
         assert {r1.label, r2.label} <= labels
+
+    def test_a_steady_execute_enters_the_provider_once_and_rebinds_only_what_moved(self):
+        r = T.Runner(add_blob((8, 64), dynamic=True))
+        bufs = [self.mem.buf(64 * 64 * 4) for _ in range(3)]
+
+        def run(rows, out=None):
+            addrs = bufs[:2] + [out or bufs[2]]
+            r.run([arg(p, [rows, 64]) for p in addrs])
+
+        entries = ethost_tensorrt.provider_gil_entries()
+        for _ in range(3):
+            run(8)  # the first call infers the output shape, inside the same entry
+        assert ethost_tensorrt.provider_gil_entries() - entries == 3
+        assert self.provider.calls == {"infer_shapes": 1, "execute": 3}
+        assert [name for name, _ in self.provider.addresses] == ["a", "b", "out"]
+        run(4)  # new shapes: inferred again
+        run(8)  # shapes seen before: carried by execute, not inferred
+        assert self.provider.calls == {"infer_shapes": 2, "execute": 5}
+        assert ethost_tensorrt.provider_gil_entries() - entries == 5
+        moved = self.mem.buf(64 * 64 * 4)
+        run(8, out=moved)
+        assert self.provider.addresses[3:] == [("out", moved)]
+        assert ethost_tensorrt.provider_gil_entries() - entries == 6

@@ -1,10 +1,13 @@
 """Test engine provider: a stand-in for TensorRT, for tests only (never shipped).
 
-It implements the engine-provider seam (CONTRACT.md) over "plans" that are b"TESTPLAN" + JSON
+It implements the engine-provider seam (the calls TensorRTEngineProvider in
+the service's TensorRT backend answers) over "plans" that are b"TESTPLAN" + JSON
 describing a tiny computation it performs itself, reading and writing the bound addresses
 through ethost_tensorrt.testing (host-simulated or CUDA memory alike). Like TensorRT it needs
-every bound address on a 256-byte boundary; unlike TensorRT it checks, records every address,
-and refuses a misaligned one, so a staging bug fails the test instead of computing garbage.
+every bound address on a 256-byte boundary; unlike TensorRT it checks, records every address it
+binds (an unchanged one is not bound again), and refuses a misaligned one, so a staging bug
+fails the test instead of computing garbage. It also counts its calls, so tests can show the
+delegate reaches it once per steady execute.
 
 Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "is_input",
 "dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...} optional}.
@@ -15,6 +18,7 @@ Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "i
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
 """
+import collections
 import json
 import os
 import sys
@@ -52,9 +56,10 @@ class TestEngineProvider:
 
     def __init__(self):
         self.deserialized = 0
-        self.addresses = []  # (name, address) for every set_tensor_address call
-        self.streams = []    # stream of every enqueue
+        self.addresses = []  # (name, address) for every address bound
+        self.streams = []    # stream of every execute
         self.misaligned = []
+        self.calls = collections.Counter()  # provider calls by name
 
     def deserialize(self, plan, device_id):
         plan = bytes(plan)
@@ -75,18 +80,19 @@ class TestEngineProvider:
     def create_context(self, engine):
         return _Context(engine)
 
-    def set_input_shape(self, ctx, name, shape):
-        ctx.shapes[name] = [int(d) for d in shape]
+    def _set_shapes(self, ctx, shapes):
+        for t, shape in zip(ctx.engine.inputs, shapes, strict=True):
+            ctx.shapes[t["name"]] = [int(d) for d in shape]
 
-    def output_shape(self, ctx, name):
-        e = ctx.engine
-        ins = [ctx.shapes[t["name"]] for t in e.inputs]
-        op = e.spec["op"]
-        if op == "matmul":
-            return [ins[0][0], ins[1][1]]
-        return list(ins[0])
+    def infer_shapes(self, ctx, input_shapes):
+        self.calls["infer_shapes"] += 1
+        self._set_shapes(ctx, input_shapes)
+        ins = [ctx.shapes[t["name"]] for t in ctx.engine.inputs]
+        if ctx.engine.spec["op"] == "matmul":
+            return [[ins[0][0], ins[1][1]]]
+        return [list(ins[0]) for _ in ctx.engine.outputs]
 
-    def set_tensor_address(self, ctx, name, address):
+    def _bind(self, ctx, name, address):
         self.addresses.append((name, address))
         if address == 0 or address % ALIGNMENT:
             self.misaligned.append((name, address))
@@ -103,7 +109,14 @@ class TestEngineProvider:
         value = np.ascontiguousarray(value, dtype=np.dtype(t["dtype"]))
         ethost_tensorrt.testing.device_write(ctx.addresses[t["name"]], value.tobytes())
 
-    def enqueue(self, ctx, stream):
+    def execute(self, ctx, input_shapes, addresses, stream):
+        self.calls["execute"] += 1
+        if input_shapes is not None:
+            self._set_shapes(ctx, input_shapes)
+        if addresses is not None:
+            for t, address in zip(ctx.engine.spec["io"], addresses, strict=True):
+                if ctx.addresses.get(t["name"]) != address:
+                    self._bind(ctx, t["name"], address)
         self.streams.append(stream)
         # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
         ethost_tensorrt.testing.stream_synchronize(stream)

@@ -150,3 +150,28 @@ def test_second_library_claiming_the_id_reports_it(tmp_path):
     assert lines[0] == "['TensorRTBackend']" and lines[1] == "[]"
     assert "already holds that backend id" in lines[2]
     assert lines[3] == "None"
+
+
+def test_the_shipped_module_carries_no_test_hooks():
+    """The hooks are a separate test-only module; without it `ethost_tensorrt.testing` says how
+    to build it, and nothing of it is compiled into ethost_tensorrt itself."""
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["ethost_tensorrt_testing"] = None  # as if it were not installed
+        import ethost_tensorrt
+        assert not hasattr(ethost_tensorrt, "Runner")
+        try:
+            ethost_tensorrt.testing
+        except AttributeError as e:
+            print(e)
+        try:
+            from ethost_tensorrt import testing
+        except ImportError as e:
+            print(type(e).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert "test hooks (ethost_tensorrt_testing) are not installed" in lines[0]
+    assert "ETHOST_TESTING=ON" in lines[0]
+    assert lines[1] == "ImportError"

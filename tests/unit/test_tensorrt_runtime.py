@@ -88,9 +88,60 @@ def test_without_tensorrt_the_module_lookup_raises_the_availability_reason():
 
 @pytest.mark.parametrize("address", [0x1010, 0x1080, 0x10FF, 1])
 def test_an_unaligned_address_is_refused_before_tensorrt_sees_it(address):
-    # The context is never reached: the address check comes first.
+    # The execution context is None: the address check must come before any TensorRT call.
+    ctx = tensorrt_runtime.Context(None, None, inputs=("x",), outputs=(), names=("x",))
     with pytest.raises(TensorRTError, match="not a multiple of 256"):
-        TensorRTEngineProvider().set_tensor_address(None, "x", address)
+        TensorRTEngineProvider().execute(ctx, None, (address,), 0)
+    assert ctx.bound == [None]
+
+
+class _RecordingContext:
+    """Stands in for a TensorRT IExecutionContext: records the calls the provider makes."""
+
+    def __init__(self):
+        self.calls = []
+
+    def set_input_shape(self, name, shape):
+        self.calls.append(("shape", name, shape))
+        return True
+
+    def get_tensor_shape(self, name):
+        return (2, 4)
+
+    def set_tensor_address(self, name, address):
+        self.calls.append(("address", name, address))
+        return True
+
+    def execute_async_v3(self, stream):
+        self.calls.append(("enqueue", stream))
+        return True
+
+
+def test_execute_binds_only_addresses_that_moved_and_enqueues_once():
+    trt_ctx = _RecordingContext()
+    ctx = tensorrt_runtime.Context(trt_ctx, None, inputs=("a", "b"), outputs=("out",),
+                                   names=("a", "b", "out"))
+    provider = TensorRTEngineProvider()
+    assert provider.infer_shapes(ctx, [[2, 4], [2, 4]]) == [[2, 4]]
+    provider.execute(ctx, None, (0x1000, 0x2000, 0x3000), 7)
+    provider.execute(ctx, None, None, 7)
+    provider.execute(ctx, [[1, 4], [1, 4]], (0x1000, 0x2100, 0x3000), 8)
+    assert trt_ctx.calls == [
+        ("shape", "a", (2, 4)), ("shape", "b", (2, 4)),
+        ("address", "a", 0x1000), ("address", "b", 0x2000), ("address", "out", 0x3000),
+        ("enqueue", 7),
+        ("enqueue", 7),
+        ("shape", "a", (1, 4)), ("shape", "b", (1, 4)), ("address", "b", 0x2100),
+        ("enqueue", 8)]
+
+
+def test_a_data_dependent_output_shape_is_refused():
+    trt_ctx = _RecordingContext()
+    trt_ctx.get_tensor_shape = lambda name: (-1, 4)
+    ctx = tensorrt_runtime.Context(trt_ctx, None, inputs=("a",), outputs=("out",),
+                                   names=("a", "out"))
+    with pytest.raises(TensorRTError, match="data-dependent output shapes are not supported"):
+        TensorRTEngineProvider().infer_shapes(ctx, [[2, 4]])
 
 
 # Stands in for TensorRT's DataType enum: only member names are read.

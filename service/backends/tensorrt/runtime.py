@@ -11,6 +11,8 @@ without TensorRT too, to say why plans there cannot be verified or run.
 The native backend (`ethost_tensorrt`) owns CUDA memory, streams and staging; it calls the
 provider below holding the GIL only for these calls, so each method stays a thin pass-through
 that turns TensorRT's boolean/None failures into exceptions carrying TensorRT's own log lines.
+An execute costs one call (`execute`: new shapes, moved addresses, enqueue), plus `infer_shapes`
+under the same GIL hold when the input shapes are new to the delegate.
 """
 from __future__ import annotations
 
@@ -256,11 +258,22 @@ class Engine:
     device_id: int
 
 
-@dataclass(frozen=True)
 class Context:
-    """An execution context; holds its engine so the engine outlives every context using it."""
-    execution_context: object
-    engine: Engine
+    """An execution context; holds its engine so the engine outlives every context using it.
+
+    Also the binding names in engine order, and the address each binding holds now, so that an
+    execute re-binds only what moved.
+    """
+
+    __slots__ = ("execution_context", "engine", "inputs", "outputs", "names", "bound")
+
+    def __init__(self, execution_context, engine: Engine, inputs, outputs, names):
+        self.execution_context = execution_context
+        self.engine = engine
+        self.inputs = inputs
+        self.outputs = outputs
+        self.names = names
+        self.bound = [None] * len(names)
 
 
 def _dtype_name(trt_dtype, tensor: str) -> str:
@@ -317,41 +330,67 @@ class TensorRTEngineProvider:
         }}
 
     def create_context(self, engine: Engine) -> Context:
+        trt = tensorrt_module()
+        cuda_engine = engine.cuda_engine
         with _cuda().current(engine.device_id), _captured_log() as messages:
-            context = engine.cuda_engine.create_execution_context()
+            context = cuda_engine.create_execution_context()
         if context is None:
             raise _failure("TensorRT could not create an execution context", messages)
-        return Context(context, engine)
+        names = tuple(cuda_engine.get_tensor_name(i) for i in range(cuda_engine.num_io_tensors))
+        inputs = tuple(n for n in names if cuda_engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
+        outputs = tuple(n for n in names if n not in inputs)
+        return Context(context, engine, inputs, outputs, names)
 
-    def set_input_shape(self, ctx: Context, name: str, shape: list[int]) -> None:
-        with _captured_log() as messages:
-            ok = ctx.execution_context.set_input_shape(name, tuple(shape))
-        if not ok:
-            raise _failure(f"TensorRT refused shape {list(shape)} for input {name!r}", messages)
+    def infer_shapes(self, ctx: Context, input_shapes: list[list[int]]) -> list[list[int]]:
+        """Sets the input shapes (engine input order); returns the outputs' (engine order)."""
+        context = ctx.execution_context
+        _capture.messages = messages = []
+        try:
+            for name, shape in zip(ctx.inputs, input_shapes, strict=True):
+                if not context.set_input_shape(name, tuple(shape)):
+                    raise _failure(f"TensorRT refused shape {list(shape)} for input {name!r}",
+                                   messages)
+            shapes = [list(context.get_tensor_shape(name)) for name in ctx.outputs]
+        finally:
+            _capture.messages = None
+        for name, shape in zip(ctx.outputs, shapes):
+            if any(dim < 0 for dim in shape):
+                raise _failure(f"TensorRT cannot infer the shape of output {name!r} ({shape}) "
+                               f"from the input shapes; data-dependent output shapes are not "
+                               f"supported", messages)
+        return shapes
 
-    def output_shape(self, ctx: Context, name: str) -> list[int]:
-        with _captured_log() as messages:
-            shape = list(ctx.execution_context.get_tensor_shape(name))
-        if any(dim < 0 for dim in shape):
-            raise _failure(f"TensorRT cannot infer the shape of output {name!r} ({shape}) from "
-                           f"the input shapes; data-dependent output shapes are not supported",
-                           messages)
-        return shape
+    def execute(self, ctx: Context, input_shapes, addresses, stream: int) -> None:
+        """One delegate execute: new input shapes (or None), every binding's address in engine
+        order when any moved (or None), then enqueue on `stream`. Only moved addresses are
+        bound again."""
+        context = ctx.execution_context
+        # Set directly rather than through _captured_log(): this runs on every execute.
+        _capture.messages = messages = []
+        try:
+            if input_shapes is not None:
+                for name, shape in zip(ctx.inputs, input_shapes, strict=True):
+                    if not context.set_input_shape(name, tuple(shape)):
+                        raise _failure(f"TensorRT refused shape {list(shape)} for input "
+                                       f"{name!r}", messages)
+            if addresses is not None:
+                bound = ctx.bound
+                for i, address in enumerate(addresses):
+                    if bound[i] != address:
+                        _bind(context, ctx.names[i], address, messages)
+                        bound[i] = address
+            if not context.execute_async_v3(stream):
+                raise _failure("TensorRT failed to enqueue the engine", messages)
+        finally:
+            _capture.messages = None
 
-    def set_tensor_address(self, ctx: Context, name: str, address: int) -> None:
-        if address % ADDRESS_ALIGNMENT:
-            raise TensorRTError(f"address {address:#x} for tensor {name!r} is not a multiple of "
-                                f"{ADDRESS_ALIGNMENT}; TensorRT would fault or compute garbage")
-        with _captured_log() as messages:
-            ok = ctx.execution_context.set_tensor_address(name, address)
-        if not ok:
-            raise _failure(f"TensorRT refused the address of tensor {name!r}", messages)
 
-    def enqueue(self, ctx: Context, stream: int) -> None:
-        with _captured_log() as messages:
-            ok = ctx.execution_context.execute_async_v3(stream)
-        if not ok:
-            raise _failure("TensorRT failed to enqueue the engine", messages)
+def _bind(context, name: str, address: int, messages) -> None:
+    if address % ADDRESS_ALIGNMENT:
+        raise TensorRTError(f"address {address:#x} for tensor {name!r} is not a multiple of "
+                            f"{ADDRESS_ALIGNMENT}; TensorRT would fault or compute garbage")
+    if not context.set_tensor_address(name, address):
+        raise _failure(f"TensorRT refused the address of tensor {name!r}", messages)
 
 
 def install_backend() -> None:

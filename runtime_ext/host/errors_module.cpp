@@ -1,0 +1,79 @@
+#include "errors_module.h"
+
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+
+namespace nb = nanobind;
+
+namespace ethost {
+namespace {
+
+PyObject* g_executorch_error = nullptr;
+PyObject* g_input_error = nullptr;
+PyObject* g_instance_busy = nullptr;
+
+PyObject* new_exception(nb::module_& m, const char* name, PyObject* base, const char* doc) {
+  std::string qualified = std::string("ethost.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  if (type == nullptr) {
+    throw nb::python_error();
+  }
+  m.attr(name) = nb::handle(type);
+  return type;
+}
+
+[[noreturn]] void raise_instance(PyObject* type, nb::object instance) {
+  PyErr_SetObject(type, instance.ptr());
+  throw nb::python_error();
+}
+
+}  // namespace
+
+void register_exceptions(nb::module_& m) {
+  g_executorch_error =
+      new_exception(m, "ExecuTorchError", PyExc_RuntimeError,
+                    "An ExecuTorch runtime failure. Attributes: code (int), error_name (str), path "
+                    "(file involved "
+                    "or None), context (ExecuTorch's reason, when it logged one).");
+  g_input_error = new_exception(
+      m, "InputError", PyExc_ValueError,
+      "Inputs refused before execute (count, dtype or shape). Attributes: index, input_name.");
+  g_instance_busy = new_exception(
+      m, "InstanceBusy", PyExc_RuntimeError,
+      "A Method instance serves one thread at a time; create more with Program.instances().");
+}
+
+void raise_python(const Status& error) {
+  switch (error.kind) {
+    case Status::Kind::OsError: {
+      std::string message = std::strerror(error.os_errno);
+      if (!error.reason.empty()) {
+        message += " (" + error.reason + ")";
+      }
+      // OSError(errno, ...) picks FileNotFoundError / IsADirectoryError / ... from errno itself.
+      nb::object instance = nb::handle(PyExc_OSError)(error.os_errno, message, error.path);
+      raise_instance(reinterpret_cast<PyObject*>(Py_TYPE(instance.ptr())), instance);
+    }
+    case Status::Kind::Input: {
+      std::string message = error.input_name + ": " + error.reason;
+      nb::object instance = nb::handle(g_input_error)(message);
+      instance.attr("index") = error.has_input_index ? nb::cast(error.input_index) : nb::none();
+      instance.attr("input_name") = error.input_name;
+      raise_instance(g_input_error, instance);
+    }
+    case Status::Kind::Busy: {
+      nb::object instance = nb::handle(g_instance_busy)(error.reason);
+      raise_instance(g_instance_busy, instance);
+    }
+    case Status::Kind::Runtime: break;
+  }
+  nb::object instance = nb::handle(g_executorch_error)(error.message());
+  instance.attr("code") = static_cast<int>(error.code);
+  instance.attr("error_name") = error_name(error.code);
+  instance.attr("path") = error.path.empty() ? nb::none() : nb::cast(error.path);
+  instance.attr("context") = error.reason;
+  raise_instance(g_executorch_error, instance);
+}
+
+}  // namespace ethost

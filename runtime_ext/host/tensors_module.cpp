@@ -1,0 +1,245 @@
+#include "tensors_module.h"
+
+#include "dtypes.h"
+
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+namespace nb = nanobind;
+using executorch::aten::ScalarType;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::Tag;
+
+namespace ethost {
+namespace {
+
+std::string dlpack_name(nb::dlpack::dtype dtype) {
+  for (const auto& entry : kDtypes) {
+    if (static_cast<uint8_t>(entry.code) == dtype.code && entry.bits == dtype.bits &&
+        dtype.lanes == 1) {
+      return entry.name;
+    }
+  }
+  return "dtype(code=" + std::to_string(dtype.code) + ", bits=" + std::to_string(dtype.bits) + ")";
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string python_type_name(nb::handle value) {
+  return nb::type_name(value.type()).c_str();
+}
+
+// The dtype a buffer-protocol format denotes, for native little-endian scalars; nullptr for
+// anything else (the DLPack path then reports it precisely).
+const Dtype* buffer_dtype(const Py_buffer& view) {
+  const char* format = view.format != nullptr ? view.format : "B";
+  if (*format == '@' || *format == '=' || *format == '<') ++format;
+  if (format[0] == '\0' || format[1] != '\0') return nullptr;
+  ScalarType type;
+  switch (format[0]) {
+    case 'e': type = ScalarType::Half; break;
+    case 'f': type = ScalarType::Float; break;
+    case 'd': type = ScalarType::Double; break;
+    case 'b': type = ScalarType::Char; break;
+    case 'B': type = ScalarType::Byte; break;
+    case '?': type = ScalarType::Bool; break;
+    case 'h': type = ScalarType::Short; break;
+    case 'H': type = ScalarType::UInt16; break;
+    case 'i': type = ScalarType::Int; break;
+    case 'I': type = ScalarType::UInt32; break;
+    case 'l':
+    case 'q': type = ScalarType::Long; break;
+    default: return nullptr;
+  }
+  const Dtype* entry = find_dtype(type);
+  return entry != nullptr && view.itemsize == entry->bits / 8 ? entry : nullptr;
+}
+
+// A C-contiguous buffer of a known dtype; false (and no Python error set) otherwise.
+bool view_buffer(nb::handle value, Py_buffer& view, const Dtype*& dtype) {
+  if (!PyObject_CheckBuffer(value.ptr())) return false;
+  if (PyObject_GetBuffer(value.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  dtype = buffer_dtype(view);
+  if (dtype == nullptr) {
+    PyBuffer_Release(&view);
+    return false;
+  }
+  return true;
+}
+
+Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
+                                  std::vector<HeldInput>& keep_alive) {
+  const Dtype* expected = find_dtype(spec.dtype);
+  if (expected == nullptr) {
+    return Status::input(spec.index, spec.name,
+                         std::string("the program's dtype ") +
+                             executorch::runtime::toString(spec.dtype) + " is not supported here");
+  }
+  const Py_ssize_t* view_shape = nullptr;
+  const int64_t* array_shape = nullptr;
+  size_t ndim = 0;
+  const void* data = nullptr;
+  Py_buffer view;
+  const Dtype* viewed = nullptr;
+  if (view_buffer(value, view, viewed)) {
+    keep_alive.emplace_back(view);
+    if (viewed != expected) {
+      return Status::input(
+          spec.index, spec.name,
+          std::string("expected dtype ") + expected->name + ", got " + viewed->name);
+    }
+    view_shape = view.shape;
+    ndim = static_cast<size_t>(view.ndim);
+    data = view.buf;
+  } else {
+    InputArray array;
+    if (!nb::try_cast(value, array, true)) {
+      return Status::input(spec.index, spec.name,
+                           "expected a host array (numpy, buffer protocol or DLPack) of " +
+                               std::string(dtype_name(spec.dtype)) + ", got " +
+                               python_type_name(value));
+    }
+    nb::dlpack::dtype got = array.dtype();
+    if (got.code != static_cast<uint8_t>(expected->code) || got.bits != expected->bits ||
+        got.lanes != 1) {
+      return Status::input(
+          spec.index, spec.name,
+          std::string("expected dtype ") + expected->name + ", got " + dlpack_name(got));
+    }
+    array_shape = array.shape_ptr();
+    ndim = array.ndim();
+    data = array.data();
+    keep_alive.emplace_back(std::move(array));
+  }
+  auto extent = [&](size_t d) -> int64_t {
+    return view_shape != nullptr ? static_cast<int64_t>(view_shape[d]) : array_shape[d];
+  };
+  // The program's shapes never exceed kMaxInputDims, so a fitting input fits the binding.
+  bool fits = ndim == spec.shape.size();
+  for (size_t d = 0; fits && d < ndim; ++d) {
+    fits = spec.dynamic ? extent(d) <= spec.shape[d] : extent(d) == spec.shape[d];
+  }
+  if (!fits) {
+    std::vector<int64_t> got(ndim);
+    for (size_t d = 0; d < ndim; ++d) got[d] = extent(d);
+    return Status::input(spec.index, spec.name,
+                         "expected shape " + shape_text({spec.shape.begin(), spec.shape.end()}) +
+                             (spec.dynamic ? " (upper bounds)" : "") + ", got " + shape_text(got));
+  }
+  InputBinding binding;
+  binding.is_tensor = true;
+  binding.dtype = spec.dtype;
+  binding.ndim = ndim;
+  int32_t stride = 1;
+  for (size_t d = ndim; d-- > 0;) {
+    binding.sizes[d] = static_cast<int32_t>(extent(d));
+    binding.dim_order[d] = static_cast<uint8_t>(d);
+    binding.strides[d] = stride;
+    stride *= binding.sizes[d];
+  }
+  binding.data = const_cast<void*>(data);
+  return binding;
+}
+
+}  // namespace
+
+Outcome<InputBinding> bind_input(nb::handle value, const TensorSpec& spec,
+                                 std::vector<HeldInput>& keep_alive) {
+  if (spec.tag == Tag::Tensor) {
+    return bind_tensor(value, spec, keep_alive);
+  }
+  InputBinding binding;
+  // bool before int: Python's bool is an int subclass.
+  if (spec.tag == Tag::Bool && PyBool_Check(value.ptr())) {
+    binding.scalar = EValue(value.ptr() == Py_True);
+  } else if (spec.tag == Tag::Int && PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr())) {
+    binding.scalar = EValue(static_cast<int64_t>(nb::cast<int64_t>(value)));
+  } else if (spec.tag == Tag::Double && (PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()))) {
+    binding.scalar = EValue(nb::cast<double>(value));
+  } else if (spec.tag == Tag::None && value.is_none()) {
+    binding.scalar = EValue();
+  } else {
+    return Status::input(
+        spec.index, spec.name,
+        std::string("expected a ") + tag_name(spec.tag) + " value, got " + python_type_name(value));
+  }
+  return binding;
+}
+
+namespace {
+
+// Outputs up to this size are copied into an array from numpy.empty: creating that is several
+// times cheaper than wrapping our buffer (capsule + DLPack conversion), and for small outputs
+// that creation, not the copy, is what a call costs.
+constexpr size_t kCopyIntoNumpyUpTo = 64 * 1024;
+
+// numpy.empty and one numpy dtype object per entry of kDtypes, looked up once. Deliberately
+// leaked: they must outlive every call, including calls made during interpreter shutdown.
+nb::handle numpy_empty() {
+  static nb::handle empty = nb::object(nb::module_::import_("numpy").attr("empty")).release();
+  return empty;
+}
+
+nb::handle numpy_dtype(const Dtype* entry) {
+  static std::vector<nb::handle> dtypes = [] {
+    nb::object dtype = nb::module_::import_("numpy").attr("dtype");
+    std::vector<nb::handle> out;
+    // numpy has no bfloat16; such outputs are refused before they get here (copy_output).
+    for (const auto& e : kDtypes) {
+      out.push_back(e.type == ScalarType::BFloat16 ? nb::handle() : dtype(e.name).release());
+    }
+    return out;
+  }();
+  return dtypes[static_cast<size_t>(entry - kDtypes)];
+}
+
+std::optional<nb::object> copy_into_numpy(const OutputBuffer& output, const Dtype* entry) {
+  size_t nbytes = entry->bits / 8;
+  for (size_t extent : output.shape) nbytes *= extent;
+  if (nbytes > kCopyIntoNumpyUpTo) return std::nullopt;
+  nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(output.shape.size())));
+  for (size_t d = 0; d < output.shape.size(); ++d) {
+    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d), PyLong_FromSize_t(output.shape[d]));
+  }
+  nb::object array = numpy_empty()(shape, numpy_dtype(entry));
+  Py_buffer view;
+  if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    throw nb::python_error();
+  }
+  std::memcpy(view.buf, output.data.get(), nbytes);
+  PyBuffer_Release(&view);
+  return array;
+}
+
+}  // namespace
+
+nb::object to_numpy(OutputBuffer&& output) {
+  if (output.is_none) {
+    return nb::none();
+  }
+  const Dtype* entry = find_dtype(output.dtype);
+  if (auto copied = copy_into_numpy(output, entry)) {
+    return std::move(*copied);
+  }
+  nb::dlpack::dtype dtype{static_cast<uint8_t>(entry->code), entry->bits, 1};
+  uint8_t* data = output.data.release();
+  nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+  nb::ndarray<nb::numpy> array(data, output.shape.size(), output.shape.data(), owner, nullptr,
+                               dtype);
+  return array.cast();
+}
+
+}  // namespace ethost

@@ -1,0 +1,145 @@
+// Python face of the TensorRTBackend library: configuration for the service (engine provider,
+// counters, the blob parser its ingest reuses). Test hooks are a separate, test-only module
+// (ethost_tensorrt_testing, testing_module.cpp), reachable as `ethost_tensorrt.testing` where a
+// test build installed it.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <executorch/runtime/platform/runtime.h>
+
+#include "backend.h"
+#include "blob.h"
+#include "counters_module.h"
+#include "memory.h"
+#include "provider_module.h"
+
+namespace nb = nanobind;
+using namespace ethost_trt;
+
+namespace {
+
+nb::list dims(const std::vector<int64_t>& v) {
+  nb::list out;
+  for (int64_t d : v) out.append(d);
+  return out;
+}
+
+nb::dict blob_dict(const ParsedBlob& b) {
+  nb::dict d;
+  d["magic"] = b.magic;
+  d["metadata_offset"] = b.metadata_offset;
+  d["metadata_size"] = b.metadata_size;
+  d["engine_offset"] = b.engine_offset;
+  d["engine_size"] = b.engine_size;
+  nb::list io;
+  for (const auto& x : b.metadata.io_bindings) {
+    nb::dict e;
+    e["name"] = x.name;
+    e["is_input"] = x.is_input;
+    e["dtype"] = x.dtype.empty() ? nb::object(nb::none()) : nb::object(nb::str(x.dtype.c_str()));
+    e["shape"] = dims(x.shape);
+    io.append(e);
+  }
+  d["io_bindings"] = io;
+  nb::list aliased;
+  for (const auto& a : b.metadata.aliased_io) {
+    nb::dict e;
+    e["output"] = a.output;
+    e["input"] = a.input;
+    e["kind"] = a.kind;
+    aliased.append(e);
+  }
+  d["aliased_io"] = aliased;
+  d["hardware_compatible"] = b.metadata.hardware_compatible;
+  d["device_id"] = b.metadata.device_id;
+  d["serialized_metadata_size"] = b.metadata.serialized_metadata_size;
+  d["target_platform"] = b.metadata.target_platform;
+  d["engine_key"] =
+      b.metadata.engine_key ? nb::object(nb::str(b.metadata.engine_key->c_str())) : nb::none();
+  return d;
+}
+
+}  // namespace
+
+// The test hooks, imported on first use of `ethost_tensorrt.testing` (PEP 562 module
+// __getattr__), so production never loads them and a build without them says how to get them.
+nb::object module_getattr(nb::module_ m, const std::string& name) {
+  if (name == "testing") {
+    nb::object testing;
+    try {
+      testing = nb::module_::import_("ethost_tensorrt_testing");
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_ImportError)) throw;
+      throw nb::attribute_error(
+          "ethost_tensorrt.testing: the test hooks (ethost_tensorrt_testing) are not installed; "
+          "build with ETHOST_TESTING=ON (pip install -C cmake.define.ETHOST_TESTING=ON ..., or "
+          "bash .ci/install --test)");
+    }
+    m.attr("testing") = testing;
+    return testing;
+  }
+  throw nb::attribute_error(("module 'ethost_tensorrt' has no attribute '" + name + "'").c_str());
+}
+
+NB_MODULE(ethost_tensorrt, m) {
+  executorch::runtime::runtime_init();
+  m.doc() = "TensorRTBackend delegate for ExecuTorch programs (registered when this library loads)";
+
+  m.def(
+      "registration_error",
+      []() -> std::optional<std::string> {
+        const char* e = registration_error();
+        return e ? std::optional<std::string>(e) : std::nullopt;
+      },
+      "None when this library holds the TensorRTBackend id, else why it does not.");
+
+  m.def(
+      "parse_blob",
+      [](nb::bytes blob) {
+        auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size());
+        if (!parsed.ok()) throw nb::value_error(parsed.status().reason.c_str());
+        return blob_dict(parsed.value());
+      },
+      nb::arg("blob"),
+      "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
+
+  m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
+        "Install the object TensorRT is reached through (deserialize, describe, create_context, "
+        "infer_shapes, execute; the service's TensorRTEngineProvider is the shipped one).");
+  m.def("engine_provider", &python_provider);
+  m.def("provider_gil_entries", &provider_gil_entries,
+        "How many times delegates have taken the GIL to call the engine provider (at most once "
+        "per execute).");
+
+  m.def(
+      "device_status",
+      []() -> std::optional<std::string> {
+        auto memory = active_memory();
+        return memory.ok() ? std::nullopt : std::optional<std::string>(memory.status().reason);
+      },
+      "None when delegates can initialize here, else why not (e.g. 'no CUDA device: ...').");
+
+  m.def("memory_kind", []() -> std::optional<std::string> {
+    auto memory = active_memory();
+    return memory.ok() ? std::optional<std::string>(memory.value()->kind()) : std::nullopt;
+  });
+
+  m.def(
+      "staging_counters",
+      []() {
+        nb::list out;
+        for (const auto& [label, counters] : all_runner_counters()) {
+          nb::dict d;
+          d["delegate"] = label;
+          d["bindings"] = counters_list(counters);
+          out.append(d);
+        }
+        return out;
+      },
+      "Per live delegate instance, per binding: staging copies so far and how often it was staged "
+      "or bound directly.");
+
+  m.def("__getattr__", [m](const std::string& name) { return module_getattr(m, name); });
+}

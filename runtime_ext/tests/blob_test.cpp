@@ -1,0 +1,145 @@
+// The reader of Torch-TensorRT's delegate blob (TR01/TR02): the layout it accepts and each
+// refusal, with the reason the service quotes to whoever uploaded the program.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "blob.h"
+#include "check.h"
+
+using ethost_trt::parse_blob;
+
+namespace {
+
+void put_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+void put_u64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+struct Layout {
+  std::string magic = "TR01";
+  uint32_t metadata_offset = 32;
+  int64_t engine_offset = -1;  // -1: right after the metadata, rounded up to 16
+  int64_t engine_size = -1;    // -1: the engine's size
+};
+
+// header (32 bytes) + metadata + padding to 16 + engine
+std::vector<uint8_t> blob(const std::string& metadata, const std::string& engine,
+                          Layout layout = Layout()) {
+  size_t meta_end = layout.metadata_offset + metadata.size();
+  size_t engine_at = layout.engine_offset >= 0 ? static_cast<size_t>(layout.engine_offset)
+                                               : (meta_end + 15) / 16 * 16;
+  std::vector<uint8_t> b(std::max(engine_at + engine.size(), meta_end), 0);
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<uint8_t>(layout.magic[i]);
+  put_u32(b, 4, layout.metadata_offset);
+  put_u32(b, 8, static_cast<uint32_t>(metadata.size()));
+  put_u32(b, 12, static_cast<uint32_t>(engine_at));
+  put_u64(b, 16,
+          layout.engine_size >= 0 ? static_cast<uint64_t>(layout.engine_size) : engine.size());
+  std::copy(metadata.begin(), metadata.end(), b.begin() + layout.metadata_offset);
+  std::copy(engine.begin(), engine.end(), b.begin() + engine_at);
+  return b;
+}
+
+const char* kIo =
+    R"({"io_bindings": [{"name": "x", "is_input": true, "dtype": "float32", "shape": [2, -1]},)"
+    R"( {"name": "y", "is_input": false}])";
+
+std::string meta(const std::string& extra = "") {
+  return std::string(kIo) + extra + "}";
+}
+
+std::string refusal(const std::vector<uint8_t>& b) {
+  auto parsed = parse_blob(b.data(), b.size());
+  if (parsed.ok()) return "(accepted)";
+  CHECK(parsed.status().code == ethost::Error::InvalidProgram);
+  return parsed.status().reason;
+}
+
+}  // namespace
+
+TEST(an_inline_engine_blob_is_read) {
+  auto b =
+      blob(meta(R"(, "device_id": 1, "hardware_compatible": true, "target_platform": "linux")"),
+           "ENGINE-BYTES");
+  auto parsed = parse_blob(b.data(), b.size());
+  CHECK(parsed.ok());
+  const auto& p = parsed.value();
+  CHECK(p.magic == "TR01" && p.metadata_offset == 32 && p.engine_size == 12);
+  CHECK(p.engine == b.data() + p.engine_offset && p.engine_offset % 16 == 0);
+  CHECK(std::string(reinterpret_cast<const char*>(p.engine), 12) == "ENGINE-BYTES");
+  const auto& m = p.metadata;
+  CHECK(m.io_bindings.size() == 2 && m.io_bindings[0].name == "x" && m.io_bindings[0].is_input);
+  CHECK(m.io_bindings[0].dtype == "float32");
+  CHECK((m.io_bindings[0].shape == std::vector<int64_t>{2, -1}));
+  CHECK(!m.io_bindings[1].is_input && m.io_bindings[1].dtype.empty());
+  CHECK(m.device_id == 1 && m.hardware_compatible && m.target_platform == "linux");
+  CHECK(!m.engine_key.has_value());
+}
+
+TEST(an_engine_in_named_data_is_found_by_key) {
+  auto b = blob(meta(R"(, "engine_key": "k_trt_engine")"), "");
+  auto parsed = parse_blob(b.data(), b.size());
+  CHECK(parsed.ok() && parsed.value().engine == nullptr);
+  CHECK(parsed.ok() && *parsed.value().metadata.engine_key == "k_trt_engine");
+}
+
+TEST(tr02_carries_in_place_aliases) {
+  const char* io =
+      R"({"io_bindings": [{"name": "cache", "is_input": true}, {"name": "out", "is_input": false}],)"
+      R"( "aliased_io": [{"output": "out", "input": "cache"}]})";
+  Layout tr02;
+  tr02.magic = "TR02";
+  auto b = blob(io, "E", tr02);
+  auto parsed = parse_blob(b.data(), b.size());
+  CHECK(parsed.ok());
+  CHECK(parsed.ok() && parsed.value().metadata.aliased_io.size() == 1);
+  CHECK(parsed.ok() && parsed.value().metadata.aliased_io[0].kind == "kv_cache_update");
+  CHECK_CONTAINS(refusal(blob(meta(), "E", tr02)), "TR02 but its metadata has no aliased_io");
+}
+
+TEST(the_header_is_checked_before_anything_is_read) {
+  std::vector<uint8_t> short_blob(31, 0);
+  CHECK_CONTAINS(refusal(short_blob), "31 bytes, shorter than its 32-byte header");
+  Layout bad_magic;
+  bad_magic.magic = "TR09";
+  CHECK_CONTAINS(refusal(blob(meta(), "E", bad_magic)), "magic is not TR01 or TR02");
+  Layout inside_header;
+  inside_header.metadata_offset = 16;
+  CHECK_CONTAINS(refusal(blob(meta(), "E", inside_header)), "lies inside the 32-byte header");
+  Layout unaligned;
+  unaligned.engine_offset = 8 * 1024 + 8;
+  CHECK_CONTAINS(refusal(blob(meta(), "E", unaligned)), "is not a multiple of 16");
+  Layout past_end;
+  past_end.engine_size = 1 << 20;
+  CHECK_CONTAINS(refusal(blob(meta(), "E", past_end)), "engine runs past the end of the blob");
+  auto truncated = blob(meta(), "");
+  put_u32(truncated, 8, 1 << 20);
+  CHECK_CONTAINS(refusal(truncated), "metadata runs past the end of the blob");
+}
+
+TEST(metadata_refusals_name_the_field) {
+  CHECK_CONTAINS(refusal(blob("{not json", "E")), "metadata is not valid JSON");
+  CHECK_CONTAINS(refusal(blob("[]", "E")), "metadata is not a JSON object");
+  CHECK_CONTAINS(refusal(blob("{}", "E")), "metadata has no io_bindings");
+  CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true},)"
+                              R"( {"name": "x", "is_input": false}]})",
+                              "E")),
+                 "names 'x' twice");
+  CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "", "is_input": true}]})", "E")),
+                 "io_bindings[0] has no non-empty name");
+  CHECK_CONTAINS(
+      refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true, "shape": [1.5]}]})", "E")),
+      "shape is not a list of integers");
+  CHECK_CONTAINS(refusal(blob(meta(R"(, "device_id": -1)"), "E")),
+                 "device_id is not a non-negative integer");
+  CHECK_CONTAINS(refusal(blob(meta(R"(, "aliased_io": [{"output": "x", "input": "y"}])"), "E")),
+                 "output 'x' is not an output binding");
+  CHECK_CONTAINS(refusal(blob(meta(R"(, "engine_key": "k")"), "E")),
+                 "carries engine bytes and also an engine_key");
+  CHECK_CONTAINS(refusal(blob(meta(), "")), "neither engine bytes nor an engine_key");
+}
