@@ -5,6 +5,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from service.protocols import http_errors
 from service.protocols.native import routes as http_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
@@ -16,6 +17,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        http_errors.clip_access_log()
         await service.start()
         try:
             yield
@@ -29,4 +31,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.service = service
     http_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
+    http_errors.install(app)
     return app
