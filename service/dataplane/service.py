@@ -22,6 +22,7 @@ from service.dataplane.signature import bind_inputs, select_outputs, signature_o
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Aborted, Conflict, ExecutionFailed, Invalid, NotFound, ServiceError,
                             TooLarge, Unavailable, clip, input_problem)
+from service.ingest import child_guard
 from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
 from service.store.storage import NameTaken, Storage, StoredModel
 
@@ -81,6 +82,8 @@ class ModelService:
         self.storage = Storage(self.settings.artifacts)
         load_delegate_checks(self.settings.delegate_check_modules)
         self._ethost = import_host(self.settings.backend_setup)
+        # Before reconcile clears the staging area, where the children recorded themselves.
+        await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         for stored in await asyncio.to_thread(self.storage.reconcile):
             reason = _not_runnable(stored)
             if reason is not None:
