@@ -22,9 +22,6 @@ from service.protocols.native import upload_digests
 from service.store.storage import Storage
 
 _FIELD_LIMIT = 4096
-# A part's header line (name and value each): file names are at most a few hundred bytes, so
-# anything near this is an attack on memory, not an upload.
-_HEADER_LIMIT = 16384
 _UNKNOWN_FIELDS_REPORTED = 16
 
 
@@ -66,11 +63,9 @@ class _Receiver:
 
     def _on_field(self, data: bytes, start: int, end: int) -> None:
         self._header_field += data[start:end]
-        _check_header_size(self._header_field)
 
     def _on_value(self, data: bytes, start: int, end: int) -> None:
         self._header_value += data[start:end]
-        _check_header_size(self._header_value)
 
     def _header_end(self) -> None:
         self._headers[bytes(self._header_field).decode("latin-1").lower()] = bytes(
@@ -199,12 +194,6 @@ class _Receiver:
             raise Invalid("upload refused", problems)
         return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
                             self.programs[0] if self.programs else None, self.data)
-
-
-def _check_header_size(value: bytearray) -> None:
-    if len(value) > _HEADER_LIMIT:
-        raise Invalid("upload refused", [Problem(None, "upload.malformed", (
-            f"a part header is longer than {_HEADER_LIMIT} bytes"))])
 
 
 async def receive_upload(request: Request, storage: Storage, settings: Settings,
