@@ -77,8 +77,8 @@ def reap_stale(root: Path) -> int:
     for pid_file in Path(root).rglob(f"*{PID_SUFFIX}"):
         try:
             pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError):
-            continue
+        except (OSError, ValueError):  # written half by a child that was killed meanwhile
+            pid = 0
         if pid > 0 and _is_child_for(pid, pid_file):
             try:
                 if os.getpgid(pid) == pid:  # its own session: take anything it started too
