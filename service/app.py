@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import auth
+from service.protocols import http_errors
 from service.protocols.native import routes as http_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
@@ -17,6 +18,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        http_errors.clip_access_log()
         await service.start()
         try:
             yield
@@ -30,6 +32,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.service = service
     http_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
-    # Added last, so it runs first: nothing is read or routed for a request it denies.
+    # Outside the body limit and the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=auth.policy_for(settings))
+    http_errors.install(app)
     return app

@@ -28,8 +28,10 @@ class Problem:
     input: str | None = None
 
     def as_dict(self) -> dict:
-        shown = {"file": self.file, "rule": self.rule, "message": self.message}
-        return shown if self.input is None else {**shown, "input": self.input}
+        # File and input names come from the client; messages clip what they quote themselves.
+        shown = {"file": None if self.file is None else clip(self.file), "rule": self.rule,
+                 "message": self.message}
+        return shown if self.input is None else {**shown, "input": clip(self.input)}
 
 
 class ServiceError(Exception):
@@ -49,6 +51,14 @@ class Conflict(ServiceError):
 
 class Invalid(ServiceError):
     """The request (or upload) breaks a rule; `problems` say which."""
+
+
+class Aborted(Invalid):
+    """The client went away before its request was complete (e.g. mid-upload).
+
+    An Invalid, so that a protocol without a code for it still answers a 4xx; nobody reads that
+    answer, but the dataplane counts and logs it apart from refusals and server faults.
+    """
 
 
 class TooLarge(ServiceError):

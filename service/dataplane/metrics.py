@@ -198,7 +198,7 @@ class Metrics:
                               ("model",))
         self.uploads = Counter("etrt_uploads_total",
                                "Model uploads by outcome (accepted, refused, too_large, conflict, "
-                               "error)", ("outcome",))
+                               "aborted, error)", ("outcome",))
         self.problems = Counter("etrt_ingest_problems_total",
                                 "Problems found in refused uploads, by rule id", ("rule",))
         self.staging = _StagingAttribution()

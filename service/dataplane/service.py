@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.signature import bind_inputs, select_outputs, signature_of
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
-from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, ServiceError, TooLarge,
-                            Unavailable, clip, input_problem)
+from service.errors import (Aborted, Conflict, ExecutionFailed, Invalid, NotFound, ServiceError,
+                            TooLarge, Unavailable, clip, input_problem)
+from service.ingest import child_guard
 from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
 from service.store.storage import NameTaken, Storage, StoredModel
 
@@ -80,6 +82,8 @@ class ModelService:
         self.storage = Storage(self.settings.artifacts)
         load_delegate_checks(self.settings.delegate_check_modules)
         self._ethost = import_host(self.settings.backend_setup)
+        # Before reconcile clears the staging area, where the children recorded themselves.
+        await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         for stored in await asyncio.to_thread(self.storage.reconcile):
             reason = _not_runnable(stored)
             if reason is not None:
@@ -132,7 +136,8 @@ class ModelService:
             raise
         finally:
             self.metrics.upload_finished(outcome, rules)
-            log.info("upload model=%r outcome=%s problems=%d duration_s=%.6f", name, outcome,
+            log.info("upload model=%r outcome=%s problems=%d duration_s=%.6f",
+                     None if name is None else clip(name), outcome,
                      len(rules), time.perf_counter() - begun)
 
     async def _deploy(self, upload: StagedUpload) -> dict:
@@ -293,6 +298,10 @@ class ModelService:
             label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
             raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
+            if getattr(exc, "error_name", None) in _INPUT_FAULTS:
+                raise input_problem(None, "input.rejected", (
+                    f"model {model!r} method {method!r} rejected the inputs while executing: "
+                    f"{_kernel_reason(exc)}")) from None
             raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
         outputs = []
         for index in selected:
@@ -301,6 +310,22 @@ class ModelService:
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 
+# ExecuTorch errors that kernels return for values they refuse (an embedding index out of range,
+# a negative index) once the host has checked count, dtype and shape: the request's fault, 4xx.
+_INPUT_FAULTS = frozenset({"InvalidArgument"})
+# The runtime logs the failing call's argument type ids after the kernel's reason: noise to a
+# client.
+_ARGUMENT_NOISE = re.compile(r"^arg \d+ with type id \d+$")
+
+
+def _kernel_reason(exc: BaseException) -> str:
+    """ExecuTorch's own reason without the server's file paths (exc's message has them)."""
+    context = getattr(exc, "context", "") or ""
+    reason = "; ".join(part for part in context.split("; ") if not _ARGUMENT_NOISE.match(part))
+    return clip(reason or f"{exc.error_name} ({exc.code:#04x})", 1000)
+
+
 _INFER_OUTCOMES = ((Unavailable, "unavailable"), (NotFound, "client_error"),
                    (Invalid, "client_error"))
-_UPLOAD_OUTCOMES = ((Invalid, "refused"), (TooLarge, "too_large"), (Conflict, "conflict"))
+_UPLOAD_OUTCOMES = ((Aborted, "aborted"), (Invalid, "refused"), (TooLarge, "too_large"),
+                    (Conflict, "conflict"))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import Problem
+from service.ingest import child_guard
 
 _STDERR_TAIL = 4096
 
@@ -61,6 +62,8 @@ def _signal_name(number: int) -> str:
 
 
 def _run_child(request: dict, timeout_s: float) -> ChildEnd:
+    pid_file = child_guard.pid_file_for(Path(request["report"]))
+    request = {**request, "parent": os.getpid(), "pid_file": str(pid_file)}
     with tempfile.TemporaryFile() as stderr:
         child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -72,6 +75,8 @@ def _run_child(request: dict, timeout_s: float) -> ChildEnd:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
             timed_out = True
+        finally:
+            pid_file.unlink(missing_ok=True)
         tail = _tail(stderr)
     if timed_out:
         how = f"did not finish within {timeout_s:g} s (the check process was killed)"
@@ -183,6 +188,8 @@ def _answers(request: dict):
 
 def main() -> None:
     request = json.loads(sys.argv[1])
+    child_guard.die_with_parent(request["parent"])
+    child_guard.record(Path(request["pid_file"]))
     report = Path(request["report"])
     if "work" in request:
         with open(report, "w") as answers:

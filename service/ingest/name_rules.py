@@ -8,7 +8,7 @@ kind of violation has its own rule id and message so a user knows exactly what t
 from __future__ import annotations
 
 import re
-from service.errors import Problem
+from service.errors import Problem, clip
 
 DATA_SUFFIX = ".ptd"
 FILE_NAME_LIMIT = 255
@@ -31,9 +31,9 @@ def names_data_file(name: str) -> bool:
 def check_program_name(name: str) -> list[Problem]:
     if names_data_file(name):
         return [Problem(name, "program.ptd_name",
-                        f"program file {name!r} has a data-file name: a name ending in '.ptd' "
-                        "(ignoring case and trailing dots and spaces) is where a data file is "
-                        "written, which overwrites the program; upload the program as '<name>.pte'")]
+                        f"program file {clip(name)!r} has a data-file name: a name ending in "
+                        "'.ptd' (ignoring case and trailing dots and spaces) is where a data file "
+                        "is written, which overwrites the program; upload the program as '<name>.pte'")]
     return []
 
 
@@ -52,31 +52,33 @@ def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> 
         if "/" in bad or "\\" in bad:
             hint = " ('/' and '\\' make it a path: give a plain name, not a directory)"
         problems.append(Problem(file, f"{rule_prefix}.characters",
-                                f"{what} {stem!r} contains {_describe_chars(bad)}: only ASCII "
-                                f"letters, digits, '.', '-' and '_' are allowed{hint}"))
+                                f"{what} {clip(stem)!r} contains {clip(_describe_chars(bad))}: "
+                                f"only ASCII letters, digits, '.', '-' and '_' are allowed{hint}"))
     if not _FIRST.fullmatch(stem[0]):
         problems.append(Problem(file, f"{rule_prefix}.first_character",
-                                f"{what} {stem!r} starts with {stem[0]!r}: it must start with an "
-                                "ASCII letter, a digit or '_'"))
+                                f"{what} {clip(stem)!r} starts with {stem[0]!r}: it must start "
+                                "with an ASCII letter, a digit or '_'"))
     device = stem.split(".", 1)[0].rstrip(" ").upper()
     if device in _DEVICE_NAMES:
         problems.append(Problem(file, f"{rule_prefix}.device_name",
-                                f"{what} {stem!r} is the Windows device name {device} (with or "
-                                "without an extension such a name cannot be a file on Windows)"))
+                                f"{what} {clip(stem)!r} is the Windows device name {device} "
+                                "(with or without an extension such a name cannot be a file on "
+                                "Windows)"))
     return problems
 
 
 def check_data_name(name: str) -> list[Problem]:
     if not name.endswith(DATA_SUFFIX):
         return [Problem(name, "data.extension",
-                        f"data file {name!r} must be named '<name>.ptd' (lower-case '.ptd', "
-                        "nothing after it)")]
+                        f"data file {clip(name)!r} must be named '<name>.ptd' (lower-case "
+                        "'.ptd', nothing after it)")]
     stem = name[: -len(DATA_SUFFIX)]
     problems = _stem_problems("data file name", name, stem, "data")
     if stem and names_data_file(stem):
         problems.append(Problem(name, "data.double_suffix",
-                                f"data file {name!r}: the part before '.ptd' ({stem!r}) itself ends "
-                                "in '.ptd'; name it '<name>.ptd' once"))
+                                f"data file {clip(name)!r}: the part before '.ptd' "
+                                f"({clip(stem)!r}) itself ends in '.ptd'; name it '<name>.ptd' "
+                                "once"))
     size = len(name.encode("utf-8"))
     if size > FILE_NAME_LIMIT:
         problems.append(Problem(name, "data.too_long",
@@ -96,11 +98,12 @@ def check_data_names_together(names: list[str]) -> list[Problem]:
             continue
         if first == name:
             problems.append(Problem(name, "data.duplicate",
-                                    f"data file {name!r} is uploaded more than once"))
+                                    f"data file {clip(name)!r} is uploaded more than once"))
         else:
             problems.append(Problem(name, "data.case_collision",
-                                    f"data files {first!r} and {name!r} differ only in letter "
-                                    "case; on a case-insensitive file system they are one file"))
+                                    f"data files {clip(first)!r} and {clip(name)!r} differ only "
+                                    "in letter case; on a case-insensitive file system they are "
+                                    "one file"))
     return problems
 
 

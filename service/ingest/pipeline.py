@@ -27,7 +27,7 @@ from typing import Callable
 
 from service.ingest import name_rules as rules
 from service.config import Settings
-from service.errors import Problem
+from service.errors import Problem, clip
 from service.ingest.load_check import check_program, run_isolated
 from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
@@ -156,14 +156,16 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
             program = inspect_program(upload.program.path)
         except InspectionError as exc:
             problems.append(Problem(upload.program.name, "program.invalid",
-                                    f"{upload.program.name!r} is not a valid ExecuTorch program: {exc}"))
+                                    f"{clip(upload.program.name)!r} is not a valid ExecuTorch "
+                                    f"program: {exc}"))
     data_files = {}
     for data in upload.data:
         try:
             data_files[data.name] = inspect_data_file(data.path)
         except InspectionError as exc:
             problems.append(Problem(data.name, "data.invalid",
-                                    f"{data.name!r} is not a valid ExecuTorch data file: {exc}"))
+                                    f"{clip(data.name)!r} is not a valid ExecuTorch data file: "
+                                    f"{exc}"))
     return program, data_files, problems
 
 
@@ -175,8 +177,9 @@ def _external_data_problems(program_name: str, program: ProgramInfo,
         for key in info.keys:
             if key in owners:
                 problems.append(Problem(name, "data.duplicate_key",
-                                        f"named data {key!r} is in both {owners[key]!r} and "
-                                        f"{name!r}; the program could get either"))
+                                        f"named data {clip(key)!r} is in both "
+                                        f"{clip(owners[key])!r} and {clip(name)!r}; the program "
+                                        "could get either"))
             owners.setdefault(key, name)
     for method in program.methods:
         missing = [key for key in method.external_keys if key not in owners]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from service.config import FALSE_WORDS, TRUE_WORDS, Settings
-from service.dataplane.service import Invalid, TooLarge
+from service.errors import Aborted, Invalid, Problem, TooLarge, clip
 from service.ingest.pipeline import StagedFile, StagedUpload
-from service.errors import Problem
+from service.protocols.native import upload_digests
 from service.store.storage import Storage
 
 _FIELD_LIMIT = 4096
@@ -40,6 +40,9 @@ class _Receiver:
         self.programs: list[StagedFile] = []
         self.data: list[StagedFile] = []
         self.problems: list[Problem] = []
+        # Per file part: its staged file, the digests computed while it arrived, and the ones
+        # its part headers declared.
+        self.received: list[tuple[StagedFile, dict[str, bytes], upload_digests.Declared]] = []
         self._header_field = bytearray()
         self._header_value = bytearray()
         self._headers: dict[str, bytes] = {}
@@ -84,42 +87,88 @@ class _Receiver:
                 raise TooLarge(f"more than {self.settings.max_data_files} data files in one upload")
             limit = self.settings.max_program_bytes if field == "program" else \
                 self.settings.max_data_bytes
-            self._part = ("file", staged, open(path, "wb"), hashlib.sha256(), limit)
-        elif field in ("name", "replace"):
+            declared = self._declared_digests(name)
+            hashers = {"sha256": hashlib.sha256(), **declared.hashers()}
+            self._part = ("file", staged, open(path, "wb"), hashers, limit, declared)
+        elif field in ("name", "replace") or field.startswith(upload_digests.FIELD_PREFIX):
+            digest_fields = sum(f.startswith(upload_digests.FIELD_PREFIX) for f in self.fields)
+            if digest_fields > self.settings.max_data_files:
+                raise TooLarge(f"more than {self.settings.max_data_files + 1} digest fields in "
+                               "one upload")
             self.fields[field] = bytearray()
             self._part = ("field", field)
         else:
             # Once per name, and a bounded number of names: a body of many tiny parts must not
             # grow the answer (or memory) with it.
             reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
-            message = (f"unknown form field {field!r}; expected 'name', 'program', 'data' and "
-                       "optionally 'replace'")
+            message = (f"unknown form field {clip(field)!r}; expected 'name', 'program', "
+                       "'data' and optionally 'replace' and 'sha256.<file name>'")
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
                 self.problems.append(Problem(None, "upload.unknown_field", message))
             self._part = ("ignored",)
 
+    def _declared_digests(self, file_name: str) -> upload_digests.Declared:
+        declared = upload_digests.Declared()
+        for header in upload_digests.HEADERS:
+            if header in self._headers:
+                try:
+                    declared.digests += upload_digests.parse_header(header, self._headers[header])
+                except upload_digests.DigestError as exc:
+                    self.problems.append(Problem(file_name, "upload.digest", str(exc)))
+        return declared
+
     def _data(self, data: bytes, start: int, end: int) -> None:
         kind = self._part[0]
         if kind == "file":
-            _, staged, handle, digest, limit = self._part
+            _, staged, handle, hashers, limit, _ = self._part
             staged.size += end - start
             if staged.size > limit:
-                raise TooLarge(f"file {staged.name!r} is larger than the limit of {limit} bytes")
+                raise TooLarge(f"file {clip(staged.name)!r} is larger than the limit of {limit} "
+                               "bytes")
             chunk = data[start:end]
             handle.write(chunk)
-            digest.update(chunk)
+            for hasher in hashers.values():
+                hasher.update(chunk)
         elif kind == "field":
             value = self.fields[self._part[1]]
             value += data[start:end]
             if len(value) > _FIELD_LIMIT:
-                raise TooLarge(f"form field {self._part[1]!r} is longer than {_FIELD_LIMIT} bytes")
+                raise TooLarge(f"form field {clip(self._part[1])!r} is longer than {_FIELD_LIMIT} "
+                               "bytes")
 
     def _end(self) -> None:
         if self._part and self._part[0] == "file":
-            _, staged, handle, digest, _ = self._part
+            _, staged, handle, hashers, _, declared = self._part
             handle.close()
-            staged.sha256 = digest.hexdigest()
+            computed = {algorithm: hasher.digest() for algorithm, hasher in hashers.items()}
+            staged.sha256 = computed["sha256"].hex()
+            self.received.append((staged, computed, declared))
         self._part = None
+
+    def _digest_problems(self) -> list[Problem]:
+        """Digest form fields join what the part headers declared; every file is then checked."""
+        problems = []
+        by_name = {}
+        for staged, computed, declared in self.received:
+            by_name.setdefault(staged.name, []).append((staged, computed, declared))
+        for field, value in self.fields.items():
+            if not field.startswith(upload_digests.FIELD_PREFIX):
+                continue
+            file_name = field[len(upload_digests.FIELD_PREFIX):]
+            if file_name not in by_name:
+                problems.append(Problem(file_name, "upload.digest", (
+                    f"form field {clip(field)!r} names no uploaded file")))
+                continue
+            try:
+                declared = upload_digests.parse_field(field, _header_text(bytes(value)))
+            except upload_digests.DigestError as exc:
+                problems.append(Problem(file_name, "upload.digest", str(exc)))
+                continue
+            for _, _, digests in by_name[file_name]:
+                digests.digests.append(declared)
+        for staged, computed, declared in self.received:
+            problems += upload_digests.mismatches(staged.name, staged.size, computed, declared)
+        return problems
 
     def close(self) -> None:
         if self._part and self._part[0] == "file":
@@ -128,7 +177,7 @@ class _Receiver:
     def upload(self, replace_query: bool) -> StagedUpload:
         if not self.finished:
             raise MultipartParseError("the body ended before the closing boundary")
-        problems = list(self.problems)
+        problems = list(self.problems) + self._digest_problems()
         if len(self.programs) > 1:
             problems.append(Problem(None, "upload.program_count",
                                     f"the upload has {len(self.programs)} 'program' files; send one"))
@@ -139,7 +188,8 @@ class _Receiver:
         replace_text = _header_text(bytes(self.fields.get("replace", b""))).strip().lower()
         if replace_text not in TRUE_WORDS | FALSE_WORDS:
             problems.append(Problem(None, "upload.replace",
-                                    f"'replace' must be true or false, not {replace_text!r}"))
+                                    f"'replace' must be true or false, not "
+                                    f"{clip(replace_text)!r}"))
         if problems:
             raise Invalid("upload refused", problems)
         return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
@@ -172,6 +222,10 @@ async def receive_upload(request: Request, storage: Storage, settings: Settings,
         storage.discard(directory)
         raise Invalid("upload refused", [Problem(None, "upload.malformed",
                                                  f"the multipart body is malformed: {exc}")]) from None
+    except ClientDisconnect:
+        receiver.close()
+        storage.discard(directory)
+        raise Aborted("the client disconnected before the upload was complete") from None
     except BaseException:
         receiver.close()
         storage.discard(directory)

@@ -16,7 +16,8 @@ from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, F
                             NotFound, ServiceError, TooLarge, Unauthorized, Unavailable,
                             clip, input_problem)
 from service.protocols import json_tensors
-from service.protocols.native.schema import (ErrorBody, HealthBody, InferRequest, InferResponse,
+from service.protocols.http_errors import AUTH, responses
+from service.protocols.native.schema import (HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
 from service.protocols.native.multipart import receive_upload
 from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -24,7 +25,12 @@ from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 STATUS = {NotFound: 404, Conflict: 409, Invalid: 422, TooLarge: 413, Unavailable: 503,
           Busy: 503, DeadlineExceeded: 504, Unauthorized: 401, Forbidden: 403,
           ExecutionFailed: 500}
-_ERRORS = {code: {"model": ErrorBody} for code in (404, 409, 413, 422, 503)}
+# Every status each route can answer besides its success (401/403 from the token check, 500
+# for the server's own faults); http_errors answers 404/405 for paths and methods no route has.
+_ANY = (*AUTH, 500)
+_DEPLOY_ERRORS = responses(*_ANY, 409, 413, 422, 503)
+_MODEL_ERRORS = responses(*_ANY, 404)
+_INFER_ERRORS = responses(*_ANY, 404, 413, 422, 503, 504)
 _UPLOAD_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["name", "program"],
     "properties": {
@@ -42,7 +48,8 @@ def _service(request: Request) -> ModelService:
     return request.app.state.service
 
 
-@router.post("/models", status_code=201, response_model=ModelDescription, responses=_ERRORS,
+@router.post("/models", status_code=201, response_model=ModelDescription,
+             responses=_DEPLOY_ERRORS,
              openapi_extra=_UPLOAD_FORM)
 async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
     service = _service(request)
@@ -50,17 +57,17 @@ async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
         lambda: receive_upload(request, service.storage, service.settings, replace))
 
 
-@router.get("/models", response_model=list[ModelDescription])
+@router.get("/models", response_model=list[ModelDescription], responses=responses(*_ANY))
 async def list_models(request: Request) -> list[dict]:
     return _service(request).list_models()
 
 
-@router.get("/models/{name}", response_model=ModelDescription, responses=_ERRORS)
+@router.get("/models/{name}", response_model=ModelDescription, responses=_MODEL_ERRORS)
 async def describe_model(request: Request, name: str) -> dict:
     return _service(request).describe(name)
 
 
-@router.delete("/models/{name}", status_code=204, responses=_ERRORS)
+@router.delete("/models/{name}", status_code=204, responses=_MODEL_ERRORS)
 async def delete_model(request: Request, name: str) -> Response:
     await _service(request).delete(name)
     return Response(status_code=204)
@@ -75,7 +82,7 @@ def _decode(index: int, item) -> Tensor:
     return Tensor(item.name, item.datatype, array)
 
 
-@router.post("/infer", response_model=InferResponse, responses=_ERRORS)
+@router.post("/infer", response_model=InferResponse, responses=_INFER_ERRORS)
 async def infer(request: Request, body: InferRequest) -> dict:
     tensors = [_decode(index, item) for index, item in enumerate(body.inputs)]
     response = await _service(request).infer(

@@ -1,0 +1,148 @@
+"""HTTP answers that no route writes itself, in the one error shape {"error", "problems"}.
+
+Routes turn ServiceErrors into statuses (protocols/native/routes.py). What is left is answered
+here, for every HTTP protocol of the app alike: unknown paths and wrong methods (Starlette's own
+HTTPException), the server's own faults, and clients that go away mid-request. An unexpected
+exception is answered 500 here instead of escaping to the ASGI server, because uvicorn closes the
+keep-alive connection of a request whose application raised; a client must be able to go on
+using its connection after any answer, 500 included.
+
+It also keeps client strings out of the access log whole: uvicorn logs the request path, which
+can carry a name of any length.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from service.errors import clip
+from service.protocols.native.schema import ErrorBody
+
+log = logging.getLogger(__name__)
+
+_DESCRIPTIONS = {
+    400: "Bad request",
+    401: "No credentials, or wrong ones",
+    403: "Credentials without the needed scope",
+    404: "Unknown model, method or tensor",
+    405: "Method not allowed on this path",
+    409: "The model exists (send replace=true)",
+    413: "A size or count limit was crossed",
+    422: "Refused: every problem is named in `problems`",
+    500: "The server's own fault",
+    503: "The model cannot serve now, or the server is not ready",
+    504: "The request's deadline passed before it ran",
+}
+# Tokens are checked on every model and inference route (service/auth.py), so every one of them
+# can answer 401 and 403; a route's own table lists what else it can answer.
+AUTH = (401, 403)
+_RULES = {404: "request.route", 405: "request.method"}
+
+
+def responses(*codes: int) -> dict:
+    """OpenAPI `responses` for the given error statuses, each with the shared error body."""
+    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+            for code in sorted(set(codes))}
+
+
+def error_body(message: str, rule: str) -> dict:
+    return {"error": message, "problems": [{"file": None, "rule": rule, "message": message}]}
+
+
+async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
+    path = clip(request.url.path)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {path}"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
+    else:
+        message = clip(exc.detail)
+    return JSONResponse(error_body(message, _RULES.get(exc.status_code, "request.http")),
+                        status_code=exc.status_code, headers=exc.headers)
+
+
+class UnexpectedErrors:
+    """Outermost app middleware: answers a server fault 500 in the error shape and keeps the
+    connection; a client that disconnected is logged at INFO and gets no answer."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            log.info("client disconnected during %s %s", scope["method"], clip(scope["path"]))
+        except Exception:
+            if started:  # half an answer is on the wire: only closing the connection is honest
+                raise
+            log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
+            payload = json.dumps(error_body("internal server error", "server.internal")).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(payload)).encode())]})
+            await send({"type": "http.response.body", "body": payload})
+
+
+class _ClipArguments(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(clip(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def clip_access_log() -> None:
+    """Called once uvicorn has configured its loggers (at app start)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ClipArguments) for f in logger.filters):
+            logger.addFilter(_ClipArguments())
+
+
+def _schema_with_one_error_shape(app: FastAPI):
+    """FastAPI documents request validation failures with its own `HTTPValidationError` body;
+    this app answers them in the shared error shape (routes._validation_error), so the schema
+    says that instead."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = generate()
+            error_ref = {"$ref": "#/components/schemas/ErrorBody"}
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    invalid = operation.get("responses", {}).get("422", {})
+                    for content in invalid.get("content", {}).values():
+                        if content.get("schema", {}).get("$ref", "").endswith(
+                                "/HTTPValidationError"):
+                            content["schema"] = error_ref
+            components = schema.get("components", {}).get("schemas", {})
+            components.pop("HTTPValidationError", None)
+            components.pop("ValidationError", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
+
+
+def install(app: FastAPI) -> None:
+    """After every other middleware, so that UnexpectedErrors is the outermost."""
+    app.add_exception_handler(HTTPException, _http_exception)
+    app.add_middleware(UnexpectedErrors)
+    app.openapi = _schema_with_one_error_shape(app)
