@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Client strings (model names, tensor names, ...) are cut to this many characters wherever they
-# are echoed into an error body or a log line: a 10 MB name must not become a 10 MB answer.
-ECHO_LIMIT = 200
+# are echoed into an error body or a log line: a 10 MB name must not become a 10 MB answer. Above
+# the longest name any rule accepts (255-byte file names), so a name refused for its length is
+# still shown whole.
+ECHO_LIMIT = 300
 
 
 def clip(text: object, limit: int = ECHO_LIMIT) -> str:
