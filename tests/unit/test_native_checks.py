@@ -1,0 +1,43 @@
+"""The C++ side's own checks, run by the same test command as everything else.
+
+The C++ unit tests (blob parser, JSON reader, staging plan: runtime_ext/tests/, plain asserts
+under CTest) and the clang-format check of runtime_ext/ are part of the suite, so the one test
+command in the README covers both languages and CI runs exactly that command.
+"""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    path = BIN / name if (BIN / name).exists() else shutil.which(name)
+    assert path, f"{name} is not installed: run `bash .ci/install --test`"
+    return str(path)
+
+
+def _run(command: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_runtime_ext_is_clang_formatted():
+    sources = sorted(str(p.relative_to(REPO)) for p in (REPO / "runtime_ext").rglob("*")
+                     if p.suffix in (".h", ".cpp"))
+    assert sources
+    result = _run([_tool("clang-format"), "--dry-run", "--Werror", *sources])
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_cpp_unit_tests_pass_under_ctest(tmp_path):
+    build = REPO / "build" / "unit"
+    configure = _run([_tool("cmake"), "-S", "runtime_ext", "-B", str(build), "-G", "Ninja",
+                      "-DETHOST_UNIT_TESTS=ON", f"-DPython_EXECUTABLE={sys.executable}"])
+    assert configure.returncode == 0, configure.stderr[-4000:]
+    built = _run([_tool("cmake"), "--build", str(build), "--target", "ethost_unit_tests"])
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    tested = _run([_tool("ctest"), "--test-dir", str(build), "--output-on-failure"])
+    assert tested.returncode == 0, tested.stdout[-4000:]
+    assert "tests passed" in tested.stdout and " 0 tests" not in tested.stdout
