@@ -17,11 +17,13 @@ from starlette.requests import Request
 
 from service.config import FALSE_WORDS, TRUE_WORDS, Settings
 from service.dataplane.service import Invalid, TooLarge
+from service.ingest.model_config import decode_config
 from service.ingest.pipeline import StagedFile, StagedUpload
 from service.errors import Problem
 from service.store.storage import Storage
 
 _FIELD_LIMIT = 4096
+_CONFIG_LIMIT = 65536  # the model configuration (JSON) may be longer than a name
 _UNKNOWN_FIELDS_REPORTED = 16
 
 
@@ -85,7 +87,7 @@ class _Receiver:
             limit = self.settings.max_program_bytes if field == "program" else \
                 self.settings.max_data_bytes
             self._part = ("file", staged, open(path, "wb"), hashlib.sha256(), limit)
-        elif field in ("name", "replace"):
+        elif field in ("name", "replace", "config"):
             self.fields[field] = bytearray()
             self._part = ("field", field)
         else:
@@ -93,7 +95,7 @@ class _Receiver:
             # grow the answer (or memory) with it.
             reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
             message = (f"unknown form field {field!r}; expected 'name', 'program', 'data' and "
-                       "optionally 'replace'")
+                       "optionally 'replace' and 'config'")
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
                 self.problems.append(Problem(None, "upload.unknown_field", message))
             self._part = ("ignored",)
@@ -111,8 +113,9 @@ class _Receiver:
         elif kind == "field":
             value = self.fields[self._part[1]]
             value += data[start:end]
-            if len(value) > _FIELD_LIMIT:
-                raise TooLarge(f"form field {self._part[1]!r} is longer than {_FIELD_LIMIT} bytes")
+            limit = _CONFIG_LIMIT if self._part[1] == "config" else _FIELD_LIMIT
+            if len(value) > limit:
+                raise TooLarge(f"form field {self._part[1]!r} is longer than {limit} bytes")
 
     def _end(self) -> None:
         if self._part and self._part[0] == "file":
@@ -140,10 +143,14 @@ class _Receiver:
         if replace_text not in TRUE_WORDS | FALSE_WORDS:
             problems.append(Problem(None, "upload.replace",
                                     f"'replace' must be true or false, not {replace_text!r}"))
+        config = None
+        if "config" in self.fields:
+            config, config_problems = decode_config(bytes(self.fields["config"]))
+            problems += config_problems
         if problems:
             raise Invalid("upload refused", problems)
         return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
-                            self.programs[0] if self.programs else None, self.data)
+                            self.programs[0] if self.programs else None, self.data, config)
 
 
 async def receive_upload(request: Request, storage: Storage, settings: Settings,

@@ -33,6 +33,8 @@ _UPLOAD_FORM = {"requestBody": {"required": True, "content": {"multipart/form-da
         "data": {"type": "array", "items": {"type": "string", "format": "binary"},
                  "description": "the program's .ptd data files"},
         "replace": {"type": "boolean", "description": "replace an existing model atomically"},
+        "config": {"type": "string", "description": "model configuration, JSON with Triton's "
+                   "names: max_batch_size, dynamic_batching, instance_group"},
     }}}}}}
 
 router = APIRouter()
