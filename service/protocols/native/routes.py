@@ -5,6 +5,8 @@ Every ServiceError becomes a status code here and only here (STATUS), with one e
 """
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -16,6 +18,7 @@ from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, F
                             NotFound, ServiceError, TooLarge, Unauthorized, Unavailable,
                             clip, input_problem)
 from service.protocols import json_tensors
+from service.protocols.disconnect import ClientDisconnected, unless_disconnected
 from service.protocols.native.schema import (ErrorBody, HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
 from service.protocols.native.multipart import receive_upload
@@ -80,8 +83,11 @@ def _decode(index: int, item) -> Tensor:
 @router.post("/infer", response_model=InferResponse, responses=_ERRORS)
 async def infer(request: Request, body: InferRequest) -> dict:
     tensors = [_decode(index, item) for index, item in enumerate(body.inputs)]
-    response = await _service(request).infer(
-        DataplaneRequest(model=body.model, method=body.method, inputs=tensors))
+    try:
+        response = await unless_disconnected(request.receive, _service(request).infer(
+            DataplaneRequest(model=body.model, method=body.method, inputs=tensors)))
+    except ClientDisconnected:
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
     return {"model": response.model, "method": response.method,
             "outputs": [json_tensors.encode(t.array, t.name, t.datatype)
                         for t in response.outputs]}
@@ -107,8 +113,10 @@ async def metrics(request: Request) -> Response:
 
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
     status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    # Retry-After takes whole seconds; rounding up never invites a retry too early.
+    headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Busy) else None
     return JSONResponse({"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
-                        status_code=status)
+                        status_code=status, headers=headers)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
