@@ -100,10 +100,15 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
 
 def _batching(check: _Checker, value, max_batch: int, given) -> dict:
     batching = check.known(value, "dynamic_batching", _BATCHING)
-    if given == 0 and not isinstance(given, bool):  # absent or 0; a wrong type is reported once
+    # Without max_batch_size (absent or 0) requests are never merged: dynamic_batching then only
+    # carries the queue policy, and merging settings would be believed in and never applied.
+    merging = [k for k in ("max_queue_delay_microseconds", "preferred_batch_size")
+               if batching.get(k) not in (None, 0, [])]
+    if merging and given == 0 and not isinstance(given, bool):  # a wrong type is reported once
         check.problems.append(_problem(
-            "config.batching_without_batch", "dynamic_batching needs max_batch_size of 1 or more "
-            "(the most rows one execute may take)"))
+            "config.batching_without_batch", f"dynamic_batching.{merging[0]} needs "
+            "max_batch_size of 1 or more (the most rows one execute may take); without it "
+            "requests are not merged and only default_queue_policy applies"))
     delay = check.integer(batching.get("max_queue_delay_microseconds", 0),
                           "dynamic_batching.max_queue_delay_microseconds", 0, _MAX_DELAY_US)
     preferred = batching.get("preferred_batch_size", [])
