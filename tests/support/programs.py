@@ -246,16 +246,23 @@ def _batching_modules():
     import torch
 
     class WeightBound(torch.nn.Module):
-        """Layers of square Linear: at small batches the time goes to reading the weights, the
-        case where merging requests into one execute pays most."""
+        """Layers of Linear(width, width): at small batches the time goes to reading the
+        weights, the case where merging requests into one execute pays most. Written as
+        x @ W + b because nn.Linear lowers to ExecuTorch's portable addmm, a naive loop that is
+        compute-bound at any batch size, while mm runs the optimized (BLAS) kernel."""
 
         def __init__(self, width, layers):
             super().__init__()
-            self.layers = torch.nn.Sequential(*[torch.nn.Linear(width, width)
-                                                for _ in range(layers)])
+            scale = width ** -0.5
+            self.weights = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.randn(width, width) * scale) for _ in range(layers)])
+            self.biases = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.randn(width) * scale) for _ in range(layers)])
 
         def forward(self, x):
-            return self.layers(x)
+            for weight, bias in zip(self.weights, self.biases):
+                x = torch.mm(x, weight) + bias
+            return x
 
     class Lookup(torch.nn.Module):
         """Token ids [batch, tokens] -> [batch, tokens, 8]; an id past the table fails the
