@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -95,7 +96,10 @@ class Scheduler:
         self._dispatcher: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self._recent_execute_s = 0.0
-        metrics.watch_queue(model, method, lambda: self.depth)
+        # Weakly: the gauge must not keep a replaced model's pool (and its native instances)
+        # alive until the new model's first request registers its own queue.
+        alive = weakref.ref(self)
+        metrics.watch_queue(model, method, lambda: alive().depth if alive() else 0)
 
     @property
     def depth(self) -> int:
@@ -126,6 +130,8 @@ class Scheduler:
         timeout_s = self._timeout(timeout_s)
         if self.batching:
             return await self._batched(arrays, timeout_s, acquired)
+        if self.max_batch:  # batches the client made itself are bounded too
+            self._rows(arrays)
         started = []
 
         def on_instance(waited_s: float) -> None:

@@ -3,6 +3,7 @@ import pytest
 
 from service.ingest.model_config import (check_model_config, instance_count,
                                          parse_model_config)
+from support.program_fixtures import linear_relu_program  # noqa: F401
 
 
 def rules(problems):
@@ -92,3 +93,24 @@ def test_batching_needs_dynamic_tensors_with_room_for_max_batch_size():
     scalar = check_model_config(config, [meta(([16], True), outputs=[([], False)])])
     assert rules(scalar) == ["config.not_batchable"]
     assert "output 0" in scalar[0].message
+
+
+def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_relu_program):
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.config import Settings
+
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", instances_per_model=2))
+    with TestClient(app) as client:
+        for name, config in (("three", {"instance_group": [{"count": 3}]}), ("default", None)):
+            fields = {"name": name, **({"config": json.dumps(config)} if config else {})}
+            with open(linear_relu_program.pte, "rb") as pte:
+                response = client.post("/models", data=fields,
+                                       files={"program": ("m.pte", pte.read())})
+            assert response.status_code == 201, response.text
+        served = app.state.service._models
+        assert served["three"].pool.instance_count("forward") == 3
+        assert served["default"].pool.instance_count("forward") == 2

@@ -250,3 +250,34 @@ def test_a_request_queued_before_close_is_still_served(batch_program):
 
     [output] = run(batch_program, batching(8, delay_us=100_000), scenario)
     np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+
+
+def test_batch_sizes_and_queue_depth_show_in_metrics_until_the_model_is_deleted(batch_program):
+    x = np.ones((2, 4), np.float32)
+
+    async def scenario(scheduler, metrics):
+        await asyncio.gather(*[scheduler.submit([x]) for _ in range(3)])
+        shown = metrics.render({})
+        metrics.forget_model("m")
+        return shown, metrics.render({})
+
+    shown, forgotten = run(batch_program, batching(8, delay_us=100_000), scenario)
+    labels = 'model="m",method="forward"'
+    assert f'etrt_batch_size_bucket{{{labels},le="4"}} 0' in shown
+    assert f'etrt_batch_size_bucket{{{labels},le="8"}} 1' in shown  # 3 x 2 rows in one execute
+    assert f'etrt_batch_size_sum{{{labels}}} 6' in shown
+    assert f'etrt_queue_depth{{{labels}}} 0' in shown
+    assert 'model="m"' not in forgotten
+
+
+def test_a_replaced_models_queue_gauge_does_not_keep_its_scheduler_alive(batch_program):
+    import gc
+    import weakref
+
+    async def scenario(scheduler, metrics):
+        return weakref.ref(scheduler), metrics
+
+    gone, metrics = run(batch_program, batching(8), scenario)
+    gc.collect()
+    assert gone() is None
+    assert 'etrt_queue_depth{model="m",method="forward"} 0' in metrics.render({})
