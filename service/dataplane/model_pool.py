@@ -88,7 +88,7 @@ class ModelPool:
         waiting_since = time.perf_counter()
         slots.waiting += 1
         try:
-            if timeout_s is None:
+            if timeout_s is None or not slots.available.locked():  # no wait, no deadline
                 await slots.available.acquire()
             else:
                 await asyncio.wait_for(slots.available.acquire(), max(timeout_s, 0.0))
