@@ -70,7 +70,8 @@ class MethodStats:
 
     def as_dict(self) -> dict:
         return {"execution_count": self.execution_count, "inference_count": self.inference_count,
-                "batch_stats": {size: vars(s).copy() for size, s in sorted(self.batch_stats.items())}}
+                "batch_stats": {size: vars(s).copy()
+                                for size, s in sorted(self.batch_stats.items())}}
 
 
 class Scheduler:

@@ -48,8 +48,8 @@ class _Checker:
     def integer(self, value, where: str, low: int, high: int = _LIMIT) -> int | None:
         # bool is an int in Python but `true` is no batch size in JSON.
         if not isinstance(value, int) or isinstance(value, bool):
-            self.problems.append(_problem("config.type",
-                                          f"{where} must be an integer, not {json.dumps(value)[:40]}"))
+            shown = json.dumps(value)[:40]
+            self.problems.append(_problem("config.type", f"{where} must be an integer, not {shown}"))
             return None
         if not low <= value <= high:
             self.problems.append(_problem("config.range",

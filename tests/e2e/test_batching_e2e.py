@@ -204,3 +204,13 @@ def test_a_client_that_disconnects_while_queued_is_never_executed(start_server,
                      outcome="cancelled") == 1
         assert client.post("/infer", json=body).status_code == 200  # the queue still works
         assert executions(client, "b") == 1
+
+
+def test_the_configuration_may_be_sent_as_a_file_part(start_server, dynamic_batch_program):
+    server = start_server()
+    with server.client() as client:
+        response = client.post("/models", data={"name": "b"}, files=[
+            ("program", ("model.pte", dynamic_batch_program.pte.read_bytes())),
+            ("config", ("config.json", b'{"max_batch_size": 4, "dynamic_batching": {}}'))])
+        assert response.status_code == 201, response.text
+        assert response.json()["config"]["max_batch_size"] == 4
