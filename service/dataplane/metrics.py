@@ -20,6 +20,7 @@ UNKNOWN = "(unknown)"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0)
 TENSORRT_BACKEND = "TensorRTBackend"
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def escape_label_value(value: str) -> str:
@@ -201,8 +202,14 @@ class Metrics:
                                "aborted, error)", ("outcome",))
         self.problems = Counter("etrt_ingest_problems_total",
                                 "Problems found in refused uploads, by rule id", ("rule",))
+        self.batch_size = Histogram("etrt_batch_size",
+                                    "Rows per execute (requests merged by dynamic batching; 1 "
+                                    "per request otherwise)", ("model", "method"),
+                                    BATCH_SIZE_BUCKETS)
         self.staging = _StagingAttribution()
         self._live: dict[str, object] = {}
+        # (model, method) -> the scheduler's current queue depth, read when rendering.
+        self._queues: dict[tuple[str, str], Callable[[], int]] = {}
 
     def request_started(self, model: str) -> object:
         """Returns a token for request_finished; a model deleted meanwhile invalidates it."""
@@ -222,6 +229,23 @@ class Metrics:
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
 
+    def batch_executed(self, model: str, method: str, rows: int) -> None:
+        with self._lock:
+            self.batch_size.observe((model, method), rows)
+
+    def watch_queue(self, model: str, method: str, depth: Callable[[], int]) -> None:
+        """Registers the live queue depth of a model method (replacing a replaced model's)."""
+        with self._lock:
+            self._queues[(model, method)] = depth
+
+    def _queue_depths(self) -> Gauge:
+        depths = Gauge("etrt_queue_depth", "Requests waiting to execute: queued for a dynamic "
+                                           "batch or for a free method instance",
+                       ("model", "method"))
+        for labels, depth in self._queues.items():
+            depths.add(labels, depth())
+        return depths
+
     def upload_finished(self, outcome: str, rules: list[str]) -> None:
         with self._lock:
             self.uploads.add((outcome,))
@@ -238,8 +262,10 @@ class Metrics:
     def forget_model(self, model: str) -> None:
         with self._lock:
             self._live.pop(model, None)
-            for family in (self.requests, self.duration, self.queue, self.inflight):
+            for family in (self.requests, self.duration, self.queue, self.inflight,
+                           self.batch_size):
                 family.remove("model", model)
+            self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
             self.staging.forget(model)
 
     def render(self, models_by_state: dict[str, int]) -> str:
@@ -249,7 +275,8 @@ class Metrics:
             states.add((state,), count)
         with self._lock:
             families = [self.requests, self.duration, self.queue, self.inflight, self.uploads,
-                        self.problems, states, self.staging.family()]
+                        self.problems, states, self.batch_size, self._queue_depths(),
+                        self.staging.family()]
             lines = [line for family in families if family is not None
                      for line in family.render()]
         return "\n".join(lines) + "\n"

@@ -23,6 +23,8 @@ class PoolClosed(Exception):
 
 class _MethodSlots:
     def __init__(self, instances: list):
+        self.count = len(instances)
+        self.waiting = 0
         self.free = list(instances)
         self.available = asyncio.Semaphore(len(instances))
 
@@ -54,20 +56,47 @@ class ModelPool:
     def meta(self, method: str) -> dict:
         return self._metas[method]
 
+    def waiting(self, method: str) -> int:
+        """Requests to the method waiting for a free instance."""
+        return self._methods[method].waiting
+
+    def instance_count(self, method: str) -> int:
+        return self._methods[method].count
+
     async def run(self, method: str, inputs: list[np.ndarray], executor: Executor,
-                  acquired: Callable[[float], None] | None = None) -> list[np.ndarray]:
+                  acquired: Callable[[float], None] | None = None,
+                  timeout_s: float | None = None) -> list[np.ndarray]:
         """`acquired(seconds waited)` is called once an instance is free, so callers can tell
-        waiting for an instance from running on one."""
+        waiting for an instance from running on one. Past `timeout_s` without a free instance,
+        TimeoutError: the request was never executed."""
+        self.admit()
+        return await self.run_admitted(method, inputs, executor, acquired, timeout_s)
+
+    def admit(self) -> None:
+        """Counts a request as in flight until its run_admitted ends: close() waits for it.
+
+        A scheduler admits a request when it queues it, so requests queued before a delete or
+        replace are still served by this pool."""
         if self.closed:
             raise PoolClosed(self.model.name)
-        slots = self._methods[method]
         self._enter()
+
+    async def run_admitted(self, method: str, inputs: list[np.ndarray], executor: Executor,
+                           acquired: Callable[[float], None] | None = None,
+                           timeout_s: float | None = None) -> list[np.ndarray]:
+        slots = self._methods[method]
         waiting_since = time.perf_counter()
+        slots.waiting += 1
         try:
-            await slots.available.acquire()
+            if timeout_s is None or not slots.available.locked():  # no wait, no deadline
+                await slots.available.acquire()
+            else:
+                await asyncio.wait_for(slots.available.acquire(), max(timeout_s, 0.0))
         except BaseException:
             self._leave()
             raise
+        finally:
+            slots.waiting -= 1
         instance = slots.free.pop()
         if acquired is not None:
             acquired(time.perf_counter() - waiting_since)
@@ -82,6 +111,10 @@ class ModelPool:
 
         future.add_done_callback(release)
         return await asyncio.shield(future)
+
+    def withdraw(self) -> None:
+        """Ends an admission that will not run (dropped from a queue, merged into a batch)."""
+        self._leave()
 
     def _enter(self) -> None:
         self._in_flight += 1

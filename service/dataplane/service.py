@@ -11,18 +11,20 @@ import logging
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from service.backends.host import import_host
 from service.config import Settings
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.dataplane.scheduler import Scheduler
 from service.dataplane.signature import bind_inputs, select_outputs, signature_of
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
-from service.errors import (Aborted, Conflict, ExecutionFailed, Invalid, NotFound, ServiceError,
-                            TooLarge, Unavailable, clip, input_problem)
+from service.errors import (Aborted, Busy, Conflict, DeadlineExceeded, ExecutionFailed, Invalid,
+                            NotFound, ServiceError, TooLarge, Unavailable, clip, input_problem)
 from service.ingest import child_guard
+from service.ingest.model_config import instance_count
 from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
 from service.store.storage import NameTaken, Storage, StoredModel
 
@@ -36,6 +38,7 @@ class _Served:
     stored: StoredModel
     pool: ModelPool
     signatures: dict[str, MethodSignature]
+    schedulers: dict[str, Scheduler] = field(default_factory=dict)
 
 
 def _not_runnable(stored: StoredModel) -> str | None:
@@ -107,7 +110,8 @@ class ModelService:
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
         return self.metrics.open_pool(stored.name, lambda: ModelPool(
-            stored, self._ethost, self.settings.instances_per_model,
+            stored, self._ethost,
+            instance_count(stored.description.get("config"), self.settings.instances_per_model),
             self.settings.kernel_threadpool))
 
     def _lock(self, name: str) -> asyncio.Lock:
@@ -251,6 +255,23 @@ class ModelService:
 
     # -- inference ------------------------------------------------------------------------------
 
+    def _scheduler_for(self, served: _Served, method: str) -> Scheduler:
+        scheduler = served.schedulers.get(method)
+        if scheduler is None:
+            scheduler = served.schedulers[method] = Scheduler(
+                served.stored.name, method, served.pool,
+                served.stored.description.get("config") or {}, self._executor, self.metrics)
+        return scheduler
+
+    def batch_stats(self, name: str) -> dict[str, dict]:
+        """Per method: execution_count, inference_count and batch_stats ({rows: {count,
+        compute_input_ns, compute_infer_ns, compute_output_ns}}) since the model was loaded;
+        {} for a model that is not served."""
+        served = self._models.get(name)
+        if served is None:
+            return {}
+        return {m: self._scheduler_for(served, m).stats.as_dict() for m in served.pool.method_names}
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""
         begun = time.perf_counter()
@@ -268,6 +289,9 @@ class ModelService:
             return response
         except ServiceError as exc:
             outcome = _outcome(exc, _INFER_OUTCOMES)
+            raise
+        except asyncio.CancelledError:  # the client went away
+            outcome = "cancelled"
             raise
         finally:
             elapsed = time.perf_counter() - begun
@@ -291,7 +315,8 @@ class ModelService:
         arrays = bind_inputs(request.inputs, signature)
         selected = select_outputs(signature, request.outputs)
         try:
-            results = await served.pool.run(method, arrays, self._executor, acquired)
+            results = await self._scheduler_for(served, method).submit(
+                arrays, request.timeout_s, acquired)
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except ValueError as exc:  # ethost.InputError: the host's own input validation
@@ -325,7 +350,8 @@ def _kernel_reason(exc: BaseException) -> str:
     return clip(reason or f"{exc.error_name} ({exc.code:#04x})", 1000)
 
 
-_INFER_OUTCOMES = ((Unavailable, "unavailable"), (NotFound, "client_error"),
+_INFER_OUTCOMES = ((Unavailable, "unavailable"), (Busy, "busy"),
+                   (DeadlineExceeded, "deadline_exceeded"), (NotFound, "client_error"),
                    (Invalid, "client_error"))
 _UPLOAD_OUTCOMES = ((Aborted, "aborted"), (Invalid, "refused"), (TooLarge, "too_large"),
                     (Conflict, "conflict"))

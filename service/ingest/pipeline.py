@@ -29,6 +29,7 @@ from service.ingest import name_rules as rules
 from service.config import Settings
 from service.errors import Problem, clip
 from service.ingest.load_check import check_program, run_isolated
+from service.ingest.model_config import check_model_config, parse_model_config
 from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
@@ -53,6 +54,8 @@ class StagedUpload:
     directory: Path
     program: StagedFile | None
     data: list[StagedFile]
+    # Decoded model configuration (service.ingest.model_config); checked here like the files.
+    config: dict | None = None
 
 
 @dataclass
@@ -266,7 +269,8 @@ def _unavailable_reasons(delegate_details: dict) -> list[str]:
 
 
 def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dict],
-              delegate_details: dict, warnings: list[str], unavailable: list[str]) -> dict:
+              delegate_details: dict, warnings: list[str], unavailable: list[str],
+              config: dict | None) -> dict:
     by_name = {m.name: m for m in program.methods}
     methods = []
     for meta in methods_meta:
@@ -283,7 +287,7 @@ def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dic
     files += [{"name": d.name, "role": "data", "bytes": d.size, "sha256": d.sha256}
               for d in upload.data]
     description = {"name": upload.model_name, "state": "ready", "runnable": True, "files": files,
-                   "methods": methods, "warnings": warnings}
+                   "methods": methods, "warnings": warnings, "config": config or {}}
     if unavailable:
         description.update(state="unavailable", runnable=False,
                            unavailable_reason="; ".join(unavailable))
@@ -306,8 +310,11 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
     problems = _name_problems(upload)
     program, data_files, inspection_problems = _inspect(upload)
     problems += inspection_problems
+    config, config_problems = parse_model_config(upload.config)
+    problems += config_problems
     if program is None:
         raise IngestRefused(problems)
+    problems += check_model_config(config, [method_meta(m) for m in program.methods])
     program_name = upload.program.name
     problems += _external_data_problems(program_name, program, data_files)
     context = IngestContext(settings, program_name, program, upload.program.path,
@@ -327,4 +334,4 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
     if result.problems:
         raise IngestRefused(result.problems)
     methods = [method_meta(m) for m in program.methods] if unavailable else result.methods
-    return _describe(upload, program, methods, details, warnings, unavailable)
+    return _describe(upload, program, methods, details, warnings, unavailable, config)

@@ -46,3 +46,13 @@ def two_methods_program(programs_dir):
 @pytest.fixture(scope="session")
 def cpu_heavy_program(programs_dir):
     return programs.export_cpu_heavy(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def dynamic_lookup_program(programs_dir):
+    return programs.export_dynamic_lookup(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def weight_bound_program(programs_dir):
+    return programs.export_weight_bound(programs_dir)

@@ -242,10 +242,78 @@ def export_cpu_heavy(out_dir: Path, rounds: int = 200, size: int = 200_000) -> E
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+def _batching_modules():
+    import torch
+
+    class WeightBound(torch.nn.Module):
+        """Layers of Linear(width, width): at small batches the time goes to reading the
+        weights, the case where merging requests into one execute pays most. Written as
+        x @ W + b because nn.Linear lowers to ExecuTorch's portable addmm, a naive loop that is
+        compute-bound at any batch size, while mm runs the optimized (BLAS) kernel."""
+
+        def __init__(self, width, layers):
+            super().__init__()
+            scale = width ** -0.5
+            self.weights = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.randn(width, width) * scale) for _ in range(layers)])
+            self.biases = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.randn(width) * scale) for _ in range(layers)])
+
+        def forward(self, x):
+            for weight, bias in zip(self.weights, self.biases):
+                x = torch.mm(x, weight) + bias
+            return x
+
+    class Lookup(torch.nn.Module):
+        """Token ids [batch, tokens] -> [batch, tokens, 8]; an id past the table fails the
+        execute (the kernel checks it), so a bad request can fail the batch it is in."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 8)
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, ids):
+            return torch.tanh(self.linear(self.embed(ids)))
+
+    return WeightBound, Lookup
+
+
+WEIGHT_BOUND_MAX_BATCH = 64
+
+
+def export_weight_bound(out_dir: Path, width: int = 1024, layers: int = 4) -> ExportedProgram:
+    """`layers` x Linear(width, width) with a dynamic batch dim 0 (1..WEIGHT_BOUND_MAX_BATCH)."""
+    torch = _seeded()
+    module = _batching_modules()[0](width, layers)
+    inputs = (torch.randn(2, width),)
+    batch = torch.export.Dim("batch", min=1, max=WEIGHT_BOUND_MAX_BATCH)
+    pte, ptds = _export(Path(out_dir) / f"weight_bound_{width}_{layers}",
+                        {"forward": (module, inputs)}, dynamic_shapes={"forward": ({0: batch},)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+LOOKUP_MAX_BATCH, LOOKUP_MAX_TOKENS, LOOKUP_TABLE = 16, 8, 10
+
+
+def export_dynamic_lookup(out_dir: Path) -> ExportedProgram:
+    """int64 ids [batch, tokens], both dims dynamic (1..16, 1..8); ids must be below 10."""
+    torch = _seeded()
+    module = _batching_modules()[1]()
+    inputs = (torch.randint(0, LOOKUP_TABLE, (2, 3)),)
+    batch = torch.export.Dim("batch", min=1, max=LOOKUP_MAX_BATCH)
+    tokens = torch.export.Dim("tokens", min=1, max=LOOKUP_MAX_TOKENS)
+    pte, ptds = _export(Path(out_dir) / "dynamic_lookup", {"forward": (module, inputs)},
+                        dynamic_shapes={"forward": ({0: batch, 1: tokens},)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "linear_relu": export_linear_relu,
     "mix_of_ops": export_mix_of_ops,
     "dynamic_batch": export_dynamic_batch,
+    "weight_bound": export_weight_bound,
+    "dynamic_lookup": export_dynamic_lookup,
     "external_weights": export_external_weights,
     "split_weights": export_split_weights,
     "two_methods": export_two_methods,

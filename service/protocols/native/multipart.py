@@ -17,11 +17,13 @@ from starlette.requests import ClientDisconnect, Request
 
 from service.config import FALSE_WORDS, TRUE_WORDS, Settings
 from service.errors import Aborted, Invalid, Problem, TooLarge, clip
+from service.ingest.model_config import decode_config
 from service.ingest.pipeline import StagedFile, StagedUpload
 from service.protocols.native import upload_digests
 from service.store.storage import Storage
 
 _FIELD_LIMIT = 4096
+_CONFIG_LIMIT = 65536  # the model configuration (JSON) may be longer than a name
 _UNKNOWN_FIELDS_REPORTED = 16
 
 
@@ -90,7 +92,8 @@ class _Receiver:
             declared = self._declared_digests(name)
             hashers = {"sha256": hashlib.sha256(), **declared.hashers()}
             self._part = ("file", staged, open(path, "wb"), hashers, limit, declared)
-        elif field in ("name", "replace") or field.startswith(upload_digests.FIELD_PREFIX):
+        elif field in ("name", "replace", "config") or field.startswith(
+                upload_digests.FIELD_PREFIX):
             digest_fields = sum(f.startswith(upload_digests.FIELD_PREFIX) for f in self.fields)
             if digest_fields > self.settings.max_data_files:
                 raise TooLarge(f"more than {self.settings.max_data_files + 1} digest fields in "
@@ -102,7 +105,7 @@ class _Receiver:
             # grow the answer (or memory) with it.
             reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
             message = (f"unknown form field {clip(field)!r}; expected 'name', 'program', "
-                       "'data' and optionally 'replace' and 'sha256.<file name>'")
+                       "'data' and optionally 'replace', 'config' and 'sha256.<file name>'")
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
                 self.problems.append(Problem(None, "upload.unknown_field", message))
             self._part = ("ignored",)
@@ -132,9 +135,9 @@ class _Receiver:
         elif kind == "field":
             value = self.fields[self._part[1]]
             value += data[start:end]
-            if len(value) > _FIELD_LIMIT:
-                raise TooLarge(f"form field {clip(self._part[1])!r} is longer than {_FIELD_LIMIT} "
-                               "bytes")
+            limit = _CONFIG_LIMIT if self._part[1] == "config" else _FIELD_LIMIT
+            if len(value) > limit:
+                raise TooLarge(f"form field {clip(self._part[1])!r} is longer than {limit} bytes")
 
     def _end(self) -> None:
         if self._part and self._part[0] == "file":
@@ -190,10 +193,14 @@ class _Receiver:
             problems.append(Problem(None, "upload.replace",
                                     f"'replace' must be true or false, not "
                                     f"{clip(replace_text)!r}"))
+        config = None
+        if "config" in self.fields:
+            config, config_problems = decode_config(bytes(self.fields["config"]))
+            problems += config_problems
         if problems:
             raise Invalid("upload refused", problems)
         return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
-                            self.programs[0] if self.programs else None, self.data)
+                            self.programs[0] if self.programs else None, self.data, config)
 
 
 async def receive_upload(request: Request, storage: Storage, settings: Settings,

@@ -5,6 +5,8 @@ Every ServiceError becomes a status code here and only here (STATUS), with one e
 """
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -16,6 +18,7 @@ from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, F
                             NotFound, ServiceError, TooLarge, Unauthorized, Unavailable,
                             clip, input_problem)
 from service.protocols import json_tensors
+from service.protocols.disconnect import ClientDisconnected, unless_disconnected
 from service.protocols.http_errors import AUTH, responses
 from service.protocols.native.schema import (HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
@@ -39,6 +42,8 @@ _UPLOAD_FORM = {"requestBody": {"required": True, "content": {"multipart/form-da
         "data": {"type": "array", "items": {"type": "string", "format": "binary"},
                  "description": "the program's .ptd data files"},
         "replace": {"type": "boolean", "description": "replace an existing model atomically"},
+        "config": {"type": "string", "description": "model configuration, JSON with Triton's "
+                   "names: max_batch_size, dynamic_batching, instance_group"},
     }}}}}}
 
 router = APIRouter()
@@ -85,8 +90,11 @@ def _decode(index: int, item) -> Tensor:
 @router.post("/infer", response_model=InferResponse, responses=_INFER_ERRORS)
 async def infer(request: Request, body: InferRequest) -> dict:
     tensors = [_decode(index, item) for index, item in enumerate(body.inputs)]
-    response = await _service(request).infer(
-        DataplaneRequest(model=body.model, method=body.method, inputs=tensors))
+    try:
+        response = await unless_disconnected(request.receive, _service(request).infer(
+            DataplaneRequest(model=body.model, method=body.method, inputs=tensors)))
+    except ClientDisconnected:
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
     return {"model": response.model, "method": response.method,
             "outputs": [json_tensors.encode(t.array, t.name, t.datatype)
                         for t in response.outputs]}
@@ -112,8 +120,10 @@ async def metrics(request: Request) -> Response:
 
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
     status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    # Retry-After takes whole seconds; rounding up never invites a retry too early.
+    headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Busy) else None
     return JSONResponse({"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
-                        status_code=status)
+                        status_code=status, headers=headers)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

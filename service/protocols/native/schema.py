@@ -50,6 +50,9 @@ class ModelDescription(BaseModel):
     files: list[FileModel]
     methods: list[MethodModel]
     warnings: list[str] = []
+    config: dict[str, Any] = Field({}, description="model configuration (Triton's names: "
+                                                   "max_batch_size, dynamic_batching, "
+                                                   "instance_group); {} when none was sent")
     error: str | None = None
 
 

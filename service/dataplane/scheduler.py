@@ -1,0 +1,296 @@
+"""Per model+method request scheduling: dynamic batching, bounded queues, deadlines.
+
+On a GPU one execute of 32 rows costs about what one of a single row costs when the weights, not
+the arithmetic, bound the time; merging concurrent requests is then the main lever for
+throughput. A request queues here, waits at most the configured delay for company, and runs
+with compatible requests (same dtypes and same dims past dim 0) as one execute; each gets back
+exactly its own rows of every output.
+
+Overload must turn into a quick, honest "busy" rather than timeouts for everyone, so a full queue
+refuses at once (Busy, with a retry hint from the recent execute time), and a request whose
+deadline passes while queued is dropped unexecuted (DeadlineExceeded). A request whose awaiting
+task is cancelled (its client went away) leaves the queue before it can be executed.
+
+Models without dynamic batching keep one execute per request on N instances (ModelPool), with
+the same queue bound and deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import weakref
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from service.dataplane.metrics import Metrics
+from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.errors import Busy, DeadlineExceeded, ExecutionFailed, input_problem
+
+
+@dataclass(eq=False)
+class _Queued:
+    arrays: list[np.ndarray]
+    rows: int
+    key: tuple  # dtypes and dims past dim 0: only equal keys are merged
+    future: asyncio.Future
+    enqueued: float
+    acquired: Callable[[float], None] | None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _SizeStats:
+    count: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+@dataclass
+class MethodStats:
+    """What Triton's statistics extension reports per model: executes, the requests they
+    served, and per batch size the time spent building, running and splitting batches."""
+    execution_count: int = 0
+    inference_count: int = 0
+    batch_stats: dict[int, _SizeStats] = field(default_factory=dict)
+
+    def record(self, rows: int, requests: int, input_ns: int, infer_ns: int,
+               output_ns: int) -> None:
+        self.execution_count += 1
+        self.inference_count += requests
+        size = self.batch_stats.setdefault(rows, _SizeStats())
+        size.count += 1
+        size.compute_input_ns += input_ns
+        size.compute_infer_ns += infer_ns
+        size.compute_output_ns += output_ns
+
+    def as_dict(self) -> dict:
+        return {"execution_count": self.execution_count, "inference_count": self.inference_count,
+                "batch_stats": {size: vars(s).copy()
+                                for size, s in sorted(self.batch_stats.items())}}
+
+
+class Scheduler:
+    """One model method's queue. Lives as long as the model's pool; created on first use."""
+
+    def __init__(self, model: str, method: str, pool: ModelPool, config: dict,
+                 executor: Executor, metrics: Metrics):
+        self.model, self.method, self.pool = model, method, pool
+        self._executor = executor
+        self._metrics = metrics
+        batching = config.get("dynamic_batching")
+        policy = (batching or {}).get("default_queue_policy", {})
+        self.max_batch = config.get("max_batch_size", 0)
+        self.batching = batching is not None and self.max_batch > 0
+        self.max_queue = policy.get("max_queue_size", 0)
+        self.default_timeout_s = policy.get("default_timeout_microseconds", 0) / 1e6 or None
+        self.delay_s = (batching or {}).get("max_queue_delay_microseconds", 0) / 1e6
+        self.preferred = set((batching or {}).get("preferred_batch_size", []))
+        self.stats = MethodStats()
+        self._queue: list[_Queued] = []
+        self._arrived = asyncio.Event()
+        self._free = asyncio.Semaphore(pool.instance_count(method))
+        self._dispatcher: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+        self._recent_execute_s = 0.0
+        # Weakly: the gauge must not keep a replaced model's pool (and its native instances)
+        # alive until the new model's first request registers its own queue.
+        alive = weakref.ref(self)
+        metrics.watch_queue(model, method, lambda: alive().depth if alive() else 0)
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting: queued for a batch, or for a free instance."""
+        return len(self._queue) if self.batching else self.pool.waiting(self.method)
+
+    def _busy(self) -> Busy:
+        instances = self.pool.instance_count(self.method)
+        per_batch = max(self.max_batch, 1) if self.batching else 1
+        drain_s = self._recent_execute_s * math.ceil(self.depth / per_batch / instances)
+        return Busy(f"model {self.model!r} method {self.method!r} has {self.depth} requests "
+                    f"queued (max_queue_size {self.max_queue}); retry later",
+                    retry_after_s=max(1.0, drain_s))
+
+    def _timeout(self, timeout_s: float | None) -> float | None:
+        return timeout_s if timeout_s is not None else self.default_timeout_s
+
+    def _expired(self, timeout_s: float) -> DeadlineExceeded:
+        return DeadlineExceeded(f"model {self.model!r} method {self.method!r}: the request "
+                                f"waited {timeout_s:g} s in the queue and was not executed")
+
+    async def submit(self, arrays: list[np.ndarray], timeout_s: float | None = None,
+                     acquired: Callable[[float], None] | None = None) -> list[np.ndarray]:
+        """The method's outputs for these inputs. `timeout_s` (the request's own, else the
+        configured default) bounds the time spent queued, not the execute."""
+        if self.max_queue and self.depth >= self.max_queue:
+            raise self._busy()
+        timeout_s = self._timeout(timeout_s)
+        if self.batching:
+            return await self._batched(arrays, timeout_s, acquired)
+        if self.max_batch:  # batches the client made itself are bounded too
+            self._rows(arrays)
+        started = []
+
+        def on_instance(waited_s: float) -> None:
+            started.append(time.perf_counter_ns())
+            if acquired is not None:
+                acquired(waited_s)
+
+        try:
+            outputs = await self.pool.run(self.method, arrays, self._executor, on_instance,
+                                          timeout_s)
+        except TimeoutError:
+            raise self._expired(timeout_s) from None
+        self._record(1, 1, 0, time.perf_counter_ns() - started[0], 0)
+        return outputs
+
+    def _record(self, rows: int, requests: int, input_ns: int, infer_ns: int,
+                output_ns: int) -> None:
+        self.stats.record(rows, requests, input_ns, infer_ns, output_ns)
+        self._recent_execute_s = infer_ns / 1e9
+        self._metrics.batch_executed(self.model, self.method, rows)
+
+    # -- batching -------------------------------------------------------------------------------
+
+    def _rows(self, arrays: list[np.ndarray]) -> int:
+        leading = {a.shape[0] if a.ndim else 0 for a in arrays}
+        rows = leading.pop() if len(leading) == 1 else 0
+        if not 1 <= rows <= self.max_batch:
+            shapes = ", ".join(str(list(a.shape)) for a in arrays)
+            raise input_problem(None, "input.batch", (
+                f"model {self.model!r} batches along dim 0: every input needs the same number "
+                f"of rows, 1 to max_batch_size {self.max_batch}; the request sends {shapes}"))
+        return rows
+
+    async def _batched(self, arrays, timeout_s, acquired) -> list[np.ndarray]:
+        rows = self._rows(arrays)
+        loop = asyncio.get_running_loop()
+        self.pool.admit()
+        key = tuple((a.dtype.str, a.shape[1:]) for a in arrays)
+        item = _Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired)
+        if timeout_s is not None:
+            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s)
+        self._queue.append(item)
+        self._arrived.set()
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = loop.create_task(self._dispatch())
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            self._drop(item)
+            raise
+
+    def _drop(self, item: _Queued) -> bool:
+        """Takes a request out of the queue unexecuted; False once it is in a batch."""
+        if item not in self._queue:
+            return False
+        self._queue.remove(item)
+        if item.timer is not None:
+            item.timer.cancel()
+        self.pool.withdraw()
+        self._arrived.set()  # the batch being gathered may have changed
+        return True
+
+    def _expire(self, item: _Queued, timeout_s: float) -> None:
+        if self._drop(item) and not item.future.done():
+            item.future.set_exception(self._expired(timeout_s))
+
+    async def _dispatch(self) -> None:
+        """Forms batches while requests wait, at most one per instance at a time."""
+        while self._queue:
+            await self._free.acquire()
+            batch = await self._gather()
+            if not batch:
+                self._free.release()
+                continue
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    def _candidates(self) -> tuple[list[_Queued], bool]:
+        """The oldest request and the compatible ones after it that fit, in arrival order;
+        and whether the batch is full (the next compatible one would not fit)."""
+        head = self._queue[0]
+        picked, rows = [], 0
+        for item in self._queue:
+            if item.key != head.key:
+                continue
+            if rows + item.rows > self.max_batch:
+                return picked, True
+            picked.append(item)
+            rows += item.rows
+        return picked, rows >= self.max_batch
+
+    def _preferred_prefix(self, picked: list[_Queued]) -> list[_Queued]:
+        """The longest prefix whose rows are a preferred batch size; all of them if none is."""
+        rows, best = 0, None
+        for count, item in enumerate(picked, 1):
+            rows += item.rows
+            if rows in self.preferred:
+                best = count
+        return picked if best is None else picked[:best]
+
+    async def _gather(self) -> list[_Queued]:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            picked, full = self._candidates()
+            rows = sum(item.rows for item in picked)
+            due = self._queue[0].enqueued + self.delay_s
+            largest_preferred = max(self.preferred, default=math.inf)
+            if full or rows >= largest_preferred or loop.time() >= due:
+                batch = self._preferred_prefix(picked) if self.preferred else picked
+                for item in batch:
+                    self._queue.remove(item)
+                    if item.timer is not None:
+                        item.timer.cancel()
+                    if item.acquired is not None:
+                        item.acquired(loop.time() - item.enqueued)
+                return batch
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), due - loop.time())
+            except TimeoutError:
+                pass
+        return []
+
+    async def _execute(self, batch: list[_Queued]) -> None:
+        rows = sum(item.rows for item in batch)
+        for _ in batch[1:]:  # the batch runs on the first request's admission
+            self.pool.withdraw()
+        try:
+            begun = time.perf_counter_ns()
+            inputs = batch[0].arrays if len(batch) == 1 else [
+                np.concatenate([item.arrays[i] for item in batch])
+                for i in range(len(batch[0].arrays))]
+            started = time.perf_counter_ns()
+            outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
+            ended = time.perf_counter_ns()
+            for index, output in enumerate(outputs):
+                if output.ndim == 0 or output.shape[0] != rows:
+                    raise RuntimeError(f"output {index} has shape {list(output.shape)}, not "
+                                       f"{rows} rows: the program does not keep the batch "
+                                       "dimension, so it cannot be batched")
+            offset = 0
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_result([o[offset:offset + item.rows] for o in outputs])
+                offset += item.rows
+            self._record(rows, len(batch), started - begun, ended - started,
+                         time.perf_counter_ns() - ended)
+        except Exception as exc:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(self._failure(exc, len(batch), rows))
+        finally:
+            self._free.release()
+
+    def _failure(self, exc: Exception, requests: int, rows: int) -> Exception:
+        """A fresh error for each request of a failed batch, naming what failed."""
+        if isinstance(exc, PoolClosed):
+            return PoolClosed(self.model)
+        return ExecutionFailed(f"executing {self.model!r} method {self.method!r} on a batch of "
+                               f"{requests} request(s), {rows} row(s), failed: {exc}")

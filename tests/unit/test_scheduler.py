@@ -1,0 +1,283 @@
+"""The scheduler on real programs run by the native host: batches, queue bounds, deadlines."""
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from service.backends.host import import_host
+from service.dataplane.metrics import Metrics
+from service.dataplane.model_pool import ModelPool
+from service.dataplane.scheduler import Scheduler
+from service.errors import Busy, DeadlineExceeded, ExecutionFailed, Invalid
+from service.store.storage import StoredModel
+from support import programs
+
+HEAVY_SIZE = 40_000  # ~0.1-0.2 s per execute here
+
+
+def _stored(exported, name="m"):
+    return StoredModel(name, exported.pte.parent, {"files": [{"name": "program.pte",
+                                                             "role": "program"}]})
+
+
+@pytest.fixture(scope="module")
+def batch_program(programs_dir):
+    return programs.export_dynamic_batch(programs_dir)  # Linear(4, 3) + relu, batch 1..16
+
+
+@pytest.fixture(scope="module")
+def lookup_program(programs_dir):
+    return programs.export_dynamic_lookup(programs_dir)
+
+
+@pytest.fixture(scope="module")
+def heavy_program(programs_dir):
+    return programs.export_cpu_heavy(programs_dir, rounds=300, size=HEAVY_SIZE)
+
+
+def batching(max_batch, delay_us=0, preferred=(), max_queue=0, timeout_us=0):
+    return {"max_batch_size": max_batch, "dynamic_batching": {
+        "max_queue_delay_microseconds": delay_us, "preferred_batch_size": list(preferred),
+        "default_queue_policy": {"max_queue_size": max_queue,
+                                 "default_timeout_microseconds": timeout_us}}}
+
+
+def run(exported, config, scenario, instances=1):
+    """Runs scenario(scheduler, metrics) on a fresh pool; returns its result."""
+    async def main():
+        with ThreadPoolExecutor(4) as executor:
+            pool = ModelPool(_stored(exported), import_host(), instances)
+            metrics = Metrics()
+            scheduler = Scheduler("m", "forward", pool, config, executor, metrics)
+            try:
+                return await scenario(scheduler, metrics)
+            finally:
+                await pool.close()
+
+    return asyncio.run(main())
+
+
+def eager(exported, array):
+    return exported.module(torch.from_numpy(array)).detach().numpy()
+
+
+def test_concurrent_requests_are_merged_and_each_gets_its_own_rows(batch_program):
+    rng = np.random.default_rng(1)
+    requests = [rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32)
+                for _ in range(40)]
+
+    async def scenario(scheduler, _):
+        results = await asyncio.gather(*[scheduler.submit([x]) for x in requests])
+        return results, scheduler.stats.as_dict()
+
+    results, stats = run(batch_program, batching(8, delay_us=20_000), scenario)
+    for x, [output] in zip(requests, results):
+        assert output.shape == (x.shape[0], 3)
+        np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+    sizes = stats["batch_stats"]
+    assert max(sizes) <= 8
+    assert sum(size * s["count"] for size, s in sizes.items()) == sum(len(x) for x in requests)
+    assert stats["inference_count"] == 40
+    assert stats["execution_count"] == sum(s["count"] for s in sizes.values())
+    assert stats["execution_count"] < 40, "nothing was merged"
+
+
+def test_mixed_trailing_shapes_are_never_merged(lookup_program):
+    rng = np.random.default_rng(2)
+    requests = [rng.integers(0, 10, (1, 3 if i % 2 else 5)).astype(np.int64) for i in range(16)]
+
+    async def scenario(scheduler, _):
+        return await asyncio.gather(*[scheduler.submit([ids]) for ids in requests]), \
+            scheduler.stats.as_dict()
+
+    results, stats = run(lookup_program, batching(16, delay_us=50_000), scenario)
+    for ids, [output] in zip(requests, results):
+        np.testing.assert_allclose(output, eager(lookup_program, ids), rtol=1e-5, atol=1e-6)
+    # Two shapes of 8 requests each, all queued within the delay: one batch per shape.
+    assert stats["batch_stats"] == {8: stats["batch_stats"][8]} and \
+        stats["batch_stats"][8]["count"] == 2
+
+
+def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_runs(lookup_program):
+    good = [np.array([[i % 10, 1]], np.int64) for i in range(3)]
+    bad = np.array([[42, 1]], np.int64)  # past the 10-row table: the kernel refuses it
+
+    async def scenario(scheduler, _):
+        first = await asyncio.gather(*[scheduler.submit([ids]) for ids in [*good, bad]],
+                                     return_exceptions=True)
+        second = await asyncio.gather(*[scheduler.submit([ids]) for ids in good])
+        return first, second, scheduler.stats.as_dict()
+
+    first, second, stats = run(lookup_program, batching(4, delay_us=500_000), scenario)
+    assert all(isinstance(r, ExecutionFailed) for r in first), first
+    assert all("batch of 4 request(s)" in r.message and "42" in r.message for r in first)
+    assert len({id(r) for r in first}) == 4  # each request gets its own error
+    for ids, [output] in zip(good, second):
+        np.testing.assert_allclose(output, eager(lookup_program, ids), rtol=1e-5, atol=1e-6)
+    assert stats["execution_count"] == 1  # only successful executes count
+
+
+def test_preferred_batch_size_is_sent_without_waiting_for_the_delay(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        await asyncio.gather(*[scheduler.submit([x]) for _ in range(4)])
+        return loop.time() - begun, scheduler.stats.as_dict()
+
+    elapsed, stats = run(batch_program, batching(8, delay_us=2_000_000, preferred=[4]), scenario)
+    assert elapsed < 1.0
+    assert list(stats["batch_stats"]) == [4]
+
+
+def test_a_batch_never_exceeds_max_batch_size_rows(batch_program):
+    x = np.ones((3, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        await asyncio.gather(*[scheduler.submit([x]) for _ in range(10)])
+        return scheduler.stats.as_dict()
+
+    stats = run(batch_program, batching(8, delay_us=50_000), scenario)
+    assert set(stats["batch_stats"]) == {6}  # two 3-row requests fit in 8, three do not
+    assert stats["batch_stats"][6]["count"] == 5
+
+
+def test_more_rows_than_max_batch_size_is_refused(batch_program):
+    async def scenario(scheduler, _):
+        with pytest.raises(Invalid) as refused:
+            await scheduler.submit([np.ones((9, 4), np.float32)])
+        return refused.value
+
+    refused = run(batch_program, batching(8), scenario)
+    assert refused.problems[0].rule == "input.batch"
+
+
+def test_a_full_queue_refuses_at_once_with_a_retry_hint(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    config = {"dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}}}
+
+    async def scenario(scheduler, metrics):
+        running = [asyncio.create_task(scheduler.submit([x])) for _ in range(3)]
+        await asyncio.sleep(0.02)  # one executes, two queue
+        assert scheduler.depth == 2
+        assert 'etrt_queue_depth{model="m",method="forward"} 2' in metrics.render({})
+        with pytest.raises(Busy) as busy:
+            await scheduler.submit([x])
+        outputs = await asyncio.gather(*running)
+        return busy.value, outputs
+
+    busy, outputs = run(heavy_program, config, scenario)
+    assert busy.retry_after_s >= 1.0 and "max_queue_size 2" in busy.message
+    assert len(outputs) == 3
+
+
+def test_a_batching_queue_is_bounded_too(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        queued = [asyncio.create_task(scheduler.submit([x])) for _ in range(2)]
+        await asyncio.sleep(0)
+        with pytest.raises(Busy):
+            await scheduler.submit([x])
+        return await asyncio.gather(*queued)
+
+    assert len(run(batch_program, batching(8, delay_us=200_000, max_queue=2), scenario)) == 2
+
+
+def test_the_deadline_passes_while_waiting_for_an_instance_and_it_is_never_executed(
+        heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    config = {"dynamic_batching": {"default_queue_policy": {
+        "default_timeout_microseconds": 30_000}}}
+
+    async def scenario(scheduler, _):
+        results = await asyncio.gather(*[scheduler.submit([x]) for _ in range(3)],
+                                       return_exceptions=True)
+        return results, scheduler.stats.as_dict()
+
+    results, stats = run(heavy_program, config, scenario)
+    assert sum(isinstance(r, DeadlineExceeded) for r in results) == 2
+    assert stats["execution_count"] == 1
+
+
+def test_a_request_timeout_overrides_the_default_and_expires_in_the_batch_queue(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        with pytest.raises(DeadlineExceeded):
+            await scheduler.submit([x], timeout_s=0.05)
+        waited = loop.time() - begun
+        await asyncio.sleep(0.3)
+        return waited, scheduler.stats.as_dict(), scheduler.pool._in_flight
+
+    waited, stats, in_flight = run(batch_program, batching(8, delay_us=1_000_000,
+                                                          timeout_us=5_000_000), scenario)
+    assert 0.04 < waited < 0.5
+    assert stats["execution_count"] == 0 and in_flight == 0
+
+
+def test_a_cancelled_request_leaves_the_queue_before_it_executes(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        task = asyncio.create_task(scheduler.submit([x]))
+        await asyncio.sleep(0.05)
+        assert scheduler.depth == 1
+        task.cancel()
+        await asyncio.sleep(0.4)  # past the delay: it would have been executed by now
+        return scheduler.depth, scheduler.stats.as_dict(), scheduler.pool._in_flight
+
+    depth, stats, in_flight = run(batch_program, batching(8, delay_us=200_000), scenario)
+    assert depth == 0 and stats["execution_count"] == 0 and in_flight == 0
+
+
+def test_a_request_queued_before_close_is_still_served(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        task = asyncio.create_task(scheduler.submit([x]))
+        await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        await scheduler.pool.close()  # waits for the queued request's execute
+        assert loop.time() - begun > 0.05  # the delay it waited in the queue
+        return await asyncio.wait_for(task, 1.0)
+
+    [output] = run(batch_program, batching(8, delay_us=100_000), scenario)
+    np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+
+
+def test_batch_sizes_and_queue_depth_show_in_metrics_until_the_model_is_deleted(batch_program):
+    x = np.ones((2, 4), np.float32)
+
+    async def scenario(scheduler, metrics):
+        await asyncio.gather(*[scheduler.submit([x]) for _ in range(3)])
+        shown = metrics.render({})
+        metrics.forget_model("m")
+        return shown, metrics.render({})
+
+    shown, forgotten = run(batch_program, batching(8, delay_us=100_000), scenario)
+    labels = 'model="m",method="forward"'
+    assert f'etrt_batch_size_bucket{{{labels},le="4"}} 0' in shown
+    assert f'etrt_batch_size_bucket{{{labels},le="8"}} 1' in shown  # 3 x 2 rows in one execute
+    assert f'etrt_batch_size_sum{{{labels}}} 6' in shown
+    assert f'etrt_queue_depth{{{labels}}} 0' in shown
+    assert 'model="m"' not in forgotten
+
+
+def test_a_replaced_models_queue_gauge_does_not_keep_its_scheduler_alive(batch_program):
+    import gc
+    import weakref
+
+    async def scenario(scheduler, metrics):
+        return weakref.ref(scheduler), metrics
+
+    gone, metrics = run(batch_program, batching(8), scenario)
+    gc.collect()
+    assert gone() is None
+    assert 'etrt_queue_depth{model="m",method="forward"} 0' in metrics.render({})
