@@ -21,7 +21,8 @@ from service.dataplane.signature import bind_inputs, select_outputs, signature_o
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, ServiceError, TooLarge,
                             Unavailable, clip, input_problem)
-from service.ingest.pipeline import IngestRefused, load_delegate_checks, run_ingest
+from service.backends.registry import enabled
+from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging, stage_files, stage_stored
 from service.store.storage import NameTaken, Storage, StoredModel
 
@@ -76,13 +77,13 @@ class ModelService:
         # and commits, and at most this many uploads are checked at once.
         self._ingest = ThreadPoolExecutor(settings.max_concurrent_ingests,
                                           thread_name_prefix="ingest")
-        self.metrics = Metrics()
+        self.backends = enabled(settings.backends)
+        self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.ready = False
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        load_delegate_checks(self.settings.delegate_check_modules)
-        self._ethost = import_host(self.settings.backend_setup)
+        self._ethost = import_host(self.settings.setups)
         for stored in await asyncio.to_thread(self.storage.reconcile):
             reason = _not_runnable(stored)
             if reason is not None:
