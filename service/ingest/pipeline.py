@@ -32,7 +32,7 @@ from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionErr
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
 from service.ingest.staging import StagedFile, StagedUpload  # noqa: F401 (StagedFile re-exported)
-from service.store.storage import PROGRAM_FILE
+from service.store.records import DATA, PROGRAM, PROGRAM_FILE, ModelDescription, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,8 @@ def _unavailable_reasons(delegate_details: dict) -> list[str]:
 
 
 def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dict],
-              delegate_details: dict, warnings: list[str], unavailable: list[str]) -> dict:
+              delegate_details: dict, warnings: list[str],
+              unavailable: list[str]) -> ModelDescription:
     by_name = {m.name: m for m in program.methods}
     methods = []
     for meta in methods_meta:
@@ -268,18 +269,10 @@ def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dic
                         "delegates": delegates,
                         "external_data_keys": [] if info is None else info.external_keys,
                         "planned_buffers": meta.get("planned_buffers", [])})
-    files = [{"name": upload.program.name, "role": "program", "bytes": upload.program.size,
-              "sha256": upload.program.sha256}]
-    files += [{"name": d.name, "role": "data", "bytes": d.size, "sha256": d.sha256}
-              for d in upload.data]
-    description = {"name": upload.model_name, "state": "ready", "runnable": True, "files": files,
-                   "methods": methods, "warnings": warnings}
-    if upload.config is not None:
-        description["config"] = upload.config
-    if unavailable:
-        description.update(state="unavailable", runnable=False,
-                           unavailable_reason="; ".join(unavailable))
-    return description
+    files = [StoredFile(upload.program.name, PROGRAM, upload.program.size, upload.program.sha256)]
+    files += [StoredFile(d.name, DATA, d.size, d.sha256) for d in upload.data]
+    return ModelDescription(upload.model_name, tuple(files), tuple(methods), tuple(warnings),
+                            "; ".join(unavailable) if unavailable else None, upload.config)
 
 
 def _move_to_final_names(upload: StagedUpload) -> None:
@@ -293,7 +286,7 @@ def _move_to_final_names(upload: StagedUpload) -> None:
         data.path = target
 
 
-def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
+def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
     """Checks a staged upload and returns its model description, or raises IngestRefused.
 
     One child process runs every delegate's isolated work and, when nothing was found wrong

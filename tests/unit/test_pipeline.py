@@ -42,8 +42,8 @@ def test_accepted_upload_gets_final_names_and_a_description(tmp_path, external_w
     upload = stage(tmp_path, external_weights_program.pte, [(weights.name, weights)])
     description = run_ingest(upload, Settings())
     assert sorted(p.name for p in upload.directory.iterdir()) == [weights.name, "program.pte"]
-    assert [f["role"] for f in description["files"]] == ["program", "data"]
-    assert description["methods"][0]["external_data_keys"]
+    assert [f.role for f in description.files] == ["program", "data"]
+    assert description.methods[0]["external_data_keys"]
 
 
 def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(tmp_path, programs_dir,
@@ -91,9 +91,8 @@ def test_a_delegate_that_cannot_run_here_is_stored_unavailable_without_loading(
         "runnable": False, "unavailable_reason": "no accelerator here"}))
     program = export_xnnpack_linear(programs_dir)
     description = run_ingest(stage(tmp_path, program), Settings())
-    assert description["state"] == "unavailable" and description["runnable"] is False
-    assert description["unavailable_reason"] == "no accelerator here"
-    [method] = description["methods"]
+    assert description.runnable is False and description.not_runnable == "no accelerator here"
+    [method] = description.methods
     assert method["delegates"][0]["backend"] == "XnnpackBackend"
     assert method["inputs"][0]["tag"] == "Tensor" and method["inputs"][0]["dtype"] == "float32"
 
