@@ -40,6 +40,10 @@ class Settings:
     # When set, these "module:function" callables register the backends instead of the enabled
     # backends' own setups (tests install stand-ins this way); the backends' checks still apply.
     backend_setup: tuple[str, ...] | None = None
+    # Read-only model directories ingested at start (service.ingest.model_dirs); with model_name,
+    # the one directory is itself the model's folder (KServe's /mnt/models).
+    model_dirs: tuple[Path, ...] = ()
+    model_name: str | None = None
     log_level: str = "info"
 
 
@@ -69,6 +73,10 @@ def _bool(text: str) -> bool:
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _paths(text: str) -> tuple[Path, ...]:
+    return tuple(Path(item) for item in _list(text))
 
 
 # (flag, env var, settings attribute, converter, help)
@@ -104,6 +112,11 @@ _OPTIONS = (
     ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
      "comma-separated module:function callables registering the backends instead of their own "
      "setups (an empty value registers none)"),
+    ("--model-dir", "ETRT_MODEL_DIRS", "model_dirs", _paths,
+     "a read-only model directory ingested at start: DIR/<name>/ holds one .pte, its .ptd files "
+     "and optionally config.json (repeat the flag; the variable takes a comma-separated list)"),
+    ("--model-name", "ETRT_MODEL_NAME", "model_name", str,
+     "serve the one --model-dir itself as this model (KServe's single-model layout)"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
 )
 
@@ -115,6 +128,8 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
     for flag, env, attr, convert, help_text in _OPTIONS:
         # A boolean flag given alone means true, as its documentation writes it.
         switch = {"nargs": "?", "const": True} if convert is _bool else {}
+        if convert is _paths:  # repeatable: one path per flag
+            switch, convert = {"action": "append"}, Path
         parser.add_argument(flag, dest=attr, type=convert, default=None,
                             help=f"{help_text} (env {env})", **switch)
     args = parser.parse_args(argv)
@@ -127,8 +142,10 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 parser.error(f"{env}={environ[env]!r}: {exc}")
         if value is not None:
-            values[attr] = value
+            values[attr] = tuple(value) if isinstance(value, list) else value
     settings = Settings(**values)
+    if settings.model_name is not None and len(settings.model_dirs) != 1:
+        parser.error("--model-name serves one --model-dir as that model: give exactly one")
     from service.backends.registry import KNOWN
 
     unknown = [name for name in settings.backends if name not in KNOWN]

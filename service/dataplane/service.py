@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from service.backends.host import import_host
@@ -23,50 +22,30 @@ from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, Servic
                             Unavailable, clip, input_problem)
 from service.backends.registry import enabled
 from service.ingest.pipeline import IngestRefused, run_ingest
-from service.ingest.staging import StagedUpload, Staging, stage_files, stage_stored
+from service.dataplane.repository import (MODEL_VERSION, Repository, Served, not_runnable,
+                                          refused_view, serve)
+from service.ingest.model_dirs import find_entries
+from service.ingest.staging import StagedUpload, Staging
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken, Storage
 
 log = logging.getLogger(__name__)
-# Every model has one version: a replace swaps it atomically rather than adding a second one.
-MODEL_VERSION = "1"
-# Why a model that is stored and could serve does not: the repository API unloaded it.
-UNLOADED = "unloaded"
-
-
-@dataclass
-class _Served:
-    stored: StoredModel
-    pool: ModelPool
-    signatures: dict[str, MethodSignature]
-
-
-def _not_runnable(stored: StoredModel) -> str | None:
-    """Why ingest stored this model as unable to run on this host; None when it can run.
-
-    Such a model is kept and listed but never opened: opening it would initialize delegates that
-    cannot work here (e.g. TensorRT plans on a host without TensorRT), so /infer answers with
-    this reason instead.
-    """
-    return stored.description.not_runnable
-
-
-def _serve(stored: StoredModel, pool: ModelPool) -> _Served:
-    return _Served(stored, pool, {m: signature_of(pool.meta(m)) for m in pool.method_names})
 
 
 def _outcome(exc: BaseException, outcomes: tuple) -> str:
     return next((name for kind, name in outcomes if isinstance(exc, kind)), "error")
 
 
-class ModelService:
+class ModelService(Repository):
     def __init__(self, settings: Settings):
         self.settings = settings
         self.storage: Storage | None = None
         self._ethost = None
-        self._models: dict[str, _Served] = {}
+        self._models: dict[str, Served] = {}
         # Stored but not served, with why; kept in memory so describing them reads no database.
         self._unavailable: dict[str, tuple[StoredModel, str]] = {}
+        # Model directory entries ingest refused (nothing of them is stored), with why.
+        self._refused: dict[str, ServiceError] = {}
         # One lock per model name, never dropped: a lock popped while a deploy waits on it would
         # let the next deploy of that name take a fresh one and commit concurrently.
         self._locks: dict[str, asyncio.Lock] = {}
@@ -79,12 +58,13 @@ class ModelService:
         self.backends = enabled(settings.backends)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.ready = False
+        self._loading: asyncio.Task | None = None
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
         self._ethost = import_host(self.settings.setups)
         for stored in await asyncio.to_thread(self.storage.reconcile):
-            reason = _not_runnable(stored)
+            reason = not_runnable(stored)
             if reason is not None:
                 self._unavailable[stored.name] = (stored, reason)
                 continue
@@ -94,11 +74,19 @@ class ModelService:
                 log.error("model %s could not be loaded: %s", stored.name, exc)
                 self._unavailable[stored.name] = (stored, f"{type(exc).__name__}: {exc}")
                 continue
-            self._models[stored.name] = _serve(stored, pool)
-        self.ready = True
+            self._models[stored.name] = serve(stored, pool)
+        if self.settings.model_dirs:
+            entries = find_entries(self.settings.model_dirs, self.settings.model_name)
+            # Readiness waits for the directories; the server answers meanwhile.
+            self._loading = asyncio.create_task(self._load_model_dirs(entries))
+        else:
+            self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
+        if self._loading is not None:
+            self._loading.cancel()
+            await asyncio.gather(self._loading, return_exceptions=True)
         for served in list(self._models.values()):
             await served.pool.close()
         self._executor.shutdown(wait=True)
@@ -117,7 +105,7 @@ class ModelService:
         return self._locks.setdefault(name, asyncio.Lock())
 
     def _exists(self, name: str) -> bool:
-        return name in self._models or name in self._unavailable
+        return name in self._models or name in self._unavailable or name in self._refused
 
     async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
         """Receives, checks, stores and starts serving an upload, then counts and logs the outcome.
@@ -165,13 +153,14 @@ class ModelService:
                 self.storage.commit, name, upload.directory, description, upload.replace)
         except NameTaken:
             raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
-        reason = _not_runnable(stored)
+        reason = not_runnable(stored)
         pool = await self._open_committed(stored, replaced) if reason is None else None
         previous = self._models.pop(name, None)
+        self._refused.pop(name, None)
         if pool is None:
             self._unavailable[name] = (stored, reason)
         else:
-            self._models[name] = _serve(stored, pool)
+            self._models[name] = serve(stored, pool)
             self._unavailable.pop(name, None)
         if previous is not None:
             await previous.pool.close()
@@ -193,6 +182,8 @@ class ModelService:
             raise Unavailable(f"model {stored.name!r} could not be opened: {exc}") from None
 
     def _description(self, name: str) -> dict:
+        if name in self._refused:
+            return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
             return served.stored.description.view("ready")
@@ -202,7 +193,7 @@ class ModelService:
         raise NotFound(f"model {clip(name)!r} not found")
 
     def list_models(self) -> list[dict]:
-        return [self._description(name) for name in sorted({*self._models, *self._unavailable})]
+        return [self._description(name) for name in self.model_names()]
 
     def describe(self, name: str) -> dict:
         return self._description(name)
@@ -217,6 +208,7 @@ class ModelService:
                 raise NotFound(f"model {clip(name)!r} not found")
             served = self._models.pop(name, None)
             self._unavailable.pop(name, None)
+            self._refused.pop(name, None)
             stored = await asyncio.to_thread(self.storage.unregister, name)
             if served is not None:
                 await served.pool.close()
@@ -224,54 +216,9 @@ class ModelService:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
             self.metrics.forget_model(name)
 
-    # -- repository (load / unload) -------------------------------------------------------------
-
-    async def load_model(self, name: str, files: dict[str, bytes] | None = None,
-                         config: dict | None = None) -> dict:
-        """The repository `load`: with files ({"<version>/<filename>": bytes}) an upload that
-        replaces any model of that name, through the same ingest as every other; without, the
-        stored model is served again (re-ingested from its stored files if a config is given)."""
-        if files is not None:
-            return await self.deploy(lambda: asyncio.to_thread(
-                stage_files, self.begin_staging(), name, files, config))
-        if config is not None:
-            stored = self._stored(name)
-            return await self.deploy(lambda: asyncio.to_thread(
-                stage_stored, self.begin_staging(), stored, config))
-        self._stored(name)  # before the lock: locks exist only for names that exist
-        async with self._lock(name):
-            stored = self._stored(name)
-            if name not in self._models:
-                reason = _not_runnable(stored)
-                if reason is not None:
-                    raise Unavailable(f"model {name!r} cannot be loaded: {reason}")
-                try:
-                    pool = await asyncio.to_thread(self._open_pool, stored)
-                except Exception as exc:
-                    self._unavailable[name] = (stored, f"{type(exc).__name__}: {exc}")
-                    raise Unavailable(f"model {name!r} could not be opened: {exc}") from None
-                self._models[name] = _serve(stored, pool)
-                self._unavailable.pop(name, None)
-            return self._description(name)
-
-    async def unload_model(self, name: str) -> None:
-        """Stops serving a model but keeps it stored; load_model(name) serves it again."""
-        self._stored(name)
-        async with self._lock(name):
-            served = self._models.pop(name, None)
-            if served is not None:
-                self._unavailable[name] = (served.stored, UNLOADED)
-                await served.pool.close()
-
-    def repository_index(self) -> list[dict]:
-        index = []
-        for name in self.model_names():
-            reason = self._unavailable[name][1] if name in self._unavailable else ""
-            index.append({"name": name, "version": MODEL_VERSION,
-                          "state": "UNAVAILABLE" if reason else "READY", "reason": reason})
-        return index
-
     def _stored(self, name: str) -> StoredModel:
+        if name in self._refused:
+            raise Unavailable(self._refused[name].message)
         if name in self._models:
             return self._models[name].stored
         if name in self._unavailable:
@@ -280,7 +227,7 @@ class ModelService:
 
     def metrics_text(self) -> str:
         return self.metrics.render({"ready": len(self._models),
-                                    "unavailable": len(self._unavailable)})
+                                    "unavailable": len(self._unavailable) + len(self._refused)})
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -303,7 +250,7 @@ class ModelService:
         return {m["name"]: signature_of(m) for m in stored.description.methods}
 
     def model_names(self) -> list[str]:
-        return sorted({*self._models, *self._unavailable})
+        return sorted({*self._models, *self._unavailable, *self._refused})
 
     # -- inference ------------------------------------------------------------------------------
 
@@ -332,10 +279,12 @@ class ModelService:
             log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
                      clip(method), outcome, elapsed)
 
-    async def _infer(self, served: _Served | None, request: InferRequest,
+    async def _infer(self, served: Served | None, request: InferRequest,
                      acquired: Callable[[float], None]) -> InferResponse:
         model, method = request.model, request.method
         if served is None:
+            if model in self._refused:
+                raise Unavailable(self._refused[model].message)
             if model in self._unavailable:
                 raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model][1]}")
             raise NotFound(f"model {clip(model)!r} not found")

@@ -43,6 +43,22 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, timeout=timeout)
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
+        self.start_process()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready within {timeout} s:\n{self.log()}")
+
+    def start_process(self) -> "ServerProcess":
+        """Starts the process without waiting for it to be ready."""
         self.port = free_port()
         env = dict(os.environ)
         # `service` from the repo and test helpers (backend setup modules) from tests/, ahead of
@@ -56,18 +72,7 @@ class ServerProcess:
              "--artifacts", str(self.artifacts), *self.extra_args],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"server not ready within {timeout} s:\n{self.log()}")
+        return self
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None or self.process.poll() is not None:

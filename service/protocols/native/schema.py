@@ -52,6 +52,7 @@ class ModelDescription(BaseModel):
     warnings: list[str] = []
     error: str | None = None
     config: dict | None = Field(None, description="the per-model configuration it was loaded with")
+    problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")
 
 
 class InferInput(BaseModel):
