@@ -152,24 +152,6 @@ def load_result(run: CheckRun, program_name: str, file_names: dict[str, str]) ->
     return _refused(file, "program.load_failed", run.loaded["error"])
 
 
-def check_program(program: Path, program_name: str, data: list[Path], report: Path,
-                  backend_setup: tuple[str, ...], timeout_s: float,
-                  load_methods: bool = True) -> LoadCheckResult:
-    """The load step alone. load_methods=False is for programs whose delegates cannot initialize
-    on this host: the child then only opens (fully verifies) the program, and the result carries
-    no methods."""
-    load = {"program": str(program), "data": [str(p) for p in data], "load_methods": load_methods}
-    run = run_checks([], load, report, backend_setup, timeout_s)
-    return load_result(run, program_name, {str(p): p.name for p in data})
-
-
-def run_isolated(work: list[dict], report: Path, backend_setup: tuple[str, ...],
-                 timeout_s: float) -> tuple[list[dict], ChildEnd]:
-    """The work step alone: the answers in order and how the child ended."""
-    run = run_checks(work, None, report, backend_setup, timeout_s)
-    return run.answers, run.end
-
-
 def _refused(file: str, rule: str, message: str) -> LoadCheckResult:
     return LoadCheckResult([], [Problem(file, rule, message)])
 

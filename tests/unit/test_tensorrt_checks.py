@@ -425,6 +425,11 @@ def test_run_ingest_verifies_plans_only_in_the_isolated_child(tmp_path, test_pro
     engines = [d["details"]["engine"] for m in description.methods for d in m["delegates"]]
     assert len(engines) == 2 and all(e["bindings"] for e in engines)
     assert test_provider.deserialized == 0  # this process's provider: the server's
+    # The backend documents every detail its check writes into descriptions.
+    from service.backends.tensorrt import BACKEND
+
+    details = {key for m in description.methods for d in m["delegates"] for key in d["details"]}
+    assert details and details <= set(BACKEND.description_fields)
 
 
 def test_one_child_per_upload_deserializes_each_plan_once(tmp_path, monkeypatch, test_provider,
