@@ -121,7 +121,8 @@ _OPTIONS = (
 )
 
 
-def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Settings:
+def parse_settings(argv: list[str] | None = None,
+                   environ: dict[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="ExecuTorch/TensorRT model server")
@@ -134,7 +135,7 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
                             help=f"{help_text} (env {env})", **switch)
     args = parser.parse_args(argv)
     values = {}
-    for flag, env, attr, convert, _ in _OPTIONS:
+    for _, env, attr, convert, _ in _OPTIONS:
         value = getattr(args, attr)
         if value is None and environ.get(env) is not None:
             try:

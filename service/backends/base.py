@@ -14,8 +14,9 @@ service.backends.registry, and nothing in the dataplane, ingest or protocols cha
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class BackendMetrics(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.

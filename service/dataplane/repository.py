@@ -112,7 +112,7 @@ class Repository:
             try:
                 if stored is not None and await asyncio.to_thread(unchanged, stored, folder):
                     continue
-                await self.deploy(lambda: asyncio.to_thread(
+                await self.deploy(lambda name=name, folder=folder: asyncio.to_thread(
                     stage_folder, self.begin_staging(), name, folder))
                 log.info("model %s loaded from %s", name, folder)
             except ServiceError as exc:

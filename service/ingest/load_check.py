@@ -75,7 +75,8 @@ def _signal_name(number: int) -> str:
 
 def _run_child(request: dict, timeout_s: float) -> ChildEnd:
     with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
+        child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check",
+                                  json.dumps(request)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=stderr, env=_child_env(), start_new_session=True)
         try:

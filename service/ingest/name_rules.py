@@ -8,6 +8,7 @@ kind of violation has its own rule id and message so a user knows exactly what t
 from __future__ import annotations
 
 import re
+
 from service.errors import Problem
 
 DATA_SUFFIX = ".ptd"
@@ -33,7 +34,8 @@ def check_program_name(name: str) -> list[Problem]:
         return [Problem(name, "program.ptd_name",
                         f"program file {name!r} has a data-file name: a name ending in '.ptd' "
                         "(ignoring case and trailing dots and spaces) is where a data file is "
-                        "written, which overwrites the program; upload the program as '<name>.pte'")]
+                        "written, which overwrites the program; upload the program as "
+                        "'<name>.pte'")]
     return []
 
 
@@ -42,7 +44,8 @@ def _describe_chars(chars: list[str]) -> str:
 
 
 def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> list[Problem]:
-    """Rules a data-file stem and a model name share: character set, first character, device names."""
+    """Rules a data-file stem and a model name share: character set, first character, device
+    names."""
     problems = []
     if not stem:
         return [Problem(file, f"{rule_prefix}.empty", f"{what} is empty")]
@@ -75,8 +78,8 @@ def check_data_name(name: str) -> list[Problem]:
     problems = _stem_problems("data file name", name, stem, "data")
     if stem and names_data_file(stem):
         problems.append(Problem(name, "data.double_suffix",
-                                f"data file {name!r}: the part before '.ptd' ({stem!r}) itself ends "
-                                "in '.ptd'; name it '<name>.ptd' once"))
+                                f"data file {name!r}: the part before '.ptd' ({stem!r}) itself "
+                                "ends in '.ptd'; name it '<name>.ptd' once"))
     size = len(name.encode("utf-8"))
     if size > FILE_NAME_LIMIT:
         problems.append(Problem(name, "data.too_long",

@@ -9,8 +9,9 @@ pipeline calls them with each delegate of that backend and a context to look up 
 A check that must call into its backend's own runtime on the uploaded bytes (deserialize a plan)
 does not do it here: it returns that call as IsolatedWork, and the pipeline runs all of an
 upload's work in the upload's one check child (service.ingest.load_check) before it loads the
-program, so those findings are still reported together with every other problem. The server never runs native
-code on an unchecked upload itself: a plan that crashes its deserializer kills only the child.
+program, so those findings are still reported together with every other problem. The server
+never runs native code on an unchecked upload itself: a plan that crashes its deserializer kills
+only the child.
 A check may accept a delegate it cannot run here (details "runnable": False with an
 "unavailable_reason", e.g. TensorRT plans stored unverified on a host without TensorRT): the
 model is then stored but described as unavailable, and its methods are described from the file
@@ -20,17 +21,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from service.ingest import name_rules as rules
 from service.config import Settings
 from service.errors import Problem
+from service.ingest import name_rules as rules
+from service.ingest.inspection import (
+    DataFileInfo,
+    DelegateInfo,
+    InspectionError,
+    MethodInfo,
+    ProgramInfo,
+    inspect_data_file,
+    inspect_program,
+    method_meta,
+)
 from service.ingest.load_check import LoadCheckResult, load_result, run_checks
-from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
-                                        ProgramInfo, inspect_data_file, inspect_program,
-                                        method_meta)
 from service.ingest.staging import StagedFile, StagedUpload  # noqa: F401 (StagedFile re-exported)
 from service.store.records import DATA, PROGRAM, PROGRAM_FILE, ModelDescription, StoredFile
 
@@ -136,7 +144,8 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
             program = inspect_program(upload.program.path)
         except InspectionError as exc:
             problems.append(Problem(upload.program.name, "program.invalid",
-                                    f"{upload.program.name!r} is not a valid ExecuTorch program: {exc}"))
+                                    f"{upload.program.name!r} is not a valid ExecuTorch "
+                                    f"program: {exc}"))
     data_files = {}
     for data in upload.data:
         try:
@@ -169,10 +178,10 @@ def _external_data_problems(program_name: str, program: ProgramInfo,
 
 
 def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateReport,
-             step: Callable[[], object]):
-    """A failing check must refuse the upload, not crash the server."""
+             step: Callable[..., object], *args):
+    """Calls step(*args); a failing check must refuse the upload, not crash the server."""
     try:
-        return step()
+        return step(*args)
     except Exception as exc:  # whatever a check raises becomes its problem
         log.exception("delegate check for %s failed", delegate.backend_id)
         report.problems.append(Problem(context.program_name, "delegate.check_failed",
@@ -202,8 +211,7 @@ def _run_child(context: IngestContext, reports: list, load: dict | None, report_
                                                f"{delegate.where}: {report.isolated.doing} "
                                                f"failed: {answer['error']}"))
             else:
-                _guarded(delegate, context, report,
-                         lambda: report.isolated.finish(answer["answer"]))
+                _guarded(delegate, context, report, report.isolated.finish, answer["answer"])
         if len(run.answers) >= len(pending):
             return None if load is None else load_result(run, context.program_name, file_names)
         delegate, report = pending[len(run.answers)]
@@ -228,7 +236,7 @@ def _delegate_reports(context: IngestContext) -> list:
             if check is None:
                 continue
             failed = DelegateReport()  # receives the problem if the check raises
-            report = _guarded(delegate, context, failed, lambda: check(delegate, context))
+            report = _guarded(delegate, context, failed, check, delegate, context)
             reports.append((delegate, report or failed))
     return reports
 

@@ -9,9 +9,10 @@ nothing behind.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 from service.config import Settings
 from service.errors import Invalid, Problem, TooLarge, clip
@@ -86,8 +87,8 @@ class Staging:
         if role not in ROLES:
             raise ValueError(f"unknown file role {role!r}")
         self.close_open_file()
-        staged = StagedFile(filename, self.directory / f"part-{len(self.programs) + len(self.data)}",
-                            0, "")
+        index = len(self.programs) + len(self.data)
+        staged = StagedFile(filename, self.directory / f"part-{index}", 0, "")
         (self.programs if role == "program" else self.data).append(staged)
         if role == "data" and len(self.data) > self._settings.max_data_files:
             raise TooLarge(f"more than {self._settings.max_data_files} data files in one upload")

@@ -26,7 +26,7 @@ class StoredFile:
         return {"name": self.name, "role": self.role, "bytes": self.size, "sha256": self.sha256}
 
     @classmethod
-    def from_json(cls, entry: dict) -> "StoredFile":
+    def from_json(cls, entry: dict) -> StoredFile:
         return cls(entry["name"], entry["role"], entry["bytes"], entry["sha256"])
 
 
@@ -64,13 +64,13 @@ class ModelDescription:
                 "not_runnable": self.not_runnable, "config": self.config}
 
     @classmethod
-    def from_json(cls, data: dict) -> "ModelDescription":
+    def from_json(cls, data: dict) -> ModelDescription:
         return cls(data["name"], tuple(StoredFile.from_json(f) for f in data["files"]),
                    tuple(data["methods"]), tuple(data.get("warnings", ())),
                    data.get("not_runnable"), data.get("config"))
 
     @classmethod
-    def from_legacy(cls, view: dict) -> "ModelDescription":
+    def from_legacy(cls, view: dict) -> ModelDescription:
         """A row written before records were versioned held the API answer itself, with
         "runnable" and "unavailable_reason" in it."""
         not_runnable = view.get("unavailable_reason") if view.get("runnable") is False else None

@@ -61,7 +61,7 @@ class Storage:
         with self._connect() as db:
             _migrate(db)
 
-    def _connect(self) -> "_Transaction":
+    def _connect(self) -> _Transaction:
         db = sqlite3.connect(self.root / REGISTRY, timeout=30, isolation_level=None)
         db.execute("PRAGMA synchronous=FULL")
         return _Transaction(db)

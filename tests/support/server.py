@@ -42,7 +42,7 @@ class ServerProcess:
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
 
-    def start(self, timeout: float = 60.0) -> "ServerProcess":
+    def start(self, timeout: float = 60.0) -> ServerProcess:
         self.start_process()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -57,7 +57,7 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server not ready within {timeout} s:\n{self.log()}")
 
-    def start_process(self) -> "ServerProcess":
+    def start_process(self) -> ServerProcess:
         """Starts the process without waiting for it to be ready."""
         self.port = free_port()
         env = dict(os.environ)
@@ -84,14 +84,14 @@ class ServerProcess:
             self.process.kill()
             self.process.wait()
 
-    def restart(self) -> "ServerProcess":
+    def restart(self) -> ServerProcess:
         self.stop()
         return self.start()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-8000:] if self.log_path.exists() else ""
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -5,11 +5,17 @@ import shutil
 
 import pytest
 
-from service.ingest import pipeline as ingest
 from service.config import Settings
-from service.ingest.pipeline import (DelegateReport, IngestRefused, StagedFile, StagedUpload,
-                            register_delegate_check, run_ingest)
 from service.errors import Problem
+from service.ingest import pipeline as ingest
+from service.ingest.pipeline import (
+    DelegateReport,
+    IngestRefused,
+    StagedFile,
+    StagedUpload,
+    register_delegate_check,
+    run_ingest,
+)
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program  # noqa: F401
 

@@ -50,7 +50,8 @@ def test_load_refusals_are_ingest_refusals_and_leave_nothing(run, tmp_path,
                                                             external_weights_program):
     async def body(service):
         with pytest.raises(Invalid) as missing_data:
-            await service.load_model("m", {"1/model.pte": external_weights_program.pte.read_bytes()})
+            await service.load_model(
+                "m", {"1/model.pte": external_weights_program.pte.read_bytes()})
         with pytest.raises(Invalid) as bad_keys:
             await service.load_model("m", {"2/model.pte": b"x", "1/notes.txt": b"x",
                                            "1/a.pte": b"x", "1/b.pte": b"x"})

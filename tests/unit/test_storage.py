@@ -5,8 +5,14 @@ import sqlite3
 import pytest
 
 from service.store.records import ModelDescription, StoredFile
-from service.store.storage import (PROGRAM_FILE, REGISTRY, SCHEMA_VERSION, NameTaken,
-                                   RegistryTooNew, Storage)
+from service.store.storage import (
+    PROGRAM_FILE,
+    REGISTRY,
+    SCHEMA_VERSION,
+    NameTaken,
+    RegistryTooNew,
+    Storage,
+)
 
 
 def _stage(storage, content=b"program", data=None):

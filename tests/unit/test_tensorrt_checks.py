@@ -15,13 +15,31 @@ import ethost_tensorrt
 import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
+from service.backends.tensorrt.checks import (
+    PLANNING_HINT,
+    STRIPPED_HINT,
+    check_tensorrt_delegate,
+    placement_report,
+    stripped_weights_problem,
+    verify_engine,
+)
 from service.config import Settings
-from service.ingest.pipeline import (IngestContext, IngestRefused, StagedFile, StagedUpload,
-                            run_ingest)
-from service.ingest.inspection import (DataFileInfo, DelegateInfo, MethodInfo, ProgramInfo,
-                                        TensorValue, inspect_data_file, inspect_program)
-from service.backends.tensorrt.checks import (PLANNING_HINT, STRIPPED_HINT, check_tensorrt_delegate,
-                                     placement_report, stripped_weights_problem, verify_engine)
+from service.ingest.inspection import (
+    DataFileInfo,
+    DelegateInfo,
+    MethodInfo,
+    ProgramInfo,
+    TensorValue,
+    inspect_data_file,
+    inspect_program,
+)
+from service.ingest.pipeline import (
+    IngestContext,
+    IngestRefused,
+    StagedFile,
+    StagedUpload,
+    run_ingest,
+)
 from support import trt_blob
 from support.test_engine_provider import TestEngineProvider
 from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401

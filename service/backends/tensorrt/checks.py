@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
 from service.errors import Problem
 from service.ingest.inspection import DelegateInfo, MethodInfo
+from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
 
 ALIGNMENT = tensorrt_runtime.ADDRESS_ALIGNMENT
 STRIPPED_HINT = "saved without its weights; re-export with strip_engine_weights=False"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from service.backends.tensorrt import BACKEND_ID
 from service.dataplane.metrics import Counter
