@@ -29,14 +29,19 @@ def find_entries(dirs: tuple[Path, ...], model_name: str | None) -> list[tuple[s
             raise RuntimeError(f"model directory {directory} does not exist or is not a folder")
     if model_name is not None:
         return [(model_name, Path(dirs[0]))]
-    entries = []
+    entries: dict[str, Path] = {}
     for directory in dirs:
         for folder in sorted(Path(directory).iterdir()):
-            if folder.is_dir() and any(folder.glob("*.pte")):
-                entries.append((folder.name, folder))
-            elif folder.is_dir():
+            if not folder.is_dir():
+                continue
+            if not any(folder.glob("*.pte")):
                 log.info("skipping %s: it holds no .pte program", folder)
-    return entries
+            elif folder.name in entries:  # one name, one model: the first directory given wins
+                log.error("skipping %s: model %s is already served from %s", folder,
+                          folder.name, entries[folder.name])
+            else:
+                entries[folder.name] = folder
+    return list(entries.items())
 
 
 def _files(folder: Path) -> list[tuple[str, Path]]:
