@@ -81,15 +81,18 @@ class Repository:
                     raise Unavailable(f"model {name!r} could not be opened: {exc}") from None
                 self._models[name] = serve(stored, pool)
                 self._unavailable.pop(name, None)
+                await asyncio.to_thread(self.storage.set_unloaded, name, False)
             return self._description(name)
 
     async def unload_model(self, name: str) -> None:
-        """Stops serving a model but keeps it stored; load_model(name) serves it again."""
+        """Stops serving a model but keeps it stored, also across restarts; load_model(name)
+        serves it again."""
         self._stored(name)
         async with self._lock(name):
             served = self._models.pop(name, None)
             if served is not None:
                 self._unavailable[name] = (served.stored, UNLOADED)
+                await asyncio.to_thread(self.storage.set_unloaded, name, True)
                 await served.pool.close()
 
     def repository_index(self) -> list[dict]:

@@ -22,8 +22,8 @@ from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, Servic
                             Unavailable, clip, input_problem)
 from service.backends.registry import enabled
 from service.ingest.pipeline import IngestRefused, run_ingest
-from service.dataplane.repository import (MODEL_VERSION, Repository, Served, not_runnable,
-                                          refused_view, serve)
+from service.dataplane.repository import (MODEL_VERSION, UNLOADED, Repository, Served,
+                                          not_runnable, refused_view, serve)
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import StagedUpload, Staging
 from service.store.records import ModelDescription, StoredModel
@@ -63,8 +63,9 @@ class ModelService(Repository):
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
         self._ethost = import_host(self.settings.setups)
+        unloaded = await asyncio.to_thread(self.storage.unloaded)
         for stored in await asyncio.to_thread(self.storage.reconcile):
-            reason = not_runnable(stored)
+            reason = UNLOADED if stored.name in unloaded else not_runnable(stored)
             if reason is not None:
                 self._unavailable[stored.name] = (stored, reason)
                 continue

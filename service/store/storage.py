@@ -29,8 +29,14 @@ from pathlib import Path
 from service.store.records import PROGRAM_FILE, ModelDescription, StoredModel  # noqa: F401
 
 REGISTRY = "registry.sqlite3"
-# 0: rows hold the native API's description dict (before versioning); 1: rows hold records.
-SCHEMA_VERSION = 1
+# 0: rows hold the native API's description dict (before versioning); 1: rows hold records;
+# 2: rows say whether the model was unloaded (the repository API), which a restart keeps.
+SCHEMA_VERSION = 2
+_CREATE = ("CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+           "description TEXT NOT NULL, created_at REAL NOT NULL, "
+           "unloaded INTEGER NOT NULL DEFAULT 0)")
+_REPLACE = ("INSERT OR REPLACE INTO models (name, directory, description, created_at) "
+            "VALUES (?, ?, ?, ?)")
 log = logging.getLogger(__name__)
 
 
@@ -111,13 +117,23 @@ class Storage:
                                  (name,)).fetchone()
                 if row is not None and not replace:
                     raise NameTaken(name)
-                db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
+                db.execute(_REPLACE,
                            (name, directory_name, json.dumps(description.to_json()),
                             time.time()))
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
         return new, None if row is None else self._model(row)
+
+    def set_unloaded(self, name: str, unloaded: bool) -> None:
+        """Remembers that a model is not to be served until loaded again (a new upload of the
+        name is served: committing resets it)."""
+        with self._lock, self._connect() as db:
+            db.execute("UPDATE models SET unloaded = ? WHERE name = ?", (int(unloaded), name))
+
+    def unloaded(self) -> set[str]:
+        with self._connect() as db:
+            return {row[0] for row in db.execute("SELECT name FROM models WHERE unloaded != 0")}
 
     def unregister(self, name: str) -> StoredModel | None:
         with self._lock, self._connect() as db:
@@ -130,7 +146,7 @@ class Storage:
     def reinstate(self, model: StoredModel, failed: StoredModel) -> None:
         """Undoes a commit whose model could not be served: the replaced one is registered again."""
         with self._lock, self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
+            db.execute(_REPLACE,
                        (model.name, model.directory.name,
                         json.dumps(model.description.to_json()), time.time()))
         self.remove_directory(failed)
@@ -207,14 +223,18 @@ def _migrate(db: sqlite3.Connection) -> None:
     if version > SCHEMA_VERSION:
         raise RegistryTooNew(f"the registry was written by a newer release (schema {version}; "
                              f"this one reads up to {SCHEMA_VERSION})")
-    db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
-               "directory TEXT NOT NULL, description TEXT NOT NULL, created_at REAL NOT NULL)")
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'models'"
+                      ).fetchone():
+        db.execute(_CREATE)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return
     if version < 1:
         rows = db.execute("SELECT name, description FROM models").fetchall()
         for name, text in rows:
             record = ModelDescription.from_legacy(json.loads(text))
             db.execute("UPDATE models SET description = ? WHERE name = ?",
                        (json.dumps(record.to_json()), name))
-        if rows:
-            log.info("registry migrated to schema %d (%d model(s))", SCHEMA_VERSION, len(rows))
+    if version < 2:
+        db.execute("ALTER TABLE models ADD COLUMN unloaded INTEGER NOT NULL DEFAULT 0")
+    log.info("registry migrated from schema %d to %d", version, SCHEMA_VERSION)
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -18,7 +18,8 @@ def leftovers(root):
 
 @pytest.fixture
 def run(tmp_path):
-    """run(coroutine_function(service)) on a started service over tmp_path/artifacts."""
+    """run(coroutine_function(service)) on a service started over tmp_path/artifacts (each call
+    is a fresh start of the same store, as a restart)."""
     def run(body, **settings):
         async def main():
             service = ModelService(Settings(artifacts=tmp_path / "artifacts", **settings))
@@ -92,6 +93,23 @@ def test_unload_keeps_the_model_and_load_serves_it_again(run, linear_relu_progra
     assert described["state"] == "unavailable" and described["error"] == "unloaded"
     assert again["state"] == "ready"
     assert index == [{"name": "m", "version": "1", "state": "READY", "reason": ""}]
+
+
+def test_an_unloaded_model_stays_unloaded_across_a_restart(run, linear_relu_program):
+    async def unload(service):
+        await service.load_model("m", {"1/model.pte": linear_relu_program.pte.read_bytes()})
+        await service.unload_model("m")
+
+    async def restarted(service):
+        index = service.repository_index()
+        await service.load_model("m")
+        return index
+
+    run(unload)
+    assert run(restarted) == [{"name": "m", "version": "1", "state": "UNAVAILABLE",
+                               "reason": "unloaded"}]
+    assert run(lambda service: asyncio.sleep(0, service.repository_index())) == [
+        {"name": "m", "version": "1", "state": "READY", "reason": ""}]
 
 
 def test_load_with_only_a_config_reingests_the_stored_files(run, linear_relu_program):

@@ -156,6 +156,17 @@ def test_a_registry_written_before_versioning_is_migrated(tmp_path):
     assert "runnable" not in json.loads(text) and json.loads(text)["not_runnable"] == "no GPU here"
     # Opening it again reads the records as they are.
     assert Storage(tmp_path).get("stored").description == stored.description
+    assert storage.unloaded() == set()
+    storage.set_unloaded("ready", True)
+    assert Storage(tmp_path).unloaded() == {"ready"}
+
+
+def test_a_new_upload_of_an_unloaded_name_is_served(tmp_path):
+    storage = Storage(tmp_path)
+    storage.commit("m", *_stage(storage), replace=False)
+    storage.set_unloaded("m", True)
+    storage.commit("m", *_stage(storage, b"two"), replace=True)
+    assert storage.unloaded() == set()
 
 
 def test_a_registry_from_a_newer_release_is_refused(tmp_path):
