@@ -200,6 +200,8 @@ def _run_child(context: IngestContext, reports: list, load: dict | None, report_
     not: the limit is the upload's, not each plan's.
     """
     pending = [(delegate, report) for delegate, report in reports if report.isolated]
+    if not pending and load is None:  # nothing to run: no child
+        return None
     while True:
         run = run_checks(
             [{"function": r.isolated.function, "request": r.isolated.request} for _, r in pending],

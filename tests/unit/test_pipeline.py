@@ -74,6 +74,16 @@ def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(tmp_pat
     assert blob_size > 0 and sizes
 
 
+def test_an_upload_refused_before_the_child_starts_none(tmp_path, programs_dir):
+    from service.ingest import load_check
+
+    started = load_check.children_started
+    with pytest.raises(IngestRefused):
+        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir), name="bad name!"),
+                   Settings())
+    assert load_check.children_started == started
+
+
 def test_a_failing_delegate_check_refuses_instead_of_crashing(tmp_path, programs_dir, checks):
     checks("XnnpackBackend", lambda delegate, context: 1 / 0)
     with pytest.raises(IngestRefused) as refused:
