@@ -32,18 +32,33 @@ class Settings:
     load_check_timeout_s: float = 120.0
     max_concurrent_ingests: int = 2
     allow_unverified_plans: bool = False
-    # "module:function" callables run in the server and in every load-check child before a program
-    # is opened: they register delegate backends with the native host. The default loads the
-    # TensorRT backend with the shipped provider; it needs no TensorRT or GPU to start, so a CPU
-    # host serves CPU programs and refuses (or stores unverified) TensorRT ones.
-    backend_setup: tuple[str, ...] = ("service.backends.tensorrt.runtime:install_backend",)
-    # Modules whose import registers per-delegate ingest checks (service.ingest.register_delegate_check).
-    delegate_check_modules: tuple[str, ...] = ("service.backends.tensorrt.checks",)
+    # The delegate backends served (service.backends.registry): each registers its native library
+    # with the host, in the server and in every ingest check child, and brings its ingest check
+    # and metrics. TensorRT needs no TensorRT or GPU to start, so a CPU host serves CPU and
+    # XNNPACK programs and refuses (or stores unverified) TensorRT ones.
+    backends: tuple[str, ...] = ("tensorrt", "xnnpack")
+    # When set, these "module:function" callables register the backends instead of the enabled
+    # backends' own setups (tests install stand-ins this way); the backends' checks still apply.
+    backend_setup: tuple[str, ...] | None = None
+    # Read-only model directories ingested at start (service.ingest.model_dirs); with model_name,
+    # the one directory is itself the model's folder (KServe's /mnt/models).
+    model_dirs: tuple[Path, ...] = ()
+    model_name: str | None = None
     log_level: str = "info"
     # Bearer tokens (service/auth.py): files here, or ETRT_ADMIN_TOKEN / ETRT_INFER_TOKEN.
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
+
+
+    @property
+    def setups(self) -> tuple[str, ...]:
+        """The "module:function" callables that register the backends, in order."""
+        if self.backend_setup is not None:
+            return self.backend_setup
+        from service.backends.registry import enabled
+
+        return tuple(backend.setup for backend in enabled(self.backends))
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace').
@@ -68,6 +83,10 @@ def _metrics_auth(text: str) -> str:
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _paths(text: str) -> tuple[Path, ...]:
+    return tuple(Path(item) for item in _list(text))
 
 
 # (flag, env var, settings attribute, converter, help)
@@ -98,11 +117,16 @@ _OPTIONS = (
      "seconds the isolated load check may take"),
     ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,
      "accept delegate plans the ingest checks cannot verify"),
+    ("--backends", "ETRT_BACKENDS", "backends", _list,
+     "comma-separated delegate backends to serve: tensorrt, xnnpack (default: both)"),
     ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
-     "comma-separated module:function callables registering delegate backends (default: "
-     "service.backends.tensorrt.runtime:install_backend; an empty value registers none)"),
-    ("--delegate-check-modules", "ETRT_DELEGATE_CHECK_MODULES", "delegate_check_modules", _list,
-     "comma-separated modules registering per-delegate ingest checks"),
+     "comma-separated module:function callables registering the backends instead of their own "
+     "setups (an empty value registers none)"),
+    ("--model-dir", "ETRT_MODEL_DIRS", "model_dirs", _paths,
+     "a read-only model directory ingested at start: DIR/<name>/ holds one .pte, its .ptd files "
+     "and optionally config.json (repeat the flag; the variable takes a comma-separated list)"),
+    ("--model-name", "ETRT_MODEL_NAME", "model_name", str,
+     "serve the one --model-dir itself as this model (KServe's single-model layout)"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
     ("--admin-token-file", "ETRT_ADMIN_TOKEN_FILE", "admin_token_file", Path,
      "file holding the bearer token for model management (or set ETRT_ADMIN_TOKEN)"),
@@ -113,18 +137,21 @@ _OPTIONS = (
 )
 
 
-def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Settings:
+def parse_settings(argv: list[str] | None = None,
+                   environ: dict[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog="python -m service",
                                      description="ExecuTorch/TensorRT model server")
     for flag, env, attr, convert, help_text in _OPTIONS:
         # A boolean flag given alone means true, as its documentation writes it.
         switch = {"nargs": "?", "const": True} if convert is _bool else {}
+        if convert is _paths:  # repeatable: one path per flag
+            switch, convert = {"action": "append"}, Path
         parser.add_argument(flag, dest=attr, type=convert, default=None,
                             help=f"{help_text} (env {env})", **switch)
     args = parser.parse_args(argv)
     values = {}
-    for flag, env, attr, convert, _ in _OPTIONS:
+    for _, env, attr, convert, _ in _OPTIONS:
         value = getattr(args, attr)
         if value is None and environ.get(env) is not None:
             try:
@@ -132,8 +159,15 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 parser.error(f"{env}={environ[env]!r}: {exc}")
         if value is not None:
-            values[attr] = value
+            values[attr] = tuple(value) if isinstance(value, list) else value
     settings = Settings(**values)
+    if settings.model_name is not None and len(settings.model_dirs) != 1:
+        parser.error("--model-name serves one --model-dir as that model: give exactly one")
+    from service.backends.registry import KNOWN
+
+    unknown = [name for name in settings.backends if name not in KNOWN]
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}")
     for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
                  "instances_per_model",
                  "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):

@@ -11,7 +11,6 @@ import logging
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from service.backends.host import import_host
@@ -23,52 +22,34 @@ from service.dataplane.signature import bind_inputs, select_outputs, signature_o
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Aborted, Busy, Conflict, DeadlineExceeded, ExecutionFailed, Invalid,
                             NotFound, ServiceError, TooLarge, Unavailable, clip, input_problem)
+from service.backends.registry import enabled
 from service.ingest import child_guard
 from service.ingest.model_config import instance_count
-from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
-from service.store.storage import NameTaken, Storage, StoredModel
+from service.ingest.pipeline import IngestRefused, run_ingest
+from service.dataplane.repository import (MODEL_VERSION, UNLOADED, Repository, Served,
+                                          not_runnable, refused_view, serve)
+from service.ingest.model_dirs import find_entries
+from service.ingest.staging import StagedUpload, Staging
+from service.store.records import ModelDescription, StoredModel
+from service.store.storage import NameTaken, Storage
 
 log = logging.getLogger(__name__)
-# Every model has one version: a replace swaps it atomically rather than adding a second one.
-MODEL_VERSION = "1"
-
-
-@dataclass
-class _Served:
-    stored: StoredModel
-    pool: ModelPool
-    signatures: dict[str, MethodSignature]
-    schedulers: dict[str, Scheduler] = field(default_factory=dict)
-
-
-def _not_runnable(stored: StoredModel) -> str | None:
-    """Why ingest stored this model as unable to run on this host; None when it can run.
-
-    Such a model is kept and listed but never opened: opening it would initialize delegates that
-    cannot work here (e.g. TensorRT plans on a host without TensorRT), so /infer answers with
-    this reason instead.
-    """
-    if stored.description.get("runnable") is False:
-        return stored.description["unavailable_reason"]
-    return None
-
-
-def _serve(stored: StoredModel, pool: ModelPool) -> _Served:
-    return _Served(stored, pool, {m: signature_of(pool.meta(m)) for m in pool.method_names})
 
 
 def _outcome(exc: BaseException, outcomes: tuple) -> str:
     return next((name for kind, name in outcomes if isinstance(exc, kind)), "error")
 
 
-class ModelService:
+class ModelService(Repository):
     def __init__(self, settings: Settings):
         self.settings = settings
         self.storage: Storage | None = None
         self._ethost = None
-        self._models: dict[str, _Served] = {}
+        self._models: dict[str, Served] = {}
         # Stored but not served, with why; kept in memory so describing them reads no database.
         self._unavailable: dict[str, tuple[StoredModel, str]] = {}
+        # Model directory entries ingest refused (nothing of them is stored), with why.
+        self._refused: dict[str, ServiceError] = {}
         # One lock per model name, never dropped: a lock popped while a deploy waits on it would
         # let the next deploy of that name take a fresh one and commit concurrently.
         self._locks: dict[str, asyncio.Lock] = {}
@@ -78,17 +59,19 @@ class ModelService:
         # and commits, and at most this many uploads are checked at once.
         self._ingest = ThreadPoolExecutor(settings.max_concurrent_ingests,
                                           thread_name_prefix="ingest")
-        self.metrics = Metrics()
+        self.backends = enabled(settings.backends)
+        self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.ready = False
+        self._loading: asyncio.Task | None = None
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        load_delegate_checks(self.settings.delegate_check_modules)
-        self._ethost = import_host(self.settings.backend_setup)
+        self._ethost = import_host(self.settings.setups)
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
+        unloaded = await asyncio.to_thread(self.storage.unloaded)
         for stored in await asyncio.to_thread(self.storage.reconcile):
-            reason = _not_runnable(stored)
+            reason = UNLOADED if stored.name in unloaded else not_runnable(stored)
             if reason is not None:
                 self._unavailable[stored.name] = (stored, reason)
                 continue
@@ -98,11 +81,19 @@ class ModelService:
                 log.error("model %s could not be loaded: %s", stored.name, exc)
                 self._unavailable[stored.name] = (stored, f"{type(exc).__name__}: {exc}")
                 continue
-            self._models[stored.name] = _serve(stored, pool)
-        self.ready = True
+            self._models[stored.name] = serve(stored, pool)
+        if self.settings.model_dirs:
+            entries = find_entries(self.settings.model_dirs, self.settings.model_name)
+            # Readiness waits for the directories; the server answers meanwhile.
+            self._loading = asyncio.create_task(self._load_model_dirs(entries))
+        else:
+            self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
+        if self._loading is not None:
+            self._loading.cancel()
+            await asyncio.gather(self._loading, return_exceptions=True)
         for served in list(self._models.values()):
             await served.pool.close()
         self._executor.shutdown(wait=True)
@@ -111,14 +102,18 @@ class ModelService:
     def _open_pool(self, stored: StoredModel) -> ModelPool:
         return self.metrics.open_pool(stored.name, lambda: ModelPool(
             stored, self._ethost,
-            instance_count(stored.description.get("config"), self.settings.instances_per_model),
+            instance_count(stored.description.config, self.settings.instances_per_model),
             self.settings.kernel_threadpool))
+
+    def begin_staging(self) -> Staging:
+        """Where a transport puts an upload's files before handing it to deploy()."""
+        return Staging(self.storage, self.settings)
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
     def _exists(self, name: str) -> bool:
-        return name in self._models or name in self._unavailable
+        return name in self._models or name in self._unavailable or name in self._refused
 
     async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
         """Receives, checks, stores and starts serving an upload, then counts and logs the outcome.
@@ -160,20 +155,21 @@ class ModelService:
         finally:
             self.storage.discard(upload.directory)
 
-    async def _commit(self, upload: StagedUpload, description: dict) -> dict:
+    async def _commit(self, upload: StagedUpload, description: ModelDescription) -> dict:
         name = upload.model_name
         try:
             stored, replaced = await asyncio.to_thread(
                 self.storage.commit, name, upload.directory, description, upload.replace)
         except NameTaken:
             raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
-        reason = _not_runnable(stored)
+        reason = not_runnable(stored)
         pool = await self._open_committed(stored, replaced) if reason is None else None
         previous = self._models.pop(name, None)
+        self._refused.pop(name, None)
         if pool is None:
             self._unavailable[name] = (stored, reason)
         else:
-            self._models[name] = _serve(stored, pool)
+            self._models[name] = serve(stored, pool)
             self._unavailable.pop(name, None)
         if previous is not None:
             await previous.pool.close()
@@ -195,16 +191,18 @@ class ModelService:
             raise Unavailable(f"model {stored.name!r} could not be opened: {exc}") from None
 
     def _description(self, name: str) -> dict:
+        if name in self._refused:
+            return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description
+            return served.stored.description.view("ready")
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
-            return {**stored.description, "state": "unavailable", "error": reason}
+            return stored.description.view("unavailable", reason)
         raise NotFound(f"model {clip(name)!r} not found")
 
     def list_models(self) -> list[dict]:
-        return [self._description(name) for name in sorted({*self._models, *self._unavailable})]
+        return [self._description(name) for name in self.model_names()]
 
     def describe(self, name: str) -> dict:
         return self._description(name)
@@ -219,6 +217,7 @@ class ModelService:
                 raise NotFound(f"model {clip(name)!r} not found")
             served = self._models.pop(name, None)
             self._unavailable.pop(name, None)
+            self._refused.pop(name, None)
             stored = await asyncio.to_thread(self.storage.unregister, name)
             if served is not None:
                 await served.pool.close()
@@ -226,9 +225,18 @@ class ModelService:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
             self.metrics.forget_model(name)
 
+    def _stored(self, name: str) -> StoredModel:
+        if name in self._refused:
+            raise Unavailable(self._refused[name].message)
+        if name in self._models:
+            return self._models[name].stored
+        if name in self._unavailable:
+            return self._unavailable[name][0]
+        raise NotFound(f"model {clip(name)!r} not found")
+
     def metrics_text(self) -> str:
         return self.metrics.render({"ready": len(self._models),
-                                    "unavailable": len(self._unavailable)})
+                                    "unavailable": len(self._unavailable) + len(self._refused)})
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -246,21 +254,21 @@ class ModelService:
     def signatures(self, name: str, version: str | None = None) -> dict[str, MethodSignature]:
         """Each method's signature with its published tensor names (also of unavailable models,
         described from the file)."""
-        description = self._description(name)
+        stored = self._stored(name)
         self._check_version(name, version)
-        return {m["name"]: signature_of(m) for m in description["methods"]}
+        return {m["name"]: signature_of(m) for m in stored.description.methods}
 
     def model_names(self) -> list[str]:
-        return sorted({*self._models, *self._unavailable})
+        return sorted({*self._models, *self._unavailable, *self._refused})
 
     # -- inference ------------------------------------------------------------------------------
 
-    def _scheduler_for(self, served: _Served, method: str) -> Scheduler:
+    def _scheduler_for(self, served: Served, method: str) -> Scheduler:
         scheduler = served.schedulers.get(method)
         if scheduler is None:
             scheduler = served.schedulers[method] = Scheduler(
                 served.stored.name, method, served.pool,
-                served.stored.description.get("config") or {}, self._executor, self.metrics)
+                served.stored.description.config or {}, self._executor, self.metrics)
         return scheduler
 
     def batch_stats(self, name: str) -> dict[str, dict]:
@@ -300,10 +308,12 @@ class ModelService:
             log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
                      clip(method), outcome, elapsed)
 
-    async def _infer(self, served: _Served | None, request: InferRequest,
+    async def _infer(self, served: Served | None, request: InferRequest,
                      acquired: Callable[[float], None]) -> InferResponse:
         model, method = request.model, request.method
         if served is None:
+            if model in self._refused:
+                raise Unavailable(self._refused[model].message)
             if model in self._unavailable:
                 raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model][1]}")
             raise NotFound(f"model {clip(model)!r} not found")

@@ -42,14 +42,14 @@ class _Buffer:
             raise InspectionError(f"flatbuffer read of {size} bytes at {pos} is outside the file")
         return struct.unpack_from(fmt, self.data, pos)[0]
 
-    def table(self, pos: int) -> "_Table":
+    def table(self, pos: int) -> _Table:
         vtable = pos - self._unpack("<i", pos)
         vtable_size = self._unpack("<H", vtable)
         if vtable_size < 4 or vtable_size % 2:
             raise InspectionError(f"flatbuffer vtable at {vtable} is malformed")
         return _Table(self, pos, vtable, vtable_size)
 
-    def root(self) -> "_Table":
+    def root(self) -> _Table:
         return self.table(self._unpack("<I", 0))
 
 
@@ -72,7 +72,7 @@ class _Table:
         pos = self._field(slot)
         return None if pos is None else pos + self.buf._unpack("<I", pos)
 
-    def table(self, slot: int) -> "_Table | None":
+    def table(self, slot: int) -> _Table | None:
         target = self._target(slot)
         return None if target is None else self.buf.table(target)
 
@@ -101,7 +101,7 @@ class _Table:
         size = struct.calcsize(fmt)
         return [self.buf._unpack(fmt, start + i * size) for i in range(length)]
 
-    def tables(self, slot: int) -> list["_Table"]:
+    def tables(self, slot: int) -> list[_Table]:
         start, length = self._vector(slot)
         out = []
         for i in range(length):
@@ -178,7 +178,8 @@ def _open(path: Path):
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _segment_span(buf: _Buffer, segments: list[_Table], index: int, base: int | None) -> tuple[int, int]:
+def _segment_span(buf: _Buffer, segments: list[_Table], index: int,
+                  base: int | None) -> tuple[int, int]:
     if not 0 <= index < len(segments):
         raise InspectionError(f"segment index {index} out of range ({len(segments)} segments)")
     size = segments[index].scalar(1, "<Q")

@@ -8,6 +8,7 @@ kind of violation has its own rule id and message so a user knows exactly what t
 from __future__ import annotations
 
 import re
+
 from service.errors import Problem, clip
 
 DATA_SUFFIX = ".ptd"
@@ -42,7 +43,8 @@ def _describe_chars(chars: list[str]) -> str:
 
 
 def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> list[Problem]:
-    """Rules a data-file stem and a model name share: character set, first character, device names."""
+    """Rules a data-file stem and a model name share: character set, first character, device
+    names."""
     problems = []
     if not stem:
         return [Problem(file, f"{rule_prefix}.empty", f"{what} is empty")]

@@ -5,6 +5,10 @@ staging directory, fsynced, and renamed into place *before* the row points at th
 never visible half-written; anything on disk that no row points at is a leftover of an interrupted
 upload, replace or delete, and startup reconciliation removes it.
 
+The registry's form is versioned (PRAGMA user_version, SCHEMA_VERSION): a registry written by
+an earlier release is migrated in place when the store opens, in one transaction, and one written
+by a later release is refused rather than misread.
+
 Layout under the artifacts root:
     registry.sqlite3            the registry (the only file outside the two directories below)
     models/<name>.<generation>/ program.pte and the model's .ptd files under their uploaded names
@@ -20,11 +24,19 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
+from service.store.records import PROGRAM_FILE, ModelDescription, StoredModel  # noqa: F401
+
 REGISTRY = "registry.sqlite3"
-PROGRAM_FILE = "program.pte"
+# 0: rows hold the native API's description dict (before versioning); 1: rows hold records;
+# 2: rows say whether the model was unloaded (the repository API), which a restart keeps.
+SCHEMA_VERSION = 2
+_CREATE = ("CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+           "description TEXT NOT NULL, created_at REAL NOT NULL, "
+           "unloaded INTEGER NOT NULL DEFAULT 0)")
+_REPLACE = ("INSERT OR REPLACE INTO models (name, directory, description, created_at) "
+            "VALUES (?, ?, ?, ?)")
 log = logging.getLogger(__name__)
 
 
@@ -32,19 +44,8 @@ class NameTaken(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class StoredModel:
-    name: str
-    directory: Path
-    description: dict
-
-    @property
-    def program_path(self) -> Path:
-        return self.directory / PROGRAM_FILE
-
-    @property
-    def data_paths(self) -> list[Path]:
-        return [self.directory / f["name"] for f in self.description["files"] if f["role"] == "data"]
+class RegistryTooNew(Exception):
+    pass
 
 
 def fsync_directory(path: Path) -> None:
@@ -64,11 +65,9 @@ class Storage:
         for directory in (self.root, self.models_dir, self.staging_dir):
             directory.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
-                       "directory TEXT NOT NULL, description TEXT NOT NULL, "
-                       "created_at REAL NOT NULL)")
+            _migrate(db)
 
-    def _connect(self) -> "_Transaction":
+    def _connect(self) -> _Transaction:
         db = sqlite3.connect(self.root / REGISTRY, timeout=30, isolation_level=None)
         db.execute("PRAGMA synchronous=FULL")
         return _Transaction(db)
@@ -93,9 +92,10 @@ class Storage:
             return [self._model(row) for row in rows.fetchall()]
 
     def _model(self, row) -> StoredModel:
-        return StoredModel(row[0], self.models_dir / row[1], json.loads(row[2]))
+        return StoredModel(row[0], self.models_dir / row[1],
+                           ModelDescription.from_json(json.loads(row[2])))
 
-    def commit(self, name: str, staged: Path, description: dict, replace: bool
+    def commit(self, name: str, staged: Path, description: ModelDescription, replace: bool
                ) -> tuple[StoredModel, StoredModel | None]:
         """Moves a checked upload into place and registers it; returns (new, replaced).
 
@@ -117,12 +117,23 @@ class Storage:
                                  (name,)).fetchone()
                 if row is not None and not replace:
                     raise NameTaken(name)
-                db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
-                           (name, directory_name, json.dumps(description), time.time()))
+                db.execute(_REPLACE,
+                           (name, directory_name, json.dumps(description.to_json()),
+                            time.time()))
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
         return new, None if row is None else self._model(row)
+
+    def set_unloaded(self, name: str, unloaded: bool) -> None:
+        """Remembers that a model is not to be served until loaded again (a new upload of the
+        name is served: committing resets it)."""
+        with self._lock, self._connect() as db:
+            db.execute("UPDATE models SET unloaded = ? WHERE name = ?", (int(unloaded), name))
+
+    def unloaded(self) -> set[str]:
+        with self._connect() as db:
+            return {row[0] for row in db.execute("SELECT name FROM models WHERE unloaded != 0")}
 
     def unregister(self, name: str) -> StoredModel | None:
         with self._lock, self._connect() as db:
@@ -135,9 +146,9 @@ class Storage:
     def reinstate(self, model: StoredModel, failed: StoredModel) -> None:
         """Undoes a commit whose model could not be served: the replaced one is registered again."""
         with self._lock, self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
-                       (model.name, model.directory.name, json.dumps(model.description),
-                        time.time()))
+            db.execute(_REPLACE,
+                       (model.name, model.directory.name,
+                        json.dumps(model.description.to_json()), time.time()))
         self.remove_directory(failed)
 
     def remove_directory(self, model: StoredModel) -> None:
@@ -197,11 +208,33 @@ def _fsync_file(path: Path) -> None:
 
 def _missing_files(model: StoredModel) -> list[str]:
     missing = []
-    for entry in model.description.get("files", []):
-        path = model.directory / (PROGRAM_FILE if entry["role"] == "program" else entry["name"])
+    for stored in model.description.files:
         try:
-            if path.stat().st_size != entry["bytes"]:
-                missing.append(f"{entry['name']} (size changed)")
+            if model.path_of(stored).stat().st_size != stored.size:
+                missing.append(f"{stored.name} (size changed)")
         except FileNotFoundError:
-            missing.append(entry["name"])
+            missing.append(stored.name)
     return missing
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Creates the registry, or brings one written by an earlier release to SCHEMA_VERSION."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RegistryTooNew(f"the registry was written by a newer release (schema {version}; "
+                             f"this one reads up to {SCHEMA_VERSION})")
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'models'"
+                      ).fetchone():
+        db.execute(_CREATE)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return
+    if version < 1:
+        rows = db.execute("SELECT name, description FROM models").fetchall()
+        for name, text in rows:
+            record = ModelDescription.from_legacy(json.loads(text))
+            db.execute("UPDATE models SET description = ? WHERE name = ?",
+                       (json.dumps(record.to_json()), name))
+    if version < 2:
+        db.execute("ALTER TABLE models ADD COLUMN unloaded INTEGER NOT NULL DEFAULT 0")
+    log.info("registry migrated from schema %d to %d", version, SCHEMA_VERSION)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

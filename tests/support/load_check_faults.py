@@ -25,6 +25,12 @@ def hang_in_load_check() -> None:
         time.sleep(3600)
 
 
+def slow_in_load_check() -> None:
+    """Makes each upload's check take a few seconds, so a test can watch the server meanwhile."""
+    if _in_load_check_child():
+        time.sleep(3)
+
+
 def answer_with_pid(request: dict) -> dict:
     return {**request, "pid": os.getpid()}
 

@@ -42,20 +42,8 @@ class ServerProcess:
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
 
-    def start(self, timeout: float = 60.0) -> "ServerProcess":
-        self.port = free_port()
-        env = dict(os.environ)
-        # `service` from the repo and test helpers (backend setup modules) from tests/, ahead of
-        # anything inherited, so the process tests the working tree.
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(TESTS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env.update(self.env)
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(self.port),
-             "--artifacts", str(self.artifacts), *self.extra_args],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        self.start_process()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -69,6 +57,23 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server not ready within {timeout} s:\n{self.log()}")
 
+    def start_process(self) -> ServerProcess:
+        """Starts the process without waiting for it to be ready."""
+        self.port = free_port()
+        env = dict(os.environ)
+        # `service` from the repo and test helpers (backend setup modules) from tests/, ahead of
+        # anything inherited, so the process tests the working tree.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO), str(TESTS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env.update(self.env)
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(self.port),
+             "--artifacts", str(self.artifacts), *self.extra_args],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return self
+
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -79,14 +84,14 @@ class ServerProcess:
             self.process.kill()
             self.process.wait()
 
-    def restart(self) -> "ServerProcess":
+    def restart(self) -> ServerProcess:
         self.stop()
         return self.start()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-8000:] if self.log_path.exists() else ""
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

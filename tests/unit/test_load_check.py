@@ -3,9 +3,22 @@ import os
 import signal
 
 from service.ingest import load_check
-from service.ingest.load_check import check_program, run_isolated
+from service.ingest.load_check import load_result, run_checks
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
+
+
+def check_program(program, program_name, data, report, setup, timeout, load_methods=True):
+    """The load step alone, as the pipeline runs it when no delegate has isolated work."""
+    load = {"program": str(program), "data": [str(p) for p in data], "load_methods": load_methods}
+    return load_result(run_checks([], load, report, setup, timeout), program_name,
+                       {str(p): p.name for p in data})
+
+
+def run_isolated(work, report, setup, timeout):
+    run = run_checks(work, None, report, setup, timeout)
+    assert run.loaded is None
+    return run.answers, run.end
 
 
 def run(tmp_path, program, data=(), setup=(), timeout=60.0):
@@ -93,6 +106,22 @@ def test_a_broken_backend_setup_answers_every_call_with_its_error(tmp_path):
     answers, _ = run_isolated(work("answer_with_pid", "answer_with_pid"), tmp_path / "w.jsonl",
                               ("no_such_module:setup",), 60.0)
     assert len(answers) == 2 and all("no_such_module" in a["error"] for a in answers)
+
+
+def test_work_and_load_share_one_child(tmp_path, linear_relu_program):
+    run = run_checks(work("answer_with_pid", "answer_with_pid"),
+                     {"program": str(linear_relu_program.pte), "data": [], "load_methods": True},
+                     tmp_path / "w.jsonl", (), 60.0)
+    assert run.answers[0]["answer"]["pid"] == run.answers[1]["answer"]["pid"] != os.getpid()
+    assert [m["name"] for m in load_result(run, "model.pte", {}).methods] == ["forward"]
+
+
+def test_a_load_failure_after_the_work_keeps_the_answers(tmp_path):
+    run = run_checks(work("answer_with_pid"), {"program": str(tmp_path / "absent.pte"),
+                                               "data": [], "load_methods": True},
+                     tmp_path / "w.jsonl", (), 60.0)
+    [problem] = load_result(run, "model.pte", {}).problems
+    assert len(run.answers) == 1 and problem.rule == "program.load_failed"
 
 
 def test_signals_without_a_name_are_named_by_number():

@@ -54,6 +54,8 @@ class ModelDescription(BaseModel):
                                                    "max_batch_size, dynamic_batching, "
                                                    "instance_group); {} when none was sent")
     error: str | None = None
+    config: dict | None = Field(None, description="the per-model configuration it was loaded with")
+    problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")
 
 
 class InferInput(BaseModel):
