@@ -115,10 +115,11 @@ def test_an_unloaded_model_stays_unloaded_across_a_restart(run, linear_relu_prog
 def test_load_with_only_a_config_reingests_the_stored_files(run, linear_relu_program):
     async def body(service):
         await service.load_model("m", {"1/model.pte": linear_relu_program.pte.read_bytes()})
-        return await service.load_model("m", config={"instances": 1})
+        return await service.load_model("m", config={"instance_group": [{"count": 1}]})
 
     description = run(body)
-    assert description["state"] == "ready" and description["config"] == {"instances": 1}
+    assert description["state"] == "ready"
+    assert description["config"] == {"instance_group": [{"count": 1}]}
     assert description["files"][0]["name"] == "model.pte"
 
 

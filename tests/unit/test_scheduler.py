@@ -11,15 +11,15 @@ from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.scheduler import Scheduler
 from service.errors import Busy, DeadlineExceeded, ExecutionFailed, Invalid
-from service.store.storage import StoredModel
+from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 
 HEAVY_SIZE = 40_000  # ~0.1-0.2 s per execute here
 
 
 def _stored(exported, name="m"):
-    return StoredModel(name, exported.pte.parent, {"files": [{"name": "program.pte",
-                                                             "role": "program"}]})
+    description = ModelDescription(name, (StoredFile("program.pte", "program", 0, ""),), ())
+    return StoredModel(name, exported.pte.parent, description)
 
 
 @pytest.fixture(scope="module")
