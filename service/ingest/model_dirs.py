@@ -91,7 +91,7 @@ def unchanged(stored: StoredModel, folder: Path) -> bool:
     """Whether the stored model is this entry as it is now (same files, same bytes, same
     config), so a restart does not check every directory model again."""
     config, problems = _config(folder)
-    if problems or config != stored.description.config:
+    if problems or (config or {}) != (stored.description.config or {}):
         return False
     on_disk = sorted((role, path.name, path.stat().st_size) for role, path in _files(folder))
     known = sorted((f.role, f.name, f.size) for f in stored.description.files)

@@ -37,7 +37,7 @@ def layout(root, linear_relu_program, external_weights_program):
     good = root / "good"
     good.mkdir(parents=True)
     shutil.copy(linear_relu_program.pte, good / "model.pte")
-    (good / "config.json").write_text(json.dumps({"note": "kept"}))
+    (good / "config.json").write_text(json.dumps({"instance_group": [{"count": 1}]}))
     (good / "README.txt").write_text("not part of the model")
     weights = root / "weights"
     weights.mkdir()
@@ -67,7 +67,7 @@ def test_model_directories_serve_good_entries_and_list_refused_ones(
             listed = {m["name"]: m for m in client.get("/models").json()}
             assert sorted(listed) == ["good", "missing-data", "weights"]
             assert listed["good"]["state"] == "ready"
-            assert listed["good"]["config"] == {"note": "kept"}
+            assert listed["good"]["config"] == {"instance_group": [{"count": 1}]}
             assert [f["name"] for f in listed["good"]["files"]] == ["model.pte"]
             refused = listed["missing-data"]
             assert refused["state"] == "unavailable"
