@@ -41,5 +41,5 @@ def test_unchanged_compares_names_bytes_and_config(tmp_path):
     (folder / "w.ptd").write_bytes(b"weightz")  # same size, other bytes
     assert not unchanged(stored, folder)
     (folder / "w.ptd").write_bytes(b"weights")
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text('{"instance_group": [{"count": 1}]}')
     assert not unchanged(stored, folder)
