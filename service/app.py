@@ -9,6 +9,7 @@ from service.protocols.native import routes as http_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
+from service.protocols.v2_grpc.server import grpc_listener
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -18,7 +19,8 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI):
         await service.start()
         try:
-            yield
+            async with grpc_listener(service, settings):
+                yield
         finally:
             await service.stop()
 

@@ -17,6 +17,8 @@ MiB = 1024 * 1024
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
+    grpc_port: int = 8001
     artifacts: Path = Path("artifacts")
     max_program_bytes: int = 2048 * MiB
     max_data_bytes: int = 8192 * MiB
@@ -64,6 +66,8 @@ def _list(text: str) -> tuple[str, ...]:
 _OPTIONS = (
     ("--host", "ETRT_HOST", "host", str, "address to listen on"),
     ("--port", "ETRT_PORT", "port", int, "TCP port"),
+    ("--grpc-port", "ETRT_GRPC_PORT", "grpc_port", int,
+     "TCP port of the gRPC inference service (0: no gRPC)"),
     ("--artifacts", "ETRT_ARTIFACTS", "artifacts", Path, "artifacts root (models + registry)"),
     ("--max-program-bytes", "ETRT_MAX_PROGRAM_BYTES", "max_program_bytes", int,
      "largest accepted .pte"),
@@ -118,6 +122,8 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
         if value is not None:
             values[attr] = value
     settings = Settings(**values)
+    if not 0 <= settings.grpc_port <= 65535:
+        parser.error("grpc_port must be a TCP port (0 disables gRPC)")
     for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
                  "instances_per_model",
                  "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):

@@ -46,3 +46,8 @@ def two_methods_program(programs_dir):
 @pytest.fixture(scope="session")
 def cpu_heavy_program(programs_dir):
     return programs.export_cpu_heavy(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def every_datatype_program(programs_dir):
+    return programs.export_every_datatype(programs_dir)
