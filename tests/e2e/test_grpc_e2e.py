@@ -12,7 +12,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from support.program_fixtures import (dynamic_batch_program, every_datatype_program,  # noqa: F401
-                                      linear_relu_program)
+                                      external_weights_program, linear_relu_program)
 from support.programs import EVERY_DATATYPE
 from support.server import ServerProcess, upload
 
@@ -185,6 +185,53 @@ def test_typed_contents_are_served_too(stub, linear_relu_program):
 def test_rpcs_this_server_does_not_serve_are_unimplemented(stub):
     error = rpc_error(stub.ModelConfig, service_pb2.ModelConfigRequest(name="linear"))
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_repository_load_with_files_serves_unload_and_load_again(client, stub,
+                                                                 external_weights_program):
+    [weights] = external_weights_program.ptds
+    files = {"file:1/model.pte": external_weights_program.pte.read_bytes(),
+             f"file:1/{weights.name}": weights.read_bytes()}
+    client.load_model("repo", config=json.dumps({}), files=files)
+    assert client.is_model_ready("repo")
+    x = torch.randn(2, 6)
+    result = client.infer("repo", [infer_input("input_0", x.numpy())])
+    np.testing.assert_allclose(result.as_numpy("output_0"),
+                               external_weights_program.module(x).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    index = {m.name: m for m in client.get_model_repository_index().models}
+    assert (index["repo"].version, index["repo"].state, index["repo"].reason) == (
+        "1", "READY", "")
+    client.unload_model("repo")
+    assert not client.is_model_ready("repo")
+    entry = {m.name: m for m in client.get_model_repository_index().models}["repo"]
+    assert entry.state == "UNAVAILABLE" and entry.reason
+    ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models
+    assert "repo" not in {m.name for m in ready} and "linear" in {m.name for m in ready}
+    client.load_model("repo")
+    assert client.is_model_ready("repo")
+    assert "model_repository" in client.get_server_metadata().extensions
+
+
+def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(client, stub,
+                                                                     external_weights_program):
+    before = client.get_model_repository_index()
+    request = service_pb2.RepositoryModelLoadRequest(model_name="half")
+    request.parameters["file:1/model.pte"].bytes_param = external_weights_program.pte.read_bytes()
+    error = rpc_error(stub.RepositoryModelLoad.with_call, request)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    rules = {p["rule"] for p in json.loads(dict(error.trailing_metadata())["etrt-problems"])}
+    assert rules == {"external.missing_key"}
+    assert client.get_model_repository_index() == before
+    assert not client.is_model_ready("half")
+    for key, value in (("config", "{not json"), ("colour", "red")):
+        request = service_pb2.RepositoryModelLoadRequest(model_name="half")
+        request.parameters[key].string_param = value
+        error = rpc_error(stub.RepositoryModelLoad, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and key in error.details()
+    error = rpc_error(stub.RepositoryModelUnload,
+                      service_pb2.RepositoryModelUnloadRequest(model_name="missing"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_requests_larger_than_max_infer_bytes_are_resource_exhausted(start_server):

@@ -16,7 +16,8 @@ import grpc
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import InferRequest, MethodSignature, Tensor
 from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable, clip)
+                            NotFound, Problem, ServiceError, TooLarge, Unauthorized, Unavailable,
+                            clip)
 from service.protocols.v2_grpc import codec, messages
 
 log = logging.getLogger(__name__)
@@ -81,27 +82,34 @@ def _requested_outputs(outputs) -> list[str] | None:
     return [output.name for output in outputs] or None
 
 
+def _invalid(rule: str, message: str, file: str | None = None) -> Invalid:
+    return Invalid(message, [Problem(file, rule, message)])
+
+
 def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | None]:
     """A repository load's files ({"<version>/<filename>": bytes}) and model configuration."""
     files, config = {}, None
     for key, value in parameters.items():
         if key == CONFIG:
             if not isinstance(value, str):
-                raise Invalid("load parameter 'config' must be a string of JSON")
+                raise _invalid("repository.config", "'config' must be a string of JSON")
             try:
                 config = json.loads(value)
-            except ValueError as exc:
-                raise Invalid(f"load parameter 'config' is not valid JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:
+                raise _invalid("repository.config",
+                               f"'config' is not valid JSON: {clip(exc)}") from None
             if not isinstance(config, dict):
-                raise Invalid("load parameter 'config' must be a JSON object")
+                raise _invalid("repository.config", "'config' must be a JSON object")
         elif key.startswith(FILE_PREFIX):
+            path = key[len(FILE_PREFIX):]
             if not isinstance(value, bytes):
-                raise Invalid(f"load parameter {clip(key)!r} must carry the file's bytes "
-                              "(bytes_param)")
-            files[key[len(FILE_PREFIX):]] = value
+                raise _invalid("repository.file", f"{clip(key)!r} must carry the file's bytes "
+                               "(bytes_param)", clip(path))
+            files[path] = value
         else:
-            raise Invalid(f"unknown load parameter {clip(key)!r}; accepted: {CONFIG!r} and "
-                          f"'{FILE_PREFIX}<version>/<filename>'")
+            raise _invalid("repository.parameter",
+                           f"unknown load parameter {clip(key)!r}; expected 'config' or "
+                           f"'{FILE_PREFIX}<version>/<filename>'")
     return files or None, config
 
 
@@ -149,7 +157,7 @@ class InferenceServicer:
         for specs, target in ((signature.inputs, response.inputs),
                               (signature.outputs, response.outputs)) if signature else ():
             for spec in specs:
-                target.add(name=spec.name, datatype=spec.datatype or "",
+                target.add(name=spec.name, datatype=spec.datatype or "UNSUPPORTED",
                            shape=spec.published_shape)
         return response
 
@@ -193,8 +201,9 @@ class InferenceServicer:
     async def RepositoryModelUnload(self, request, context):
         unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
         if unknown:
-            raise Invalid(f"unknown unload parameter(s) {clip(', '.join(unknown))}; accepted: "
-                          f"{UNLOAD_DEPENDENTS} (models here have no dependents)")
+            raise _invalid("repository.parameter",
+                           f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
+                           f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)")
         await self.service.unload_model(request.model_name)
         return messages.RepositoryModelUnloadResponse()
 
@@ -204,7 +213,7 @@ class InferenceServicer:
 
 
 # Extensions of the protocol this service implements, as ServerMetadata lists them.
-EXTENSIONS = ()
+EXTENSIONS = ("model_repository",)
 
 
 def _guarded(name: str, handler: Callable[..., Awaitable]) -> Callable[..., Awaitable]:
