@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.protocols.native import routes as http_routes
+from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
@@ -13,6 +14,7 @@ from service.dataplane.service import ModelService
 
 def create_app(settings: Settings) -> FastAPI:
     service = ModelService(settings)
+    stop_v2 = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -20,6 +22,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            stop_v2()
             await service.stop()
 
     app = FastAPI(title="ExecuTorch/TensorRT model server",
@@ -28,5 +31,6 @@ def create_app(settings: Settings) -> FastAPI:
                   lifespan=lifespan)
     app.state.service = service
     http_routes.install(app)
+    stop_v2 = v2_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     return app
