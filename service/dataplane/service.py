@@ -22,12 +22,15 @@ from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, ServiceError, TooLarge,
                             Unavailable, clip, input_problem)
-from service.ingest.pipeline import IngestRefused, StagedUpload, load_delegate_checks, run_ingest
+from service.ingest.pipeline import IngestRefused, load_delegate_checks, run_ingest
+from service.ingest.staging import StagedUpload, Staging, stage_files, stage_stored
 from service.store.storage import NameTaken, Storage, StoredModel
 
 log = logging.getLogger(__name__)
 # Every model has one version: a replace swaps it atomically rather than adding a second one.
 MODEL_VERSION = "1"
+# Why a model that is stored and could serve does not: the repository API unloaded it.
+UNLOADED = "unloaded"
 
 
 @dataclass
@@ -107,6 +110,10 @@ class ModelService:
         return self.metrics.open_pool(stored.name, lambda: ModelPool(
             stored, self._ethost, self.settings.instances_per_model,
             self.settings.kernel_threadpool))
+
+    def begin_staging(self) -> Staging:
+        """Where a transport puts an upload's files before handing it to deploy()."""
+        return Staging(self.storage, self.settings)
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -219,6 +226,60 @@ class ModelService:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
             self.metrics.forget_model(name)
             self.statistics.forget(name)
+
+    # -- repository (load / unload) -------------------------------------------------------------
+
+    async def load_model(self, name: str, files: dict[str, bytes] | None = None,
+                         config: dict | None = None) -> dict:
+        """The repository `load`: with files ({"<version>/<filename>": bytes}) an upload that
+        replaces any model of that name, through the same ingest as every other; without, the
+        stored model is served again (re-ingested from its stored files if a config is given)."""
+        if files is not None:
+            return await self.deploy(lambda: asyncio.to_thread(
+                stage_files, self.begin_staging(), name, files, config))
+        if config is not None:
+            stored = self._stored(name)
+            return await self.deploy(lambda: asyncio.to_thread(
+                stage_stored, self.begin_staging(), stored, config))
+        self._stored(name)  # before the lock: locks exist only for names that exist
+        async with self._lock(name):
+            stored = self._stored(name)
+            if name not in self._models:
+                reason = _not_runnable(stored)
+                if reason is not None:
+                    raise Unavailable(f"model {name!r} cannot be loaded: {reason}")
+                try:
+                    pool = await asyncio.to_thread(self._open_pool, stored)
+                except Exception as exc:
+                    self._unavailable[name] = (stored, f"{type(exc).__name__}: {exc}")
+                    raise Unavailable(f"model {name!r} could not be opened: {exc}") from None
+                self._models[name] = _serve(stored, pool)
+                self._unavailable.pop(name, None)
+            return self._description(name)
+
+    async def unload_model(self, name: str) -> None:
+        """Stops serving a model but keeps it stored; load_model(name) serves it again."""
+        self._stored(name)
+        async with self._lock(name):
+            served = self._models.pop(name, None)
+            if served is not None:
+                self._unavailable[name] = (served.stored, UNLOADED)
+                await served.pool.close()
+
+    def repository_index(self) -> list[dict]:
+        index = []
+        for name in self.model_names():
+            reason = self._unavailable[name][1] if name in self._unavailable else ""
+            index.append({"name": name, "version": MODEL_VERSION,
+                          "state": "UNAVAILABLE" if reason else "READY", "reason": reason})
+        return index
+
+    def _stored(self, name: str) -> StoredModel:
+        if name in self._models:
+            return self._models[name].stored
+        if name in self._unavailable:
+            return self._unavailable[name][0]
+        raise NotFound(f"model {clip(name)!r} not found")
 
     def metrics_text(self) -> str:
         return self.metrics.render({"ready": len(self._models),

@@ -32,27 +32,10 @@ from service.ingest.load_check import check_program, run_isolated
 from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
+from service.ingest.staging import StagedFile, StagedUpload  # noqa: F401 (StagedFile re-exported)
 from service.store.storage import PROGRAM_FILE
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StagedFile:
-    name: str
-    path: Path
-    size: int
-    sha256: str
-
-
-@dataclass
-class StagedUpload:
-    """An upload received into its own staging directory under names that are safe on disk."""
-    model_name: str
-    replace: bool
-    directory: Path
-    program: StagedFile | None
-    data: list[StagedFile]
 
 
 @dataclass
@@ -281,6 +264,8 @@ def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dic
               for d in upload.data]
     description = {"name": upload.model_name, "state": "ready", "runnable": True, "files": files,
                    "methods": methods, "warnings": warnings}
+    if upload.config is not None:
+        description["config"] = upload.config
     if unavailable:
         description.update(state="unavailable", runnable=False,
                            unavailable_reason="; ".join(unavailable))

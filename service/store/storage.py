@@ -43,8 +43,18 @@ class StoredModel:
         return self.directory / PROGRAM_FILE
 
     @property
+    def program_name(self) -> str:
+        return next(f["name"] for f in self.description["files"] if f["role"] == "program")
+
+    @property
+    def data_files(self) -> list[tuple[str, Path]]:
+        """(uploaded name, path) of each data file, in upload order."""
+        return [(f["name"], self.directory / f["name"]) for f in self.description["files"]
+                if f["role"] == "data"]
+
+    @property
     def data_paths(self) -> list[Path]:
-        return [self.directory / f["name"] for f in self.description["files"] if f["role"] == "data"]
+        return [path for _, path in self.data_files]
 
 
 def fsync_directory(path: Path) -> None:

@@ -1,25 +1,22 @@
-"""Receives a multipart model upload straight into a staging directory.
+"""Receives a multipart model upload straight into the dataplane's staging (service.ingest.staging).
 
-Parts are parsed as the body arrives and file parts are written to disk chunk by chunk, so memory
-stays bounded whatever the upload size, and a size limit is enforced the moment it is crossed
-instead of after the whole body was buffered. Files get neutral names (part-N) because the
-uploaded names have not passed the name rules yet.
+Parts are parsed as the body arrives and file parts are handed to the staging chunk by chunk, so
+memory stays bounded whatever the upload size, and a size limit is enforced the moment it is
+crossed instead of after the whole body was buffered. This module only knows the form: which
+parts are files of which role, and the 'name' and 'replace' fields.
 """
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from pathlib import Path
+from typing import Callable
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from service.config import FALSE_WORDS, TRUE_WORDS, Settings
-from service.dataplane.service import Invalid, TooLarge
-from service.ingest.pipeline import StagedFile, StagedUpload
-from service.errors import Problem
-from service.store.storage import Storage
+from service.config import FALSE_WORDS, TRUE_WORDS
+from service.errors import Invalid, Problem, TooLarge
+from service.ingest.staging import Staging, StagedUpload
 
 _FIELD_LIMIT = 4096
 _UNKNOWN_FIELDS_REPORTED = 16
@@ -33,12 +30,9 @@ def _header_text(value: bytes) -> str:
 
 
 class _Receiver:
-    def __init__(self, directory: Path, settings: Settings):
-        self.directory = directory
-        self.settings = settings
+    def __init__(self, staging: Staging):
+        self.staging = staging
         self.fields: dict[str, bytearray] = {}
-        self.programs: list[StagedFile] = []
-        self.data: list[StagedFile] = []
         self.problems: list[Problem] = []
         self._header_field = bytearray()
         self._header_value = bytearray()
@@ -77,14 +71,7 @@ class _Receiver:
         filename = options.get(b"filename")
         if field in ("program", "data"):
             name = "" if filename is None else _header_text(filename)
-            path = self.directory / f"part-{len(self.programs) + len(self.data)}"
-            staged = StagedFile(name, path, 0, "")
-            (self.programs if field == "program" else self.data).append(staged)
-            if field == "data" and len(self.data) > self.settings.max_data_files:
-                raise TooLarge(f"more than {self.settings.max_data_files} data files in one upload")
-            limit = self.settings.max_program_bytes if field == "program" else \
-                self.settings.max_data_bytes
-            self._part = ("file", staged, open(path, "wb"), hashlib.sha256(), limit)
+            self._part = ("file", self.staging.open_file(field, name))
         elif field in ("name", "replace"):
             self.fields[field] = bytearray()
             self._part = ("field", field)
@@ -101,13 +88,7 @@ class _Receiver:
     def _data(self, data: bytes, start: int, end: int) -> None:
         kind = self._part[0]
         if kind == "file":
-            _, staged, handle, digest, limit = self._part
-            staged.size += end - start
-            if staged.size > limit:
-                raise TooLarge(f"file {staged.name!r} is larger than the limit of {limit} bytes")
-            chunk = data[start:end]
-            handle.write(chunk)
-            digest.update(chunk)
+            self._part[1].write(data[start:end])
         elif kind == "field":
             value = self.fields[self._part[1]]
             value += data[start:end]
@@ -116,22 +97,13 @@ class _Receiver:
 
     def _end(self) -> None:
         if self._part and self._part[0] == "file":
-            _, staged, handle, digest, _ = self._part
-            handle.close()
-            staged.sha256 = digest.hexdigest()
+            self._part[1].finish()
         self._part = None
-
-    def close(self) -> None:
-        if self._part and self._part[0] == "file":
-            self._part[2].close()
 
     def upload(self, replace_query: bool) -> StagedUpload:
         if not self.finished:
             raise MultipartParseError("the body ended before the closing boundary")
-        problems = list(self.problems)
-        if len(self.programs) > 1:
-            problems.append(Problem(None, "upload.program_count",
-                                    f"the upload has {len(self.programs)} 'program' files; send one"))
+        problems = list(self.problems) + self.staging.program_count_problems()
         name = _header_text(bytes(self.fields.get("name", b"")))
         if "name" not in self.fields:
             problems.append(Problem(None, "upload.name_missing",
@@ -140,39 +112,36 @@ class _Receiver:
         if replace_text not in TRUE_WORDS | FALSE_WORDS:
             problems.append(Problem(None, "upload.replace",
                                     f"'replace' must be true or false, not {replace_text!r}"))
-        if problems:
-            raise Invalid("upload refused", problems)
-        return StagedUpload(name, replace_query or replace_text in TRUE_WORDS, self.directory,
-                            self.programs[0] if self.programs else None, self.data)
+        return self.staging.commit(name, replace_query or replace_text in TRUE_WORDS,
+                                   problems=problems)
 
 
-async def receive_upload(request: Request, storage: Storage, settings: Settings,
+async def receive_upload(request: Request, begin: Callable[[], Staging], max_upload_bytes: int,
                          replace: bool) -> StagedUpload:
+    """`begin` starts the dataplane's staging once the body looks like an upload at all."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or not options.get(b"boundary"):
         raise Invalid("upload refused", [Problem(None, "upload.content_type",
                                                  "send the upload as multipart/form-data")])
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > settings.max_upload_bytes:
-        raise TooLarge(f"the upload is {declared} bytes; the limit is {settings.max_upload_bytes}")
-    directory = storage.new_staging_dir()
-    receiver = _Receiver(directory, settings)
+    if declared and declared.isdigit() and int(declared) > max_upload_bytes:
+        raise TooLarge(f"the upload is {declared} bytes; the limit is {max_upload_bytes}")
+    staging = begin()
+    receiver = _Receiver(staging)
     try:
         parser = MultipartParser(options[b"boundary"], receiver.callbacks())
         received = 0
         async for chunk in request.stream():
             received += len(chunk)
-            if received > settings.max_upload_bytes:
-                raise TooLarge(f"the upload exceeds the limit of {settings.max_upload_bytes} bytes")
+            if received > max_upload_bytes:
+                raise TooLarge(f"the upload exceeds the limit of {max_upload_bytes} bytes")
             await asyncio.to_thread(parser.write, chunk)
         parser.finalize()
         return receiver.upload(replace)
     except MultipartParseError as exc:
-        receiver.close()
-        storage.discard(directory)
+        staging.abort()
         raise Invalid("upload refused", [Problem(None, "upload.malformed",
                                                  f"the multipart body is malformed: {exc}")]) from None
     except BaseException:
-        receiver.close()
-        storage.discard(directory)
+        staging.abort()
         raise

@@ -47,7 +47,8 @@ def _service(request: Request) -> ModelService:
 async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
     service = _service(request)
     return await service.deploy(
-        lambda: receive_upload(request, service.storage, service.settings, replace))
+        lambda: receive_upload(request, service.begin_staging, service.settings.max_upload_bytes,
+                               replace))
 
 
 @router.get("/models", response_model=list[ModelDescription])

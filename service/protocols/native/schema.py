@@ -51,6 +51,7 @@ class ModelDescription(BaseModel):
     methods: list[MethodModel]
     warnings: list[str] = []
     error: str | None = None
+    config: dict | None = Field(None, description="the per-model configuration it was loaded with")
 
 
 class InferInput(BaseModel):
