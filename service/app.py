@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.protocols.native import routes as http_routes
+from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
@@ -14,6 +15,7 @@ from service.protocols.v2_grpc.server import grpc_listener
 
 def create_app(settings: Settings) -> FastAPI:
     service = ModelService(settings)
+    stop_v2 = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -22,6 +24,7 @@ def create_app(settings: Settings) -> FastAPI:
             async with grpc_listener(service, settings):
                 yield
         finally:
+            stop_v2()
             await service.stop()
 
     app = FastAPI(title="ExecuTorch/TensorRT model server",
@@ -30,5 +33,6 @@ def create_app(settings: Settings) -> FastAPI:
                   lifespan=lifespan)
     app.state.service = service
     http_routes.install(app)
+    stop_v2 = v2_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     return app
