@@ -234,6 +234,32 @@ def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(client, stu
     assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_statistics_count_grpc_requests(client):
+    def stats():
+        [model] = client.get_inference_statistics("linear").model_stats
+        return model
+
+    before = stats()
+    x = infer_input("input_0", np.ones((2, 4), np.float32))
+    for _ in range(2):
+        client.infer("linear", [x])
+    with pytest.raises(InferenceServerException):
+        client.infer("linear", [infer_input("input_0", np.ones((3, 4), np.float32))])
+    after = stats()
+    assert (after.name, after.version) == ("linear", "1")
+    assert after.inference_count - before.inference_count == 2
+    assert after.inference_stats.success.count - before.inference_stats.success.count == 2
+    assert after.inference_stats.success.ns > before.inference_stats.success.ns
+    assert after.inference_stats.fail.count - before.inference_stats.fail.count == 1
+    assert after.last_inference >= before.last_inference and after.last_inference > 0
+    every = {m.name for m in client.get_inference_statistics().model_stats}
+    assert {"linear", "dtypes", "dynamic"} <= every
+    error = pytest.raises(InferenceServerException, client.get_inference_statistics,
+                          "missing").value
+    assert error.status() == "StatusCode.NOT_FOUND"
+    assert "statistics" in client.get_server_metadata().extensions
+
+
 def test_requests_larger_than_max_infer_bytes_are_resource_exhausted(start_server):
     server = start_server("--max-infer-bytes", "1024")
     with grpc.insecure_channel(server.grpc_url) as channel:

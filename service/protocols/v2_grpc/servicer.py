@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Awaitable, Callable
 
 import grpc
+from google.protobuf import json_format
 
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import InferRequest, MethodSignature, Tensor
@@ -208,12 +209,24 @@ class InferenceServicer:
         return messages.RepositoryModelUnloadResponse()
 
     async def ModelStatistics(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "the statistics extension is not served yet")
+        version = request.version or None
+        if request.name:
+            self.service.signatures(request.name, version)  # NOT_FOUND: unknown model or version
+            names = [request.name]
+        else:
+            names = self.service.model_names()
+        response = messages.ModelStatisticsResponse()
+        for name in names:
+            # The dataplane's dict has Triton's field names; fields this schema leaves out
+            # (memory_usage) are dropped.
+            json_format.ParseDict(
+                self.service.statistics.model_stats(name, version or MODEL_VERSION),
+                response.model_stats.add(), ignore_unknown_fields=True)
+        return response
 
 
 # Extensions of the protocol this service implements, as ServerMetadata lists them.
-EXTENSIONS = ("model_repository",)
+EXTENSIONS = ("model_repository", "statistics")
 
 
 def _guarded(name: str, handler: Callable[..., Awaitable]) -> Callable[..., Awaitable]:
