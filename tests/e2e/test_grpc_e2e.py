@@ -159,6 +159,16 @@ def test_hostile_tensors_are_invalid_argument_never_internal(stub, request_of, w
     assert words in error.details() and "input_0" in error.details()
 
 
+@pytest.mark.parametrize("rpc", ["ModelInfer", "ModelMetadata"])
+def test_malformed_messages_are_invalid_argument(server, rpc):
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(f"/inference.GRPCInferenceService/{rpc}")
+        for garbage in (b"\x3a\x05ab", b"\x0b", b"\x80"):
+            error = rpc_error(call, garbage)
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+            assert rpc in error.details()
+
+
 def test_raw_contents_count_and_parameters_are_checked(stub):
     request = linear_request(b"\x00" * 32)
     request.raw_input_contents.append(b"\x00" * 32)

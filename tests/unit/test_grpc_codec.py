@@ -44,7 +44,7 @@ def the_problem(error: Invalid):
 ])
 def test_raw_contents_round_trip_every_datatype(datatype, array):
     array = array.reshape(2, 3)
-    raw = codec.encode_raw("out", datatype, array)
+    raw = codec.encode_raw("out", datatype, array).tobytes()
     assert len(raw) == array.size * array.itemsize
     decoded = codec.decode_raw("x", datatype, [2, 3], raw)
     assert decoded.dtype == array.dtype and decoded.shape == (2, 3)
@@ -52,7 +52,8 @@ def test_raw_contents_round_trip_every_datatype(datatype, array):
 
 
 def test_raw_contents_are_little_endian():
-    assert codec.encode_raw("out", "INT32", np.array([1], dtype=">i4")) == b"\x01\x00\x00\x00"
+    assert codec.encode_raw("out", "INT32", np.array([1], dtype=">i4")).tobytes() == (
+        b"\x01\x00\x00\x00")
     assert codec.decode_raw("x", "INT16", [1], b"\x02\x01")[0] == 0x0102
 
 

@@ -58,8 +58,8 @@ def _native(array: np.ndarray) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
-def decode_raw(name: str, datatype: str, shape, raw: bytes) -> np.ndarray:
-    """One raw_input_contents entry as an array, without copying where numpy allows.
+def decode_raw(name: str, datatype: str, shape, raw) -> np.ndarray:
+    """One raw_input_contents entry (bytes or a view) as an array over the same memory.
 
     BOOL bytes other than 0 and 1 mean true, as in C; they are rewritten to 1 because a bool
     holding any other byte is undefined for the kernels that read it.
@@ -122,10 +122,11 @@ def decode_inputs(inputs, raw_contents) -> list[tuple[str, str, np.ndarray]]:
             for t in inputs]
 
 
-def encode_raw(name: str, datatype: str | None, array: np.ndarray) -> bytes:
-    """An output array as raw_output_contents bytes."""
+def encode_raw(name: str, datatype: str | None, array: np.ndarray) -> np.ndarray:
+    """An output array laid out as raw_output_contents: flat, contiguous, little-endian (a copy
+    only where the array is not already so)."""
     entry = BY_DATATYPE.get(datatype) if datatype else None
     if entry is None:
         raise ExecutionFailed(f"output {name!r} has dtype {array.dtype}, which the protocol "
                               "cannot carry")
-    return np.ascontiguousarray(array, dtype=entry.carrier.newbyteorder("<")).tobytes()
+    return np.ascontiguousarray(array, dtype=entry.carrier.newbyteorder("<")).reshape(-1)

@@ -22,6 +22,10 @@ def message(name: str) -> type:
     return message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
 
 
+def field_number(message_name: str, field: str) -> int:
+    return _pool.FindMessageTypeByName(f"{PACKAGE}.{message_name}").fields_by_name[field].number
+
+
 ServerLiveResponse = message("ServerLiveResponse")
 ServerReadyResponse = message("ServerReadyResponse")
 ModelReadyResponse = message("ModelReadyResponse")

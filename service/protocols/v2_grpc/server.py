@@ -14,7 +14,8 @@ import grpc
 
 from service.config import Settings
 from service.dataplane.service import ModelService
-from service.protocols.v2_grpc.servicer import InferenceServicer, generic_handler
+from service.protocols.v2_grpc.binding import generic_handler
+from service.protocols.v2_grpc.servicer import InferenceServicer
 
 log = logging.getLogger(__name__)
 # gRPC message sizes are C ints.

@@ -1,47 +1,33 @@
 """inference.GRPCInferenceService handlers: thin translations onto the ModelService dataplane.
 
-Every ServiceError becomes a gRPC status here and only here (STATUS), with the error's message
-as the status details and its problems, as JSON, in the `etrt-problems` trailing metadata.
+Handlers take parsed requests and raise ServiceErrors; binding.py turns bytes into requests,
+responses into bytes and errors into status codes.
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Awaitable, Callable
 
-import grpc
+import numpy as np
 from google.protobuf import json_format
 
 from service.dataplane.service import MODEL_VERSION, ModelService
-from service.dataplane.types import InferRequest, MethodSignature, Tensor
-from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, Problem, ServiceError, TooLarge, Unauthorized, Unavailable,
-                            clip)
-from service.protocols.v2_grpc import codec, messages
+from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.errors import Invalid, NotFound, Problem, clip
+from service.protocols.v2_grpc import codec, messages, wire
+from service.protocols.v2_grpc.binding import off_loop
 
-log = logging.getLogger(__name__)
-
-STATUS = {NotFound: grpc.StatusCode.NOT_FOUND, Conflict: grpc.StatusCode.ALREADY_EXISTS,
-          Invalid: grpc.StatusCode.INVALID_ARGUMENT, TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-          Unavailable: grpc.StatusCode.UNAVAILABLE, Busy: grpc.StatusCode.UNAVAILABLE,
-          DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-          Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
-          Forbidden: grpc.StatusCode.PERMISSION_DENIED,
-          ExecutionFailed: grpc.StatusCode.INTERNAL}
 SERVER_NAME = "etrt-server"
 PLATFORM = "executorch"
+# Extensions of the protocol this service implements, as ServerMetadata lists them.
+EXTENSIONS = ("model_repository", "statistics")
 # Request parameters this server reads itself; all others reach the dataplane unchanged.
 METHOD_PARAMETER = "method"      # which program method to run (default "forward")
 TIMEOUT_PARAMETER = "timeout"    # microseconds the request may wait, as Triton's clients send it
 # Repository load and unload parameters, as Triton's clients send them.
 CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
 READY = "READY"
-
-
-def _status(exc: ServiceError) -> grpc.StatusCode:
-    return next(code for kind, code in STATUS.items() if isinstance(exc, kind))
 
 
 def _parameter_value(parameter):
@@ -126,8 +112,43 @@ def _server_version() -> str:
         return "unknown"
 
 
+@dataclass
+class ParsedInfer:
+    """A ModelInferRequest with its input tensors already decoded (see parse_infer)."""
+    request: object
+    inputs: list[tuple[str, str, np.ndarray]]
+
+
+_RAW_INPUTS = messages.field_number("ModelInferRequest", "raw_input_contents")
+_RAW_OUTPUTS = messages.field_number("ModelInferResponse", "raw_output_contents")
+
+
+def parse_infer(data: bytes) -> ParsedInfer:
+    """The request's raw tensors become arrays over the received bytes (wire.py); the rest is
+    parsed by protobuf."""
+    rest, raw_contents = wire.split_field(data, _RAW_INPUTS)
+    request = messages.ModelInferRequest.FromString(rest)
+    return ParsedInfer(request, codec.decode_inputs(request.inputs, raw_contents))
+
+
+def _infer_response(result: InferResponse) -> bytes:
+    response = messages.ModelInferResponse(model_name=result.model,
+                                           model_version=result.version, id=result.id or "")
+    for key, value in result.parameters.items():
+        _set_parameter(response.parameters[key], value)
+    raw = []
+    for tensor in result.outputs:
+        raw.append(codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
+        response.outputs.add(name=tensor.name, datatype=tensor.datatype,
+                             shape=list(tensor.array.shape))
+    return wire.join_field(response.SerializeToString(), _RAW_OUTPUTS, raw)
+
+
 class InferenceServicer:
-    """One method per RPC, named as in grpc_service.proto, each `async (request, context)`."""
+    """One method per RPC, named as in grpc_service.proto, each `async (request, context)`;
+    PARSERS names the RPCs whose requests are more than their message."""
+
+    PARSERS = {"ModelInfer": parse_infer}
 
     def __init__(self, service: ModelService):
         self.service = service
@@ -162,30 +183,20 @@ class InferenceServicer:
                            shape=spec.published_shape)
         return response
 
-    async def ModelInfer(self, request, context):
-        if request.raw_input_contents:
-            decoded = codec.decode_inputs(request.inputs, request.raw_input_contents)
-        else:  # typed lists are converted element by element: keep that off the event loop
-            decoded = await asyncio.to_thread(codec.decode_inputs, request.inputs, ())
+    async def ModelInfer(self, parsed: ParsedInfer, context):
+        request = parsed.request
         parameters = _parameters(request.parameters)
         method = parameters.pop(METHOD_PARAMETER, "forward")
         if not isinstance(method, str):
             raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
         result = await self.service.infer(InferRequest(
-            model=request.model_name, inputs=[Tensor(*item) for item in decoded], method=method,
+            model=request.model_name, inputs=[Tensor(*item) for item in parsed.inputs],
+            method=method,
             version=request.model_version or None, id=request.id or None,
             outputs=_requested_outputs(request.outputs),
             timeout_s=_timeout_s(parameters, context.time_remaining()), parameters=parameters))
-        response = messages.ModelInferResponse(model_name=result.model,
-                                               model_version=result.version, id=result.id or "")
-        for key, value in result.parameters.items():
-            _set_parameter(response.parameters[key], value)
-        for tensor in result.outputs:
-            response.raw_output_contents.append(
-                codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
-            response.outputs.add(name=tensor.name, datatype=tensor.datatype,
-                                 shape=list(tensor.array.shape))
-        return response
+        return await off_loop(sum(t.array.nbytes for t in result.outputs), _infer_response,
+                              result)
 
     async def RepositoryIndex(self, request, context):
         response = messages.RepositoryIndexResponse()
@@ -223,37 +234,3 @@ class InferenceServicer:
                 self.service.statistics.model_stats(name, version or MODEL_VERSION),
                 response.model_stats.add(), ignore_unknown_fields=True)
         return response
-
-
-# Extensions of the protocol this service implements, as ServerMetadata lists them.
-EXTENSIONS = ("model_repository", "statistics")
-
-
-def _guarded(name: str, handler: Callable[..., Awaitable]) -> Callable[..., Awaitable]:
-    async def call(request, context):
-        try:
-            return await handler(request, context)
-        except ServiceError as exc:
-            problems = json.dumps([p.as_dict() for p in exc.problems])
-            context.set_trailing_metadata((("etrt-problems", problems),))
-            await context.abort(_status(exc), exc.message)
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("gRPC %s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"{name} failed inside the server; its log has the details")
-    return call
-
-
-def generic_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
-    """Every RPC of the service descriptor, bound to the servicer's method of that name."""
-    handlers = {}
-    for method in messages.service_descriptor.methods:
-        request_class = messages.message(method.input_type.name)
-        response_class = messages.message(method.output_type.name)
-        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _guarded(method.name, getattr(servicer, method.name)),
-            request_deserializer=request_class.FromString,
-            response_serializer=response_class.SerializeToString)
-    return grpc.method_handlers_generic_handler(messages.SERVICE, handlers)
