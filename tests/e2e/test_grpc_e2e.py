@@ -12,16 +12,18 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from support.program_fixtures import (dynamic_batch_program, every_datatype_program,  # noqa: F401
-                                      external_weights_program, linear_relu_program)
+                                      external_weights_program, linear_relu_program,
+                                      two_methods_program)
 from support.programs import EVERY_DATATYPE
 from support.server import ServerProcess, upload
 
 
 @pytest.fixture(scope="module")
-def server(shared_server, linear_relu_program, every_datatype_program, dynamic_batch_program):
+def server(shared_server, linear_relu_program, every_datatype_program, dynamic_batch_program,
+           two_methods_program):
     with shared_server.client() as client:
         for name, program in (("linear", linear_relu_program), ("dtypes", every_datatype_program),
-                              ("dynamic", dynamic_batch_program)):
+                              ("dynamic", dynamic_batch_program), ("two", two_methods_program)):
             response = upload(client, name, program.pte, program.ptds)
             assert response.status_code == 201, response.text
     return shared_server
@@ -112,6 +114,17 @@ def test_dynamic_shapes_and_the_timeout_parameter(client, dynamic_batch_program)
     np.testing.assert_allclose(result.as_numpy("output_0"),
                                dynamic_batch_program.module(x).detach().numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_the_method_parameter_runs_other_methods(client, two_methods_program):
+    x = torch.randn(2, 3)
+    triple, _ = two_methods_program.methods["triple"]
+    for parameters, module in ((None, two_methods_program.module), ({"method": "triple"}, triple)):
+        result = client.infer("two", [infer_input("input_0", x.numpy())], parameters=parameters)
+        np.testing.assert_allclose(result.as_numpy("output_0"), module(x).numpy(), rtol=1e-6)
+    error = pytest.raises(InferenceServerException, client.infer, "two",
+                          [infer_input("input_0", x.numpy())], parameters={"method": "half"}).value
+    assert error.status() == "StatusCode.NOT_FOUND" and "'half'" in error.message()
 
 
 def test_unknown_model_is_not_found_with_our_message(client):
@@ -263,7 +276,7 @@ def test_statistics_count_grpc_requests(client):
     assert after.inference_stats.fail.count - before.inference_stats.fail.count == 1
     assert after.last_inference >= before.last_inference and after.last_inference > 0
     every = {m.name for m in client.get_inference_statistics().model_stats}
-    assert {"linear", "dtypes", "dynamic"} <= every
+    assert {"linear", "dtypes", "dynamic", "two"} <= every
     error = pytest.raises(InferenceServerException, client.get_inference_statistics,
                           "missing").value
     assert error.status() == "StatusCode.NOT_FOUND"

@@ -13,7 +13,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from service.dataplane.service import MODEL_VERSION, ModelService
-from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import Invalid, NotFound, Problem, clip
 from service.protocols.v2_grpc import codec, messages, wire
 from service.protocols.v2_grpc.binding import off_loop
@@ -23,7 +23,9 @@ PLATFORM = "executorch"
 # Extensions of the protocol this service implements, as ServerMetadata lists them.
 EXTENSIONS = ("model_repository", "statistics")
 # Request parameters this server reads itself; all others reach the dataplane unchanged.
-METHOD_PARAMETER = "method"      # which program method to run (default "forward")
+METHOD_PARAMETER = "method"      # which program method to run (default DEFAULT_METHOD)
+# The method standard clients run, and the one model metadata describes (as REST v2 does).
+DEFAULT_METHOD = "forward"
 TIMEOUT_PARAMETER = "timeout"    # microseconds the request may wait, as Triton's clients send it
 # Repository load and unload parameters, as Triton's clients send them.
 CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
@@ -100,11 +102,6 @@ def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | 
     return files or None, config
 
 
-def _published(signatures: dict[str, MethodSignature]) -> MethodSignature | None:
-    """The method a model's metadata describes: `forward`, else its first method."""
-    return signatures.get("forward") or next(iter(signatures.values()), None)
-
-
 def _server_version() -> str:
     try:
         return metadata.version(SERVER_NAME)
@@ -173,7 +170,8 @@ class InferenceServicer:
                                                extensions=EXTENSIONS)
 
     async def ModelMetadata(self, request, context):
-        signature = _published(self.service.signatures(request.name, request.version or None))
+        signature = self.service.signatures(request.name, request.version or None).get(
+            DEFAULT_METHOD)
         response = messages.ModelMetadataResponse(name=request.name, versions=[MODEL_VERSION],
                                                   platform=PLATFORM)
         for specs, target in ((signature.inputs, response.inputs),
@@ -186,7 +184,7 @@ class InferenceServicer:
     async def ModelInfer(self, parsed: ParsedInfer, context):
         request = parsed.request
         parameters = _parameters(request.parameters)
-        method = parameters.pop(METHOD_PARAMETER, "forward")
+        method = parameters.pop(METHOD_PARAMETER, DEFAULT_METHOD)
         if not isinstance(method, str):
             raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
         result = await self.service.infer(InferRequest(
