@@ -66,3 +66,4 @@ def test_join_is_what_protobuf_would_serialize():
 def test_varints_round_trip(value):
     encoded = wire.encode_varint(value)
     assert wire._varint(memoryview(encoded), 0) == (value, len(encoded))
+

@@ -33,6 +33,8 @@ STATUS = {NotFound: grpc.StatusCode.NOT_FOUND, Conflict: grpc.StatusCode.ALREADY
           ExecutionFailed: grpc.StatusCode.INTERNAL}
 # Below this many bytes a thread hop costs more than the copying it would move off the loop.
 OFF_LOOP_BYTES = 1 << 20
+# Clients refuse metadata past a limit (8 KiB by default) with an error that would hide ours.
+PROBLEMS_METADATA_CHARS = 4096
 
 
 async def off_loop(size: int, function: Callable, *args):
@@ -46,6 +48,18 @@ def _status(exc: ServiceError) -> grpc.StatusCode:
     return next(code for kind, code in STATUS.items() if isinstance(exc, kind))
 
 
+def problems_metadata(exc: ServiceError) -> tuple:
+    """The `etrt-problems` trailing metadata: as many of the problems as fit, as JSON."""
+    shown, text = [], "[]"
+    for problem in exc.problems:
+        candidate = json.dumps(shown + [problem.as_dict()])
+        if len(candidate) > PROBLEMS_METADATA_CHARS:
+            break
+        shown.append(problem.as_dict())
+        text = candidate
+    return (("etrt-problems", text),) if shown else ()
+
+
 def _bound(name: str, parse: Callable[[bytes], object],
            handler: Callable[..., Awaitable]) -> Callable[..., Awaitable[bytes]]:
     async def call(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -54,8 +68,7 @@ def _bound(name: str, parse: Callable[[bytes], object],
             response = await handler(request, context)
             return response if isinstance(response, bytes) else response.SerializeToString()
         except ServiceError as exc:
-            problems = json.dumps([p.as_dict() for p in exc.problems])
-            context.set_trailing_metadata((("etrt-problems", problems),))
+            context.set_trailing_metadata(problems_metadata(exc))
             await context.abort(_status(exc), exc.message)
         except DecodeError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
