@@ -34,14 +34,25 @@ class Settings:
     load_check_timeout_s: float = 120.0
     max_concurrent_ingests: int = 2
     allow_unverified_plans: bool = False
-    # "module:function" callables run in the server and in every load-check child before a program
-    # is opened: they register delegate backends with the native host. The default loads the
-    # TensorRT backend with the shipped provider; it needs no TensorRT or GPU to start, so a CPU
-    # host serves CPU programs and refuses (or stores unverified) TensorRT ones.
-    backend_setup: tuple[str, ...] = ("service.backends.tensorrt.runtime:install_backend",)
-    # Modules whose import registers per-delegate ingest checks (service.ingest.register_delegate_check).
-    delegate_check_modules: tuple[str, ...] = ("service.backends.tensorrt.checks",)
+    # The delegate backends served (service.backends.registry): each registers its native library
+    # with the host, in the server and in every ingest check child, and brings its ingest check
+    # and metrics. TensorRT needs no TensorRT or GPU to start, so a CPU host serves CPU and
+    # XNNPACK programs and refuses (or stores unverified) TensorRT ones.
+    backends: tuple[str, ...] = ("tensorrt", "xnnpack")
+    # When set, these "module:function" callables register the backends instead of the enabled
+    # backends' own setups (tests install stand-ins this way); the backends' checks still apply.
+    backend_setup: tuple[str, ...] | None = None
     log_level: str = "info"
+
+
+    @property
+    def setups(self) -> tuple[str, ...]:
+        """The "module:function" callables that register the backends, in order."""
+        if self.backend_setup is not None:
+            return self.backend_setup
+        from service.backends.registry import enabled
+
+        return tuple(backend.setup for backend in enabled(self.backends))
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace').
@@ -92,11 +103,11 @@ _OPTIONS = (
      "seconds the isolated load check may take"),
     ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,
      "accept delegate plans the ingest checks cannot verify"),
+    ("--backends", "ETRT_BACKENDS", "backends", _list,
+     "comma-separated delegate backends to serve: tensorrt, xnnpack (default: both)"),
     ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
-     "comma-separated module:function callables registering delegate backends (default: "
-     "service.backends.tensorrt.runtime:install_backend; an empty value registers none)"),
-    ("--delegate-check-modules", "ETRT_DELEGATE_CHECK_MODULES", "delegate_check_modules", _list,
-     "comma-separated modules registering per-delegate ingest checks"),
+     "comma-separated module:function callables registering the backends instead of their own "
+     "setups (an empty value registers none)"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
 )
 
@@ -124,6 +135,11 @@ def parse_settings(argv: list[str] | None = None, environ: dict[str, str] | None
     settings = Settings(**values)
     if not 0 <= settings.grpc_port <= 65535:
         parser.error("grpc_port must be a TCP port (0 disables gRPC)")
+    from service.backends.registry import KNOWN
+
+    unknown = [name for name in settings.backends if name not in KNOWN]
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}")
     for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
                  "instances_per_model",
                  "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):

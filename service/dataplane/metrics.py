@@ -9,8 +9,8 @@ UNKNOWN, never under the client's string. Deleting a model removes its series.
 """
 from __future__ import annotations
 
+import functools
 import math
-import sys
 import threading
 from typing import Callable
 
@@ -19,7 +19,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 UNKNOWN = "(unknown)"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0)
-TENSORRT_BACKEND = "TensorRTBackend"
 
 
 def escape_label_value(value: str) -> str:
@@ -117,73 +116,11 @@ class Histogram(Family):
         return lines
 
 
-class _StagingAttribution:
-    """Names each live TensorRT delegate instance by the model, method and delegate it runs.
-
-    ethost_tensorrt labels a delegate instance "<method>#<n>", n counting every instance the
-    process ever initialized, so the label alone neither names the model nor stays stable across
-    a reload. Instances are created while a model's pool opens: one method instance after the
-    other, each initializing its delegates in program order. Opening pools one at a time and
-    diffing the labels before and after therefore tells which instance is which delegate of
-    which model; the counters of a model's instances of one delegate are then summed.
-    """
-
-    def __init__(self):
-        self._open_lock = threading.Lock()
-        # model -> delegate instance label -> (method, delegate index)
-        self._owners: dict[str, dict[str, tuple[str, str]]] = {}
-
-    @staticmethod
-    def _counters() -> list[dict]:
-        trt = sys.modules.get("ethost_tensorrt")
-        return trt.staging_counters() if trt is not None else []
-
-    def open(self, open_pool: Callable):
-        with self._open_lock:
-            before = {d["delegate"] for d in self._counters()}
-            pool = open_pool()
-            delegates = {method: pool.meta(method)["delegates"] for method in pool.method_names}
-            created = sorted((d["delegate"] for d in self._counters()
-                              if d["delegate"] not in before),
-                             key=lambda label: int(label.rpartition("#")[2]))
-        owners = {}
-        for method, backends in delegates.items():
-            positions = [i for i, backend in enumerate(backends) if backend == TENSORRT_BACKEND]
-            mine = [label for label in created if label.rpartition("#")[0] == method]
-            for order, label in enumerate(mine if positions else []):
-                owners[label] = (method, str(positions[order % len(positions)]))
-        return pool, owners
-
-    def adopt(self, model: str, owners: dict[str, tuple[str, str]]) -> None:
-        self._owners[model] = owners
-
-    def forget(self, model: str) -> None:
-        self._owners.pop(model, None)
-
-    def family(self) -> Counter | None:
-        if "ethost_tensorrt" not in sys.modules:
-            return None
-        copies = Counter(
-            "etrt_tensorrt_staging_copies_total",
-            "Copies through an aligned staging buffer made by TensorRT delegates, summed over a "
-            "model's instances of the delegate (delegate = its index among the method's "
-            "delegates); resets when the model is replaced",
-            ("model", "method", "delegate", "binding"))
-        by_label = {label: (model, *owner) for model, owners in self._owners.items()
-                    for label, owner in owners.items()}
-        for entry in self._counters():
-            owner = by_label.get(entry["delegate"])
-            if owner is None:  # an instance of a pool being replaced or closed
-                continue
-            for binding in entry["bindings"]:
-                copies.add((*owner, binding["name"]), binding["staging_copies"])
-        return copies
-
-
 class Metrics:
     """The server's metrics; updated from the event loop and worker threads, hence the lock."""
 
-    def __init__(self):
+    def __init__(self, backends: list | None = None):
+        """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics)."""
         self._lock = threading.Lock()
         self.requests = Counter("etrt_inference_requests_total",
                                 "Inference requests by outcome (ok, client_error, unavailable, "
@@ -201,7 +138,7 @@ class Metrics:
                                "error)", ("outcome",))
         self.problems = Counter("etrt_ingest_problems_total",
                                 "Problems found in refused uploads, by rule id", ("rule",))
-        self.staging = _StagingAttribution()
+        self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
 
     def request_started(self, model: str) -> object:
@@ -229,18 +166,18 @@ class Metrics:
                 self.problems.add((rule,))
 
     def open_pool(self, model: str, open_pool: Callable):
-        """Runs open_pool() so that the TensorRT delegates it creates are counted for `model`."""
-        pool, owners = self.staging.open(open_pool)
-        with self._lock:
-            self.staging.adopt(model, owners)
-        return pool
+        """Runs open_pool() so that each backend can count the delegates it creates for `model`."""
+        for backend in self.backends:
+            open_pool = functools.partial(backend.open, model, open_pool)
+        return open_pool()
 
     def forget_model(self, model: str) -> None:
         with self._lock:
             self._live.pop(model, None)
             for family in (self.requests, self.duration, self.queue, self.inflight):
                 family.remove("model", model)
-            self.staging.forget(model)
+            for backend in self.backends:
+                backend.forget(model)
 
     def render(self, models_by_state: dict[str, int]) -> str:
         states = Gauge("etrt_models", "Models by state (ready: serving; unavailable: stored, "
@@ -249,7 +186,7 @@ class Metrics:
             states.add((state,), count)
         with self._lock:
             families = [self.requests, self.duration, self.queue, self.inflight, self.uploads,
-                        self.problems, states, self.staging.family()]
-            lines = [line for family in families if family is not None
-                     for line in family.render()]
+                        self.problems, states]
+            families += [f for backend in self.backends for f in backend.families()]
+            lines = [line for family in families for line in family.render()]
         return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from service.store.storage import StoredModel
+from service.store.records import StoredModel
 
 
 class PoolClosed(Exception):

@@ -22,9 +22,11 @@ from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Conflict, ExecutionFailed, Invalid, NotFound, ServiceError, TooLarge,
                             Unavailable, clip, input_problem)
-from service.ingest.pipeline import IngestRefused, load_delegate_checks, run_ingest
+from service.backends.registry import enabled
+from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging, stage_files, stage_stored
-from service.store.storage import NameTaken, Storage, StoredModel
+from service.store.records import ModelDescription, StoredModel
+from service.store.storage import NameTaken, Storage
 
 log = logging.getLogger(__name__)
 # Every model has one version: a replace swaps it atomically rather than adding a second one.
@@ -47,9 +49,7 @@ def _not_runnable(stored: StoredModel) -> str | None:
     cannot work here (e.g. TensorRT plans on a host without TensorRT), so /infer answers with
     this reason instead.
     """
-    if stored.description.get("runnable") is False:
-        return stored.description["unavailable_reason"]
-    return None
+    return stored.description.not_runnable
 
 
 def _serve(stored: StoredModel, pool: ModelPool) -> _Served:
@@ -77,14 +77,14 @@ class ModelService:
         # and commits, and at most this many uploads are checked at once.
         self._ingest = ThreadPoolExecutor(settings.max_concurrent_ingests,
                                           thread_name_prefix="ingest")
-        self.metrics = Metrics()
+        self.backends = enabled(settings.backends)
+        self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
         self.ready = False
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        load_delegate_checks(self.settings.delegate_check_modules)
-        self._ethost = import_host(self.settings.backend_setup)
+        self._ethost = import_host(self.settings.setups)
         for stored in await asyncio.to_thread(self.storage.reconcile):
             reason = _not_runnable(stored)
             if reason is not None:
@@ -160,7 +160,7 @@ class ModelService:
         finally:
             self.storage.discard(upload.directory)
 
-    async def _commit(self, upload: StagedUpload, description: dict) -> dict:
+    async def _commit(self, upload: StagedUpload, description: ModelDescription) -> dict:
         name = upload.model_name
         try:
             stored, replaced = await asyncio.to_thread(
@@ -197,10 +197,10 @@ class ModelService:
     def _description(self, name: str) -> dict:
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description
+            return served.stored.description.view("ready")
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
-            return {**stored.description, "state": "unavailable", "error": reason}
+            return stored.description.view("unavailable", reason)
         raise NotFound(f"model {clip(name)!r} not found")
 
     def list_models(self) -> list[dict]:
@@ -301,9 +301,9 @@ class ModelService:
     def signatures(self, name: str, version: str | None = None) -> dict[str, MethodSignature]:
         """Each method's signature with its published tensor names (also of unavailable models,
         described from the file)."""
-        description = self._description(name)
+        stored = self._stored(name)
         self._check_version(name, version)
-        return {m["name"]: signature_of(m) for m in description["methods"]}
+        return {m["name"]: signature_of(m) for m in stored.description.methods}
 
     def model_names(self) -> list[str]:
         return sorted({*self._models, *self._unavailable})

@@ -2,11 +2,13 @@
 
 A program is native code's input, and so is a TensorRT plan: a bad one can crash or hang the
 process that opens it. So the server never opens an unchecked program or plan itself; a child with
-a time limit does, and reports back what it found or what went wrong. Two kinds of run:
+a time limit does, and reports back what it found or what went wrong. One child per upload does
+both steps, so each plan is deserialized once (the TensorRT check hands the engine it verified to
+the delegate that loads it):
 
-- the load check loads every method and reports each one's metadata (the model description);
 - isolated work runs delegate checks' calls into their own runtimes (deserializing TensorRT
-  plans), answering each as it finishes, so a crash is pinned on the call that caused it.
+  plans), answering each as it finishes, so a crash is pinned on the call that caused it;
+- then the load step loads every method and reports each one's metadata (the model description).
 
 The child writes to a report file, not stdout, so native log output cannot corrupt it; its
 stderr goes to a file too, of which only the tail is read back (a looping child can write a lot).
@@ -44,6 +46,17 @@ class ChildEnd:
     timed_out: bool
     how: str
     tail: str
+
+
+@dataclass
+class CheckRun:
+    answers: list[dict]
+    loaded: dict | None
+    end: ChildEnd
+
+
+# Check children started by this process, so a test can tell how many one upload costs.
+children_started = 0
 
 
 def _child_env() -> dict:
@@ -91,39 +104,18 @@ def _tail(stderr) -> str:
     return f"; it reported: {text}" if text else ""
 
 
-def check_program(program: Path, program_name: str, data: list[Path], report: Path,
-                  backend_setup: tuple[str, ...], timeout_s: float,
-                  load_methods: bool = True) -> LoadCheckResult:
-    """load_methods=False is for programs whose delegates cannot initialize on this host: the
-    child then only opens (fully verifies) the program, and the result carries no methods."""
-    request = {"program": str(program), "data": [str(p) for p in data],
-               "backend_setup": list(backend_setup), "report": str(report),
-               "load_methods": load_methods}
-    end = _run_child(request, timeout_s)
-    try:
-        if end.timed_out:
-            return _refused(program_name, "program.load_timeout",
-                            f"loading the program {end.how}{end.tail}")
-        try:
-            outcome = json.loads(report.read_text())
-        except (FileNotFoundError, ValueError):
-            return _refused(program_name, "program.load_crashed",
-                            f"the process loading the program {end.how} without a report"
-                            f"{end.tail}")
-    finally:
-        report.unlink(missing_ok=True)
-    if outcome["ok"]:
-        return LoadCheckResult(outcome["methods"], [])
-    return _refused(outcome.get("file") or program_name, "program.load_failed", outcome["error"])
-
-
-def run_isolated(work: list[dict], report: Path, backend_setup: tuple[str, ...],
-                 timeout_s: float) -> tuple[list[dict], ChildEnd]:
-    """Calls each work item's "module:function" with its "request" in one child, after the backend
-    setup. Returns the answers in order ({"answer": value} or {"error": reason}) and how the
-    child ended; fewer answers than work items means the call after the last answer crashed or
-    hung the child (or, with no answer at all, possibly the setup before it)."""
-    request = {"work": work, "backend_setup": list(backend_setup), "report": str(report)}
+def run_checks(work: list[dict], load: dict | None, report: Path,
+               backend_setup: tuple[str, ...], timeout_s: float) -> CheckRun:
+    """One child: the backend setup, then each work item's "module:function" called with its
+    "request" (answered in order: {"answer": value} or {"error": reason}), then, if `load` is
+    given ({"program", "data", "load_methods"}), the program opened and its methods loaded.
+    Fewer answers than work items means the call after the last answer crashed or hung the child
+    (or, with no answer at all, possibly the setup before it); all answers but no load outcome
+    means loading the program did."""
+    global children_started
+    request = {"work": work, "load": load, "backend_setup": list(backend_setup),
+               "report": str(report)}
+    children_started += 1
     end = _run_child(request, timeout_s)
     try:
         lines = report.read_text().splitlines()
@@ -131,47 +123,83 @@ def run_isolated(work: list[dict], report: Path, backend_setup: tuple[str, ...],
         lines = []
     finally:
         report.unlink(missing_ok=True)
-    answers = []
+    answers, loaded = [], None
     for line in lines:
         try:
-            answers.append(json.loads(line))
+            entry = json.loads(line)
         except ValueError:  # the line the child was writing when it died
             break
-    return answers, end
+        if "load" in entry:
+            loaded = entry["load"]
+        else:
+            answers.append(entry)
+    return CheckRun(answers, loaded, end)
+
+
+def load_result(run: CheckRun, program_name: str, file_names: dict[str, str]) -> LoadCheckResult:
+    """The load step's outcome as methods or one problem; file_names maps the paths the child
+    was given to the names the user knows them by (the program's is program_name)."""
+    end = run.end
+    if run.loaded is None:
+        if end.timed_out:
+            return _refused(program_name, "program.load_timeout",
+                            f"loading the program {end.how}{end.tail}")
+        return _refused(program_name, "program.load_crashed",
+                        f"the process loading the program {end.how} without a report{end.tail}")
+    if run.loaded["ok"]:
+        return LoadCheckResult(run.loaded["methods"], [])
+    file = file_names.get(run.loaded.get("path") or "") or program_name
+    return _refused(file, "program.load_failed", run.loaded["error"])
+
+
+def check_program(program: Path, program_name: str, data: list[Path], report: Path,
+                  backend_setup: tuple[str, ...], timeout_s: float,
+                  load_methods: bool = True) -> LoadCheckResult:
+    """The load step alone. load_methods=False is for programs whose delegates cannot initialize
+    on this host: the child then only opens (fully verifies) the program, and the result carries
+    no methods."""
+    load = {"program": str(program), "data": [str(p) for p in data], "load_methods": load_methods}
+    run = run_checks([], load, report, backend_setup, timeout_s)
+    return load_result(run, program_name, {str(p): p.name for p in data})
+
+
+def run_isolated(work: list[dict], report: Path, backend_setup: tuple[str, ...],
+                 timeout_s: float) -> tuple[list[dict], ChildEnd]:
+    """The work step alone: the answers in order and how the child ended."""
+    run = run_checks(work, None, report, backend_setup, timeout_s)
+    return run.answers, run.end
 
 
 def _refused(file: str, rule: str, message: str) -> LoadCheckResult:
     return LoadCheckResult([], [Problem(file, rule, message)])
 
 
-def _child(request: dict) -> dict:
-    from service.backends.host import import_host
-
+def _load(load: dict, ethost) -> dict:
     method = None
     try:
-        ethost = import_host(request["backend_setup"])
-        program = ethost.Program(request["program"], request["data"])
+        program = ethost.Program(load["program"], load["data"])
         methods = []
-        if request["load_methods"]:
+        if load["load_methods"]:
             for method in program.method_names:
                 program.load_method(method)
                 methods.append(program.method_meta(method))
         return {"ok": True, "methods": methods}
     except Exception as exc:  # every failure is reported to the parent, whatever its type
         where = f"method {method!r}: " if method else ""
-        path = getattr(exc, "path", None)
-        name = Path(path).name if path and Path(path).name != "program.pte" else None
-        return {"ok": False, "error": f"{where}{type(exc).__name__}: {exc}", "file": name}
+        return {"ok": False, "error": f"{where}{type(exc).__name__}: {exc}",
+                "path": getattr(exc, "path", None)}
 
 
-def _answers(request: dict):
+def _outcomes(request: dict):
     from service.backends.host import import_host
 
     try:
-        import_host(request["backend_setup"])
-    except Exception as exc:  # without the backend no call can be answered
-        error = f"the backend setup failed: {type(exc).__name__}: {exc}"
-        yield from ({"error": error} for _ in request["work"])
+        ethost = import_host(request["backend_setup"])
+    except Exception as exc:  # without the backend nothing can be answered or loaded
+        error = f"{type(exc).__name__}: {exc}"
+        yield from ({"error": f"the backend setup failed: {error}"} for _ in request["work"])
+        if request["load"] is not None:
+            yield {"load": {"ok": False, "error": f"the backend setup failed: {error}"}}
         return
     for work in request["work"]:
         try:
@@ -179,21 +207,16 @@ def _answers(request: dict):
             yield {"answer": getattr(importlib.import_module(module), function)(work["request"])}
         except Exception as exc:  # a failing call is answered, and the next one still runs
             yield {"error": f"{type(exc).__name__}: {exc}"}
+    if request["load"] is not None:
+        yield {"load": _load(request["load"], ethost)}
 
 
 def main() -> None:
     request = json.loads(sys.argv[1])
-    report = Path(request["report"])
-    if "work" in request:
-        with open(report, "w") as answers:
-            for answer in _answers(request):
-                answers.write(json.dumps(answer) + "\n")
-                answers.flush()
-        return
-    outcome = _child(request)
-    temporary = report.with_suffix(".tmp")
-    temporary.write_text(json.dumps(outcome))
-    os.replace(temporary, report)
+    with open(request["report"], "w") as report:
+        for outcome in _outcomes(request):
+            report.write(json.dumps(outcome) + "\n")
+            report.flush()
 
 
 if __name__ == "__main__":

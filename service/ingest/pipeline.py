@@ -1,15 +1,15 @@
 """The ingest pipeline: every check an upload goes through before it may become a model.
 
 All checks run and all problems are reported together, so a user fixes an upload in one round.
-The isolated load check runs last and only when everything else passed: it is the slowest step,
-and it would only fail again for a reason already reported.
+The isolated load step runs last, in the same child as the delegates' isolated work, and counts
+only when everything else passed: it would only fail again for a reason already reported.
 
-Delegate-specific checks (e.g. TensorRT plans) plug in through register_delegate_check; the
+Delegate-specific checks (e.g. TensorRT plans) come with their backend (service.backends); the
 pipeline calls them with each delegate of that backend and a context to look up named data.
 A check that must call into its backend's own runtime on the uploaded bytes (deserialize a plan)
 does not do it here: it returns that call as IsolatedWork, and the pipeline runs all of an
-upload's work in one isolated check child (service.ingest.load_check) right after the checks, so those
-findings are still reported together with every other problem. The server never runs native
+upload's work in the upload's one check child (service.ingest.load_check) before it loads the
+program, so those findings are still reported together with every other problem. The server never runs native
 code on an unchecked upload itself: a plan that crashes its deserializer kills only the child.
 A check may accept a delegate it cannot run here (details "runnable": False with an
 "unavailable_reason", e.g. TensorRT plans stored unverified on a host without TensorRT): the
@@ -18,7 +18,6 @@ because loading them would initialize that delegate.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -28,12 +27,12 @@ from typing import Callable
 from service.ingest import name_rules as rules
 from service.config import Settings
 from service.errors import Problem
-from service.ingest.load_check import check_program, run_isolated
+from service.ingest.load_check import LoadCheckResult, load_result, run_checks
 from service.ingest.inspection import (DataFileInfo, DelegateInfo, InspectionError, MethodInfo,
                                         ProgramInfo, inspect_data_file, inspect_program,
                                         method_meta)
 from service.ingest.staging import StagedFile, StagedUpload  # noqa: F401 (StagedFile re-exported)
-from service.store.storage import PROGRAM_FILE
+from service.store.records import DATA, PROGRAM, PROGRAM_FILE, ModelDescription, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +93,7 @@ class IngestContext:
 
 
 DelegateCheck = Callable[[DelegateInfo, IngestContext], DelegateReport]
+# Checks registered beyond the enabled backends' own (tests register stand-ins here).
 _delegate_checks: dict[str, DelegateCheck] = {}
 
 
@@ -101,15 +101,12 @@ def register_delegate_check(backend_id: str, check: DelegateCheck) -> None:
     _delegate_checks[backend_id] = check
 
 
-def load_delegate_checks(modules: tuple[str, ...]) -> None:
-    """Imports the modules that register checks; a configured module that is absent is logged."""
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            log.warning("delegate check module %s is not available; its checks are skipped", module)
+def _checks(settings: Settings) -> dict[str, DelegateCheck]:
+    from service.backends.registry import enabled
+
+    checks = {backend.id: backend.check() for backend in enabled(settings.backends)}
+    checks.update(_delegate_checks)
+    return {backend_id: check for backend_id, check in checks.items() if check is not None}
 
 
 class IngestRefused(Exception):
@@ -184,18 +181,22 @@ def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateRep
         return None
 
 
-def _run_isolated_work(context: IngestContext, reports: list, report_path: Path) -> None:
-    """Runs every check's isolated work in one child and hands back the answers.
+def _run_child(context: IngestContext, reports: list, load: dict | None, report_path: Path,
+               file_names: dict[str, str]) -> LoadCheckResult | None:
+    """Runs every check's isolated work, then the load step, in one child; hands the answers to
+    the checks and returns the load step's result (None when there was none to run).
 
-    After a crash the rest runs in a new child, so each plan still gets its own verdict; after a
-    time-out it does not: the limit is the upload's, not each plan's.
+    After a crash in the work the rest of it runs in a new child, so each plan still gets its own
+    verdict (the load step is then pointless: the upload is refused); after a time-out it does
+    not: the limit is the upload's, not each plan's.
     """
     pending = [(delegate, report) for delegate, report in reports if report.isolated]
-    while pending:
-        answers, end = run_isolated(
+    while True:
+        run = run_checks(
             [{"function": r.isolated.function, "request": r.isolated.request} for _, r in pending],
-            report_path, context.settings.backend_setup, context.settings.load_check_timeout_s)
-        for (delegate, report), answer in zip(pending, answers):
+            load, report_path, context.settings.setups,
+            context.settings.load_check_timeout_s)
+        for (delegate, report), answer in zip(pending, run.answers):
             if "error" in answer:
                 report.problems.append(Problem(context.program_name, "delegate.check_failed",
                                                f"{delegate.where}: {report.isolated.doing} "
@@ -203,27 +204,36 @@ def _run_isolated_work(context: IngestContext, reports: list, report_path: Path)
             else:
                 _guarded(delegate, context, report,
                          lambda: report.isolated.finish(answer["answer"]))
-        if len(answers) >= len(pending):
-            return
-        delegate, report = pending[len(answers)]
+        if len(run.answers) >= len(pending):
+            return None if load is None else load_result(run, context.program_name, file_names)
+        delegate, report = pending[len(run.answers)]
+        end = run.end
         rule = "delegate.check_timeout" if end.timed_out else "delegate.check_crashed"
         report.problems.append(Problem(context.program_name, rule, (
             f"{delegate.where}: the isolated process {report.isolated.doing} {end.how}"
             f"{end.tail}; the server did not load it")))
-        pending = [] if end.timed_out else pending[len(answers) + 1:]
+        pending = [] if end.timed_out else pending[len(run.answers) + 1:]
+        if not pending:
+            return None
+        load = None
 
 
-def _delegate_reports(context: IngestContext, work_report: Path) -> tuple[dict, list, list]:
+def _delegate_reports(context: IngestContext) -> list:
+    """Each delegate's own check, run here; their isolated work is still to run."""
     reports = []
+    checks = _checks(context.settings)
     for method in context.program.methods:
         for delegate in method.delegates:
-            check = _delegate_checks.get(delegate.backend_id)
+            check = checks.get(delegate.backend_id)
             if check is None:
                 continue
             failed = DelegateReport()  # receives the problem if the check raises
             report = _guarded(delegate, context, failed, lambda: check(delegate, context))
             reports.append((delegate, report or failed))
-    _run_isolated_work(context, reports, work_report)
+    return reports
+
+
+def _collect(reports: list) -> tuple[dict, list, list]:
     details, problems, warnings = {}, [], []
     for delegate, report in reports:
         problems += report.problems
@@ -246,7 +256,8 @@ def _unavailable_reasons(delegate_details: dict) -> list[str]:
 
 
 def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dict],
-              delegate_details: dict, warnings: list[str], unavailable: list[str]) -> dict:
+              delegate_details: dict, warnings: list[str],
+              unavailable: list[str]) -> ModelDescription:
     by_name = {m.name: m for m in program.methods}
     methods = []
     for meta in methods_meta:
@@ -258,18 +269,10 @@ def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dic
                         "delegates": delegates,
                         "external_data_keys": [] if info is None else info.external_keys,
                         "planned_buffers": meta.get("planned_buffers", [])})
-    files = [{"name": upload.program.name, "role": "program", "bytes": upload.program.size,
-              "sha256": upload.program.sha256}]
-    files += [{"name": d.name, "role": "data", "bytes": d.size, "sha256": d.sha256}
-              for d in upload.data]
-    description = {"name": upload.model_name, "state": "ready", "runnable": True, "files": files,
-                   "methods": methods, "warnings": warnings}
-    if upload.config is not None:
-        description["config"] = upload.config
-    if unavailable:
-        description.update(state="unavailable", runnable=False,
-                           unavailable_reason="; ".join(unavailable))
-    return description
+    files = [StoredFile(upload.program.name, PROGRAM, upload.program.size, upload.program.sha256)]
+    files += [StoredFile(d.name, DATA, d.size, d.sha256) for d in upload.data]
+    return ModelDescription(upload.model_name, tuple(files), tuple(methods), tuple(warnings),
+                            "; ".join(unavailable) if unavailable else None, upload.config)
 
 
 def _move_to_final_names(upload: StagedUpload) -> None:
@@ -283,8 +286,12 @@ def _move_to_final_names(upload: StagedUpload) -> None:
         data.path = target
 
 
-def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
-    """Checks a staged upload and returns its model description, or raises IngestRefused."""
+def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
+    """Checks a staged upload and returns its model description, or raises IngestRefused.
+
+    One child process runs every delegate's isolated work and, when nothing was found wrong
+    before it started, the load step; a load outcome is ignored when the work found problems,
+    since loading would only fail again for a reason already reported."""
     problems = _name_problems(upload)
     program, data_files, inspection_problems = _inspect(upload)
     problems += inspection_problems
@@ -295,18 +302,22 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> dict:
     context = IngestContext(settings, program_name, program, upload.program.path,
                             {d.name: (d.path, data_files[d.name]) for d in upload.data
                              if d.name in data_files})
-    details, delegate_problems, warnings = _delegate_reports(
-        context, upload.directory / ".isolated_work.jsonl")
+    reports = _delegate_reports(context)
+    details, _, _ = _collect(reports)
+    unavailable = _unavailable_reasons(details)
+    found_before = bool(problems) or any(r.problems for _, r in reports)
+    load = None if found_before else {
+        "program": str(upload.program.path), "data": [str(d.path) for d in upload.data],
+        "load_methods": not unavailable}
+    loaded = _run_child(context, reports, load, upload.directory / ".check.jsonl",
+                        {str(d.path): d.name for d in upload.data})
+    details, delegate_problems, warnings = _collect(reports)
     problems += delegate_problems
     if problems:
         raise IngestRefused(problems)
+    if loaded.problems:
+        raise IngestRefused(loaded.problems)
     warnings += _unused_data_warnings(context)
-    unavailable = _unavailable_reasons(details)
     _move_to_final_names(upload)
-    result = check_program(upload.program.path, program_name, [d.path for d in upload.data],
-                           upload.directory / ".load_check.json", settings.backend_setup,
-                           settings.load_check_timeout_s, load_methods=not unavailable)
-    if result.problems:
-        raise IngestRefused(result.problems)
-    methods = [method_meta(m) for m in program.methods] if unavailable else result.methods
+    methods = [method_meta(m) for m in program.methods] if unavailable else loaded.methods
     return _describe(upload, program, methods, details, warnings, unavailable)

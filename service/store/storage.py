@@ -5,6 +5,10 @@ staging directory, fsynced, and renamed into place *before* the row points at th
 never visible half-written; anything on disk that no row points at is a leftover of an interrupted
 upload, replace or delete, and startup reconciliation removes it.
 
+The registry's form is versioned (PRAGMA user_version, SCHEMA_VERSION): a registry written by
+an earlier release is migrated in place when the store opens, in one transaction, and one written
+by a later release is refused rather than misread.
+
 Layout under the artifacts root:
     registry.sqlite3            the registry (the only file outside the two directories below)
     models/<name>.<generation>/ program.pte and the model's .ptd files under their uploaded names
@@ -20,11 +24,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
+from service.store.records import PROGRAM_FILE, ModelDescription, StoredModel  # noqa: F401
+
 REGISTRY = "registry.sqlite3"
-PROGRAM_FILE = "program.pte"
+# 0: rows hold the native API's description dict (before versioning); 1: rows hold records.
+SCHEMA_VERSION = 1
 log = logging.getLogger(__name__)
 
 
@@ -32,29 +38,8 @@ class NameTaken(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class StoredModel:
-    name: str
-    directory: Path
-    description: dict
-
-    @property
-    def program_path(self) -> Path:
-        return self.directory / PROGRAM_FILE
-
-    @property
-    def program_name(self) -> str:
-        return next(f["name"] for f in self.description["files"] if f["role"] == "program")
-
-    @property
-    def data_files(self) -> list[tuple[str, Path]]:
-        """(uploaded name, path) of each data file, in upload order."""
-        return [(f["name"], self.directory / f["name"]) for f in self.description["files"]
-                if f["role"] == "data"]
-
-    @property
-    def data_paths(self) -> list[Path]:
-        return [path for _, path in self.data_files]
+class RegistryTooNew(Exception):
+    pass
 
 
 def fsync_directory(path: Path) -> None:
@@ -74,9 +59,7 @@ class Storage:
         for directory in (self.root, self.models_dir, self.staging_dir):
             directory.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
-                       "directory TEXT NOT NULL, description TEXT NOT NULL, "
-                       "created_at REAL NOT NULL)")
+            _migrate(db)
 
     def _connect(self) -> "_Transaction":
         db = sqlite3.connect(self.root / REGISTRY, timeout=30, isolation_level=None)
@@ -103,9 +86,10 @@ class Storage:
             return [self._model(row) for row in rows.fetchall()]
 
     def _model(self, row) -> StoredModel:
-        return StoredModel(row[0], self.models_dir / row[1], json.loads(row[2]))
+        return StoredModel(row[0], self.models_dir / row[1],
+                           ModelDescription.from_json(json.loads(row[2])))
 
-    def commit(self, name: str, staged: Path, description: dict, replace: bool
+    def commit(self, name: str, staged: Path, description: ModelDescription, replace: bool
                ) -> tuple[StoredModel, StoredModel | None]:
         """Moves a checked upload into place and registers it; returns (new, replaced).
 
@@ -128,7 +112,8 @@ class Storage:
                 if row is not None and not replace:
                     raise NameTaken(name)
                 db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
-                           (name, directory_name, json.dumps(description), time.time()))
+                           (name, directory_name, json.dumps(description.to_json()),
+                            time.time()))
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
@@ -146,8 +131,8 @@ class Storage:
         """Undoes a commit whose model could not be served: the replaced one is registered again."""
         with self._lock, self._connect() as db:
             db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?)",
-                       (model.name, model.directory.name, json.dumps(model.description),
-                        time.time()))
+                       (model.name, model.directory.name,
+                        json.dumps(model.description.to_json()), time.time()))
         self.remove_directory(failed)
 
     def remove_directory(self, model: StoredModel) -> None:
@@ -207,11 +192,29 @@ def _fsync_file(path: Path) -> None:
 
 def _missing_files(model: StoredModel) -> list[str]:
     missing = []
-    for entry in model.description.get("files", []):
-        path = model.directory / (PROGRAM_FILE if entry["role"] == "program" else entry["name"])
+    for stored in model.description.files:
         try:
-            if path.stat().st_size != entry["bytes"]:
-                missing.append(f"{entry['name']} (size changed)")
+            if model.path_of(stored).stat().st_size != stored.size:
+                missing.append(f"{stored.name} (size changed)")
         except FileNotFoundError:
-            missing.append(entry["name"])
+            missing.append(stored.name)
     return missing
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Creates the registry, or brings one written by an earlier release to SCHEMA_VERSION."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RegistryTooNew(f"the registry was written by a newer release (schema {version}; "
+                             f"this one reads up to {SCHEMA_VERSION})")
+    db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
+               "directory TEXT NOT NULL, description TEXT NOT NULL, created_at REAL NOT NULL)")
+    if version < 1:
+        rows = db.execute("SELECT name, description FROM models").fetchall()
+        for name, text in rows:
+            record = ModelDescription.from_legacy(json.loads(text))
+            db.execute("UPDATE models SET description = ? WHERE name = ?",
+                       (json.dumps(record.to_json()), name))
+        if rows:
+            log.info("registry migrated to schema %d (%d model(s))", SCHEMA_VERSION, len(rows))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

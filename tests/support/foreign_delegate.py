@@ -1,9 +1,18 @@
-"""A real program with a delegate (XNNPACK's) that our native host has no backend for.
+"""A real program whose method is delegated to XNNPACK, ExecuTorch's CPU backend.
 
-It is a valid program whose load fails, which is exactly what the isolated load check must turn
-into a refusal, and it gives program inspection a real delegate blob to read.
+Served by the xnnpack backend (service.backends.xnnpack); a server or check child without that
+backend registered cannot load it, which is what the load step must turn into a refusal. It also
+gives program inspection a real delegate blob to read.
 """
 from pathlib import Path
+
+
+def xnnpack_linear_model():
+    """The eager model the program is exported from (same seed, same weights every time)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
 
 
 def export_xnnpack_linear(out_dir: Path) -> Path:
@@ -14,9 +23,7 @@ def export_xnnpack_linear(out_dir: Path) -> Path:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
-    exported = torch.export.export(model, (torch.randn(2, 4),))
+    exported = torch.export.export(xnnpack_linear_model(), (torch.randn(2, 4),))
     program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     path.write_bytes(program.to_executorch().buffer)
     return path

@@ -12,6 +12,7 @@ Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "i
   matmul:      out0 = in0 @ in1
   scale:       out0 = in0 * 2
   inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
+ETRT_TEST_DESERIALIZE_LOG names a file that gets one line ("<pid> <op>") per deserialization.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
 """
@@ -66,6 +67,10 @@ class TestEngineProvider:
             sys.stderr.flush()
             os.abort()
         self.deserialized += 1
+        log = os.environ.get("ETRT_TEST_DESERIALIZE_LOG")
+        if log:  # deserializations in other processes (the ingest check child), for tests
+            with open(log, "a") as out:
+                out.write(f"{os.getpid()} {spec['op']}\n")
         return _Engine(spec, device_id)
 
     def describe(self, engine):

@@ -11,7 +11,18 @@ def test_defaults_match_the_documented_ones():
                                                                   Path("artifacts"))
     assert settings.grpc_port == 8001
     assert settings.allow_unverified_plans is False
-    assert settings.backend_setup == ("service.backends.tensorrt.runtime:install_backend",)
+    assert settings.backends == ("tensorrt", "xnnpack") and settings.backend_setup is None
+    assert settings.setups == ("service.backends.tensorrt.runtime:install_backend",
+                               "service.backends.xnnpack:install_backend")
+
+
+def test_backends_pick_the_setups_and_unknown_ones_are_refused(capsys):
+    assert parse_settings(["--backends", "xnnpack"], {}).setups == (
+        "service.backends.xnnpack:install_backend",)
+    assert parse_settings([], {"ETRT_BACKENDS": ""}).setups == ()
+    with pytest.raises(SystemExit):
+        parse_settings(["--backends", "tensorrt,cuda"], {})
+    assert "unknown backend(s) cuda" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,allowed", [(["--allow-unverified-plans"], True),
@@ -21,7 +32,7 @@ def test_a_boolean_flag_alone_means_true(argv, allowed):
 
 
 def test_an_empty_backend_setup_registers_no_backend():
-    assert parse_settings(["--backend-setup", ""], {}).backend_setup == ()
+    assert parse_settings(["--backend-setup", ""], {}).setups == ()
 
 
 def test_environment_sets_and_flags_override():

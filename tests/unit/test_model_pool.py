@@ -10,7 +10,7 @@ import torch
 
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.backends.host import import_host
-from service.store.storage import StoredModel
+from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 
 SIZE = 40_000
@@ -19,7 +19,7 @@ SIZE = 40_000
 @pytest.fixture(scope="module")
 def heavy(programs_dir):
     exported = programs.export_cpu_heavy(programs_dir, rounds=300, size=SIZE)
-    description = {"files": [{"name": "program.pte", "role": "program"}]}
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
     return exported, StoredModel("heavy", exported.pte.parent, description)
 
 
@@ -120,7 +120,7 @@ def test_opening_a_pool_loads_exactly_n_instances_per_method(programs_dir, tmp_p
 
     exported = export_trt_program(programs_dir, "mixed", 256)
     shutil.copy(exported.pte, tmp_path / "program.pte")
-    description = {"files": [{"name": "program.pte", "role": "program"}]}
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
     stored = StoredModel("trt", tmp_path, description)
     before = {d["delegate"] for d in ethost_tensorrt.staging_counters()}
     pool = ModelPool(stored, import_host(), 3)

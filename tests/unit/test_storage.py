@@ -1,20 +1,22 @@
 import hashlib
+import json
 import sqlite3
 
 import pytest
 
-from service.store.storage import PROGRAM_FILE, REGISTRY, NameTaken, Storage
+from service.store.records import ModelDescription, StoredFile
+from service.store.storage import (PROGRAM_FILE, REGISTRY, SCHEMA_VERSION, NameTaken,
+                                   RegistryTooNew, Storage)
 
 
 def _stage(storage, content=b"program", data=None):
     staged = storage.new_staging_dir()
     (staged / PROGRAM_FILE).write_bytes(content)
-    files = [{"name": "m.pte", "role": "program", "bytes": len(content),
-              "sha256": hashlib.sha256(content).hexdigest()}]
+    files = [StoredFile("m.pte", "program", len(content), hashlib.sha256(content).hexdigest())]
     for name, payload in (data or {}).items():
         (staged / name).write_bytes(payload)
-        files.append({"name": name, "role": "data", "bytes": len(payload), "sha256": ""})
-    return staged, {"name": "m", "files": files, "methods": []}
+        files.append(StoredFile(name, "data", len(payload), ""))
+    return staged, ModelDescription("m", tuple(files), ())
 
 
 def all_files(root):
@@ -104,3 +106,56 @@ def test_reconcile_removes_leftovers_and_rows_whose_files_are_gone(tmp_path):
     assert [r[0] for r in rows(tmp_path)] == ["kept"]
     assert all_files(tmp_path) == sorted([REGISTRY, str(kept.program_path.relative_to(tmp_path))])
     assert list((tmp_path / "staging").iterdir()) == []
+
+
+# --- the registry's form is versioned; rows written by the release before are migrated ---------
+
+def _old_registry(root, rows):
+    """A registry exactly as the release before versioning wrote it: no user_version, rows
+    holding the API's description dict (with "state", "runnable", "unavailable_reason")."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "models").mkdir(exist_ok=True)
+    with sqlite3.connect(root / REGISTRY) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
+                   "directory TEXT NOT NULL, description TEXT NOT NULL, "
+                   "created_at REAL NOT NULL)")
+        for name, description in rows:
+            (root / "models" / f"{name}.old").mkdir()
+            (root / "models" / f"{name}.old" / PROGRAM_FILE).write_bytes(b"program")
+            db.execute("INSERT INTO models VALUES (?, ?, ?, 0)",
+                       (name, f"{name}.old", json.dumps(description)))
+    db.close()
+
+
+def _old_description(name, **extra):
+    return {"name": name, "state": "ready", "runnable": True, "warnings": ["w"],
+            "files": [{"name": "m.pte", "role": "program", "bytes": 7, "sha256": "ab"}],
+            "methods": [{"name": "forward", "inputs": [], "outputs": []}], **extra}
+
+
+def test_a_registry_written_before_versioning_is_migrated(tmp_path):
+    _old_registry(tmp_path, [
+        ("ready", _old_description("ready")),
+        ("stored", _old_description("stored", state="unavailable", runnable=False,
+                                    unavailable_reason="no GPU here"))])
+    storage = Storage(tmp_path)
+    ready, stored = storage.reconcile()
+    assert ready.description.runnable and ready.description.warnings == ("w",)
+    assert ready.description.files == (StoredFile("m.pte", "program", 7, "ab"),)
+    assert ready.description.methods[0]["name"] == "forward"
+    assert stored.description.not_runnable == "no GPU here"
+    with sqlite3.connect(tmp_path / REGISTRY) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        [text] = db.execute("SELECT description FROM models WHERE name = 'stored'").fetchone()
+    assert "runnable" not in json.loads(text) and json.loads(text)["not_runnable"] == "no GPU here"
+    # Opening it again reads the records as they are.
+    assert Storage(tmp_path).get("stored").description == stored.description
+
+
+def test_a_registry_from_a_newer_release_is_refused(tmp_path):
+    Storage(tmp_path)
+    with sqlite3.connect(tmp_path / REGISTRY) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(RegistryTooNew, match="newer release"):
+        Storage(tmp_path)

@@ -7,6 +7,7 @@ deserializing to the isolated child as IsolatedWork; unit tests here call that c
 """
 import dataclasses
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -421,9 +422,27 @@ TEST_BACKEND = ("support.test_backend_setup:install_test_backend",)
 def test_run_ingest_verifies_plans_only_in_the_isolated_child(tmp_path, test_provider, mixed_256):
     description = run_ingest(_stage(mixed_256, tmp_path / "staging"),
                              Settings(artifacts=tmp_path / "artifacts", backend_setup=TEST_BACKEND))
-    engines = [d["details"]["engine"] for m in description["methods"] for d in m["delegates"]]
+    engines = [d["details"]["engine"] for m in description.methods for d in m["delegates"]]
     assert len(engines) == 2 and all(e["bindings"] for e in engines)
     assert test_provider.deserialized == 0  # this process's provider: the server's
+
+
+def test_one_child_per_upload_deserializes_each_plan_once(tmp_path, monkeypatch, test_provider,
+                                                          mixed_256):
+    from service.ingest import load_check
+
+    log = tmp_path / "deserialized.log"
+    monkeypatch.setenv("ETRT_TEST_DESERIALIZE_LOG", str(log))
+    started = load_check.children_started
+    description = run_ingest(_stage(mixed_256, tmp_path / "staging"),
+                             Settings(artifacts=tmp_path / "artifacts", backend_setup=TEST_BACKEND))
+    assert load_check.children_started - started == 1
+    # Two plans, each verified by the check and then loaded by its delegate: one deserialization
+    # each, in one process other than this one.
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and len({line.split()[0] for line in lines}) == 1
+    assert lines[0].split()[0] != str(os.getpid())
+    assert description.methods and all(m["inputs"] for m in description.methods)
 
 
 def test_a_plan_crashing_its_deserializer_is_refused_and_this_process_lives_on(

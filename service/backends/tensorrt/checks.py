@@ -1,4 +1,4 @@
-"""Ingest check for TensorRT delegates (backend id `TensorRTBackend`).
+"""Ingest check for TensorRT delegates.
 
 A TensorRT plan is opaque to every generic rule, and the worst ways it can fail do not fail: a
 plan saved without its weights runs with placeholder weights, and a delegate buffer off a 256-byte
@@ -14,12 +14,13 @@ on this host.
 """
 from __future__ import annotations
 
+import hashlib
+
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork, register_delegate_check
+from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
 from service.errors import Problem
 from service.ingest.inspection import DelegateInfo, MethodInfo
 
-BACKEND_ID = "TensorRTBackend"
 ALIGNMENT = tensorrt_runtime.ADDRESS_ALIGNMENT
 STRIPPED_HINT = "saved without its weights; re-export with strip_engine_weights=False"
 PLANNING_HINT = ("re-export with 256-byte memory planning (ExecutorchBackendConfig("
@@ -129,11 +130,36 @@ def _availability() -> tuple[bool, str]:
     return True, ""
 
 
+class _HandOver:
+    """The provider in the check child once verify_engine ran: the delegate that loads a method
+    after the checks gets the engine verify_engine deserialized from the same plan bytes, so an
+    upload's plans are deserialized once. Everything else goes to the installed provider."""
+
+    def __init__(self, provider):
+        self.provider = provider
+        self._verified: dict[tuple[str, int], object] = {}
+
+    def keep(self, plan: bytes, device_id: int, engine) -> None:
+        self._verified[(hashlib.sha256(plan).hexdigest(), device_id)] = engine
+
+    def deserialize(self, plan: bytes, device_id: int):
+        engine = self._verified.pop((hashlib.sha256(plan).hexdigest(), device_id), None)
+        return engine if engine is not None else self.provider.deserialize(plan, device_id)
+
+    def __getattr__(self, name: str):
+        return getattr(self.provider, name)
+
+
 def verify_engine(request: dict) -> dict:
     """Runs in the isolated check child only: deserializes one plan and describes it."""
     import ethost_tensorrt
 
-    provider = ethost_tensorrt.engine_provider() or tensorrt_runtime.TensorRTEngineProvider()
+    installed = ethost_tensorrt.engine_provider()
+    if installed is not None and not isinstance(installed, _HandOver):
+        installed = _HandOver(installed)
+        ethost_tensorrt.set_engine_provider(installed)
+    provider = installed.provider if installed is not None else \
+        tensorrt_runtime.TensorRTEngineProvider()
     device = request["device_id"]
     if not 0 <= device < tensorrt_runtime.device_count():
         device = 0
@@ -141,9 +167,12 @@ def verify_engine(request: dict) -> dict:
         source.seek(request["offset"])
         plan = source.read(request["size"])
     try:
-        description = provider.describe(provider.deserialize(plan, device))
+        engine = provider.deserialize(plan, device)
+        description = provider.describe(engine)
     except Exception as exc:  # providers raise whatever they raise, always with a reason
         return {"invalid": str(exc)}
+    if installed is not None:
+        installed.keep(plan, device, engine)
     return {"device": device, "stats": description["stats"], "io": description["io"]}
 
 
@@ -239,5 +268,3 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
                                        f"anyway, not runnable here"))
     return report
 
-
-register_delegate_check(BACKEND_ID, check_tensorrt_delegate)

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 
+from service.backends.tensorrt import BACKEND_ID
+
 # Full TensorRT first: where both exist, it is the one the image was built and tested with.
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
 
@@ -355,9 +357,9 @@ class TensorRTEngineProvider:
 
 
 def install_backend() -> None:
-    """Backend setup for the server: `--backend-setup service.backends.tensorrt.runtime:install_backend`.
+    """The TensorRT backend's setup (service.backends.tensorrt.BACKEND).
 
-    Loads the TensorRTBackend library into the native host's backend registry and installs the
+    Loads the delegate library into the native host's backend registry and installs the
     shipped provider. It fails loudly when another library already holds the backend id, since
     programs would otherwise run on a delegate nobody here checked. TensorRT itself is not needed
     until a plan is deserialized, so this also runs on hosts without it.
@@ -372,5 +374,5 @@ def install_backend() -> None:
 
     error = ethost_tensorrt.registration_error()
     if error is not None:
-        raise RuntimeError(f"TensorRTBackend could not be registered: {error}")
+        raise RuntimeError(f"{BACKEND_ID} could not be registered: {error}")
     ethost_tensorrt.set_engine_provider(TensorRTEngineProvider())

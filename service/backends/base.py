@@ -1,0 +1,39 @@
+"""What a delegate backend brings to the server, in one object per backend.
+
+A backend is an ExecuTorch delegate the native host can run (its id is the one programs name in
+their delegate entries). Everything the server does differently per backend hangs off this
+object, so adding a backend means adding a package under service/backends/ and one entry in
+service.backends.registry, and nothing in the dataplane, ingest or protocols changes:
+
+- setup: "module:function" that loads and registers its native library with the host; it runs in
+  the server and in every ingest check child, which must see the same backends;
+- check: the ingest check for its delegates (service.ingest.pipeline.DelegateCheck), if any
+  beyond loading the program in the check child;
+- metrics: what it counts of its delegates, rendered with the server's metrics;
+- description_fields: the keys its check puts in a delegate's "details" in model descriptions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+class BackendMetrics(Protocol):
+    """Per-backend metrics; `open` wraps the opening of a model's pool (instances are created
+    then), `forget` drops a deleted model's series, `families` are rendered on /metrics."""
+
+    def open(self, model: str, open_pool: Callable): ...
+
+    def forget(self, model: str) -> None: ...
+
+    def families(self) -> list: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    id: str
+    setup: str
+    check: Callable[[], Callable | None] = lambda: None
+    metrics: Callable[[], BackendMetrics | None] = lambda: None
+    description_fields: dict[str, str] = field(default_factory=dict)
