@@ -307,6 +307,15 @@ def export_large_input(out_dir: Path) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+def export_image(out_dir: Path) -> ExportedProgram:
+    """x * 2 + 1 on a 1x3x224x224 FP32 input: an image-sized request with almost no compute."""
+    torch = _seeded()
+    module = _modules()[3](2.0)
+    inputs = (torch.randn(1, 3, 224, 224),)
+    pte, ptds = _export(Path(out_dir) / "image", {"forward": (module, inputs)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "linear_relu": export_linear_relu,
     "mix_of_ops": export_mix_of_ops,
@@ -316,4 +325,5 @@ EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "two_methods": export_two_methods,
     "cpu_heavy": export_cpu_heavy,
     "every_datatype": export_every_datatype,
+    "image": export_image,
 }
