@@ -300,11 +300,8 @@ def test_grpc_port_zero_serves_no_grpc(start_server):
         assert probe.connect_ex(("127.0.0.1", server.grpc_port)) != 0
 
 
-def test_a_busy_grpc_port_stops_the_server_from_starting(tmp_path):
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        busy = holder.getsockname()[1]
-        server = ServerProcess(tmp_path / "artifacts", "--grpc-port", str(busy))
-        with pytest.raises(RuntimeError, match=f"gRPC cannot listen on 127.0.0.1:{busy}"):
-            server.start(timeout=60)
+def test_a_grpc_port_in_use_stops_a_second_server_from_starting(server, tmp_path):
+    # gRPC would otherwise share the port with SO_REUSEPORT and split calls between the two.
+    second = ServerProcess(tmp_path / "artifacts", "--grpc-port", str(server.grpc_port))
+    with pytest.raises(RuntimeError, match=f"gRPC cannot listen on 127.0.0.1:{server.grpc_port}"):
+        second.start(timeout=60)
