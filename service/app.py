@@ -8,21 +8,26 @@ from fastapi import FastAPI
 from service import auth
 from service.protocols import http_errors
 from service.protocols.native import routes as http_routes
+from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
+from service.protocols.v2_grpc.server import grpc_listener
 
 
 def create_app(settings: Settings) -> FastAPI:
     service = ModelService(settings)
+    stop_v2 = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         http_errors.clip_access_log()
         await service.start()
         try:
-            yield
+            async with grpc_listener(service, settings):
+                yield
         finally:
+            stop_v2()
             await service.stop()
 
     app = FastAPI(title="ExecuTorch/TensorRT model server",
@@ -31,6 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
                   lifespan=lifespan)
     app.state.service = service
     http_routes.install(app)
+    stop_v2 = v2_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     # Outside the body limit and the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=auth.policy_for(settings))

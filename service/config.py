@@ -17,6 +17,8 @@ MiB = 1024 * 1024
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
+    grpc_port: int = 8001
     artifacts: Path = Path("artifacts")
     max_program_bytes: int = 2048 * MiB
     max_data_bytes: int = 8192 * MiB
@@ -93,6 +95,8 @@ def _paths(text: str) -> tuple[Path, ...]:
 _OPTIONS = (
     ("--host", "ETRT_HOST", "host", str, "address to listen on"),
     ("--port", "ETRT_PORT", "port", int, "TCP port"),
+    ("--grpc-port", "ETRT_GRPC_PORT", "grpc_port", int,
+     "TCP port of the gRPC inference service (0: no gRPC)"),
     ("--artifacts", "ETRT_ARTIFACTS", "artifacts", Path, "artifacts root (models + registry)"),
     ("--max-program-bytes", "ETRT_MAX_PROGRAM_BYTES", "max_program_bytes", int,
      "largest accepted .pte"),
@@ -163,6 +167,8 @@ def parse_settings(argv: list[str] | None = None,
     settings = Settings(**values)
     if settings.model_name is not None and len(settings.model_dirs) != 1:
         parser.error("--model-name serves one --model-dir as that model: give exactly one")
+    if not 0 <= settings.grpc_port <= 65535:
+        parser.error("grpc_port must be a TCP port (0 disables gRPC)")
     from service.backends.registry import KNOWN
 
     unknown = [name for name in settings.backends if name not in KNOWN]

@@ -19,6 +19,7 @@ from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.scheduler import Scheduler
 from service.dataplane.signature import bind_inputs, select_outputs, signature_of
+from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (Aborted, Busy, Conflict, DeadlineExceeded, ExecutionFailed, Invalid,
                             NotFound, ServiceError, TooLarge, Unavailable, clip, input_problem)
@@ -61,6 +62,7 @@ class ModelService(Repository):
                                           thread_name_prefix="ingest")
         self.backends = enabled(settings.backends)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
+        self.statistics = Statistics()
         self.ready = False
         self._loading: asyncio.Task | None = None
 
@@ -224,6 +226,7 @@ class ModelService(Repository):
             if stored is not None:
                 await asyncio.to_thread(self.storage.remove_directory, stored)
             self.metrics.forget_model(name)
+            self.statistics.forget(name)
 
     def _stored(self, name: str) -> StoredModel:
         if name in self._refused:
@@ -290,9 +293,10 @@ class ModelService(Repository):
             else UNKNOWN
         token = self.metrics.request_started(model_label)
         queued: list[float] = []
+        phases: dict[str, int] = {}
         outcome = "error"
         try:
-            response = await self._infer(served, request, queued.append)
+            response = await self._infer(served, request, queued.append, phases)
             outcome = "ok"
             return response
         except ServiceError as exc:
@@ -305,11 +309,18 @@ class ModelService(Repository):
             elapsed = time.perf_counter() - begun
             self.metrics.request_finished(token, model_label, method_label, outcome,
                                           queued[0] if queued else None, elapsed)
+            if model_label != UNKNOWN:
+                self.statistics.record_request(
+                    model, MODEL_VERSION, outcome == "ok", int(elapsed * 1e9),
+                    int(queued[0] * 1e9) if queued else None, phases.get("input"),
+                    phases.get("infer"), phases.get("output"))
             log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
                      clip(method), outcome, elapsed)
 
     async def _infer(self, served: Served | None, request: InferRequest,
-                     acquired: Callable[[float], None]) -> InferResponse:
+                     acquired: Callable[[float], None], phases: dict[str, int]) -> InferResponse:
+        """`phases` receives the nanoseconds spent checking inputs, executing (after the wait for
+        an instance) and collecting outputs, for the statistics extension."""
         model, method = request.model, request.method
         if served is None:
             if model in self._refused:
@@ -322,11 +333,19 @@ class ModelService(Repository):
             raise NotFound(f"model {model!r} has no method {clip(method)!r} (methods: "
                            f"{', '.join(served.pool.method_names)})")
         signature = served.signatures[method]
+        mark = time.perf_counter_ns()
         arrays = bind_inputs(request.inputs, signature)
         selected = select_outputs(signature, request.outputs)
+        phases["input"] = time.perf_counter_ns() - mark
+
+        def started(waited: float) -> None:
+            nonlocal mark
+            mark = time.perf_counter_ns()
+            acquired(waited)
+
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, acquired)
+                arrays, request.timeout_s, started)
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except ValueError as exc:  # ethost.InputError: the host's own input validation
@@ -338,10 +357,13 @@ class ModelService(Repository):
                     f"model {model!r} method {method!r} rejected the inputs while executing: "
                     f"{_kernel_reason(exc)}")) from None
             raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
+        phases["infer"] = time.perf_counter_ns() - mark
+        mark = time.perf_counter_ns()
         outputs = []
         for index in selected:
             spec = signature.outputs[index]
             outputs.append(Tensor(spec.name, spec.datatype, results[index]))
+        phases["output"] = time.perf_counter_ns() - mark
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 

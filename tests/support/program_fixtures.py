@@ -56,3 +56,8 @@ def dynamic_lookup_program(programs_dir):
 @pytest.fixture(scope="session")
 def weight_bound_program(programs_dir):
     return programs.export_weight_bound(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def every_datatype_program(programs_dir):
+    return programs.export_every_datatype(programs_dir)

@@ -86,7 +86,20 @@ def _modules():
                 x = torch.sin(x) * 0.5 + torch.cos(x) * 0.5
             return x
 
-    return LinearRelu, MixOfOps, TwoLayers, Scale, Heavy
+    class SameDtype(torch.nn.Module):
+        """Returns its input's dtype: x + x for numbers, not x for BOOL."""
+
+        def forward(self, x):
+            return torch.logical_not(x) if x.dtype == torch.bool else x + x
+
+    class EveryDatatype(torch.nn.Module):
+        """One input and one output per datatype the host serves, output i computed from input i."""
+
+        def forward(self, f32, f16, f64, i8, i16, i32, i64, u8, flags):
+            return (f32 * 2.0, f16 + 1.0, f64 - 1.0, i8 + 1, i16 * 2, i32 + 3, i64 * 2, u8 + 1,
+                    torch.logical_not(flags))
+
+    return LinearRelu, MixOfOps, TwoLayers, Scale, Heavy, SameDtype, EveryDatatype
 
 
 def _lower(method_programs: dict, config_kwargs: dict):
@@ -305,6 +318,64 @@ def export_dynamic_lookup(out_dir: Path) -> ExportedProgram:
     tokens = torch.export.Dim("tokens", min=1, max=LOOKUP_MAX_TOKENS)
     pte, ptds = _export(Path(out_dir) / "dynamic_lookup", {"forward": (module, inputs)},
                         dynamic_shapes={"forward": ({0: batch, 1: tokens},)})
+# Datatypes of export_every_datatype's inputs and outputs, in order (Open Inference Protocol names).
+# BF16 is not among them: the native host neither takes nor returns bfloat16 arrays yet.
+EVERY_DATATYPE = ("FP32", "FP16", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "BOOL")
+
+
+def export_every_datatype(out_dir: Path) -> ExportedProgram:
+    """Inputs of shape [2, 3] in the datatypes of EVERY_DATATYPE; output i is f(input i)."""
+    torch = _seeded()
+    module = _modules()[6]()
+    dtypes = (torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32,
+              torch.int64, torch.uint8)
+    inputs = tuple((torch.randn(2, 3) * 10).to(dtype) for dtype in dtypes) + (
+        torch.tensor([[True, False, True], [False, False, True]]),)
+    pte, ptds = _export(Path(out_dir) / "every_datatype", {"forward": (module, inputs)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+# Open Inference Protocol datatypes the native host takes and returns, with their torch dtypes
+# (BF16 is not among them: numpy, and so the host's Python interface, has no bfloat16).
+HOST_DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "INT8": "int8", "INT16": "int16",
+                  "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
+                  "FP64": "float64"}
+
+
+def export_same_dtype(out_dir: Path, datatype: str) -> ExportedProgram:
+    """One input and one output of `datatype`, shape [2, 3]."""
+    torch = _seeded()
+    module = _modules()[5]()
+    dtype = getattr(torch, HOST_DATATYPES[datatype])
+    if dtype == torch.bool:
+        example = torch.rand(2, 3) > 0.5
+    elif dtype.is_floating_point:
+        example = torch.randn(2, 3).to(dtype)
+    else:
+        example = torch.randint(0, 50, (2, 3)).to(dtype)
+    pte, ptds = _export(Path(out_dir) / f"same_dtype_{datatype.lower()}",
+                        {"forward": (module, (example,))})
+    return ExportedProgram(pte, ptds, module, (example,))
+
+
+LARGE_INPUT_ELEMENTS = 25 * 1024 * 1024  # 100 MiB of FP32
+
+
+def export_large_input(out_dir: Path) -> ExportedProgram:
+    """x * 2 + 1 on a [LARGE_INPUT_ELEMENTS] FP32 input: requests of 100 MiB each way."""
+    torch = _seeded()
+    module = _modules()[3](2.0)
+    inputs = (torch.zeros(LARGE_INPUT_ELEMENTS),)
+    pte, ptds = _export(Path(out_dir) / "large_input", {"forward": (module, inputs)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+def export_image(out_dir: Path) -> ExportedProgram:
+    """x * 2 + 1 on a 1x3x224x224 FP32 input: an image-sized request with almost no compute."""
+    torch = _seeded()
+    module = _modules()[3](2.0)
+    inputs = (torch.randn(1, 3, 224, 224),)
+    pte, ptds = _export(Path(out_dir) / "image", {"forward": (module, inputs)})
     return ExportedProgram(pte, ptds, module, inputs)
 
 
@@ -318,4 +389,6 @@ EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "split_weights": export_split_weights,
     "two_methods": export_two_methods,
     "cpu_heavy": export_cpu_heavy,
+    "every_datatype": export_every_datatype,
+    "image": export_image,
 }

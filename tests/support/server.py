@@ -33,11 +33,16 @@ class ServerProcess:
         self.env = env or {}
         self.log_path = log_path or self.artifacts.parent / f"{self.artifacts.name}-server.log"
         self.port = None
+        self.grpc_port = None
         self.process = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
@@ -60,6 +65,10 @@ class ServerProcess:
     def start_process(self) -> ServerProcess:
         """Starts the process without waiting for it to be ready."""
         self.port = free_port()
+        # Every server gets a free gRPC port too: two on the default port would collide.
+        self.grpc_port = free_port()
+        while self.grpc_port == self.port:
+            self.grpc_port = free_port()
         env = dict(os.environ)
         # `service` from the repo and test helpers (backend setup modules) from tests/, ahead of
         # anything inherited, so the process tests the working tree.
@@ -69,7 +78,8 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(self.port),
-             "--artifacts", str(self.artifacts), *self.extra_args],
+             "--grpc-port", str(self.grpc_port), "--artifacts", str(self.artifacts),
+             *self.extra_args],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self

@@ -17,7 +17,7 @@ def test_the_server_never_imports_torch():
 
 
 def test_error_bodies_share_one_shape_and_readiness_follows_startup(tmp_path):
-    app = create_app(Settings(artifacts=tmp_path / "artifacts"))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0))
     with TestClient(app) as client:
         assert client.get("/health/ready").status_code == 200
         response = client.post("/infer", json={"model": 3})

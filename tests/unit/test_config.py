@@ -9,6 +9,7 @@ def test_defaults_match_the_documented_ones():
     settings = parse_settings([], {})
     assert (settings.host, settings.port, settings.artifacts) == ("127.0.0.1", 8000,
                                                                   Path("artifacts"))
+    assert settings.grpc_port == 8001
     assert settings.allow_unverified_plans is False
     assert settings.backends == ("tensorrt", "xnnpack") and settings.backend_setup is None
     assert settings.setups == ("service.backends.tensorrt.runtime:install_backend",
@@ -45,9 +46,15 @@ def test_environment_sets_and_flags_override():
     assert settings.load_check_timeout_s == 2.5
 
 
+def test_grpc_port_from_environment_or_flag_and_zero_turns_grpc_off():
+    assert parse_settings([], {"ETRT_GRPC_PORT": "9001"}).grpc_port == 9001
+    assert parse_settings(["--grpc-port", "0"], {"ETRT_GRPC_PORT": "9001"}).grpc_port == 0
+
+
 @pytest.mark.parametrize("argv,env", [
     ([], {"ETRT_PORT": "http"}), (["--instances", "0"], {}),
-    ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}), (["--max-upload-bytes", "-1"], {})])
+    ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}), (["--max-upload-bytes", "-1"], {}),
+    (["--grpc-port", "-1"], {}), ([], {"ETRT_GRPC_PORT": "65536"})])
 def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_settings(argv, env)

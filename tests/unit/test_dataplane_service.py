@@ -17,7 +17,7 @@ def _upload(client, name, program):
 def test_a_deleted_names_lock_is_kept_for_whoever_waits_on_it(tmp_path, linear_relu_program):
     # A deploy waiting on the name's lock during a delete must still exclude the next deploy of
     # that name: the lock object has to outlive the delete.
-    app = create_app(Settings(artifacts=tmp_path / "artifacts"))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0))
     with TestClient(app) as client:
         assert _upload(client, "m", linear_relu_program).status_code == 201
         service = app.state.service
@@ -47,7 +47,8 @@ def test_at_most_the_configured_number_of_uploads_are_checked_at_once(tmp_path, 
                 running -= 1
 
     monkeypatch.setattr(core, "run_ingest", counted)
-    app = create_app(Settings(artifacts=tmp_path / "artifacts", max_concurrent_ingests=1))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0,
+                              max_concurrent_ingests=1))
     with TestClient(app) as client:
         threads = [threading.Thread(target=_upload, args=(client, f"m{i}", linear_relu_program))
                    for i in range(3)]

@@ -58,7 +58,7 @@ def test_removing_a_model_drops_only_its_series():
 
 @pytest.fixture
 def client(tmp_path):
-    app = create_app(Settings(artifacts=tmp_path / "artifacts", max_data_bytes=64))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0, max_data_bytes=64))
     with TestClient(app) as test_client:
         yield test_client
 

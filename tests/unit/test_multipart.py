@@ -6,7 +6,7 @@ from service.config import Settings
 
 
 def test_unknown_fields_are_reported_once_each_and_boundedly(tmp_path):
-    app = create_app(Settings(artifacts=tmp_path / "artifacts"))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0))
     fields = {"name": "m", "colour": ["red"] * 50, **{f"extra{i}": "x" for i in range(40)}}
     with TestClient(app) as client:
         response = client.post("/models", data=fields, files={"program": ("m.pte", b"x")})

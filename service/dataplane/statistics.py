@@ -1,0 +1,95 @@
+"""Per model and version inference statistics, in the fields of Triton's statistics extension.
+
+Kept beside the Prometheus metrics rather than derived from them: the statistics extension wants
+cumulative counts and nanoseconds per phase for one model, which clients (perf_analyzer,
+tritonclient's get_inference_statistics) subtract between two reads. Requests are recorded by
+ModelService.infer; a scheduler that batches requests reports each execution with record_batch.
+Recording may happen from worker threads, hence the lock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+          "cache_hit", "cache_miss")
+BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class _Model:
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    phases: dict = field(default_factory=lambda: {p: [0, 0] for p in PHASES})
+    batches: dict = field(default_factory=dict)  # size -> {phase: [count, ns]}
+
+    def add(self, phase: str, ns: int | None) -> None:
+        if ns is not None:
+            slot = self.phases[phase]
+            slot[0] += 1
+            slot[1] += int(ns)
+
+
+def _duration(slot: list) -> dict:
+    return {"count": slot[0], "ns": slot[1]}
+
+
+class Statistics:
+    def __init__(self):
+        self._models: dict[tuple[str, str], _Model] = {}
+        self._lock = threading.Lock()
+
+    def _model(self, name: str, version: str) -> _Model:
+        return self._models.setdefault((name, version), _Model())
+
+    def record_request(self, name: str, version: str, ok: bool, total_ns: int,
+                       queue_ns: int | None = None, input_ns: int | None = None,
+                       infer_ns: int | None = None, output_ns: int | None = None,
+                       executions: int = 1) -> None:
+        """One request's outcome and phase durations (None: the request never reached that
+        phase). `executions` is 0 where a scheduler reports the executions through record_batch."""
+        with self._lock:
+            model = self._model(name, version)
+            model.last_inference_ms = int(time.time() * 1000)
+            if not ok:
+                model.add("fail", total_ns)
+                return
+            model.inference_count += 1
+            model.execution_count += executions
+            model.add("success", total_ns)
+            model.add("queue", queue_ns)
+            model.add("compute_input", input_ns)
+            model.add("compute_infer", infer_ns)
+            model.add("compute_output", output_ns)
+
+    def record_batch(self, name: str, size: int, ns: int, version: str = "1") -> None:
+        """One execution of `size` batched requests that took `ns` nanoseconds to compute."""
+        with self._lock:
+            model = self._model(name, version)
+            model.execution_count += 1
+            phases = model.batches.setdefault(size, {p: [0, 0] for p in BATCH_PHASES})
+            phases["compute_infer"][0] += 1
+            phases["compute_infer"][1] += int(ns)
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            for key in [key for key in self._models if key[0] == name]:
+                del self._models[key]
+
+    def model_stats(self, name: str, version: str) -> dict:
+        """Triton's ModelStatistics object (zeros for a model nothing was recorded for)."""
+        with self._lock:
+            model = self._models.get((name, version)) or _Model()
+            return {
+                "name": name, "version": version,
+                "last_inference": model.last_inference_ms,
+                "inference_count": model.inference_count,
+                "execution_count": model.execution_count,
+                "inference_stats": {p: _duration(model.phases[p]) for p in PHASES},
+                "batch_stats": [{"batch_size": size,
+                                 **{p: _duration(slots[p]) for p in BATCH_PHASES}}
+                                for size, slots in sorted(model.batches.items())],
+                "memory_usage": [],
+            }

@@ -1,0 +1,94 @@
+"""Binds the servicer to gRPC: bytes to requests, responses to bytes, ServiceErrors to statuses.
+
+Handlers get raw bytes from gRPC (no deserializer) so that parsing happens here, where a large
+message can leave the event loop: one copy of 100 MB takes about 0.1 s, and a request is
+copied several times between the wire and the arrays (parse, bytes field, response building,
+serialization), which on the loop would stall every other call, health checks included.
+
+Every ServiceError becomes a status here and only here (STATUS), with its message as the
+details and its problems, as JSON, in the `etrt-problems` trailing metadata.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Awaitable, Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
+                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable)
+from service.protocols.v2_grpc import messages
+
+log = logging.getLogger(__name__)
+
+STATUS = {NotFound: grpc.StatusCode.NOT_FOUND, Conflict: grpc.StatusCode.ALREADY_EXISTS,
+          Invalid: grpc.StatusCode.INVALID_ARGUMENT, TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+          Unavailable: grpc.StatusCode.UNAVAILABLE, Busy: grpc.StatusCode.UNAVAILABLE,
+          DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+          Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
+          Forbidden: grpc.StatusCode.PERMISSION_DENIED,
+          ExecutionFailed: grpc.StatusCode.INTERNAL}
+# Below this many bytes a thread hop costs more than the copying it would move off the loop.
+OFF_LOOP_BYTES = 1 << 20
+# Clients refuse metadata past a limit (8 KiB by default) with an error that would hide ours.
+PROBLEMS_METADATA_CHARS = 4096
+
+
+async def off_loop(size: int, function: Callable, *args):
+    """function(*args), in a worker thread when it handles `size` bytes or more."""
+    if size < OFF_LOOP_BYTES:
+        return function(*args)
+    return await asyncio.to_thread(function, *args)
+
+
+def _status(exc: ServiceError) -> grpc.StatusCode:
+    return next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+
+
+def problems_metadata(exc: ServiceError) -> tuple:
+    """The `etrt-problems` trailing metadata: as many of the problems as fit, as JSON."""
+    shown, text = [], "[]"
+    for problem in exc.problems:
+        candidate = json.dumps(shown + [problem.as_dict()])
+        if len(candidate) > PROBLEMS_METADATA_CHARS:
+            break
+        shown.append(problem.as_dict())
+        text = candidate
+    return (("etrt-problems", text),) if shown else ()
+
+
+def _bound(name: str, parse: Callable[[bytes], object],
+           handler: Callable[..., Awaitable]) -> Callable[..., Awaitable[bytes]]:
+    async def call(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            request = await off_loop(len(wire), parse, wire)
+            response = await handler(request, context)
+            return response if isinstance(response, bytes) else response.SerializeToString()
+        except ServiceError as exc:
+            context.set_trailing_metadata(problems_metadata(exc))
+            await context.abort(_status(exc), exc.message)
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"the request is not a valid {name} request message")
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("gRPC %s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL,
+                                f"{name} failed inside the server; its log has the details")
+    return call
+
+
+def generic_handler(servicer) -> grpc.GenericRpcHandler:
+    """Every RPC of the service descriptor, bound to the servicer's method of that name; its
+    request is parsed by servicer.PARSERS[name] if there is one, else as the RPC's message."""
+    handlers = {}
+    for method in messages.service_descriptor.methods:
+        parse = servicer.PARSERS.get(method.name) or messages.message(
+            method.input_type.name).FromString
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _bound(method.name, parse, getattr(servicer, method.name)))
+    return grpc.method_handlers_generic_handler(messages.SERVICE, handlers)

@@ -1,0 +1,234 @@
+"""inference.GRPCInferenceService handlers: thin translations onto the ModelService dataplane.
+
+Handlers take parsed requests and raise ServiceErrors; binding.py turns bytes into requests,
+responses into bytes and errors into status codes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import metadata
+
+import numpy as np
+from google.protobuf import json_format
+
+from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.types import InferRequest, InferResponse, Tensor
+from service.errors import Invalid, NotFound, Problem, clip
+from service.protocols.v2_grpc import codec, messages, wire
+from service.protocols.v2_grpc.binding import off_loop
+
+SERVER_NAME = "etrt-server"
+PLATFORM = "executorch"
+# Extensions of the protocol this service implements, as ServerMetadata lists them.
+EXTENSIONS = ("model_repository", "statistics")
+# Request parameters this server reads itself; all others reach the dataplane unchanged.
+METHOD_PARAMETER = "method"      # which program method to run (default DEFAULT_METHOD)
+# The method standard clients run, and the one model metadata describes (as REST v2 does).
+DEFAULT_METHOD = "forward"
+TIMEOUT_PARAMETER = "timeout"    # microseconds the request may wait, as Triton's clients send it
+# Repository load and unload parameters, as Triton's clients send them.
+CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
+READY = "READY"
+
+
+def _parameter_value(parameter):
+    choice = parameter.WhichOneof("parameter_choice")
+    return None if choice is None else getattr(parameter, choice)
+
+
+def _parameters(entries) -> dict:
+    return {key: _parameter_value(value) for key, value in entries.items()}
+
+
+def _set_parameter(target, value) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = str(value)
+
+
+def _timeout_s(parameters: dict, remaining_s: float | None) -> float | None:
+    """The request's wait limit: its `timeout` parameter or the call's deadline, the sooner."""
+    micros = parameters.pop(TIMEOUT_PARAMETER, None)
+    if micros is not None and (isinstance(micros, bool) or not isinstance(micros, int)
+                               or micros < 0):
+        raise Invalid(f"parameter 'timeout' must be a non-negative integer of microseconds, got "
+                      f"{clip(micros)!r}")
+    limits = [s for s in (micros / 1e6 if micros else None, remaining_s) if s is not None]
+    return min(limits) if limits else None
+
+
+def _requested_outputs(outputs) -> list[str] | None:
+    for output in outputs:
+        if "classification" in output.parameters:
+            raise Invalid(f"output {clip(output.name)!r}: the classification extension is not "
+                          "served")
+    return [output.name for output in outputs] or None
+
+
+def _invalid(rule: str, message: str, file: str | None = None) -> Invalid:
+    return Invalid(message, [Problem(file, rule, message)])
+
+
+def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | None]:
+    """A repository load's files ({"<version>/<filename>": bytes}) and model configuration."""
+    files, config = {}, None
+    for key, value in parameters.items():
+        if key == CONFIG:
+            if not isinstance(value, str):
+                raise _invalid("repository.config", "'config' must be a string of JSON")
+            try:
+                config = json.loads(value)
+            except (ValueError, RecursionError) as exc:
+                raise _invalid("repository.config",
+                               f"'config' is not valid JSON: {clip(exc)}") from None
+            if not isinstance(config, dict):
+                raise _invalid("repository.config", "'config' must be a JSON object")
+        elif key.startswith(FILE_PREFIX):
+            path = key[len(FILE_PREFIX):]
+            if not isinstance(value, bytes):
+                raise _invalid("repository.file", f"{clip(key)!r} must carry the file's bytes "
+                               "(bytes_param)", clip(path))
+            files[path] = value
+        else:
+            raise _invalid("repository.parameter",
+                           f"unknown load parameter {clip(key)!r}; expected 'config' or "
+                           f"'{FILE_PREFIX}<version>/<filename>'")
+    return files or None, config
+
+
+def _server_version() -> str:
+    try:
+        return metadata.version(SERVER_NAME)
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+@dataclass
+class ParsedInfer:
+    """A ModelInferRequest with its input tensors already decoded (see parse_infer)."""
+    request: object
+    inputs: list[tuple[str, str, np.ndarray]]
+
+
+_RAW_INPUTS = messages.field_number("ModelInferRequest", "raw_input_contents")
+_RAW_OUTPUTS = messages.field_number("ModelInferResponse", "raw_output_contents")
+
+
+def parse_infer(data: bytes) -> ParsedInfer:
+    """The request's raw tensors become arrays over the received bytes (wire.py); the rest is
+    parsed by protobuf."""
+    rest, raw_contents = wire.split_field(data, _RAW_INPUTS)
+    request = messages.ModelInferRequest.FromString(rest)
+    return ParsedInfer(request, codec.decode_inputs(request.inputs, raw_contents))
+
+
+def _infer_response(result: InferResponse) -> bytes:
+    response = messages.ModelInferResponse(model_name=result.model,
+                                           model_version=result.version, id=result.id or "")
+    for key, value in result.parameters.items():
+        _set_parameter(response.parameters[key], value)
+    raw = []
+    for tensor in result.outputs:
+        raw.append(codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
+        response.outputs.add(name=tensor.name, datatype=tensor.datatype,
+                             shape=list(tensor.array.shape))
+    return wire.join_field(response.SerializeToString(), _RAW_OUTPUTS, raw)
+
+
+class InferenceServicer:
+    """One method per RPC, named as in grpc_service.proto, each `async (request, context)`;
+    PARSERS names the RPCs whose requests are more than their message."""
+
+    PARSERS = {"ModelInfer": parse_infer}
+
+    def __init__(self, service: ModelService):
+        self.service = service
+        self.version = _server_version()
+
+    async def ServerLive(self, request, context):
+        return messages.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request, context):
+        return messages.ServerReadyResponse(ready=self.service.ready)
+
+    async def ModelReady(self, request, context):
+        # Readiness never errors: an unknown model or version is simply not ready.
+        try:
+            ready = self.service.model_ready(request.name, request.version or None)
+        except NotFound:
+            ready = False
+        return messages.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request, context):
+        return messages.ServerMetadataResponse(name=SERVER_NAME, version=self.version,
+                                               extensions=EXTENSIONS)
+
+    async def ModelMetadata(self, request, context):
+        signature = self.service.signatures(request.name, request.version or None).get(
+            DEFAULT_METHOD)
+        response = messages.ModelMetadataResponse(name=request.name, versions=[MODEL_VERSION],
+                                                  platform=PLATFORM)
+        for specs, target in ((signature.inputs, response.inputs),
+                              (signature.outputs, response.outputs)) if signature else ():
+            for spec in specs:
+                target.add(name=spec.name, datatype=spec.datatype or "UNSUPPORTED",
+                           shape=spec.published_shape)
+        return response
+
+    async def ModelInfer(self, parsed: ParsedInfer, context):
+        request = parsed.request
+        parameters = _parameters(request.parameters)
+        method = parameters.pop(METHOD_PARAMETER, DEFAULT_METHOD)
+        if not isinstance(method, str):
+            raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
+        result = await self.service.infer(InferRequest(
+            model=request.model_name, inputs=[Tensor(*item) for item in parsed.inputs],
+            method=method,
+            version=request.model_version or None, id=request.id or None,
+            outputs=_requested_outputs(request.outputs),
+            timeout_s=_timeout_s(parameters, context.time_remaining()), parameters=parameters))
+        return await off_loop(sum(t.array.nbytes for t in result.outputs), _infer_response,
+                              result)
+
+    async def RepositoryIndex(self, request, context):
+        response = messages.RepositoryIndexResponse()
+        for entry in self.service.repository_index():
+            if not request.ready or entry["state"] == READY:
+                response.models.add(**entry)
+        return response
+
+    async def RepositoryModelLoad(self, request, context):
+        files, config = _load_parameters(_parameters(request.parameters))
+        await self.service.load_model(request.model_name, files, config)
+        return messages.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request, context):
+        unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
+        if unknown:
+            raise _invalid("repository.parameter",
+                           f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
+                           f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)")
+        await self.service.unload_model(request.model_name)
+        return messages.RepositoryModelUnloadResponse()
+
+    async def ModelStatistics(self, request, context):
+        version = request.version or None
+        if request.name:
+            self.service.signatures(request.name, version)  # NOT_FOUND: unknown model or version
+            names = [request.name]
+        else:
+            names = self.service.model_names()
+        response = messages.ModelStatisticsResponse()
+        for name in names:
+            # The dataplane's dict has Triton's field names; fields this schema leaves out
+            # (memory_usage) are dropped.
+            json_format.ParseDict(
+                self.service.statistics.model_stats(name, version or MODEL_VERSION),
+                response.model_stats.add(), ignore_unknown_fields=True)
+        return response

@@ -1,0 +1,195 @@
+"""Inference requests and responses of the REST protocol <-> the dataplane's typed tensors.
+
+`parse_header` (JSON text -> checked header with JSON tensors decoded) and `dump_response` (header
++ JSON output arrays -> text) are the GIL-holding parts; they are plain functions of picklable
+values so that large bodies can run them in a worker process (offload.py). This module therefore
+imports nothing heavier than numpy and the codec helpers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.dataplane.types import InferRequest, InferResponse, Tensor
+from service.errors import Invalid, Problem, clip, input_problem
+from service.protocols import json_tensors
+from service.protocols.v2_rest import binary
+
+# Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
+TIMEOUT = "timeout"            # microseconds, as Triton
+METHOD = "method"              # extension: run a method other than "forward"
+BINARY_OUTPUT = "binary_data_output"
+
+
+@dataclass
+class ParsedInput:
+    name: str
+    datatype: str
+    shape: list
+    binary_size: int | None
+    array: np.ndarray | None  # decoded from JSON; None for binary inputs
+
+
+@dataclass
+class ParsedRequest:
+    id: str | None
+    parameters: dict
+    inputs: list[ParsedInput]
+    # (name, binary_data) per requested output; None: all outputs
+    outputs: list[tuple[str, bool | None]] | None = None
+    method: str = "forward"
+    timeout_s: float | None = None
+    binary_output: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _invalid(rule: str, message: str) -> Invalid:
+    return Invalid(message, [Problem(None, rule, message)])
+
+
+def _object(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _invalid("request.invalid", f"{what} must be a JSON object")
+    return value
+
+
+def _flag(parameters: dict, key: str, what: str) -> bool | None:
+    value = parameters.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _invalid("request.parameter", f"{what}: parameter {key!r} must be true or false")
+    return value
+
+
+def _input(index: int, item) -> ParsedInput:
+    if not isinstance(item, dict):
+        raise input_problem(f"input_{index}", "request.invalid", f"inputs[{index}] must be an object")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise input_problem(f"input_{index}", "input.name",
+                            f"inputs[{index}] needs a 'name' (a string)")
+    label = clip(name)
+    datatype = item.get("datatype")
+    binary.check_datatype(label, datatype)
+    parameters = _object(item.get("parameters"), f"input {label!r} 'parameters'")
+    size = binary.binary_size(label, parameters)
+    shape = item.get("shape")
+    if size is not None:
+        if "data" in item:
+            raise input_problem(label, "input.data",
+                                f"input {label!r} has both 'data' and binary_data_size")
+        return ParsedInput(name, datatype, shape, size, None)
+    if "data" not in item:
+        raise input_problem(label, "input.data",
+                            f"input {label!r} has neither 'data' nor binary_data_size")
+    try:
+        array = json_tensors.decode(datatype, shape, item["data"], f"input {label!r}")
+    except json_tensors.CodecError as exc:
+        raise input_problem(label, "input.data", str(exc)) from None
+    return ParsedInput(name, datatype, shape, None, array)
+
+
+def _outputs(value) -> list[tuple[str, bool | None]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _invalid("request.invalid", "'outputs' must be a list")
+    outputs = []
+    for index, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise _invalid("request.invalid", f"outputs[{index}] needs a 'name' (a string)")
+        label = f"output {clip(item['name'])!r}"
+        parameters = _object(item.get("parameters"), f"{label} 'parameters'")
+        if parameters.get("classification") is not None:
+            raise _invalid("output.classification",
+                           f"{label}: the classification extension is not supported")
+        outputs.append((item["name"], _flag(parameters, "binary_data", label)))
+    return outputs
+
+
+def parse_header(text: bytes | bytearray) -> ParsedRequest:
+    """The request's JSON (the whole body, or the header of a binary one), checked, with its JSON
+    tensors decoded; binary inputs keep their declared sizes for `to_request`."""
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+    if not isinstance(header, dict):
+        raise _invalid("request.invalid", "the request must be a JSON object")
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _invalid("request.invalid", "'id' must be a string")
+    parameters = _object(header.get("parameters"), "'parameters'")
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise _invalid("request.invalid", "'inputs' must be a non-empty list")
+    parsed = ParsedRequest(request_id, parameters, [_input(i, item) for i, item in enumerate(inputs)],
+                           _outputs(header.get("outputs")))
+    timeout = parameters.get(TIMEOUT)
+    if timeout is not None:
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
+            raise _invalid("request.parameter",
+                           "parameter 'timeout' must be a non-negative integer (microseconds)")
+        parsed.timeout_s = timeout / 1e6 if timeout else None
+    method = parameters.get(METHOD, "forward")
+    if not isinstance(method, str):
+        raise _invalid("request.parameter", "parameter 'method' must be a string")
+    parsed.method = method
+    parsed.binary_output = bool(_flag(parameters, BINARY_OUTPUT, "request"))
+    return parsed
+
+
+def to_request(model: str, version: str | None, parsed: ParsedRequest,
+               payload: memoryview | None) -> InferRequest:
+    """The dataplane request, binary inputs viewed in `payload` in header order."""
+    offset = 0
+    tensors = []
+    for item in parsed.inputs:
+        array = item.array
+        if array is None:
+            array = binary.read_input(clip(item.name), item.datatype, item.shape,
+                                      item.binary_size, payload, offset)
+            offset += item.binary_size
+        tensors.append(Tensor(item.name, item.datatype, array))
+    binary.check_consumed(payload, offset)
+    return InferRequest(model=model, inputs=tensors, method=parsed.method, version=version,
+                        id=parsed.id,
+                        outputs=None if parsed.outputs is None else [n for n, _ in parsed.outputs],
+                        parameters=parsed.parameters, timeout_s=parsed.timeout_s)
+
+
+def response_header(response: InferResponse, parsed: ParsedRequest
+                    ) -> tuple[dict, list[tuple[int, Tensor]], list[memoryview]]:
+    """(header without JSON tensor data, outputs to encode as JSON by index, binary parts)."""
+    wanted = dict(parsed.outputs or [])
+    header = {"model_name": response.model, "model_version": response.version}
+    if response.id is not None:
+        header["id"] = response.id
+    if response.method != "forward":
+        header["parameters"] = {METHOD: response.method}
+    outputs, as_json, parts = [], [], []
+    for index, tensor in enumerate(response.outputs):
+        entry = {"name": tensor.name, "datatype": tensor.datatype,
+                 "shape": list(tensor.array.shape)}
+        as_binary = wanted.get(tensor.name)
+        if as_binary is None:
+            as_binary = parsed.binary_output
+        if as_binary:
+            part = binary.output_bytes(tensor.array)
+            entry["parameters"] = {"binary_data_size": part.nbytes}
+            parts.append(part)
+        else:
+            as_json.append((index, tensor))
+        outputs.append(entry)
+    header["outputs"] = outputs
+    return header, as_json, parts
+
+
+def dump_response(header: dict, as_json: list[tuple[int, np.ndarray, str]]) -> bytes:
+    """The header as JSON text with the listed outputs' `data` filled in."""
+    for index, array, datatype in as_json:
+        header["outputs"][index]["data"] = json_tensors.encode(array, "", datatype)["data"]
+    return json.dumps(header, separators=(",", ":")).encode()

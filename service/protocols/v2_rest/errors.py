@@ -1,0 +1,74 @@
+"""Status codes and the `{"error": ...}` body for everything answered under /v2.
+
+Triton and KServe clients read the message from the body's "error" key and fail with "decoding
+the response: 'error'" on anything else, so every non-2xx under /v2 has that shape: dataplane
+errors, malformed requests, bugs, unknown paths and wrong methods. The route class catches inside
+each v2 route, so the native API keeps its own codes (it answers 422 where this protocol says
+400) from the app-level handlers.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.routing import Match
+
+from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
+                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable, clip)
+
+log = logging.getLogger(__name__)
+
+STATUS = {Invalid: 400, NotFound: 404, Conflict: 409, TooLarge: 413, Unavailable: 503, Busy: 503,
+          DeadlineExceeded: 504, Unauthorized: 401, Forbidden: 403, ExecutionFailed: 500}
+
+
+def error_response(status: int, message: str, problems: list | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "problems": problems or []}, status_code=status,
+                        headers=headers)
+
+
+def service_error_response(exc: ServiceError) -> JSONResponse:
+    status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    headers = None
+    if isinstance(exc, Busy):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return error_response(status, exc.message, [p.as_dict() for p in exc.problems], headers)
+
+
+class V2Route(APIRoute):
+    """A route whose errors are answered in this protocol's codes and shape."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request):
+            try:
+                return await handler(request)
+            except ServiceError as exc:
+                return service_error_response(exc)
+            except RequestValidationError as exc:
+                problems = [{"file": None, "rule": "request.invalid",
+                             "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}"}
+                            for e in exc.errors()]
+                return error_response(400, "invalid request", problems)
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path)
+                return error_response(500, "internal error; the server log has the details")
+
+        return guarded
+
+
+def unmatched(routes: list, scope: dict) -> JSONResponse:
+    """404 for a path no v2 route has, 405 (with Allow) for a known path and a wrong method."""
+    allowed = sorted({method for route in routes if isinstance(route, APIRoute)
+                      and route.matches(scope)[0] == Match.PARTIAL for method in route.methods})
+    path = clip(scope["path"])
+    if allowed:
+        return error_response(405, f"method {scope['method']} is not allowed on {path}; use "
+                                   f"{', '.join(allowed)}", headers={"Allow": ", ".join(allowed)})
+    return error_response(404, f"no such endpoint: {scope['method']} {path}")

@@ -1,0 +1,68 @@
+"""Runs the GIL-holding parts of large JSON requests in worker processes.
+
+`json.loads`, and turning millions of numbers into lists and back, run in C without ever releasing
+the GIL: in a thread they would still stop the event loop for as long as they take (measured here:
+a 60 MB JSON tensor body held every other thread for 1.0 s), so health probes and every other
+request would wait. Worker processes hold their own GIL; the server's side of a call is pickling
+the body and the arrays, which is a copy (tens of milliseconds for the largest allowed body).
+Small bodies are cheaper to handle inline than to ship, so callers only offload above a size.
+
+The workers are spawned (never forked: the server has native threads) on first use and replaced
+if one dies; a call that lost its worker answers 503.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Callable
+
+from service.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+# Bodies (and JSON outputs) at or below these sizes are handled inline on the event loop: parsing
+# 256 KiB of JSON takes about 4 ms, less than shipping it to a worker and back.
+INLINE_JSON_BYTES = 256 * 1024
+INLINE_JSON_ELEMENTS = 32 * 1024
+# Binary bodies are only sliced, but checking BOOL bytes and copying misaligned slices is linear.
+INLINE_BINARY_BYTES = 1024 * 1024
+
+
+def _ignore_interrupts() -> None:
+    """The server's own shutdown closes the pool; a Ctrl-C sent to the process group must not
+    print a traceback from every worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Offload:
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or max(1, min(4, os.cpu_count() or 1))
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_interrupts)
+        return self._pool
+
+    async def call(self, function: Callable, *args):
+        pool = self._executor()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+        except BrokenProcessPool:
+            log.error("a JSON worker process died; starting new ones")
+            if self._pool is pool:
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise Unavailable("the worker decoding this request stopped; retry") from None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

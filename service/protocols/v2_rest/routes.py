@@ -1,0 +1,147 @@
+"""The Open Inference Protocol's REST endpoints under /v2, thin over the ModelService dataplane.
+
+Each route translates the protocol's JSON (and binary tensor data) into dataplane calls; errors
+become this protocol's codes in V2Route. Large bodies are decoded away from the event loop
+(offload.py says why threads are not enough for JSON), so health probes keep answering while a
+100 MB request is decoded.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from service.dataplane.service import MODEL_VERSION, ModelService
+from service.errors import TooLarge, Unavailable, clip
+from service.protocols.v2_rest import binary, codec, metadata, repository
+from service.protocols.v2_rest.errors import V2Route, unmatched
+from service.protocols.v2_rest.offload import (INLINE_BINARY_BYTES, INLINE_JSON_BYTES,
+                                               INLINE_JSON_ELEMENTS, Offload)
+from service.protocols.v2_rest.transport import PartsResponse, read_body
+
+MiB = 1024 * 1024
+# Until Settings has its own max_json_bytes (issue 10), JSON tensor bodies get this limit.
+DEFAULT_MAX_JSON_BYTES = 64 * MiB
+
+router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
+
+
+def _service(request: Request) -> ModelService:
+    return request.app.state.service
+
+
+def _offload(request: Request) -> Offload:
+    return request.app.state.v2_offload
+
+
+def _max_json(service: ModelService) -> int:
+    return getattr(service.settings, "max_json_bytes", DEFAULT_MAX_JSON_BYTES)
+
+
+@router.get("")
+async def server_metadata() -> dict:
+    return await asyncio.to_thread(metadata.server_metadata)
+
+
+@router.get("/health/live")
+async def live() -> dict:
+    return {"live": True}
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> JSONResponse:
+    is_ready = _service(request).ready
+    return JSONResponse({"ready": is_ready} if is_ready else
+                        {"ready": False, "error": "the server is starting or stopping"},
+                        status_code=200 if is_ready else 503)
+
+
+def _stats(service: ModelService, names: list[str], version: str | None) -> dict:
+    return {"model_stats": [service.statistics.model_stats(name, version or MODEL_VERSION)
+                            for name in names]}
+
+
+@router.get("/models/stats")
+async def all_stats(request: Request) -> dict:
+    service = _service(request)
+    return _stats(service, service.model_names(), None)
+
+
+@router.get("/models/{model}/stats")
+@router.get("/models/{model}/versions/{version}/stats")
+async def model_stats(request: Request, model: str, version: str | None = None) -> dict:
+    service = _service(request)
+    service.signatures(model, version)  # 404 for an unknown model or version
+    return _stats(service, [model], version)
+
+
+@router.get("/models/{model}")
+@router.get("/models/{model}/versions/{version}")
+async def model_metadata(request: Request, model: str, version: str | None = None) -> dict:
+    return metadata.model_metadata(_service(request), model, version)
+
+
+@router.get("/models/{model}/ready")
+@router.get("/models/{model}/versions/{version}/ready")
+async def model_ready(request: Request, model: str, version: str | None = None) -> dict:
+    if not _service(request).model_ready(model, version):
+        raise Unavailable(f"model {clip(model)!r} is not ready")
+    return {"name": model, "ready": True}
+
+
+async def _run(offload: Offload, inline: bool, function: Callable, *args):
+    return function(*args) if inline else await offload.call(function, *args)
+
+
+@router.post("/models/{model}/infer")
+@router.post("/models/{model}/versions/{version}/infer")
+async def infer(request: Request, model: str, version: str | None = None) -> Response:
+    service, offload = _service(request), _offload(request)
+    header_length = request.headers.get(binary.HEADER)
+    max_json = _max_json(service)
+    # Without the header the body is JSON, whatever its Content-Type (tritonclient sends none).
+    if header_length is None:
+        body = await read_body(request, max_json, "a JSON inference request body")
+    else:
+        body = await read_body(request, service.settings.max_infer_bytes,
+                               "a binary inference request body")
+    header, payload = binary.split(body, header_length)
+    if header.nbytes > max_json:
+        raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
+    text = body if payload is None else bytes(header)
+    parsed = await _run(offload, len(text) <= INLINE_JSON_BYTES, codec.parse_header, text)
+    del text, header
+    if payload is not None and payload.nbytes > INLINE_BINARY_BYTES:
+        dataplane_request = await asyncio.to_thread(codec.to_request, model, version, parsed,
+                                                    payload)
+    else:
+        dataplane_request = codec.to_request(model, version, parsed, payload)
+    response = await service.infer(dataplane_request)
+    head, as_json, parts = codec.response_header(response, parsed)
+    elements = sum(tensor.array.size for _, tensor in as_json)
+    text = await _run(offload, elements <= INLINE_JSON_ELEMENTS, codec.dump_response, head,
+                      [(i, t.array, t.datatype) for i, t in as_json])
+    if not parts:
+        return Response(text, media_type="application/json")
+    return PartsResponse([text, *parts], "application/octet-stream",
+                         {binary.HEADER: str(len(text))})
+
+
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+async def _unmatched(request: Request) -> Response:
+    return unmatched([*router.routes, *repository.router.routes], request.scope)
+
+
+def install(app: FastAPI) -> Callable[[], None]:
+    """Mounts /v2 on the app; returns what to call when the app stops."""
+    app.state.v2_offload = Offload()
+    app.include_router(router)
+    app.include_router(repository.router)
+    # Last, so only paths under /v2 that no route has (or wrong methods) reach them.
+    for path in ("/v2", "/v2/{rest:path}"):
+        app.add_api_route(path, _unmatched, include_in_schema=False, methods=_ALL_METHODS)
+    return app.state.v2_offload.close
