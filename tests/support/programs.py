@@ -318,6 +318,9 @@ def export_dynamic_lookup(out_dir: Path) -> ExportedProgram:
     tokens = torch.export.Dim("tokens", min=1, max=LOOKUP_MAX_TOKENS)
     pte, ptds = _export(Path(out_dir) / "dynamic_lookup", {"forward": (module, inputs)},
                         dynamic_shapes={"forward": ({0: batch, 1: tokens},)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 # Datatypes of export_every_datatype's inputs and outputs, in order (Open Inference Protocol names).
 # BF16 is not among them: the native host neither takes nor returns bfloat16 arrays yet.
 EVERY_DATATYPE = ("FP32", "FP16", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "BOOL")
