@@ -12,11 +12,13 @@ from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
+from service.protocols.v2_grpc.auth import TokenInterceptor
 from service.protocols.v2_grpc.server import grpc_listener
 
 
 def create_app(settings: Settings) -> FastAPI:
     service = ModelService(settings)
+    policy = auth.policy_for(settings)
     stop_v2 = None
 
     @asynccontextmanager
@@ -24,7 +26,7 @@ def create_app(settings: Settings) -> FastAPI:
         http_errors.clip_access_log()
         await service.start()
         try:
-            async with grpc_listener(service, settings):
+            async with grpc_listener(service, settings, [TokenInterceptor(policy)]):
                 yield
         finally:
             stop_v2()
@@ -39,6 +41,6 @@ def create_app(settings: Settings) -> FastAPI:
     stop_v2 = v2_routes.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     # Outside the body limit and the routes: nothing is read or routed for a request it denies.
-    app.add_middleware(auth.TokenAuth, policy=auth.policy_for(settings))
+    app.add_middleware(auth.TokenAuth, policy=policy)
     http_errors.install(app)
     return app

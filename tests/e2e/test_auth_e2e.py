@@ -139,3 +139,26 @@ def test_unusable_token_settings_stop_the_server_at_start(tmp_path, problem, arg
     with pytest.raises(RuntimeError, match="server exited with 1") as error:
         server.start(timeout=60)
     assert problem in str(error.value)
+
+
+def test_grpc_reads_the_same_tokens_from_call_metadata(server, linear_relu_program):
+    """Same policy over gRPC: UNAUTHENTICATED where HTTP says 401, PERMISSION_DENIED for 403."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.is_server_live()  # liveness needs no token
+    for headers, status in ((None, "StatusCode.UNAUTHENTICATED"),
+                            ({"authorization": "Bearer wrong"}, "StatusCode.UNAUTHENTICATED"),
+                            ({"authorization": f"Bearer {ADMIN}"},
+                             "StatusCode.PERMISSION_DENIED")):
+        with pytest.raises(InferenceServerException) as denied:
+            client.get_server_metadata(headers=headers)
+        assert denied.value.status() == status
+    with pytest.raises(InferenceServerException) as denied:
+        client.get_model_repository_index(headers={"authorization": f"Bearer {INFER}"})
+    assert denied.value.status() == "StatusCode.PERMISSION_DENIED"
+    metadata = client.get_server_metadata(headers={"authorization": f"Bearer {INFER}"})
+    assert metadata.name
+    index = client.get_model_repository_index(headers={"authorization": f"Bearer {ADMIN}"})
+    assert index is not None
