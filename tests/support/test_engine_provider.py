@@ -14,6 +14,10 @@ Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "i
   inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
+A plan with "test_tensorrt_log": [lines] is refused the way the shipped provider refuses a plan
+TensorRT would not deserialize: an exception carrying the lines TensorRT logged (tests pass
+TensorRT's real wordings, e.g. for a plan built by another TensorRT release). The stand-in
+plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
 import json
 import os
@@ -50,6 +54,8 @@ class _Context:
 class TestEngineProvider:
     __test__ = False  # not a pytest test class
 
+    tensorrt_version = "11.1.0.test"
+
     def __init__(self):
         self.deserialized = 0
         self.addresses = []  # (name, address) for every set_tensor_address call
@@ -65,6 +71,9 @@ class TestEngineProvider:
             sys.stderr.write("test engine provider: aborting in deserialize on purpose\n")
             sys.stderr.flush()
             os.abort()
+        if "test_tensorrt_log" in spec:
+            raise RuntimeError(f"TensorRT could not deserialize the plan ({len(plan)} bytes) on "
+                               f"CUDA device {device_id}: " + "; ".join(spec["test_tensorrt_log"]))
         self.deserialized += 1
         return _Engine(spec, device_id)
 

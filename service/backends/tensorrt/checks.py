@@ -15,6 +15,7 @@ on this host.
 from __future__ import annotations
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.backends.tensorrt.mismatch import refusal_message
 from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork, register_delegate_check
 from service.errors import Problem
 from service.ingest.inspection import DelegateInfo, MethodInfo
@@ -129,6 +130,13 @@ def _availability() -> tuple[bool, str]:
     return True, ""
 
 
+def _provider_version(provider) -> str | None:
+    """The TensorRT release the provider deserializes with: its own `tensorrt_version` where it
+    has one (a provider bringing its own TensorRT), else that of the runtime module here."""
+    version = getattr(provider, "tensorrt_version", None)
+    return str(version) if version else tensorrt_runtime.tensorrt_version()
+
+
 def verify_engine(request: dict) -> dict:
     """Runs in the isolated check child only: deserializes one plan and describes it."""
     import ethost_tensorrt
@@ -143,15 +151,16 @@ def verify_engine(request: dict) -> dict:
     try:
         description = provider.describe(provider.deserialize(plan, device))
     except Exception as exc:  # providers raise whatever they raise, always with a reason
-        return {"invalid": str(exc)}
+        return {"invalid": str(exc), "tensorrt_version": _provider_version(provider)}
     return {"device": device, "stats": description["stats"], "io": description["io"]}
 
 
 def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
                         delegate: DelegateInfo, program_name: str) -> None:
     if "invalid" in answer:
-        report.problems.append(Problem(program_name, "tensorrt.plan_invalid",
-                                       f"{delegate.where}: {answer['invalid']}"))
+        rule, message = refusal_message(answer["invalid"], answer.get("tensorrt_version"),
+                                        metadata)
+        report.problems.append(Problem(program_name, rule, f"{delegate.where}: {message}"))
         return
     stats = answer["stats"]
     report.details["engine"] = {
