@@ -25,7 +25,7 @@ COMPUTE = ("IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The 
            "is generated on an incompatible device, expecting compute 9.0 got compute 8.7, "
            "please rebuild.)")
 PLATFORM_TAG = ("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization "
-                "assertion plan->header.pad == expectedPlatformTag failed.Platform specific tag "
+                "assertion header.pad == expectedPlatformTag failed.Platform specific tag "
                 "mismatch detected. TensorRT plan files are only supported on the target runtime "
                 "platform they were created on.)")
 MAGIC = ("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization assertion "

@@ -1,7 +1,9 @@
 """Which TensorRT refusals are a release or platform mismatch, on TensorRT's own wordings.
 
-The reasons below are what TensorRT logged in public reports (NVIDIA/TensorRT, pytorch/TensorRT
-and downstream issue trackers), as the shipped provider joins them after its own prefix.
+The reasons below are TensorRT's: the 11.x texts as they stand in the lean runtime 11.4 library
+(libnvinfer_lean.so.11: its text fragments, with example numbers filled in), the older ones as TensorRT logged them
+in public reports (NVIDIA/TensorRT, pytorch/TensorRT and downstream issue trackers), each after
+the prefix the shipped provider puts before what TensorRT logged.
 """
 import pytest
 
@@ -11,7 +13,23 @@ from service.backends.tensorrt.mismatch import (PLAN_INVALID, PLATFORM_MISMATCH,
 PREFIX = "TensorRT could not deserialize the plan (4096 bytes) on CUDA device 0: "
 DESERIALIZE_FAILED = "IRuntime::deserializeCudaEngine: Error Code 4: Internal Error (Engine deserialization failed.)"
 
-# TensorRT 10 / 11 (IRuntime-prefixed, one line per error)
+# TensorRT 11
+PLATFORM_TAG_11 = ("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization "
+                   "assertion header.pad == expectedPlatformTag failed.Platform specific tag "
+                   "mismatch detected. TensorRT plan files are only supported on the target "
+                   "runtime platform they were created on.)")
+HARDWARE_COMPATIBLE_11 = ("The current device is not compatible with this hardware-compatible "
+                          "engine. Expected compute capability >= 8.0 but got compute "
+                          "capability = 7.5. Please rebuild the engine.")
+MULTIPROCESSORS_11 = ("The current device only supports 78 multiprocessors but the engine file "
+                      "requires 132")
+MAGIC_11_FULL = ("IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization "
+                 "assertion header.magicTag == kEXPECTED_MAGIC_TAG failed.). Check that the engine "
+                 "was not created using safety runtime, same OS was used and version "
+                 "compatibility parameters were set accordingly and that it is a TRT engine file.")
+HOST_CODE_11 = ("Cannot deserialize engine with lean runtime since "
+                "IRuntime::getEngineHostCodeAllowed() is false.")
+# TensorRT 10 (IRuntime-prefixed, one line per error)
 LIBRARY_VERSION_10 = ("IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine "
                       "plan file is not compatible with this version of TensorRT, expecting "
                       "library version 11.1.0.106 got 10.13.3.9, please rebuild.)")
@@ -55,6 +73,11 @@ BLOB = {"target_platform": "linux_aarch64", "hardware_compatible": False}
     ([COMPUTE_10], PLATFORM_MISMATCH),
     ([COMPUTE_8, DESERIALIZE_FAILED], PLATFORM_MISMATCH),
     ([PLATFORM_TAG_10], PLATFORM_MISMATCH),
+    ([PLATFORM_TAG_11], PLATFORM_MISMATCH),
+    ([HARDWARE_COMPATIBLE_11], PLATFORM_MISMATCH),
+    ([MULTIPROCESSORS_11], PLATFORM_MISMATCH),
+    ([MAGIC_11_FULL], PLAN_INVALID),
+    ([HOST_CODE_11], PLAN_INVALID),
     ([MAGIC_11], PLAN_INVALID),
     ([MAGIC_8, DESERIALIZE_FAILED], PLAN_INVALID),
     ([NVRTC_8, DESERIALIZE_FAILED], PLAN_INVALID),
@@ -90,6 +113,15 @@ def test_a_platform_mismatch_names_the_host_the_blobs_target_and_hardware_compat
         f"'linux_aarch64', hardware_compatible False); re-export it on the target GPU and "
         f"platform, or with hardware_compatible=True to load on any Ampere or newer discrete GPU "
         f"of the same platform. TensorRT said: {reason}")
+
+
+def test_a_hardware_compatible_plan_that_does_not_fit_is_only_told_to_rebuild_on_the_target():
+    blob = {"target_platform": "linux_x86_64", "hardware_compatible": True}
+    rule, message = refusal_message(PREFIX + HARDWARE_COMPATIBLE_11, "11.1.0.106", blob)
+    assert rule == PLATFORM_MISMATCH
+    assert "hardware_compatible True); re-export it on the target GPU and platform. TensorRT said: " \
+        in message
+    assert "hardware_compatible=True" not in message
 
 
 def test_without_a_known_version_the_message_says_so():

@@ -5,9 +5,10 @@ version-compatible) and only on the GPU architecture and OS/CPU platform it was 
 it was built hardware-compatible). Those refusals are the common ones after an upgrade or a move
 to other hardware, and their fix is not "the file is broken" but "export again with the matching
 TensorRT, or on the target": so they get their own rule ids and say which TensorRT this server
-runs. TensorRT reports them only as log text, so the classification reads that text; the
-wordings below are TensorRT's own, as logged by releases 8 to 10 (older wordings are kept: the
-plan's builder may be old even where the server is not).
+runs. TensorRT reports them only as log text, so the classification reads that text. The
+wordings below are TensorRT's own: those of TensorRT 11 as found in the lean runtime 11.4 library
+(libnvinfer_lean.so.11), and the 8.x-10.x forms users reported, kept because the plan's builder
+may be old even where the server is not.
 """
 from __future__ import annotations
 
@@ -34,11 +35,16 @@ _PLATFORM_SIGNS = re.compile(
     # "The engine plan file is generated on an incompatible device, expecting compute 9.0 got
     #  compute 8.9, please rebuild."
     r"generated on an incompatible device"
-    # "Serialization assertion plan->header.pad == expectedPlatformTag failed.Platform specific
-    #  tag mismatch detected. TensorRT plan files are only supported on the target runtime
+    # "Serialization assertion header.pad == expectedPlatformTag failed.Platform specific tag
+    #  mismatch detected. TensorRT plan files are only supported on the target runtime
     #  platform they were created on."
     r"|Platform specific tag mismatch"
-    r"|expectedPlatformTag",
+    r"|expectedPlatformTag"
+    # "The current device is not compatible with this hardware-compatible engine. Expected compute
+    #  capability >= 8.0 but got compute capability = 7.5. Please rebuild the engine."
+    r"|not compatible with this hardware-compatible engine"
+    # "The current device only supports 78 multiprocessors but the engine file requires 132"
+    r"|multiprocessors but the engine file requires",
     re.IGNORECASE)
 
 
@@ -87,10 +93,13 @@ def refusal_message(reason: str, tensorrt_version: str | None, blob: dict) -> tu
             f"or run the server image whose TensorRT matches the exporter's; a plan "
             f"built with version_compatible=True also loads on later TensorRT releases. "
             f"TensorRT said: {reason}")
+    hardware_compatible = bool(blob.get("hardware_compatible"))
+    # A plan already built hardware-compatible that still does not fit this GPU (older than
+    # Ampere, or fewer multiprocessors) can only be rebuilt on the target.
+    alternative = ("" if hardware_compatible else ", or with hardware_compatible=True to load on "
+                   "any Ampere or newer discrete GPU of the same platform")
     return rule, (
         f"the TensorRT plan was built for another GPU or platform than this server's (this host "
         f"is {host_platform()} with {runs}; the blob records target_platform "
-        f"{blob.get('target_platform')!r}, hardware_compatible "
-        f"{bool(blob.get('hardware_compatible'))}); re-export it on the target GPU and platform, "
-        f"or with hardware_compatible=True to load on any Ampere or newer discrete GPU of the "
-        f"same platform. TensorRT said: {reason}")
+        f"{blob.get('target_platform')!r}, hardware_compatible {hardware_compatible}); re-export "
+        f"it on the target GPU and platform{alternative}. TensorRT said: {reason}")
