@@ -10,6 +10,7 @@ from service.protocols import http_errors
 from service.protocols.native import routes as http_routes
 from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
+from service.protocols import docs_page
 from service.protocols.body_limit import JsonBodyLimit
 from service.dataplane.service import ModelService
 from service.protocols.v2_grpc.auth import TokenInterceptor
@@ -35,10 +36,11 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="ExecuTorch/TensorRT model server",
                   description="Deploy ExecuTorch programs (.pte + .ptd), checked at ingest, and "
                               "run them on the native ExecuTorch host.",
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     http_routes.install(app)
     stop_v2 = v2_routes.install(app)
+    docs_page.install(app)
     app.add_middleware(JsonBodyLimit, max_bytes=settings.max_infer_bytes)
     # Outside the body limit and the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=policy)

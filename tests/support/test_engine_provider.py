@@ -18,6 +18,10 @@ Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "i
 ETRT_TEST_DESERIALIZE_LOG names a file that gets one line ("<pid> <op>") per deserialization.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
+A plan with "test_tensorrt_log": [lines] is refused the way the shipped provider refuses a plan
+TensorRT would not deserialize: an exception carrying the lines TensorRT logged (tests pass
+TensorRT's real wordings, e.g. for a plan built by another TensorRT release). The stand-in
+plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
 import collections
 import json
@@ -55,6 +59,8 @@ class _Context:
 class TestEngineProvider:
     __test__ = False  # not a pytest test class
 
+    tensorrt_version = "11.1.0.test"
+
     def __init__(self):
         self.deserialized = 0
         self.addresses = []  # (name, address) for every address bound
@@ -71,6 +77,9 @@ class TestEngineProvider:
             sys.stderr.write("test engine provider: aborting in deserialize on purpose\n")
             sys.stderr.flush()
             os.abort()
+        if "test_tensorrt_log" in spec:
+            raise RuntimeError(f"TensorRT could not deserialize the plan ({len(plan)} bytes) on "
+                               f"CUDA device {device_id}: " + "; ".join(spec["test_tensorrt_log"]))
         self.deserialized += 1
         log = os.environ.get("ETRT_TEST_DESERIALIZE_LOG")
         if log:  # deserializations in other processes (the ingest check child), for tests

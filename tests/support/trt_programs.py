@@ -169,8 +169,9 @@ if __name__ == "__main__":
         print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
 
 
-def with_plans_rewritten(source, target, **fields):
-    """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...).
+def with_plans_rewritten(source, target, blob_fields=None, **fields):
+    """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...), and
+    the blobs' metadata with `blob_fields` (e.g. target_platform=...).
 
     Rewritten through ExecuTorch's own serializer, so only the engines differ from a program
     the exporter wrote: what a user gets who re-exports the same model with other engine flags.
@@ -189,6 +190,7 @@ def with_plans_rewritten(source, target, **fields):
         start = meta["engine_offset"]
         plan = json.loads(blob[start + len(b"TESTPLAN"):start + meta["engine_size"]])
         bindings = [(b["name"], b["is_input"]) for b in meta["io_bindings"]]
-        entry.data = make_blob(metadata(bindings), plan_bytes(plan["op"], plan["io"], **fields))
+        entry.data = make_blob(metadata(bindings, **(blob_fields or {})),
+                               plan_bytes(plan["op"], plan["io"], **fields))
     Path(target).write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
     return Path(target)

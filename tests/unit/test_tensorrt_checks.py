@@ -309,6 +309,33 @@ def test_a_plan_the_provider_cannot_deserialize_is_refused_with_its_reason(test_
     assert "not a test plan" in report.problems[0].message
 
 
+@pytest.mark.parametrize("logged, rule, says", [
+    ("IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine plan file is not "
+     "compatible with this version of TensorRT, expecting library version 11.1.0.106 got "
+     "10.13.3.9, please rebuild.)", "tensorrt.version_mismatch",
+     "this server runs (TensorRT 11.1.0.test); re-export it with the Torch-TensorRT release built "
+     "on TensorRT 11.1,"),
+    ("IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine plan file is "
+     "generated on an incompatible device, expecting compute 9.0 got compute 8.9, please "
+     "rebuild.)", "tensorrt.platform_mismatch",
+     "with TensorRT 11.1.0.test; the blob records target_platform 'linux_x86_64', "
+     "hardware_compatible False); re-export it on the target GPU and platform"),
+])
+def test_a_plan_for_another_tensorrt_or_gpu_gets_its_own_rule(test_provider, logged, rule, says):
+    plan_io = [trt_blob.io("x", True, [2, 4]), trt_blob.io("output0", False, [2, 4])]
+    delegate, context = _plan_context(plan=trt_blob.plan_bytes(
+        "scale", plan_io, test_tensorrt_log=[logged]))
+    report = _verified(check_tensorrt_delegate(delegate, context))
+    assert _rules(report) == [rule]
+    message = report.problems[0].message
+    assert message.startswith("method 'forward' delegate 0 (TensorRTBackend): the TensorRT plan "
+                              "was built ")
+    assert says in message
+    assert message.endswith(f"TensorRT said: TensorRT could not deserialize the plan "
+                            f"({report.isolated.request['size']} bytes) on CUDA device 0: "
+                            f"{logged}")
+
+
 def test_blob_bindings_that_do_not_match_the_engine_are_refused(test_provider):
     delegate, context = _plan_context(declared=[("x", True), ("y", False)])
     report = _verified(check_tensorrt_delegate(delegate, context))

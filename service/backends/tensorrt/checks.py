@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
+from service.backends.tensorrt.mismatch import refusal_message
 from service.errors import Problem
 from service.ingest.inspection import DelegateInfo, MethodInfo
 from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
@@ -150,6 +151,13 @@ class _HandOver:
         return getattr(self.provider, name)
 
 
+def _provider_version(provider) -> str | None:
+    """The TensorRT release the provider deserializes with: its own `tensorrt_version` where it
+    has one (a provider bringing its own TensorRT), else that of the runtime module here."""
+    version = getattr(provider, "tensorrt_version", None)
+    return str(version) if version else tensorrt_runtime.tensorrt_version()
+
+
 def verify_engine(request: dict) -> dict:
     """Runs in the isolated check child only: deserializes one plan and describes it."""
     import ethost_tensorrt
@@ -170,7 +178,7 @@ def verify_engine(request: dict) -> dict:
         engine = provider.deserialize(plan, device)
         description = provider.describe(engine)
     except Exception as exc:  # providers raise whatever they raise, always with a reason
-        return {"invalid": str(exc)}
+        return {"invalid": str(exc), "tensorrt_version": _provider_version(provider)}
     if installed is not None:
         installed.keep(plan, device, engine)
     return {"device": device, "stats": description["stats"], "io": description["io"]}
@@ -179,8 +187,9 @@ def verify_engine(request: dict) -> dict:
 def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
                         delegate: DelegateInfo, program_name: str) -> None:
     if "invalid" in answer:
-        report.problems.append(Problem(program_name, "tensorrt.plan_invalid",
-                                       f"{delegate.where}: {answer['invalid']}"))
+        rule, message = refusal_message(answer["invalid"], answer.get("tensorrt_version"),
+                                        metadata)
+        report.problems.append(Problem(program_name, rule, f"{delegate.where}: {message}"))
         return
     stats = answer["stats"]
     report.details["engine"] = {

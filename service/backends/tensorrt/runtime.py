@@ -76,6 +76,16 @@ def _tensorrt() -> tuple[ModuleType | None, str]:
     return module, ""
 
 
+def tensorrt_version() -> str | None:
+    """The version of the TensorRT module plans are deserialized with here; None without one.
+
+    Imports it (once per process), so it is the version of exactly what would run the plans.
+    """
+    module, _ = _tensorrt()
+    version = getattr(module, "__version__", None) if module is not None else None
+    return str(version) if version else None
+
+
 def tensorrt_module() -> ModuleType:
     module, reason = _tensorrt()
     if module is None:
