@@ -7,11 +7,9 @@ runs one of them.
 """
 from __future__ import annotations
 
-import functools
 import importlib.metadata
-import importlib.util
-import sys
 
+from service.backends.versions import runtime_versions
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
 
@@ -19,8 +17,6 @@ SERVER_NAME = "etrt-server"
 EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics"]
 PLATFORM = "executorch"
 DEFAULT_METHOD = "forward"
-# Import names of TensorRT's Python runtime, as the provider tries them.
-_TENSORRT_MODULES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
 
 
 def _version(distribution: str) -> str | None:
@@ -30,42 +26,13 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-@functools.cache
-def _installed_tensorrt() -> str | None:
-    """TensorRT's version from the installed packages' metadata, without importing it (importing
-    TensorRT loads hundreds of MB of libraries)."""
-    for name in _TENSORRT_MODULES:
-        try:
-            if importlib.util.find_spec(name) is None:
-                continue
-        except (ImportError, ValueError):
-            continue
-        for distribution in importlib.metadata.packages_distributions().get(name, []):
-            version = _version(distribution)
-            if version:
-                return version
-    return None
-
-
-def tensorrt_version() -> str | None:
-    """The loaded runtime's version where the provider has imported it, else the installed one;
-    None where there is none. Never raises: metadata must answer on any host."""
-    try:
-        for name in _TENSORRT_MODULES:
-            module = sys.modules.get(name)
-            if module is not None and getattr(module, "__version__", None):
-                return str(module.__version__)
-        return _installed_tensorrt()
-    except Exception:  # a broken installation must not break GET /v2
-        return None
-
-
 def server_metadata() -> dict:
+    """Also names the runtimes (executorch_version, tensorrt_version where installed): a client
+    choosing what to export with needs both."""
     body = {"name": SERVER_NAME, "version": _version(SERVER_NAME) or "unknown",
-            "extensions": EXTENSIONS, "executorch_version": _version("executorch")}
-    trt = tensorrt_version()
-    if trt is not None:
-        body["tensorrt_version"] = trt
+            "extensions": EXTENSIONS}
+    body.update({f"{runtime}_version": version
+                 for runtime, version in runtime_versions().items()})
     return body
 
 
