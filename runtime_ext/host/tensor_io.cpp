@@ -54,7 +54,7 @@ Outcome<OutputBuffer> copy_output(const EValue& value, size_t index, const std::
                                            tag_name(value.tag) + ", which the host cannot return")
         .at("reading outputs of method '" + method + "'", "");
   }
-  if (find_dtype(out.dtype) == nullptr || out.dtype == ScalarType::BFloat16) {
+  if (find_dtype(out.dtype) == nullptr) {
     return Status(Error::NotSupported, "output " + std::to_string(index) + " has dtype " +
                                            executorch::runtime::toString(out.dtype) +
                                            ", which numpy cannot hold")

@@ -80,6 +80,16 @@ bool view_buffer(nb::handle value, Py_buffer& view, const Dtype*& dtype) {
   return true;
 }
 
+// numpy has no bfloat16: bfloat16 tensors cross into and out of Python as uint16 arrays holding
+// the bit patterns (the server's BF16 carrier), the same bytes ExecuTorch reads and writes.
+const Dtype* numpy_carrier(const Dtype* entry) {
+  return entry->type == ScalarType::BFloat16 ? find_dtype(ScalarType::UInt16) : entry;
+}
+
+bool dlpack_matches(nb::dlpack::dtype got, const Dtype* entry) {
+  return got.code == static_cast<uint8_t>(entry->code) && got.bits == entry->bits && got.lanes == 1;
+}
+
 Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
                                   std::vector<HeldInput>& keep_alive) {
   const Dtype* expected = find_dtype(spec.dtype);
@@ -96,7 +106,7 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
   const Dtype* viewed = nullptr;
   if (view_buffer(value, view, viewed)) {
     keep_alive.emplace_back(view);
-    if (viewed != expected) {
+    if (viewed != expected && viewed != numpy_carrier(expected)) {
       return Status::input(
           spec.index, spec.name,
           std::string("expected dtype ") + expected->name + ", got " + viewed->name);
@@ -113,8 +123,7 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
                                python_type_name(value));
     }
     nb::dlpack::dtype got = array.dtype();
-    if (got.code != static_cast<uint8_t>(expected->code) || got.bits != expected->bits ||
-        got.lanes != 1) {
+    if (!dlpack_matches(got, expected) && !dlpack_matches(got, numpy_carrier(expected))) {
       return Status::input(
           spec.index, spec.name,
           std::string("expected dtype ") + expected->name + ", got " + dlpack_name(got));
@@ -197,7 +206,7 @@ nb::handle numpy_dtype(const Dtype* entry) {
   static std::vector<nb::handle> dtypes = [] {
     nb::object dtype = nb::module_::import_("numpy").attr("dtype");
     std::vector<nb::handle> out;
-    // numpy has no bfloat16; such outputs are refused before they get here (copy_output).
+    // numpy has no bfloat16; such outputs arrive here as their uint16 carrier (to_numpy).
     for (const auto& e : kDtypes) {
       out.push_back(e.type == ScalarType::BFloat16 ? nb::handle() : dtype(e.name).release());
     }
@@ -230,7 +239,7 @@ nb::object to_numpy(OutputBuffer&& output) {
   if (output.is_none) {
     return nb::none();
   }
-  const Dtype* entry = find_dtype(output.dtype);
+  const Dtype* entry = numpy_carrier(find_dtype(output.dtype));
   if (auto copied = copy_into_numpy(output, entry)) {
     return std::move(*copied);
   }

@@ -248,3 +248,26 @@ def test_every_host_datatype_round_trips(shared_server, client, same_dtype_progr
         got = result.as_numpy("output_0")
         assert got.dtype == want.dtype and result.get_output("output_0")["datatype"] == datatype
         np.testing.assert_array_equal(got, want)
+
+
+def test_bf16_round_trips_as_binary_v2_and_native_json(shared_server, client, programs_dir):
+    """BF16 crosses the host as uint16 bit patterns; clients see bfloat16 values both ways."""
+    exported = programs.export_same_dtype(programs_dir, "BF16")
+    deploy_once(shared_server, "dtype-bf16", exported)
+    x = exported.example_inputs[0]
+    want = exported.module(x).float().numpy()
+    sent = triton.InferInput("input_0", [2, 3], "BF16")
+    import ml_dtypes  # tritonclient's own bfloat16 for numpy (a dependency of tritonclient)
+
+    sent.set_data_from_numpy(x.float().numpy().astype(ml_dtypes.bfloat16), binary_data=True)
+    result = client.infer("dtype-bf16", [sent],
+                          outputs=[triton.InferRequestedOutput("output_0", binary_data=True)])
+    assert result.get_output("output_0")["datatype"] == "BF16"
+    np.testing.assert_array_equal(result.as_numpy("output_0").astype(np.float32), want)
+    with shared_server.client() as http:
+        response = http.post("/infer", json={"model": "dtype-bf16", "inputs": [
+            {"shape": [2, 3], "datatype": "BF16", "data": x.float().reshape(-1).tolist()}]})
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    assert output["datatype"] == "BF16"
+    np.testing.assert_array_equal(np.array(output["data"], np.float32).reshape(2, 3), want)

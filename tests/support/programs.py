@@ -322,7 +322,6 @@ def export_dynamic_lookup(out_dir: Path) -> ExportedProgram:
 
 
 # Datatypes of export_every_datatype's inputs and outputs, in order (Open Inference Protocol names).
-# BF16 is not among them: the native host neither takes nor returns bfloat16 arrays yet.
 EVERY_DATATYPE = ("FP32", "FP16", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "BOOL")
 
 
@@ -338,18 +337,19 @@ def export_every_datatype(out_dir: Path) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
-# Open Inference Protocol datatypes the native host takes and returns, with their torch dtypes
-# (BF16 is not among them: numpy, and so the host's Python interface, has no bfloat16).
+# Open Inference Protocol datatypes numpy holds as they are, with their torch dtypes. BF16 is served
+# too, but numpy has no bfloat16: it crosses the host as uint16 bit patterns (see service.dtypes).
 HOST_DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "INT8": "int8", "INT16": "int16",
                   "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
                   "FP64": "float64"}
+_TORCH_DTYPES = {**HOST_DATATYPES, "BF16": "bfloat16"}
 
 
 def export_same_dtype(out_dir: Path, datatype: str) -> ExportedProgram:
     """One input and one output of `datatype`, shape [2, 3]."""
     torch = _seeded()
     module = _modules()[5]()
-    dtype = getattr(torch, HOST_DATATYPES[datatype])
+    dtype = getattr(torch, _TORCH_DTYPES[datatype])
     if dtype == torch.bool:
         example = torch.rand(2, 3) > 0.5
     elif dtype.is_floating_point:
