@@ -46,3 +46,8 @@ def two_methods_program(programs_dir):
 @pytest.fixture(scope="session")
 def cpu_heavy_program(programs_dir):
     return programs.export_cpu_heavy(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def large_input_program(programs_dir):
+    return programs.export_large_input(programs_dir)
