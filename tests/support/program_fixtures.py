@@ -61,3 +61,8 @@ def weight_bound_program(programs_dir):
 @pytest.fixture(scope="session")
 def every_datatype_program(programs_dir):
     return programs.export_every_datatype(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def large_input_program(programs_dir):
+    return programs.export_large_input(programs_dir)

@@ -37,7 +37,9 @@ def _offload(request: Request) -> Offload:
 
 
 def _max_json(service: ModelService) -> int:
-    return getattr(service.settings, "max_json_bytes", DEFAULT_MAX_JSON_BYTES)
+    """JSON bodies are bounded by their own limit and by the limit of every inference body."""
+    return min(getattr(service.settings, "max_json_bytes", DEFAULT_MAX_JSON_BYTES),
+               service.settings.max_infer_bytes)
 
 
 @router.get("")
@@ -91,6 +93,12 @@ async def model_ready(request: Request, model: str, version: str | None = None) 
     return {"name": model, "ready": True}
 
 
+def _header_length(text: str) -> int | None:
+    """Where the binary data will start, to align it; None for a value split() will refuse."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 async def _run(offload: Offload, inline: bool, function: Callable, *args):
     return function(*args) if inline else await offload.call(function, *args)
 
@@ -106,7 +114,7 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
         body = await read_body(request, max_json, "a JSON inference request body")
     else:
         body = await read_body(request, service.settings.max_infer_bytes,
-                               "a binary inference request body")
+                               "a binary inference request body", _header_length(header_length))
     header, payload = binary.split(body, header_length)
     if header.nbytes > max_json:
         raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
