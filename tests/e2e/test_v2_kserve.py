@@ -1,65 +1,60 @@
-"""The KServe v2 REST client (kserve.InferenceRESTClient, unmodified) against a real server."""
-import asyncio
+"""The KServe v2 REST client (kserve.InferenceRESTClient, unmodified) against a real server.
+
+The client runs in a child process (support/kserve_calls.py says why).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from kserve import InferenceRESTClient, InferInput, InferRequest, RESTConfig
-from kserve.protocol.infer_type import RequestedOutput
 
 from support.program_fixtures import mix_of_ops_program  # noqa: F401
 from support.server import upload
 
+CALLS = Path(__file__).parent.parent / "support" / "kserve_calls.py"
 
-def run(coroutine_function):
-    async def main():
-        client = InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
-        try:
-            return await coroutine_function(client)
-        finally:
-            await client.close()
-    return asyncio.run(main())
+
+def kserve(call: dict) -> dict:
+    done = subprocess.run([sys.executable, str(CALLS), json.dumps(call)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def tensor(name, array, datatype):
+    return {"name": name, "shape": list(array.shape), "datatype": datatype,
+            "numpy": str(array.dtype), "data": array.ravel().tolist()}
 
 
 def test_health_and_model_readiness(shared_server, mix_of_ops_program):
     with shared_server.client() as http:
         assert upload(http, "mix", mix_of_ops_program.pte).status_code == 201
-
-    async def probe(client):
-        return (await client.is_server_live(shared_server.url),
-                await client.is_server_ready(shared_server.url),
-                await client.is_model_ready(shared_server.url, "mix"),
-                await client.is_model_ready(shared_server.url, "absent"))
-
-    assert run(probe) == (True, True, True, False)
+    answer = kserve({"kind": "probe", "url": shared_server.url, "models": ["mix", "absent"]})
+    assert answer == {"live": True, "ready": True, "models": [True, False]}
 
 
 @pytest.mark.parametrize("binary_data", [False, True])
 def test_infer_json_and_binary(shared_server, mix_of_ops_program, binary_data):
+    with shared_server.client() as http:
+        upload(http, "mix", mix_of_ops_program.pte)
     x, idx = mix_of_ops_program.example_inputs
-    inputs = [InferInput("input_0", list(x.shape), "FP32"),
-              InferInput("input_1", list(idx.shape), "INT64")]
-    inputs[0].set_data_from_numpy(x.numpy(), binary_data=binary_data)
-    inputs[1].set_data_from_numpy(idx.numpy(), binary_data=binary_data)
-    request = InferRequest("mix", inputs, request_id="k-1",
-                           request_outputs=[RequestedOutput("output_1")])
-
-    async def infer(client):
-        return await client.infer(shared_server.url, request, model_name="mix")
-
-    response = run(infer)
-    assert response.model_name == "mix" and response.id == "k-1"
-    [output] = response.outputs
-    assert output.name == "output_1"
-    np.testing.assert_allclose(output.as_numpy(),
-                               mix_of_ops_program.module(x, idx)[1].detach().numpy(), rtol=1e-5)
+    answer = kserve({"kind": "infer", "url": shared_server.url, "model": "mix", "id": "k-1",
+                     "binary_data": binary_data, "outputs": ["output_1"],
+                     "inputs": [tensor("input_0", x.numpy(), "FP32"),
+                                tensor("input_1", idx.numpy(), "INT64")]})
+    assert answer["model_name"] == "mix" and answer["id"] == "k-1", answer
+    [output] = answer["outputs"]
+    assert output["name"] == "output_1"
+    expected = mix_of_ops_program.module(x, idx)[1].detach().numpy()
+    assert output["shape"] == list(expected.shape)
+    np.testing.assert_allclose(np.asarray(output["data"]).reshape(expected.shape), expected,
+                               rtol=1e-5)
 
 
 def test_errors_carry_our_message(shared_server):
-    request = InferRequest("absent", [InferInput("input_0", [1], "FP32", data=[1.0])])
-
-    async def infer(client):
-        return await client.infer(shared_server.url, request, model_name="absent")
-
-    with pytest.raises(Exception) as caught:
-        run(infer)
-    assert "model 'absent' not found" in str(caught.value) and "404" in str(caught.value)
+    answer = kserve({"kind": "infer", "url": shared_server.url, "model": "absent",
+                     "binary_data": False,
+                     "inputs": [tensor("input_0", np.ones(1, np.float32), "FP32")]})
+    assert "model 'absent' not found" in answer["error"] and "404" in answer["error"], answer
