@@ -23,7 +23,8 @@ def main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # uvloop and httptools: the pure-Python h11 parser was the largest cost per request.
     uvicorn.run(app, host=settings.host, port=settings.port,
-                log_level=settings.log_level, loop="uvloop", http="httptools")
+                log_level=settings.log_level, loop="uvloop", http="httptools",
+                access_log=settings.access_log)
     store_lock.release()
 
 

@@ -25,7 +25,12 @@ class Settings:
     max_upload_bytes: int = 16384 * MiB
     max_data_files: int = 16
     max_infer_bytes: int = 256 * MiB
+    # JSON tensor bodies hold every number as text and then as a Python object while decoded:
+    # they get a tighter limit of their own (binary tensor bodies only max_infer_bytes).
+    max_json_bytes: int = 64 * MiB
     instances_per_model: int = 2
+    # Methods whose recent executes took less than this run on the event loop (model_pool.py).
+    inline_execute_us: float = 100.0
     infer_threads: int = 32
     # Intra-op parallelism: ExecuTorch's kernels share one process-wide thread pool that runs one
     # parallel region at a time, so with it, concurrent requests wait on each other (measured:
@@ -47,6 +52,9 @@ class Settings:
     model_dirs: tuple[Path, ...] = ()
     model_name: str | None = None
     log_level: str = "info"
+    # One log line per HTTP request and per inference: off by default, since at full load on a
+    # small program it costs more than the inference (issue 10's measurements).
+    access_log: bool = False
     # Bearer tokens (service/auth.py): files here, or ETRT_ADMIN_TOKEN / ETRT_INFER_TOKEN.
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
@@ -108,6 +116,11 @@ _OPTIONS = (
      "most .ptd files in one upload"),
     ("--max-infer-bytes", "ETRT_MAX_INFER_BYTES", "max_infer_bytes", int,
      "largest accepted /infer request body"),
+    ("--max-json-bytes", "ETRT_MAX_JSON_BYTES", "max_json_bytes", int,
+     "largest accepted JSON inference body (native /infer, v2 JSON)"),
+    ("--inline-execute-us", "ETRT_INLINE_EXECUTE_US", "inline_execute_us", float,
+     "methods whose recent executes took less than this many microseconds run on the event "
+     "loop instead of a worker thread (0: always a thread)"),
     ("--instances", "ETRT_INSTANCES", "instances_per_model", int,
      "method instances per model (concurrent requests per method)"),
     ("--infer-threads", "ETRT_INFER_THREADS", "infer_threads", int,
@@ -132,6 +145,8 @@ _OPTIONS = (
     ("--model-name", "ETRT_MODEL_NAME", "model_name", str,
      "serve the one --model-dir itself as this model (KServe's single-model layout)"),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
+    ("--access-log", "ETRT_ACCESS_LOG", "access_log", _bool,
+     "log every HTTP request and every inference (off by default: it costs throughput)"),
     ("--admin-token-file", "ETRT_ADMIN_TOKEN_FILE", "admin_token_file", Path,
      "file holding the bearer token for model management (or set ETRT_ADMIN_TOKEN)"),
     ("--infer-token-file", "ETRT_INFER_TOKEN_FILE", "infer_token_file", Path,
@@ -175,8 +190,10 @@ def parse_settings(argv: list[str] | None = None,
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}")
     for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
-                 "instances_per_model",
+                 "max_json_bytes", "instances_per_model",
                  "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")
+    if settings.inline_execute_us < 0:
+        parser.error("inline_execute_us must be 0 or more")
     return settings

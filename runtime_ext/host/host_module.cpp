@@ -187,6 +187,9 @@ NB_MODULE(ethost, m) {
                    "Whether kernels may use ExecuTorch's process-wide thread pool (default True). "
                    "Set False when several instances run in parallel threads: the shared pool "
                    "runs one parallel region at a time, so they would wait on each other.")
+      .def_prop_ro("last_run_ns", &MethodInstance::last_run_ns,
+                   "Nanoseconds the last execute spent binding inputs, executing and copying "
+                   "outputs, without the GIL (0 before the first).")
       .def("execute", &execute, "inputs"_a,
            "Runs the method; returns numpy copies of the outputs. Raises InputError before "
            "running when inputs do not fit, InstanceBusy if another thread is running it.");

@@ -8,6 +8,7 @@
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/core/portable_type/tensor_impl.h>
 
+#include <chrono>
 #include <deque>
 
 using executorch::aten::Tensor;
@@ -131,6 +132,15 @@ Status MethodInstance::finish_device_copies(Status failed, const char* what) {
 }
 
 Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>& inputs) {
+  auto begun = std::chrono::steady_clock::now();
+  Outcome<std::vector<OutputBuffer>> outcome = run_timed(inputs);
+  auto took = std::chrono::steady_clock::now() - begun;
+  last_run_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count(),
+                     std::memory_order_relaxed);
+  return outcome;
+}
+
+Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(std::vector<InputBinding>& inputs) {
   const std::string& path = program_->path();
   // TensorImpls point into `inputs`, which is not resized while they live; a deque never moves
   // its elements, so the Tensors handed to set_input stay valid.

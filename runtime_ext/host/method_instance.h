@@ -13,6 +13,7 @@
 #include <executorch/runtime/executor/method.h>
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -43,8 +44,13 @@ class MethodInstance {
   // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim.
   Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs);
 
+  // How long the last run() took. Measured here rather than by the caller, whose clock would
+  // also count the wait to take the GIL back (up to the interpreter's switch interval).
+  uint64_t last_run_ns() const { return last_run_ns_.load(std::memory_order_relaxed); }
+
  private:
   MethodInstance() = default;
+  Outcome<std::vector<OutputBuffer>> run_timed(std::vector<InputBinding>& inputs);
   Status set_inputs(std::vector<InputBinding>& inputs,
                     std::deque<executorch::aten::TensorImpl>& impls);
   // Waits for queued device copies; returns `failed`, or the copies' own failure.
@@ -65,6 +71,7 @@ class MethodInstance {
   MethodSpec spec_;
   std::atomic<bool> busy_{false};
   bool kernel_threadpool_ = true;
+  std::atomic<uint64_t> last_run_ns_{0};
 };
 
 }  // namespace ethost

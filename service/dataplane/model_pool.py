@@ -1,9 +1,12 @@
-"""Runs a model's methods on native-host instances, off the event loop.
+"""Runs a model's methods on native-host instances.
 
 Each method has N independent instances (own planned memory), so up to N requests to one method
 run at once; more wait on an asyncio semaphore, not in a worker thread, so a model that is busy
-never ties up the threads other models need. Inference itself runs in a worker thread and the
-native host releases the GIL while executing.
+never ties up the threads other models need. Inference runs in a worker thread (the native host
+releases the GIL while executing), except for methods whose recent executes took less than
+`inline_below_s`: handing those to a thread and back costs more than the execute itself (tens of
+microseconds against 2 for a small program), so they run on the event loop, which they hold for
+about as long as a thread hop would.
 """
 from __future__ import annotations
 
@@ -27,12 +30,24 @@ class _MethodSlots:
         self.waiting = 0
         self.free = list(instances)
         self.available = asyncio.Semaphore(len(instances))
+        # Moving average of the execute time; None until the first execute (run in a thread).
+        self.recent_s: float | None = None
+
+    def execute(self, instance, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        try:
+            return instance.execute(inputs)
+        finally:
+            # The host's own measure: a clock around the call in a worker thread would count
+            # the wait for the GIL too, which is long exactly when the server is busy.
+            took = instance.last_run_ns * 1e-9
+            self.recent_s = took if self.recent_s is None else 0.8 * self.recent_s + 0.2 * took
 
 
 class ModelPool:
     def __init__(self, model: StoredModel, ethost, instances_per_method: int,
-                 kernel_threadpool: bool = False):
+                 kernel_threadpool: bool = False, inline_below_s: float = 0.0):
         self.model = model
+        self.inline_below_s = inline_below_s
         self.program = ethost.Program(str(model.program_path), [str(p) for p in model.data_paths])
         self._methods = {}
         # Read from an instance: Program.method_meta would load one more instance of the method
@@ -100,15 +115,21 @@ class ModelPool:
         instance = slots.free.pop()
         if acquired is not None:
             acquired(time.perf_counter() - waiting_since)
-        future = asyncio.get_running_loop().run_in_executor(executor, instance.execute, inputs)
 
-        def release(_) -> None:
+        def release(_=None) -> None:
             # Runs when the execution really ends, even if the request was cancelled meanwhile,
             # so an instance is never handed out while a thread still executes it.
             slots.free.append(instance)
             slots.available.release()
             self._leave()
 
+        if slots.recent_s is not None and slots.recent_s < self.inline_below_s:
+            try:
+                return slots.execute(instance, inputs)
+            finally:
+                release()
+        future = asyncio.get_running_loop().run_in_executor(executor, slots.execute, instance,
+                                                            inputs)
         future.add_done_callback(release)
         return await asyncio.shield(future)
 

@@ -105,7 +105,7 @@ class ModelService(Repository):
         return self.metrics.open_pool(stored.name, lambda: ModelPool(
             stored, self._ethost,
             instance_count(stored.description.config, self.settings.instances_per_model),
-            self.settings.kernel_threadpool))
+            self.settings.kernel_threadpool, self.settings.inline_execute_us * 1e-6))
 
     def begin_staging(self) -> Staging:
         """Where a transport puts an upload's files before handing it to deploy()."""
@@ -314,8 +314,9 @@ class ModelService(Repository):
                     model, MODEL_VERSION, outcome == "ok", int(elapsed * 1e9),
                     int(queued[0] * 1e9) if queued else None, phases.get("input"),
                     phases.get("infer"), phases.get("output"))
-            log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
-                     clip(method), outcome, elapsed)
+            if self.settings.access_log:
+                log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
+                         clip(method), outcome, elapsed)
 
     async def _infer(self, served: Served | None, request: InferRequest,
                      acquired: Callable[[float], None], phases: dict[str, int]) -> InferResponse:

@@ -27,14 +27,21 @@ async def unless_disconnected(receive: Callable[[], Awaitable[dict]], work: Awai
     """The result of `work`, or ClientDisconnected (with `work` cancelled) if the client goes
     away first. Call only after the request body has been read."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
+    watcher = None
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        # One turn of the loop first: work that never waits (a small program executed inline)
+        # is done by then and needs no watcher task, which costs about as much as such an
+        # execute.
+        await asyncio.sleep(0)
+        if not task.done():
+            watcher = asyncio.ensure_future(_disconnected(receive))
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         task.cancel()
         raise
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
     if task.done():
         return task.result()
     task.cancel()

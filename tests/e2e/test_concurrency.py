@@ -61,9 +61,12 @@ def test_delete_waits_for_running_predictions(start_server, heavy_program):
     server = start_server("--instances", "2")
     x = torch.randn(SIZE)
     expected = heavy_program.module(x).numpy()
+    body = {"model": "heavy", "inputs": [tensor(x)]}
     with server.client() as client:
         assert upload(client, "heavy", heavy_program.pte).status_code == 201
-    body = {"model": "heavy", "inputs": [tensor(x)]}
+        # Bodies this large are parsed in worker processes, started by the first one: started
+        # here, so that the requests below are running when the delete comes.
+        assert client.post("/infer", json=body).status_code == 200
 
     def heavy():
         with server.client() as client:

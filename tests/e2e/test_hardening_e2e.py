@@ -66,7 +66,12 @@ def test_an_input_the_kernel_refuses_is_a_422_with_executorch_reason(shared_serv
         tensor(x), tensor(np.array([1, 4, 9], np.int64))]})
     assert status == 200, body
     assert connection.sock is socket_before, "the connection must survive a refused request"
-    assert "outcome=client_error" in shared_server.log()
+    with shared_server.client() as client:
+        metrics = parse(client.get("/metrics").text)
+    assert value(metrics, "etrt_inference_requests_total", model="mix", method="forward",
+                 outcome="client_error") >= 1
+    assert value(metrics, "etrt_inference_requests_total", model="mix", method="forward",
+                 outcome="error") is None
 
 
 def test_unknown_paths_and_wrong_methods_answer_in_the_error_shape(shared_server):

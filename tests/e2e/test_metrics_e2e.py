@@ -25,7 +25,7 @@ def scrape(client):
 
 
 def test_requests_uploads_and_models_show_in_metrics(start_server, linear_relu_program):
-    server = start_server()
+    server = start_server("--access-log")
     with server.client() as client:
         assert value(scrape(client), "etrt_models", state="ready") == 0
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201

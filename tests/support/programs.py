@@ -382,6 +382,14 @@ def export_image(out_dir: Path) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+def export_module(out_dir: Path, key: str, module, inputs: tuple) -> ExportedProgram:
+    """Any torch module as a one-method ("forward") program in the folder `out_dir/key`; `key`
+    must change whenever the module or the input shapes do (the files are re-used)."""
+    _seeded()
+    pte, ptds = _export(Path(out_dir) / key, {"forward": (module, inputs)})
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "linear_relu": export_linear_relu,
     "mix_of_ops": export_mix_of_ops,

@@ -14,6 +14,15 @@ def test_defaults_match_the_documented_ones():
     assert settings.backends == ("tensorrt", "xnnpack") and settings.backend_setup is None
     assert settings.setups == ("service.backends.tensorrt.runtime:install_backend",
                                "service.backends.xnnpack:install_backend")
+    assert settings.access_log is False
+    assert (settings.max_json_bytes, settings.inline_execute_us) == (64 * 1024 * 1024, 100.0)
+
+
+def test_speed_settings_from_flags_and_environment():
+    settings = parse_settings(["--access-log", "--max-json-bytes", "1000"],
+                              {"ETRT_INLINE_EXECUTE_US": "0"})
+    assert (settings.access_log, settings.max_json_bytes, settings.inline_execute_us) == (
+        True, 1000, 0.0)
 
 
 def test_backends_pick_the_setups_and_unknown_ones_are_refused(capsys):
@@ -54,7 +63,8 @@ def test_grpc_port_from_environment_or_flag_and_zero_turns_grpc_off():
 @pytest.mark.parametrize("argv,env", [
     ([], {"ETRT_PORT": "http"}), (["--instances", "0"], {}),
     ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}), (["--max-upload-bytes", "-1"], {}),
-    (["--grpc-port", "-1"], {}), ([], {"ETRT_GRPC_PORT": "65536"})])
+    (["--grpc-port", "-1"], {}), ([], {"ETRT_GRPC_PORT": "65536"}),
+    (["--max-json-bytes", "0"], {}), (["--inline-execute-us", "-1"], {})])
 def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_settings(argv, env)

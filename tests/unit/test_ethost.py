@@ -177,6 +177,29 @@ def test_gil_is_released_during_execute(cpu_heavy_program):
     assert len(during) >= 5, (len(during), end - begin)
 
 
+def test_last_run_ns_measures_the_execute_without_the_gil_wait(cpu_heavy_program):
+    method = ethost.Program(cpu_heavy_program.pte).load_method("forward")
+    assert method.last_run_ns == 0
+    x = cpu_heavy_program.example_inputs[0].numpy()
+    stop = threading.Event()
+
+    def hold_the_gil():  # pure-Python spinning: takes the GIL whenever execute releases it
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=hold_the_gil)
+    thread.start()
+    try:
+        started = time.perf_counter()
+        method.execute([x])
+        wall = time.perf_counter() - started
+    finally:
+        stop.set()
+        thread.join()
+    ran = method.last_run_ns * 1e-9
+    assert 0 < ran <= wall, (ran, wall)
+
+
 def test_concurrent_call_on_same_instance_is_refused(cpu_heavy_program):
     method = ethost.Program(cpu_heavy_program.pte).load_method("forward")
     x = cpu_heavy_program.example_inputs[0].numpy()

@@ -117,12 +117,24 @@ def test_requests_and_uploads_are_counted_through_the_core(client, linear_relu_p
                  outcome="client_error") == 1
 
 
-def test_each_request_and_upload_is_logged(client, linear_relu_program, caplog):
+def test_each_request_and_upload_is_logged_with_the_access_log(tmp_path, linear_relu_program,
+                                                                caplog):
     caplog.set_level("INFO", logger="service.dataplane.service")
-    assert upload(client, "lin", linear_relu_program.pte).status_code == 201
-    assert client.post("/infer", json={"model": "lin", "inputs": []}).status_code == 422
+    settings = Settings(artifacts=tmp_path / "artifacts", grpc_port=0, access_log=True)
+    with TestClient(create_app(settings)) as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        assert client.post("/infer", json={"model": "lin", "inputs": []}).status_code == 422
     lines = [r.getMessage() for r in caplog.records if r.name == "service.dataplane.service"]
     assert [line.rsplit(" duration_s=", 1)[0] for line in lines] == [
         "upload model='lin' outcome=accepted problems=0",
         "infer model='lin' method='forward' outcome=client_error"]
     assert all(float(line.rsplit("=", 1)[1]) > 0 for line in lines)
+
+
+def test_inferences_are_not_logged_by_default(client, linear_relu_program, caplog):
+    caplog.set_level("INFO", logger="service.dataplane.service")
+    assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    x = linear_relu_program.example_inputs[0]
+    assert client.post("/infer", json={"model": "lin", "inputs": [tensor(x)]}).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.dataplane.service"]
+    assert [line.split(" ", 1)[0] for line in lines] == ["upload"]

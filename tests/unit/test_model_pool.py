@@ -127,3 +127,35 @@ def test_opening_a_pool_loads_exactly_n_instances_per_method(programs_dir, tmp_p
     assert pool.meta("forward")["delegates"] == ["TensorRTBackend", "TensorRTBackend"]
     created = {d["delegate"] for d in ethost_tensorrt.staging_counters()} - before
     assert len(created) == 3 * 2  # 3 instances x 2 delegates
+
+
+class SubmitCounter(ThreadPoolExecutor):
+    def __init__(self):
+        super().__init__(2)
+        self.submitted = 0
+
+    def submit(self, fn, *args):
+        self.submitted += 1
+        return super().submit(fn, *args)
+
+
+@pytest.mark.parametrize("inline_below_s,threaded", [(0.0, 5), (60.0, 1)])
+def test_methods_faster_than_the_threshold_run_on_the_event_loop(programs_dir, inline_below_s,
+                                                                threaded):
+    """The first execute always goes to a thread (nothing is known of the method yet); after
+    that, a method whose executes took less than the threshold runs inline."""
+    exported = programs.export_linear_relu(programs_dir)
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
+    stored = StoredModel("lin", exported.pte.parent, description)
+    pool = ModelPool(stored, import_host(), 2, inline_below_s=inline_below_s)
+    x = exported.example_inputs[0].numpy()
+    expected = exported.module(exported.example_inputs[0]).detach().numpy()
+
+    async def main(executor):
+        return [await pool.run("forward", [x], executor) for _ in range(5)]
+
+    with SubmitCounter() as executor:
+        results = asyncio.run(main(executor))
+    assert executor.submitted == threaded
+    for [output] in results:
+        np.testing.assert_allclose(output, expected, rtol=1e-5)

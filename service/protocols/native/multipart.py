@@ -8,6 +8,7 @@ parts are files of which role, and the 'name' and 'replace' fields.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header

@@ -9,16 +9,15 @@ import math
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from service.dataplane.service import ModelService
-from service.dataplane.types import InferRequest as DataplaneRequest
-from service.dataplane.types import Tensor
 from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable,
-                            clip, input_problem)
-from service.protocols import json_tensors
-from service.protocols.disconnect import ClientDisconnected, unless_disconnected
+                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable)
+from service.protocols.native import infer_endpoint
 from service.protocols.http_errors import AUTH, responses
 from service.protocols.native.schema import (HealthBody, InferRequest, InferResponse,
                                  ModelDescription)
@@ -79,26 +78,14 @@ async def delete_model(request: Request, name: str) -> Response:
     return Response(status_code=204)
 
 
-def _decode(index: int, item) -> Tensor:
-    label = clip(item.name) if item.name is not None else f"input_{index}"
-    try:
-        array = json_tensors.decode(item.datatype, item.shape, item.data, label)
-    except json_tensors.CodecError as exc:
-        raise input_problem(label, "input.data", str(exc)) from None
-    return Tensor(item.name, item.datatype, array)
+def _describes_infer(body: InferRequest) -> InferResponse:
+    """POST /infer as OpenAPI shows it. Requests never reach this: infer_endpoint.py answers
+    them, mounted ahead of every route (it says why)."""
+    raise NotImplementedError
 
 
-@router.post("/infer", response_model=InferResponse, responses=_INFER_ERRORS)
-async def infer(request: Request, body: InferRequest) -> dict:
-    tensors = [_decode(index, item) for index, item in enumerate(body.inputs)]
-    try:
-        response = await unless_disconnected(request.receive, _service(request).infer(
-            DataplaneRequest(model=body.model, method=body.method, inputs=tensors)))
-    except ClientDisconnected:
-        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-    return {"model": response.model, "method": response.method,
-            "outputs": [json_tensors.encode(t.array, t.name, t.datatype)
-                        for t in response.outputs]}
+_INFER_DOC = APIRoute("/infer", _describes_infer, methods=["POST"], name="infer",
+                      response_model=InferResponse, responses=_INFER_ERRORS)
 
 
 @router.get("/health/live", response_model=HealthBody)
@@ -119,12 +106,16 @@ async def metrics(request: Request) -> Response:
     return Response(_service(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
 
-async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+def error_response(exc: ServiceError) -> JSONResponse:
     status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
     # Retry-After takes whole seconds; rounding up never invites a retry too early.
     headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Busy) else None
     return JSONResponse({"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
                         status_code=status, headers=headers)
+
+
+async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    return error_response(exc)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -139,7 +130,24 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
     return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
 
 
-def install(app: FastAPI) -> None:
+def _openapi_with_infer(app: FastAPI):
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = get_openapi(title=app.title, version=app.version,
+                                             description=app.description,
+                                             routes=[*app.routes, _INFER_DOC])
+        return app.openapi_schema
+
+    return openapi
+
+
+def install(app: FastAPI) -> infer_endpoint.InferEndpoint:
+    """Adds the routes; returns the /infer endpoint, which ServerApp also calls directly."""
+    endpoint = infer_endpoint.InferEndpoint(app.state.service, app.state.offload, error_response)
+    # Ahead of every route; it answers other methods on /infer with 405.
+    app.router.routes.insert(0, Route("/infer", endpoint, methods=["POST"]))
     app.include_router(router)
+    app.openapi = _openapi_with_infer(app)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    return endpoint

@@ -17,13 +17,9 @@ from service.dataplane.service import MODEL_VERSION, ModelService
 from service.errors import TooLarge, Unavailable, clip
 from service.protocols.v2_rest import binary, codec, metadata, repository
 from service.protocols.v2_rest.errors import V2Route, unmatched
-from service.protocols.v2_rest.offload import (INLINE_BINARY_BYTES, INLINE_JSON_BYTES,
+from service.protocols.offload import (INLINE_BINARY_BYTES, INLINE_JSON_BYTES,
                                                INLINE_JSON_ELEMENTS, Offload)
 from service.protocols.v2_rest.transport import PartsResponse, read_body
-
-MiB = 1024 * 1024
-# Until Settings has its own max_json_bytes (issue 10), JSON tensor bodies get this limit.
-DEFAULT_MAX_JSON_BYTES = 64 * MiB
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
 
@@ -33,13 +29,12 @@ def _service(request: Request) -> ModelService:
 
 
 def _offload(request: Request) -> Offload:
-    return request.app.state.v2_offload
+    return request.app.state.offload
 
 
 def _max_json(service: ModelService) -> int:
     """JSON bodies are bounded by their own limit and by the limit of every inference body."""
-    return min(getattr(service.settings, "max_json_bytes", DEFAULT_MAX_JSON_BYTES),
-               service.settings.max_infer_bytes)
+    return min(service.settings.max_json_bytes, service.settings.max_infer_bytes)
 
 
 @router.get("")
@@ -144,12 +139,10 @@ async def _unmatched(request: Request) -> Response:
     return unmatched([*router.routes, *repository.router.routes], request.scope)
 
 
-def install(app: FastAPI) -> Callable[[], None]:
-    """Mounts /v2 on the app; returns what to call when the app stops."""
-    app.state.v2_offload = Offload()
+def install(app: FastAPI) -> None:
+    """Mounts /v2 on the app (whose state holds the shared `offload`)."""
     app.include_router(router)
     app.include_router(repository.router)
     # Last, so only paths under /v2 that no route has (or wrong methods) reach them.
     for path in ("/v2", "/v2/{rest:path}"):
         app.add_api_route(path, _unmatched, include_in_schema=False, methods=_ALL_METHODS)
-    return app.state.v2_offload.close
