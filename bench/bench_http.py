@@ -128,10 +128,14 @@ def native_json_image(x: np.ndarray) -> Request:
     return native_json("conv", x)
 
 
-def v2_json_image(x: np.ndarray) -> Request:
+def v2_json(model: str, x: np.ndarray) -> Request:
     body = {"inputs": [{"name": "input_0", "shape": list(x.shape), "datatype": "FP32",
                         "data": x.ravel().tolist()}]}
-    return Request("/v2/models/conv/infer", json.dumps(body).encode())
+    return Request(f"/v2/models/{model}/infer", json.dumps(body).encode())
+
+
+def v2_json_image(x: np.ndarray) -> Request:
+    return v2_json("conv", x)
 
 
 def v2_binary_image(x: np.ndarray) -> Request:
@@ -224,7 +228,8 @@ def _baseline_load(kind: str, pte: Path, request: Request, seconds: float,
         baseline.stop()
 
 
-def tiny_section(server, exported, tiny: Request, seconds: float, scratch: Path) -> None:
+def tiny_section(server, exported, tiny: Request, tiny_x: np.ndarray, seconds: float,
+                 scratch: Path) -> None:
     print(f"\n1. tiny program, [2, 8] FP32 JSON, wrk -t1 -c8, {seconds:g} s each")
     wrk(server.url, tiny, 8, 2, scratch)  # warm-up
     ours = wrk(server.url, tiny, 8, seconds, scratch)
@@ -236,6 +241,9 @@ def tiny_section(server, exported, tiny: Request, seconds: float, scratch: Path)
     print(f"  LitServe (1 worker){litserve}")
     print(_ratio("vs Starlette", ours.rps, starlette.rps, 0.8))
     print(_ratio("vs LitServe", ours.rps, litserve.rps, 5))
+    v2 = wrk(server.url, v2_json("tiny", tiny_x), 8, seconds, scratch)
+    print(f"  the same over v2 JSON (/v2/models/tiny/infer): {v2}  "
+          f"({v2.rps / ours.rps:.2f}x native /infer)")
 
 
 def image_section(server, exported, image_x: np.ndarray, seconds: float, scratch: Path) -> None:
@@ -306,7 +314,7 @@ def main() -> None:
                                               **request.headers})
                 assert answer.status_code == 200, answer.text
         if "1" in args.sections:
-            tiny_section(server, exported, tiny, args.seconds, scratch)
+            tiny_section(server, exported, tiny, tiny_x, args.seconds, scratch)
         if "2" in args.sections:
             image_section(server, exported, image_x, args.seconds, scratch)
         if "3" in args.sections:

@@ -18,17 +18,23 @@ from service.protocols.v2_grpc.server import grpc_listener
 
 
 class ServerApp(FastAPI):
-    """FastAPI, except that POST /infer goes straight to its endpoint behind the same token check
-    and 500 guard (protocols/native/infer_endpoint.py says why). Taking this door or the router's
-    gives the same answers; this one skips FastAPI's per-request work."""
+    """FastAPI, except that the inference routes (POST /infer, POST /v2/models/.../infer) go
+    straight to their endpoints behind the same token check and 500 guard: FastAPI's per-request
+    work costs more than running a small program (protocols/native/infer_endpoint.py). Taking
+    this door or the router's gives the same answers."""
 
-    infer = None  # the ASGI stack for POST /infer, set by create_app
+    # The ASGI stacks of the two inference endpoints, set by create_app.
+    native_infer = v2_infer = None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/infer" and scope["method"] == "POST":
-            await self.infer(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            if path == "/infer":
+                return await self.native_infer(scope, receive, send)
+            if path.startswith("/v2/models/") and v2_routes.INFER_PATH.fullmatch(path):
+                scope["app"] = self  # as Starlette sets it: the handler reads app.state
+                return await self.v2_infer(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -59,5 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
     # Outside the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=policy)
     http_errors.install(app)
-    app.infer = http_errors.UnexpectedErrors(auth.TokenAuth(infer_endpoint, policy=policy))
+    app.native_infer = http_errors.UnexpectedErrors(auth.TokenAuth(infer_endpoint, policy=policy))
+    app.v2_infer = http_errors.UnexpectedErrors(auth.TokenAuth(v2_routes.infer_endpoint,
+                                                               policy=policy))
     return app

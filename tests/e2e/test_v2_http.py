@@ -223,14 +223,17 @@ def test_health_answers_while_a_100_mb_binary_request_is_served(start_server, la
     assert_responsive(latencies)
 
 
-def test_health_answers_while_a_large_json_request_is_decoded(shared_server, http, tmp_path):
+@pytest.mark.parametrize("path,refused", [("/v2/models/linear/infer", 400), ("/infer", 422)])
+def test_health_answers_while_a_large_json_request_is_decoded(shared_server, http, tmp_path,
+                                                             path, refused):
+    """The same for the v2 JSON body and the native /infer body (which names its model)."""
     values = np.random.default_rng(0).random(2_500_000).tolist()
-    body = json.dumps({"inputs": [{"name": "input_0", "shape": [2_500_000], "datatype": "FP64",
-                                   "data": values}]}).encode()
+    body = json.dumps({"model": "linear", "inputs": [{
+        "name": "input_0", "shape": [2_500_000], "datatype": "FP64", "data": values}]}).encode()
     assert 40e6 < len(body) < 64 * 2**20
     (tmp_path / "body").write_bytes(body)
-    latencies, status, _, response = probe_while_posting(
-        shared_server.url, "/v2/models/linear/infer", tmp_path / "body")
+    latencies, status, _, response = probe_while_posting(shared_server.url, path,
+                                                         tmp_path / "body")
     # Decoded completely (in a worker process), then refused by the model's signature.
-    assert status == 400 and "FP32" in json.loads(response)["error"]
+    assert status == refused and "FP32" in json.loads(response)["error"], response[:1000]
     assert_responsive(latencies)

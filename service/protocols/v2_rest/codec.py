@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import Invalid, Problem, clip, input_problem
@@ -114,9 +115,13 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     """The request's JSON (the whole body, or the header of a binary one), checked, with its JSON
     tensors decoded; binary inputs keep their declared sizes for `to_request`."""
     try:
-        header = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise _invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+        header = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:  # NaN/Infinity literals and integers past 64 bits, which orjson refuses
+            header = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise _invalid("request.json",
+                           f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(header, dict):
         raise _invalid("request.invalid", "the request must be a JSON object")
     request_id = header.get("id")
@@ -191,5 +196,5 @@ def response_header(response: InferResponse, parsed: ParsedRequest
 def dump_response(header: dict, as_json: list[tuple[int, np.ndarray, str]]) -> bytes:
     """The header as JSON text with the listed outputs' `data` filled in."""
     for index, array, datatype in as_json:
-        header["outputs"][index]["data"] = json_tensors.encode(array, "", datatype)["data"]
-    return json.dumps(header, separators=(",", ":")).encode()
+        header["outputs"][index]["data"] = json_tensors.encode_numpy(array, "", datatype)["data"]
+    return json_tensors.dumps(header)

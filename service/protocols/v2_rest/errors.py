@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
@@ -40,27 +41,33 @@ def service_error_response(exc: ServiceError) -> JSONResponse:
     return error_response(status, exc.message, [p.as_dict() for p in exc.problems], headers)
 
 
+async def guarded(handler: Callable[[Request], Awaitable[Response]],
+                  request: Request) -> Response:
+    """What `handler` answers, or its error in this protocol's codes and shape."""
+    try:
+        return await handler(request)
+    except ServiceError as exc:
+        return service_error_response(exc)
+    except RequestValidationError as exc:
+        problems = [{"file": None, "rule": "request.invalid",
+                     "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}"}
+                    for e in exc.errors()]
+        return error_response(400, "invalid request", problems)
+    except Exception:
+        log.exception("%s %s failed", request.method, clip(request.url.path))
+        return error_response(500, "internal error; the server log has the details")
+
+
 class V2Route(APIRoute):
     """A route whose errors are answered in this protocol's codes and shape."""
 
     def get_route_handler(self):
         handler = super().get_route_handler()
 
-        async def guarded(request: Request):
-            try:
-                return await handler(request)
-            except ServiceError as exc:
-                return service_error_response(exc)
-            except RequestValidationError as exc:
-                problems = [{"file": None, "rule": "request.invalid",
-                             "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}"}
-                            for e in exc.errors()]
-                return error_response(400, "invalid request", problems)
-            except Exception:
-                log.exception("%s %s failed", request.method, request.url.path)
-                return error_response(500, "internal error; the server log has the details")
+        async def route_handler(request: Request) -> Response:
+            return await guarded(handler, request)
 
-        return guarded
+        return route_handler
 
 
 def unmatched(routes: list, scope: dict) -> JSONResponse:

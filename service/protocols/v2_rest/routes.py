@@ -8,7 +8,8 @@ become this protocol's codes in V2Route. Large bodies are decoded away from the 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import re
+from collections.abc import Callable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -16,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.errors import TooLarge, Unavailable, clip
 from service.protocols.v2_rest import binary, codec, metadata, repository
-from service.protocols.v2_rest.errors import V2Route, unmatched
+from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
 from service.protocols.offload import (INLINE_BINARY_BYTES, INLINE_JSON_BYTES,
                                                INLINE_JSON_ELEMENTS, Offload)
 from service.protocols.v2_rest.transport import PartsResponse, read_body
@@ -130,6 +131,19 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
         return Response(text, media_type="application/json")
     return PartsResponse([text, *parts], "application/octet-stream",
                          {binary.HEADER: str(len(text))})
+
+
+# The infer route's paths, for ServerApp (service/app.py), which calls infer_endpoint directly.
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+
+
+async def infer_endpoint(scope, receive, send) -> None:
+    """The infer route as a bare ASGI app, for a path INFER_PATH matches: the same handler and
+    error answers as through the router, without FastAPI's per-request work."""
+    model, version = INFER_PATH.fullmatch(scope["path"]).groups()
+    response = await guarded(lambda request: infer(request, model, version),
+                             Request(scope, receive))
+    await response(scope, receive, send)
 
 
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
