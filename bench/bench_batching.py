@@ -7,7 +7,7 @@ batch-1 requests back to back through POST /infer, runs against each in turn. Pr
 p50/p99 latency, the batched/unbatched throughput ratio (goal >= 2x) and the distribution of
 rows per execute read from /metrics (etrt_batch_size).
 
-The same comparison is made first in-process, straight through the scheduler (no HTTP, no JSON):
+The load comes from wrk (Debian package). The same comparison is made first in-process, straight through the scheduler (no HTTP, no JSON):
 when the HTTP path costs more per request than the execute, it caps both runs and hides what
 batching gains, so the two figures together tell which one limits.
 
@@ -27,8 +27,9 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from bench_http import Load, Request, wrk  # noqa: E402
 from support import programs  # noqa: E402
 from support.prometheus import parse, series  # noqa: E402
 from support.server import ServerProcess, tensor, upload  # noqa: E402
@@ -36,32 +37,16 @@ from support.server import ServerProcess, tensor, upload  # noqa: E402
 MAX_BATCH = 32
 
 
-async def load(url: str, model: str, width: int, connections: int,
-               seconds: float) -> list[float]:
-    """Latencies of every request answered 200 in `seconds` of `connections` closed loops."""
-    rng = np.random.default_rng(0)
-    bodies = [json.dumps({"model": model, "inputs": [tensor(rng.standard_normal(
-        (1, width)).astype(np.float32))]}) for _ in range(connections)]
-    latencies: list[float] = []
-    errors = []
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        end = time.perf_counter() + seconds
-
-        async def connection(body: str) -> None:
-            while time.perf_counter() < end:
-                begun = time.perf_counter()
-                response = await client.post("/infer", content=body,
-                                             headers={"content-type": "application/json"})
-                if response.status_code != 200:
-                    errors.append(response.status_code)
-                    continue
-                latencies.append(time.perf_counter() - begun)
-
-        await asyncio.gather(*[connection(body) for body in bodies])
-    if errors:
-        raise SystemExit(f"{model}: {len(errors)} requests failed: {sorted(set(errors))}")
-    return latencies
+def load(url: str, model: str, width: int, connections: int, seconds: float,
+         scratch: Path) -> Load:
+    """`connections` closed loops of batch-1 requests through wrk (a Python client on the same
+    cores would cost more per request than the server, and cap both runs)."""
+    x = np.random.default_rng(0).standard_normal((1, width)).astype(np.float32)
+    body = json.dumps({"model": model, "inputs": [tensor(x)]}).encode()
+    result = wrk(url, Request("/infer", body), connections, seconds, scratch)
+    if result.failed:
+        raise SystemExit(f"{model}: {result.failed} requests failed")
+    return result
 
 
 def in_process(exported, config: dict, width: int, instances: int, connections: int,
@@ -73,10 +58,10 @@ def in_process(exported, config: dict, width: int, instances: int, connections: 
     from service.dataplane.metrics import Metrics
     from service.dataplane.model_pool import ModelPool
     from service.dataplane.scheduler import Scheduler
-    from service.store.storage import StoredModel
+    from service.store.records import ModelDescription, StoredFile, StoredModel
 
-    stored = StoredModel("m", exported.pte.parent, {"files": [{"name": "program.pte",
-                                                              "role": "program"}]})
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
+    stored = StoredModel("m", exported.pte.parent, description)
     x = np.ones((1, width), np.float32)
 
     async def run() -> tuple[float, dict]:
@@ -116,14 +101,6 @@ def batch_distribution(url: str, model: str) -> dict[str, float]:
     return shown
 
 
-def report(name: str, latencies: list[float], seconds: float) -> float:
-    rate = len(latencies) / seconds
-    p50, p99 = np.percentile(latencies, [50, 99]) * 1000
-    print(f"{name:15s} {rate:8.1f} req/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   "
-          f"({len(latencies)} requests)")
-    return rate
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -161,10 +138,10 @@ def main() -> None:
                     raise SystemExit(f"upload {name}: {response.status_code} {response.text}")
         rates = {}
         for name in ("unbatched", "batched"):
-            asyncio.run(load(server.url, name, args.width, args.connections, 1.0))  # warm up
-            latencies = asyncio.run(load(server.url, name, args.width, args.connections,
-                                         args.seconds))
-            rates[name] = report(f"HTTP {name}", latencies, args.seconds)
+            load(server.url, name, args.width, args.connections, 1.0, work)  # warm up
+            result = load(server.url, name, args.width, args.connections, args.seconds, work)
+            print(f"HTTP {name:10s} {result}")
+            rates[name] = result.rps
         print(f"HTTP throughput batched / unbatched: {rates['batched'] / rates['unbatched']:.2f}x "
               "(goal >= 2x)")
         for name in ("unbatched", "batched"):
