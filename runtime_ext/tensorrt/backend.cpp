@@ -19,6 +19,21 @@ namespace {
 
 std::atomic<uint64_t> g_instances{0};
 
+// The creating thread's owner name, and which method instance it is initializing delegates of
+// (told apart by the instance's own method allocator) with how many TensorRT delegates so far.
+thread_local std::string t_owner;
+thread_local const void* t_instance = nullptr;
+thread_local size_t t_ordinal = 0;
+
+RunnerOrigin next_origin(et::BackendInitContext& context, const char* method) {
+  const void* instance = context.get_runtime_allocator();
+  if (instance != t_instance) {
+    t_instance = instance;
+    t_ordinal = 0;
+  }
+  return RunnerOrigin{t_owner, method, t_ordinal++};
+}
+
 class TensorRTBackend final : public et::BackendInterface {
  public:
   bool is_available() const override { return active_memory().ok(); }
@@ -28,6 +43,7 @@ class TensorRTBackend final : public et::BackendInterface {
                                        et::ArrayRef<et::CompileSpec>) const override {
     const char* method = context.get_method_name() ? context.get_method_name() : "?";
     std::string label = std::string(method) + "#" + std::to_string(g_instances++);
+    RunnerOrigin origin = next_origin(context, method);
     try {
       const et::NamedDataMap* map = context.get_named_data_map();
       std::optional<et::FreeableBuffer> external;
@@ -52,7 +68,9 @@ class TensorRTBackend final : public et::BackendInterface {
                runner.status().message().c_str());
         return runner.status().code;
       }
-      return static_cast<et::DelegateHandle*>(runner.take().release());
+      std::unique_ptr<EngineRunner> created = runner.take();
+      created->set_origin(std::move(origin));
+      return static_cast<et::DelegateHandle*>(created.release());
     } catch (const std::exception& e) {
       ET_LOG(Error, "TensorRTBackend %s: init failed: %s", label.c_str(), e.what());
       return Error::Internal;
@@ -128,6 +146,11 @@ std::string register_now() {
 const std::string g_registration = register_now();
 
 }  // namespace
+
+void set_instance_owner(std::string owner) {
+  t_owner = std::move(owner);
+  t_instance = nullptr;
+}
 
 const char* registration_error() {
   return g_registration.empty() ? nullptr : g_registration.c_str();

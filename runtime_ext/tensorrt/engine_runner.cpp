@@ -336,11 +336,11 @@ uint64_t EngineRunner::calls() const {
   return calls_;
 }
 
-std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_counters() {
+std::vector<RunnerCounters> all_runner_counters() {
   std::lock_guard<std::mutex> lock(g_registry_mu);
-  std::vector<std::pair<std::string, std::vector<BindingCounters>>> out;
-  for (const EngineRunner* r : registry()) out.emplace_back(r->label(), r->counters());
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<RunnerCounters> out;
+  for (const EngineRunner* r : registry()) out.push_back({r->label(), r->origin(), r->counters()});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.label < b.label; });
   return out;
 }
 

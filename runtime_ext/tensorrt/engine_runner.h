@@ -36,6 +36,14 @@ struct BindingCounters {
   size_t stage_capacity = 0;
 };
 
+// What a runner serves, named when it is created (see set_instance_owner in backend.h), so that
+// its counters can be attributed without guessing.
+struct RunnerOrigin {
+  std::string owner;   // what the creating thread named it: the server passes the model
+  std::string method;  // the method it belongs to
+  size_t ordinal = 0;  // its place among the TensorRT delegates of its method instance
+};
+
 class EngineRunner {
  public:
   static Outcome<std::unique_ptr<EngineRunner>> create(std::shared_ptr<Engine> engine,
@@ -52,6 +60,8 @@ class EngineRunner {
 
   std::vector<BindingCounters> counters() const;
   const std::string& label() const { return label_; }
+  const RunnerOrigin& origin() const { return origin_; }
+  void set_origin(RunnerOrigin origin) { origin_ = std::move(origin); }
   uint64_t calls() const;
   StreamHandle stream() const { return stream_; }
   const Engine& engine() const { return *engine_; }
@@ -77,6 +87,7 @@ class EngineRunner {
   std::unique_ptr<ExecutionContext> context_;
   StreamHandle stream_ = 0;
   std::string label_;
+  RunnerOrigin origin_;
   // Per engine binding (engine order).
   std::vector<int> alias_input_;  // for an in-place output: its input's engine index
   std::vector<bool> updated_in_place_;
@@ -94,7 +105,13 @@ class EngineRunner {
   uint64_t calls_ = 0;
 };
 
+struct RunnerCounters {
+  std::string label;
+  RunnerOrigin origin;
+  std::vector<BindingCounters> bindings;
+};
+
 // Every live runner's counters, for ethost_tensorrt.staging_counters().
-std::vector<std::pair<std::string, std::vector<BindingCounters>>> all_runner_counters();
+std::vector<RunnerCounters> all_runner_counters();
 
 }  // namespace ethost_trt

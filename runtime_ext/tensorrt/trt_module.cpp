@@ -130,16 +130,24 @@ NB_MODULE(ethost_tensorrt, m) {
       "staging_counters",
       []() {
         nb::list out;
-        for (const auto& [label, counters] : all_runner_counters()) {
+        for (const auto& runner : all_runner_counters()) {
           nb::dict d;
-          d["delegate"] = label;
-          d["bindings"] = counters_list(counters);
+          d["delegate"] = runner.label;
+          d["owner"] = runner.origin.owner;
+          d["method"] = runner.origin.method;
+          d["ordinal"] = runner.origin.ordinal;
+          d["bindings"] = counters_list(runner.bindings);
           out.append(d);
         }
         return out;
       },
-      "Per live delegate instance, per binding: staging copies so far and how often it was staged "
-      "or bound directly.");
+      "Per live delegate instance: its label, owner (see set_instance_owner), method and ordinal "
+      "among its method instance's TensorRT delegates; per binding, staging copies so far and how "
+      "often it was staged or bound directly.");
+
+  m.def("set_instance_owner", &set_instance_owner, nb::arg("owner"),
+        "Names the delegate instances this thread creates from now on (staging_counters' "
+        "'owner'); the server sets the model's name while it loads the model's instances.");
 
   m.def("__getattr__", [m](const std::string& name) { return module_getattr(m, name); });
 }

@@ -129,6 +129,40 @@ def test_opening_a_pool_loads_exactly_n_instances_per_method(programs_dir, tmp_p
     assert len(created) == 3 * 2  # 3 instances x 2 delegates
 
 
+def test_delegate_instances_are_named_by_the_thread_that_creates_them(programs_dir, tmp_path):
+    """The owner set for a thread names every delegate instance it creates, with its method and
+    its ordinal among its method instance's TensorRT delegates; other threads are unaffected."""
+    from support.test_backend_setup import install_test_backend
+    from support.trt_programs import export_trt_program
+
+    install_test_backend()
+    import ethost_tensorrt
+
+    exported = export_trt_program(programs_dir, "mixed", 256)
+    shutil.copy(exported.pte, tmp_path / "program.pte")
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
+    stored = StoredModel("trt", tmp_path, description)
+    pools = {}
+
+    def open_pool(owner):
+        ethost_tensorrt.set_instance_owner(owner)
+        try:
+            pools[owner] = ModelPool(stored, import_host(), 2)
+        finally:
+            ethost_tensorrt.set_instance_owner("")
+
+    threads = [threading.Thread(target=open_pool, args=(owner,)) for owner in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    named = sorted((d["owner"], d["method"], d["ordinal"])
+                   for d in ethost_tensorrt.staging_counters() if d["owner"] in ("a", "b"))
+    # Per owner: 2 instances x the method's 2 TensorRT delegates (ordinals 0 and 1).
+    assert named == sorted([(owner, "forward", ordinal) for owner in ("a", "b")
+                            for ordinal in (0, 1)] * 2)
+
+
 class SubmitCounter(ThreadPoolExecutor):
     def __init__(self):
         super().__init__(2)
