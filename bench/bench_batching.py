@@ -7,14 +7,16 @@ batch-1 requests back to back through POST /infer, runs against each in turn. Pr
 p50/p99 latency, the batched/unbatched throughput ratio (goal >= 2x) and the distribution of
 rows per execute read from /metrics (etrt_batch_size).
 
-The load comes from wrk (Debian package). The same comparison is made first in-process, straight through the scheduler (no HTTP, no JSON):
-when the HTTP path costs more per request than the execute, it caps both runs and hides what
-batching gains, so the two figures together tell which one limits.
+The load comes from wrk (Debian package). The same comparison is made first in-process, straight
+through the scheduler (no HTTP, no JSON): when the HTTP path costs more per request than the
+execute, it caps both runs and hides what batching gains, so the two figures together tell which
+one limits.
 
 usage: python bench/bench_batching.py [--seconds 10] [--connections 32] [--instances 2]
                                       [--delay-us 2000] [--width 1024] [--layers 4]
                                       [--programs-dir DIR]
 """
+
 import argparse
 import asyncio
 import json
@@ -37,8 +39,7 @@ from support.server import ServerProcess, tensor, upload  # noqa: E402
 MAX_BATCH = 32
 
 
-def load(url: str, model: str, width: int, connections: int, seconds: float,
-         scratch: Path) -> Load:
+def load(url: str, model: str, width: int, connections: int, seconds: float, scratch: Path) -> Load:
     """`connections` closed loops of batch-1 requests through wrk (a Python client on the same
     cores would cost more per request than the server, and cap both runs)."""
     x = np.random.default_rng(0).standard_normal((1, width)).astype(np.float32)
@@ -49,8 +50,9 @@ def load(url: str, model: str, width: int, connections: int, seconds: float,
     return result
 
 
-def in_process(exported, config: dict, width: int, instances: int, connections: int,
-               seconds: float) -> tuple[float, dict]:
+def in_process(
+    exported, config: dict, width: int, instances: int, connections: int, seconds: float
+) -> tuple[float, dict]:
     """(req/s, executes per batch size) of closed loops submitting to the scheduler directly."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -88,9 +90,11 @@ def in_process(exported, config: dict, width: int, instances: int, connections: 
 def batch_distribution(url: str, model: str) -> dict[str, float]:
     """Executes per range of rows, from the cumulative histogram buckets."""
     parsed = parse(httpx.get(f"{url}/metrics").text)
-    buckets = sorted((float(dict(labels)["le"]), count)
-                     for labels, count in series(parsed, "etrt_batch_size_bucket").items()
-                     if dict(labels)["model"] == model)
+    buckets = sorted(
+        (float(dict(labels)["le"]), count)
+        for labels, count in series(parsed, "etrt_batch_size_bucket").items()
+        if dict(labels)["model"] == model
+    )
     shown, previous_bound, previous = {}, 0.0, 0.0
     for bound, cumulative in buckets:
         if cumulative > previous:
@@ -113,24 +117,34 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench_batching_"))
-    exported = programs.export_weight_bound(args.programs_dir or work / "programs", args.width,
-                                           args.layers)
-    batched = {"max_batch_size": MAX_BATCH,
-               "dynamic_batching": {"max_queue_delay_microseconds": args.delay_us},
-               "instance_group": [{"count": args.instances}]}
-    print(f"{args.layers} x Linear({args.width}, {args.width}), {args.connections} connections "
-          f"of batch-1 requests, {args.instances} instances, {args.seconds:g} s each; batched: "
-          f"max_batch_size {MAX_BATCH}, max_queue_delay {args.delay_us} us")
+    exported = programs.export_weight_bound(
+        args.programs_dir or work / "programs", args.width, args.layers
+    )
+    batched = {
+        "max_batch_size": MAX_BATCH,
+        "dynamic_batching": {"max_queue_delay_microseconds": args.delay_us},
+        "instance_group": [{"count": args.instances}],
+    }
+    print(
+        f"{args.layers} x Linear({args.width}, {args.width}), {args.connections} connections "
+        f"of batch-1 requests, {args.instances} instances, {args.seconds:g} s each; batched: "
+        f"max_batch_size {MAX_BATCH}, max_queue_delay {args.delay_us} us"
+    )
     direct = {}
     for name, config in (("unbatched", {}), ("batched", batched)):
-        direct[name], sizes = in_process(exported, config, args.width, args.instances,
-                                         args.connections, args.seconds / 2)
-        print(f"in-process {name:10s} {direct[name]:8.1f} req/s   executes by rows: "
-              f"{dict(sorted(sizes.items()))}")
-    print(f"in-process throughput batched / unbatched: "
-          f"{direct['batched'] / direct['unbatched']:.2f}x")
-    with ServerProcess(work / "artifacts", "--instances", str(args.instances),
-                       "--log-level", "warning") as server:
+        direct[name], sizes = in_process(
+            exported, config, args.width, args.instances, args.connections, args.seconds / 2
+        )
+        print(
+            f"in-process {name:10s} {direct[name]:8.1f} req/s   executes by rows: "
+            f"{dict(sorted(sizes.items()))}"
+        )
+    print(
+        f"in-process throughput batched / unbatched: {direct['batched'] / direct['unbatched']:.2f}x"
+    )
+    with ServerProcess(
+        work / "artifacts", "--instances", str(args.instances), "--log-level", "warning"
+    ) as server:
         with server.client() as client:
             for name, fields in (("unbatched", {}), ("batched", {"config": json.dumps(batched)})):
                 response = upload(client, name, exported.pte, fields=fields)
@@ -142,11 +156,15 @@ def main() -> None:
             result = load(server.url, name, args.width, args.connections, args.seconds, work)
             print(f"HTTP {name:10s} {result}")
             rates[name] = result.rps
-        print(f"HTTP throughput batched / unbatched: {rates['batched'] / rates['unbatched']:.2f}x "
-              "(goal >= 2x)")
+        print(
+            f"HTTP throughput batched / unbatched: {rates['batched'] / rates['unbatched']:.2f}x "
+            "(goal >= 2x)"
+        )
         for name in ("unbatched", "batched"):
-            shown = ", ".join(f"{rows}: {int(count)}"
-                              for rows, count in batch_distribution(server.url, name).items())
+            shown = ", ".join(
+                f"{rows}: {int(count)}"
+                for rows, count in batch_distribution(server.url, name).items()
+            )
             print(f"rows per execute, {name}: {shown}")
 
 

@@ -7,6 +7,7 @@ figures are the protocols' cost, not the model's.
 
 usage: python bench/bench_grpc.py [--seconds 5] [--programs-dir DIR]
 """
+
 import argparse
 import sys
 import tempfile
@@ -65,8 +66,11 @@ def main() -> None:
                 response = client.post("/infer", json=body)
                 return np.array(response.json()["outputs"][0]["data"], np.float32).reshape(x.shape)
 
-            cases = {"gRPC raw": via_grpc, "v2 REST binary": via_v2_binary,
-                     "native JSON /infer": via_native_json}
+            cases = {
+                "gRPC raw": via_grpc,
+                "v2 REST binary": via_v2_binary,
+                "native JSON /infer": via_native_json,
+            }
             for call in cases.values():
                 np.testing.assert_allclose(call(), expected, rtol=1e-6)
             results = {name: measure(call, args.seconds) for name, call in cases.items()}

@@ -7,6 +7,7 @@
 
 usage: python bench/bench_host.py [--programs-dir DIR]   (ethost must be importable)
 """
+
 import argparse
 import sys
 import tempfile
@@ -19,11 +20,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import ethost  # noqa: E402
+
 from support import programs  # noqa: E402
 
 
 def per_call_seconds(call, seconds=1.0, repeats=5):
-    """Best-of-`repeats` mean time of `call`, each repeat timing a batch of about `seconds`/repeats."""
+    """Best-of-`repeats` mean time of `call`, each repeat timing a batch of about
+    `seconds`/repeats."""
     for _ in range(200):
         call()
     n = 200
@@ -52,7 +55,9 @@ def overhead(pte: Path):
     et_method = Runtime.get().load_program(str(pte)).load_method("forward")
     xt = torch.from_numpy(x)
     theirs = per_call_seconds(lambda: et_method.execute([xt]))
-    np.testing.assert_allclose(method.execute([x])[0], et_method.execute([xt])[0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        method.execute([x])[0], et_method.execute([xt])[0].numpy(), rtol=1e-6
+    )
     return ours, theirs
 
 
@@ -91,16 +96,20 @@ def main():
     heavy = programs.export_cpu_heavy(out_dir, size=16384)
 
     ours, theirs = overhead(trivial.pte)
-    print(f"per-call, trivial program: ethost {ours * 1e6:.2f} us, executorch.runtime "
-          f"{theirs * 1e6:.2f} us, ratio {ours / theirs:.2f} (target <= 0.33)")
+    print(
+        f"per-call, trivial program: ethost {ours * 1e6:.2f} us, executorch.runtime "
+        f"{theirs * 1e6:.2f} us, ratio {ours / theirs:.2f} (target <= 0.33)"
+    )
 
     # ExecuTorch's kernels share one process-wide thread pool; instances in parallel threads
     # scale only when their kernels run inline (kernel_threadpool=False, what the server sets).
     x = heavy.example_inputs[0].numpy()
     for pool in (True, False):
         one, two = scaling(heavy.pte, x, kernel_threadpool=pool)
-        print(f"thread scaling, CPU-heavy program, kernel_threadpool={pool}: 1 thread {one:.2f} "
-              f"calls/s, 2 threads {two:.2f} calls/s, ratio {two / one:.2f}x (target >= 1.7x)")
+        print(
+            f"thread scaling, CPU-heavy program, kernel_threadpool={pool}: 1 thread {one:.2f} "
+            f"calls/s, 2 threads {two:.2f} calls/s, ratio {two / one:.2f}x (target >= 1.7x)"
+        )
 
 
 if __name__ == "__main__":

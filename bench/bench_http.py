@@ -18,6 +18,7 @@ and the ratios against the goals of issue 10:
 Figures from a shared 2-core machine are noisy (wrk, the server and its workers share the two
 cores); the ratios, measured minutes apart in the same run, are what to compare.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,9 @@ class Load:
 
     def __str__(self) -> str:
         failed = f", {self.failed} FAILED" if self.failed else ""
-        return (f"{self.rps:9.1f} req/s  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms"
-                f"{failed}")
+        return (
+            f"{self.rps:9.1f} req/s  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms{failed}"
+        )
 
 
 def _modules():
@@ -95,10 +97,10 @@ def export_all(out_dir: Path) -> dict:
     torch.manual_seed(0)
     tiny, conv = _modules()
     return {
-        "tiny": programs.export_module(out_dir, "bench_tiny_linear8x4", tiny,
-                                       (torch.randn(2, 8),)),
-        "conv": programs.export_module(out_dir, "bench_small_conv_224", conv,
-                                       (torch.randn(1, 3, 224, 224),)),
+        "tiny": programs.export_module(out_dir, "bench_tiny_linear8x4", tiny, (torch.randn(2, 8),)),
+        "conv": programs.export_module(
+            out_dir, "bench_small_conv_224", conv, (torch.randn(1, 3, 224, 224),)
+        ),
         "heavy": programs.export_cpu_heavy(out_dir, rounds=HEAVY_ROUNDS, size=HEAVY_SIZE),
     }
 
@@ -129,8 +131,16 @@ def native_json_image(x: np.ndarray) -> Request:
 
 
 def v2_json(model: str, x: np.ndarray) -> Request:
-    body = {"inputs": [{"name": "input_0", "shape": list(x.shape), "datatype": "FP32",
-                        "data": x.ravel().tolist()}]}
+    body = {
+        "inputs": [
+            {
+                "name": "input_0",
+                "shape": list(x.shape),
+                "datatype": "FP32",
+                "data": x.ravel().tolist(),
+            }
+        ]
+    }
     return Request(f"/v2/models/{model}/infer", json.dumps(body).encode())
 
 
@@ -140,18 +150,33 @@ def v2_json_image(x: np.ndarray) -> Request:
 
 def v2_binary_image(x: np.ndarray) -> Request:
     """The binary tensor extension both ways: the image after a JSON header, the answer too."""
-    header = json.dumps({"inputs": [{"name": "input_0", "shape": list(x.shape),
-                                     "datatype": "FP32",
-                                     "parameters": {"binary_data_size": x.nbytes}}],
-                         "outputs": [{"name": "output_0",
-                                      "parameters": {"binary_data": True}}]}).encode()
-    return Request("/v2/models/conv/infer", header + x.tobytes(), "application/octet-stream",
-                   {"Inference-Header-Content-Length": str(len(header))})
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input_0",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return Request(
+        "/v2/models/conv/infer",
+        header + x.tobytes(),
+        "application/octet-stream",
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
 
 
 # This server's encodings of the image request: label -> builder.
-IMAGE_ENCODINGS = {"native JSON": native_json_image, "v2 JSON": v2_json_image,
-                   "v2 binary": v2_binary_image}
+IMAGE_ENCODINGS = {
+    "native JSON": native_json_image,
+    "v2 JSON": v2_json_image,
+    "v2 binary": v2_binary_image,
+}
 
 
 def _milliseconds(text: str) -> float:
@@ -162,22 +187,43 @@ def _milliseconds(text: str) -> float:
 def wrk(url: str, request: Request, connections: int, seconds: float, scratch: Path) -> Load:
     body_file = scratch / f"body-{abs(hash(request.body))}.bin"
     body_file.write_bytes(request.body)
-    lines = ['wrk.method = "POST"', f'wrk.headers["Content-Type"] = "{request.content_type}"',
-             f'local f = io.open("{body_file}", "rb")', "wrk.body = f:read('*a')", "f:close()"]
+    lines = [
+        'wrk.method = "POST"',
+        f'wrk.headers["Content-Type"] = "{request.content_type}"',
+        f'local f = io.open("{body_file}", "rb")',
+        "wrk.body = f:read('*a')",
+        "f:close()",
+    ]
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in request.headers.items()]
     script = scratch / "post.lua"
     script.write_text("\n".join(lines) + "\n")
-    result = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-                             "--latency", "-s", str(script), url + request.path],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "-s",
+            str(script),
+            url + request.path,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = result.stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = _milliseconds(re.search(r"\s50%\s+(\S+)", out).group(1))
     p99 = _milliseconds(re.search(r"\s99%\s+(\S+)", out).group(1))
     failed = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors:.*?timeout (\d+)", out)
-    return Load(rps, p50, p99, (int(failed.group(1)) if failed else 0)
-                + (int(errors.group(1)) if errors else 0))
+    return Load(
+        rps,
+        p50,
+        p99,
+        (int(failed.group(1)) if failed else 0) + (int(errors.group(1)) if errors else 0),
+    )
 
 
 class Baseline:
@@ -187,15 +233,20 @@ class Baseline:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         with open(log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, str(APPS), kind, str(pte),
-                                             str(self.port)], stdout=out, stderr=out)
+            self.process = subprocess.Popen(
+                [sys.executable, str(APPS), kind, str(pte), str(self.port)], stdout=out, stderr=out
+            )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{kind} exited; see {log}")
             try:
-                answer = httpx.post(self.url + request.path, content=request.body, timeout=5,
-                                    headers={"content-type": request.content_type})
+                answer = httpx.post(
+                    self.url + request.path,
+                    content=request.body,
+                    timeout=5,
+                    headers={"content-type": request.content_type},
+                )
                 if answer.status_code == 200:
                     return
             except httpx.TransportError:
@@ -218,8 +269,7 @@ def _ratio(name: str, ours: float, theirs: float, goal: float) -> str:
     return f"  {name}: {ratio:.2f}x (goal >= {goal}x: {'met' if ratio >= goal else 'NOT met'})"
 
 
-def _baseline_load(kind: str, pte: Path, request: Request, seconds: float,
-                   scratch: Path) -> Load:
+def _baseline_load(kind: str, pte: Path, request: Request, seconds: float, scratch: Path) -> Load:
     baseline = Baseline(kind, pte, request, scratch / f"{kind}.log")
     try:
         wrk(baseline.url, request, 8, 2, scratch)  # warm-up
@@ -228,22 +278,26 @@ def _baseline_load(kind: str, pte: Path, request: Request, seconds: float,
         baseline.stop()
 
 
-def tiny_section(server, exported, tiny: Request, tiny_x: np.ndarray, seconds: float,
-                 scratch: Path) -> None:
+def tiny_section(
+    server, exported, tiny: Request, tiny_x: np.ndarray, seconds: float, scratch: Path
+) -> None:
     print(f"\n1. tiny program, [2, 8] FP32 JSON, wrk -t1 -c8, {seconds:g} s each")
     wrk(server.url, tiny, 8, 2, scratch)  # warm-up
     ours = wrk(server.url, tiny, 8, seconds, scratch)
     print(f"  this server        {ours}")
     starlette = _baseline_load("starlette", exported["tiny"].pte, tiny, seconds, scratch)
     print(f"  Starlette baseline {starlette}")
-    litserve = _baseline_load("litserve", exported["tiny"].pte, Request("/predict", tiny.body),
-                              seconds, scratch)
+    litserve = _baseline_load(
+        "litserve", exported["tiny"].pte, Request("/predict", tiny.body), seconds, scratch
+    )
     print(f"  LitServe (1 worker){litserve}")
     print(_ratio("vs Starlette", ours.rps, starlette.rps, 0.8))
     print(_ratio("vs LitServe", ours.rps, litserve.rps, 5))
     v2 = wrk(server.url, v2_json("tiny", tiny_x), 8, seconds, scratch)
-    print(f"  the same over v2 JSON (/v2/models/tiny/infer): {v2}  "
-          f"({v2.rps / ours.rps:.2f}x native /infer)")
+    print(
+        f"  the same over v2 JSON (/v2/models/tiny/infer): {v2}  "
+        f"({v2.rps / ours.rps:.2f}x native /infer)"
+    )
 
 
 def image_section(server, exported, image_x: np.ndarray, seconds: float, scratch: Path) -> None:
@@ -255,29 +309,36 @@ def image_section(server, exported, image_x: np.ndarray, seconds: float, scratch
         load = wrk(server.url, request, 8, seconds, scratch)
         best = max(best, load.rps)
         print(f"  this server, {label:12s} {load}  ({len(request.body) / 1e6:.2f} MB body)")
-    litserve = _baseline_load("litserve", exported["conv"].pte,
-                              Request("/predict", native_json_image(image_x).body), seconds,
-                              scratch)
+    litserve = _baseline_load(
+        "litserve",
+        exported["conv"].pte,
+        Request("/predict", native_json_image(image_x).body),
+        seconds,
+        scratch,
+    )
     print(f"  LitServe, JSON            {litserve}")
     print(_ratio("best encoding vs LitServe JSON", best, litserve.rps, 5))
 
 
-def overhead_section(server, bare, tiny: Request, image_x: np.ndarray, seconds: float,
-                     scratch: Path) -> None:
+def overhead_section(
+    server, bare, tiny: Request, image_x: np.ndarray, seconds: float, scratch: Path
+) -> None:
     print("\n3. per-request server overhead above the bare execute (wrk -t1 -c1, p50)")
     for label, request, program in (
-            ("tiny", tiny, "tiny"),
-            ("image, native JSON", native_json_image(image_x), "conv"),
-            ("image, v2 binary", v2_binary_image(image_x), "conv")):
+        ("tiny", tiny, "tiny"),
+        ("image, native JSON", native_json_image(image_x), "conv"),
+        ("image, v2 binary", v2_binary_image(image_x), "conv"),
+    ):
         load = wrk(server.url, request, 1, seconds / 2, scratch)
         overhead = load.p50_ms - bare[program] * 1e3
-        print(f"  {label:18s} {load}  overhead {overhead:.3f} ms "
-              f"(bare execute {bare[program] * 1e3:.3f} ms)")
+        print(
+            f"  {label:18s} {load}  overhead {overhead:.3f} ms "
+            f"(bare execute {bare[program] * 1e3:.3f} ms)"
+        )
 
 
 def heavy_section(server, bare, heavy: Request, seconds: float, scratch: Path) -> None:
-    print(f"\n4. CPU-heavy program (bare execute {bare['heavy'] * 1e3:.1f} ms), "
-          f"{seconds:g} s each")
+    print(f"\n4. CPU-heavy program (bare execute {bare['heavy'] * 1e3:.1f} ms), {seconds:g} s each")
     one = wrk(server.url, heavy, 1, seconds, scratch)
     two = wrk(server.url, heavy, 2, seconds, scratch)
     print(f"  1 connection   {one}\n  2 connections  {two}")
@@ -288,8 +349,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="wrk duration per run")
     parser.add_argument("--programs-dir", type=Path, default=None)
-    parser.add_argument("--sections", default="1234",
-                        help="which of the sections 1-4 to run (default: all)")
+    parser.add_argument(
+        "--sections", default="1234", help="which of the sections 1-4 to run (default: all)"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-http-"))
     exported = export_all(args.programs_dir or scratch / "programs")
@@ -297,11 +359,15 @@ def main() -> None:
     tiny_x = rng.standard_normal((2, 8)).astype(np.float32)
     image_x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     heavy_x = rng.standard_normal(HEAVY_SIZE).astype(np.float32)
-    bare = {"tiny": bare_execute_seconds(exported["tiny"].pte, tiny_x),
-            "conv": bare_execute_seconds(exported["conv"].pte, image_x),
-            "heavy": bare_execute_seconds(exported["heavy"].pte, heavy_x)}
-    print(f"bare execute on the native host: tiny {bare['tiny'] * 1e6:.1f} us, conv "
-          f"{bare['conv'] * 1e6:.1f} us, heavy {bare['heavy'] * 1e3:.2f} ms")
+    bare = {
+        "tiny": bare_execute_seconds(exported["tiny"].pte, tiny_x),
+        "conv": bare_execute_seconds(exported["conv"].pte, image_x),
+        "heavy": bare_execute_seconds(exported["heavy"].pte, heavy_x),
+    }
+    print(
+        f"bare execute on the native host: tiny {bare['tiny'] * 1e6:.1f} us, conv "
+        f"{bare['conv'] * 1e6:.1f} us, heavy {bare['heavy'] * 1e3:.2f} ms"
+    )
     tiny, heavy = native_json("tiny", tiny_x), native_json("heavy", heavy_x)
     with ServerProcess(scratch / "artifacts", log_path=scratch / "server.log") as server:
         with server.client() as client:
@@ -309,9 +375,11 @@ def main() -> None:
                 response = upload(client, name, program.pte, program.ptds)
                 assert response.status_code == 201, response.text
             for request in (tiny, heavy, *(build(image_x) for build in IMAGE_ENCODINGS.values())):
-                answer = client.post(request.path, content=request.body,
-                                     headers={"content-type": request.content_type,
-                                              **request.headers})
+                answer = client.post(
+                    request.path,
+                    content=request.body,
+                    headers={"content-type": request.content_type, **request.headers},
+                )
                 assert answer.status_code == 200, answer.text
         if "1" in args.sections:
             tiny_section(server, exported, tiny, tiny_x, args.seconds, scratch)

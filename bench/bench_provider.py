@@ -17,6 +17,7 @@ in the steady state. Rows:
   stream synchronize   a Python call that only synchronizes an idle stream: the delegate's floor
 GIL entries per delegate execute come from ethost_tensorrt.provider_gil_entries().
 """
+
 import argparse
 import json
 import statistics
@@ -54,8 +55,15 @@ class NullEngineProvider:
         return json.loads(bytes(plan))
 
     def describe(self, engine):
-        return {"io": engine, "stats": {"stripped_weights_size": -1, "total_weights_size": 0,
-                                        "refittable": False, "device_memory_size": 0}}
+        return {
+            "io": engine,
+            "stats": {
+                "stripped_weights_size": -1,
+                "total_weights_size": 0,
+                "refittable": False,
+                "device_memory_size": 0,
+            },
+        }
 
     def create_context(self, engine):
         return engine
@@ -84,8 +92,9 @@ class StandInContext:
 
 
 def io_list(n_in, n_out, rows):
-    return ([io(f"in{i}", True, [rows, 64]) for i in range(n_in)] +
-            [io(f"out{i}", False, [rows, 64]) for i in range(n_out)])
+    return [io(f"in{i}", True, [rows, 64]) for i in range(n_in)] + [
+        io(f"out{i}", False, [rows, 64]) for i in range(n_out)
+    ]
 
 
 def python_rows(n_in, n_out, iters):
@@ -99,10 +108,17 @@ def python_rows(n_in, n_out, iters):
         pass
 
     # The old per-binding protocol, with no-op bodies: only the calls remain.
-    def set_input_shape(ctx, name, shape): pass
-    def output_shape(ctx, name): return [4, 64]
-    def set_tensor_address(ctx, name, address): pass
-    def enqueue(ctx, stream): pass
+    def set_input_shape(ctx, name, shape):
+        pass
+
+    def output_shape(ctx, name):
+        return [4, 64]
+
+    def set_tensor_address(ctx, name, address):
+        pass
+
+    def enqueue(ctx, stream):
+        pass
 
     def old_protocol():
         for name in names[:n_in]:
@@ -121,9 +137,11 @@ def python_rows(n_in, n_out, iters):
         "bare call": per_call_us(lambda: bare(ctx, None, None, 0), iters),
         f"per-binding calls ({2 * n + 1} calls)": per_call_us(old_protocol, iters),
         "shipped execute, addresses unchanged": per_call_us(
-            lambda: provider.execute(ctx, None, None, 0), iters),
+            lambda: provider.execute(ctx, None, None, 0), iters
+        ),
         f"shipped execute, {n} addresses moved": per_call_us(
-            lambda: provider.execute(ctx, None, moved[next(flip) % 2], 0), iters),
+            lambda: provider.execute(ctx, None, moved[next(flip) % 2], 0), iters
+        ),
     }
 
 
@@ -136,8 +154,14 @@ def lean_rows(iters):
     try:
         logger = tensorrt_runtime._logger(module)
         info = module.ILogger.Severity.INFO
-        return ({f"{module.__name__} logger callback (INFO line)": per_call_us(
-            lambda: logger.log(info, "bench"), iters)}, "")
+        return (
+            {
+                f"{module.__name__} logger callback (INFO line)": per_call_us(
+                    lambda: logger.log(info, "bench"), iters
+                )
+            },
+            "",
+        )
     except Exception as exc:  # a lean build lacking what this row needs: report, keep the rest
         return {}, f"{module.__name__}: {type(exc).__name__}: {exc}"
 
@@ -148,12 +172,17 @@ def delegate_rows(n_in, n_out, iters, memory):
     nbytes = 4 * 64 * 4
     base = T.device_alloc(1 << 20)
     args = [(base + 1024 * k, nbytes, [4, 64], "float32") for k in range(n_in + n_out)]
-    blob_null = make_blob(metadata([(t["name"], t["is_input"]) for t in spec]),
-                          json.dumps(spec).encode())
+    blob_null = make_blob(
+        metadata([(t["name"], t["is_input"]) for t in spec]), json.dumps(spec).encode()
+    )
     for label, provider, blob in (
-            ("delegate execute, null provider", NullEngineProvider(), blob_null),
-            ("delegate execute, test engine provider", TestEngineProvider(),
-             plan_blob("add", io_list(2, 1, 4))[0] if (n_in, n_out) == (2, 1) else None)):
+        ("delegate execute, null provider", NullEngineProvider(), blob_null),
+        (
+            "delegate execute, test engine provider",
+            TestEngineProvider(),
+            plan_blob("add", io_list(2, 1, 4))[0] if (n_in, n_out) == (2, 1) else None,
+        ),
+    ):
         if blob is None:
             continue
         ethost_tensorrt.set_engine_provider(provider)
@@ -163,7 +192,8 @@ def delegate_rows(n_in, n_out, iters, memory):
             # The floor under a delegate execute: a Python call into the module that only
             # synchronizes the runner's (idle) stream, as every execute ends by doing.
             rows["stream synchronize via testing (delegate floor)"] = per_call_us(
-                lambda: T.stream_synchronize(runner.stream), iters)
+                lambda: T.stream_synchronize(runner.stream), iters
+            )
         before = ethost_tensorrt.provider_gil_entries()
         rows[label] = per_call_us(lambda: runner.run(args), iters)
         gil[label] = (ethost_tensorrt.provider_gil_entries() - before) / (runner.calls - 1)
@@ -174,8 +204,12 @@ def delegate_rows(n_in, n_out, iters, memory):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--memory", choices=["cuda", "host"], default=None,
-                    help="device memory for the delegate rows (default: cuda where there is one)")
+    ap.add_argument(
+        "--memory",
+        choices=["cuda", "host"],
+        default=None,
+        help="device memory for the delegate rows (default: cuda where there is one)",
+    )
     ap.add_argument("--iters", type=int, default=20000)
     args = ap.parse_args()
     memory = args.memory or ("cuda" if ethost_tensorrt.device_status() is None else "host")

@@ -8,6 +8,7 @@ own work: binding, staging copies, stream synchronize. "staged" puts the input 1
 bytes through libcudart directly. `--memory host` runs the same code on the host-memory stand-in
 (a smoke test for machines without CUDA; its numbers mean nothing).
 """
+
 import argparse
 import ctypes
 import json
@@ -16,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import ethost_tensorrt
+import numpy as np
 from ethost_tensorrt import testing as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -34,8 +34,15 @@ class NullEngineProvider:
         return json.loads(bytes(plan))
 
     def describe(self, engine):
-        return {"io": engine, "stats": {"stripped_weights_size": -1, "total_weights_size": 0,
-                                        "refittable": False, "device_memory_size": 0}}
+        return {
+            "io": engine,
+            "stats": {
+                "stripped_weights_size": -1,
+                "total_weights_size": 0,
+                "refittable": False,
+                "device_memory_size": 0,
+            },
+        }
 
     def create_context(self, engine):
         return {}
@@ -48,10 +55,24 @@ class NullEngineProvider:
 
 
 def blob_for(n_floats):
-    io = [{"name": "x", "is_input": True, "dtype": "float32", "shape": [n_floats],
-           "profile_min": None, "profile_max": None},
-          {"name": "y", "is_input": False, "dtype": "float32", "shape": [n_floats],
-           "profile_min": None, "profile_max": None}]
+    io = [
+        {
+            "name": "x",
+            "is_input": True,
+            "dtype": "float32",
+            "shape": [n_floats],
+            "profile_min": None,
+            "profile_max": None,
+        },
+        {
+            "name": "y",
+            "is_input": False,
+            "dtype": "float32",
+            "shape": [n_floats],
+            "profile_min": None,
+            "profile_max": None,
+        },
+    ]
     return make_blob(metadata([("x", True), ("y", False)]), json.dumps(io).encode())
 
 
@@ -73,7 +94,11 @@ class BareCopy:
     def __init__(self, memory):
         self.memory = memory
         if memory == "cuda":
-            for name in ("libcudart.so.13", "libcudart.so", "/usr/local/cuda/lib64/libcudart.so.13"):
+            for name in (
+                "libcudart.so.13",
+                "libcudart.so",
+                "/usr/local/cuda/lib64/libcudart.so.13",
+            ):
                 try:
                     self.rt = ctypes.CDLL(name)
                     break
@@ -88,15 +113,22 @@ class BareCopy:
         if self.memory != "cuda":
             ctypes.memmove(dst, src, n)
             return
-        rc = self.rt.cudaMemcpyAsync(ctypes.c_void_p(dst), ctypes.c_void_p(src), ctypes.c_size_t(n),
-                                     ctypes.c_int(kind), self.stream)
+        rc = self.rt.cudaMemcpyAsync(
+            ctypes.c_void_p(dst),
+            ctypes.c_void_p(src),
+            ctypes.c_size_t(n),
+            ctypes.c_int(kind),
+            self.stream,
+        )
         assert rc == 0 and self.rt.cudaStreamSynchronize(self.stream) == 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--memory", choices=["cuda", "host"], default="cuda")
-    ap.add_argument("--iters", type=int, default=200, help="calls per sample at 1 MiB (scaled down for larger)")
+    ap.add_argument(
+        "--iters", type=int, default=200, help="calls per sample at 1 MiB (scaled down for larger)"
+    )
     args = ap.parse_args()
     if args.memory == "host":
         T.use_host_memory()
@@ -113,7 +145,9 @@ def main():
         host = np.ones(n // 4, np.float32)
 
         def call(xaddr):
-            return lambda: runner.run([(xaddr, n, [n // 4], "float32"), (y, n, [n // 4], "float32")])
+            return lambda: runner.run(
+                [(xaddr, n, [n // 4], "float32"), (y, n, [n // 4], "float32")]
+            )
 
         direct = per_call_us(call(x_direct), iters)
         staged = per_call_us(call(x_staged), iters)
@@ -125,13 +159,24 @@ def main():
         rows.append((label, direct, staged, d2d, hosted, h2d))
         T.device_free(base)
     print(f"memory: {args.memory}; per-call microseconds (median of 5 samples)")
-    head = ("size", "direct", "staged(+16)", "bare D2D", "(staged-direct)/D2D", "host", "bare H2D",
-            "(host-direct)/H2D")
+    head = (
+        "size",
+        "direct",
+        "staged(+16)",
+        "bare D2D",
+        "(staged-direct)/D2D",
+        "host",
+        "bare H2D",
+        "(host-direct)/H2D",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for label, direct, staged, d2d, hosted, h2d in rows:
-        print(f"| {label} | {direct:.1f} | {staged:.1f} | {d2d:.1f} | {(staged - direct) / d2d:.2f} | "
-              f"{hosted:.1f} | {h2d:.1f} | {(hosted - direct) / h2d:.2f} |")
+        print(
+            f"| {label} | {direct:.1f} | {staged:.1f} | {d2d:.1f} | "
+            f"{(staged - direct) / d2d:.2f} | {hosted:.1f} | {h2d:.1f} | "
+            f"{(hosted - direct) / h2d:.2f} |"
+        )
 
 
 if __name__ == "__main__":

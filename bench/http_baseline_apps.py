@@ -8,6 +8,7 @@ orjson, executorch.runtime called on the event loop, no validation at all. `lits
 with one inference worker, the request decoded and answered the same way. Both take the native
 /infer JSON body (first input only) and answer {"outputs": [{"shape", "data"}]}.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,7 +32,9 @@ def _tensor(body: dict):
 
 def _answer(output) -> dict:
     array = output.numpy()
-    return {"outputs": [{"shape": list(array.shape), "data": np.ascontiguousarray(array).reshape(-1)}]}
+    return {
+        "outputs": [{"shape": list(array.shape), "data": np.ascontiguousarray(array).reshape(-1)}]
+    }
 
 
 def starlette(pte: str, port: int) -> None:
@@ -44,12 +47,21 @@ def starlette(pte: str, port: int) -> None:
 
     async def infer(request):
         outputs = method.execute([_tensor(orjson.loads(await request.body()))])
-        return Response(orjson.dumps(_answer(outputs[0]), option=orjson.OPT_SERIALIZE_NUMPY),
-                        media_type="application/json")
+        return Response(
+            orjson.dumps(_answer(outputs[0]), option=orjson.OPT_SERIALIZE_NUMPY),
+            media_type="application/json",
+        )
 
     app = Starlette(routes=[Route("/infer", infer, methods=["POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
-                access_log=False, log_level="warning")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
 
 
 try:
@@ -58,6 +70,7 @@ except ImportError:  # the Starlette baseline does without it
     ls = None
 
 if ls is not None:
+
     class LitApi(ls.LitAPI):
         """At module level: LitServe's worker process (spawned) unpickles it from this file."""
 
@@ -84,8 +97,13 @@ def litserve(pte: str, port: int) -> None:
     if ls is None:
         sys.exit("litserve is not installed: pip install '.[bench]'")
     server = ls.LitServer(LitApi(pte), accelerator="cpu", workers_per_device=1)
-    server.run(host="127.0.0.1", port=port, num_api_servers=1, log_level="warning",
-               generate_client_file=False)
+    server.run(
+        host="127.0.0.1",
+        port=port,
+        num_api_servers=1,
+        log_level="warning",
+        generate_client_file=False,
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """`python -m service`: parse settings, then serve the app with uvicorn."""
+
 from __future__ import annotations
 
 import logging
@@ -19,12 +20,19 @@ def main() -> None:
         app = create_app(settings)
     except (StoreLockError, AuthConfigError) as exc:
         sys.exit(f"error: {exc}")
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # uvloop and httptools: the pure-Python h11 parser was the largest cost per request.
-    uvicorn.run(app, host=settings.host, port=settings.port,
-                log_level=settings.log_level, loop="uvloop", http="httptools",
-                access_log=settings.access_log)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        loop="uvloop",
+        http="httptools",
+        access_log=settings.access_log,
+    )
     store_lock.release()
 
 

@@ -1,4 +1,5 @@
 """Builds the FastAPI application around one ModelService whose lifetime is the app's."""
+
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
@@ -6,15 +7,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import auth
-from service.protocols import http_errors
-from service.protocols.native import routes as http_routes
-from service.protocols.v2_rest import routes as v2_routes
 from service.config import Settings
-from service.protocols import docs_page
-from service.protocols.offload import Offload
 from service.dataplane.service import ModelService
+from service.protocols import docs_page, http_errors
+from service.protocols.native import routes as http_routes
+from service.protocols.offload import Offload
 from service.protocols.v2_grpc.auth import TokenInterceptor
 from service.protocols.v2_grpc.server import grpc_listener
+from service.protocols.v2_rest import routes as v2_routes
 
 
 class ServerApp(FastAPI):
@@ -53,10 +53,14 @@ def create_app(settings: Settings) -> FastAPI:
             offload.close()
             await service.stop()
 
-    app = ServerApp(title="ExecuTorch/TensorRT model server",
-                    description="Deploy ExecuTorch programs (.pte + .ptd), checked at ingest, "
-                                "and run them on the native ExecuTorch host.",
-                    lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = ServerApp(
+        title="ExecuTorch/TensorRT model server",
+        description="Deploy ExecuTorch programs (.pte + .ptd), checked at ingest, "
+        "and run them on the native ExecuTorch host.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.service = service
     app.state.offload = offload
     infer_endpoint = http_routes.install(app)
@@ -66,6 +70,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(auth.TokenAuth, policy=policy)
     http_errors.install(app)
     app.native_infer = http_errors.UnexpectedErrors(auth.TokenAuth(infer_endpoint, policy=policy))
-    app.v2_infer = http_errors.UnexpectedErrors(auth.TokenAuth(v2_routes.infer_endpoint,
-                                                               policy=policy))
+    app.v2_infer = http_errors.UnexpectedErrors(
+        auth.TokenAuth(v2_routes.infer_endpoint, policy=policy)
+    )
     return app

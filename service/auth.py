@@ -13,6 +13,7 @@ Tokens come from ETRT_ADMIN_TOKEN / ETRT_INFER_TOKEN or from files (--admin-toke
 --infer-token-file; kept off the command line, where any local user can read them) and are
 compared in constant time.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -20,17 +21,19 @@ import ipaddress
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 OPEN, INFER, ADMIN = "open", "infer", "admin"
 _HEALTH_PATHS = frozenset({"/health/live", "/health/ready", "/v2/health/live", "/v2/health/ready"})
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _OPEN_GRPC = frozenset({"ServerLive", "ServerReady"})
 _ADMIN_GRPC = frozenset({"RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"})
-_SOURCES = {ADMIN: ("ETRT_ADMIN_TOKEN", "admin_token_file", "--admin-token-file"),
-            INFER: ("ETRT_INFER_TOKEN", "infer_token_file", "--infer-token-file")}
+_SOURCES = {
+    ADMIN: ("ETRT_ADMIN_TOKEN", "admin_token_file", "--admin-token-file"),
+    INFER: ("ETRT_INFER_TOKEN", "infer_token_file", "--infer-token-file"),
+}
 
 
 class AuthConfigError(Exception):
@@ -81,8 +84,11 @@ class Policy:
             return None
         presented = _bearer(authorization)
         if presented is None:
-            return Denial(401, f"this request needs the {scope} token: send 'Authorization: "
-                               f"Bearer <token>'", 'Bearer realm="etrt-server"')
+            return Denial(
+                401,
+                f"this request needs the {scope} token: send 'Authorization: Bearer <token>'",
+                'Bearer realm="etrt-server"',
+            )
         # Both comparisons always run, so timing says nothing about which token came close.
         is_required = _same(presented, required)
         other = self.infer_token if scope == ADMIN else self.admin_token
@@ -90,16 +96,25 @@ class Policy:
         if is_required:
             return None
         if is_other:
-            return Denial(403, f"this token is not valid for {scope} requests "
-                               f"({_describe(scope)}); use the {scope} token",
-                          f'Bearer realm="etrt-server", error="insufficient_scope", scope="{scope}"')
-        return Denial(401, "the bearer token is not valid",
-                      'Bearer realm="etrt-server", error="invalid_token"')
+            return Denial(
+                403,
+                f"this token is not valid for {scope} requests "
+                f"({_describe(scope)}); use the {scope} token",
+                f'Bearer realm="etrt-server", error="insufficient_scope", scope="{scope}"',
+            )
+        return Denial(
+            401,
+            "the bearer token is not valid",
+            'Bearer realm="etrt-server", error="invalid_token"',
+        )
 
 
 def _describe(scope: str) -> str:
-    return ("uploading, replacing, deleting models and the model repository" if scope == ADMIN
-            else "inference and model metadata")
+    return (
+        "uploading, replacing, deleting models and the model repository"
+        if scope == ADMIN
+        else "inference and model metadata"
+    )
 
 
 def _same(presented: str, token: str) -> bool:
@@ -131,10 +146,12 @@ def policy_for(settings, environ: Mapping[str, str] | None = None) -> Policy:
         raise AuthConfigError("the admin and infer tokens are equal; give each scope its own")
     disabled = None
     if tokens[ADMIN] is None and not is_loopback(settings.host):
-        disabled = (f"model management is disabled: this server listens on {settings.host}, "
-                    f"beyond loopback, and has no admin token. Set ETRT_ADMIN_TOKEN (or "
-                    f"--admin-token-file) and send 'Authorization: Bearer <token>', or listen on "
-                    f"127.0.0.1")
+        disabled = (
+            f"model management is disabled: this server listens on {settings.host}, "
+            f"beyond loopback, and has no admin token. Set ETRT_ADMIN_TOKEN (or "
+            f"--admin-token-file) and send 'Authorization: Bearer <token>', or listen on "
+            f"127.0.0.1"
+        )
     return Policy(tokens[ADMIN], tokens[INFER], disabled, settings.metrics_auth)
 
 
@@ -156,8 +173,10 @@ def _token(scope: str, settings, environ: Mapping[str, str]) -> str | None:
             raise AuthConfigError(f"the {scope} token file {path} is empty")
         where = str(path)
     if token is not None and (any(ch.isspace() for ch in token) or not token.isprintable()):
-        raise AuthConfigError(f"the {scope} token from {where} contains spaces or control "
-                              f"characters; a bearer token is one printable word")
+        raise AuthConfigError(
+            f"the {scope} token from {where} contains spaces or control "
+            f"characters; a bearer token is one printable word"
+        )
     return token
 
 
@@ -176,16 +195,20 @@ class TokenAuth:
         headers = dict(scope.get("headers") or [])
         authorization = headers.get(b"authorization")
         denial = self.policy.check(
-            needed, authorization.decode("latin-1") if authorization is not None else None)
+            needed, authorization.decode("latin-1") if authorization is not None else None
+        )
         if denial is None:
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         payload = json.dumps({"error": denial.message, "problems": []}).encode()
-        response_headers = [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]
+        response_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ]
         if denial.challenge:
             response_headers.append((b"www-authenticate", denial.challenge.encode()))
-        await send({"type": "http.response.start", "status": denial.status,
-                    "headers": response_headers})
+        await send(
+            {"type": "http.response.start", "status": denial.status, "headers": response_headers}
+        )
         await send({"type": "http.response.body", "body": payload})

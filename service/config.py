@@ -3,6 +3,7 @@
 Flags win over the environment so that a container image can carry defaults in its environment
 while an operator still overrides one setting on the command line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,6 @@ class Settings:
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
 
-
     @property
     def setups(self) -> tuple[str, ...]:
         """The "module:function" callables that register the backends, in order."""
@@ -103,71 +103,184 @@ def _paths(text: str) -> tuple[Path, ...]:
 _OPTIONS = (
     ("--host", "ETRT_HOST", "host", str, "address to listen on"),
     ("--port", "ETRT_PORT", "port", int, "TCP port"),
-    ("--grpc-port", "ETRT_GRPC_PORT", "grpc_port", int,
-     "TCP port of the gRPC inference service (0: no gRPC)"),
+    (
+        "--grpc-port",
+        "ETRT_GRPC_PORT",
+        "grpc_port",
+        int,
+        "TCP port of the gRPC inference service (0: no gRPC)",
+    ),
     ("--artifacts", "ETRT_ARTIFACTS", "artifacts", Path, "artifacts root (models + registry)"),
-    ("--max-program-bytes", "ETRT_MAX_PROGRAM_BYTES", "max_program_bytes", int,
-     "largest accepted .pte"),
-    ("--max-data-bytes", "ETRT_MAX_DATA_BYTES", "max_data_bytes", int,
-     "largest accepted single .ptd"),
-    ("--max-upload-bytes", "ETRT_MAX_UPLOAD_BYTES", "max_upload_bytes", int,
-     "largest accepted request body"),
-    ("--max-data-files", "ETRT_MAX_DATA_FILES", "max_data_files", int,
-     "most .ptd files in one upload"),
-    ("--max-infer-bytes", "ETRT_MAX_INFER_BYTES", "max_infer_bytes", int,
-     "largest accepted /infer request body"),
-    ("--max-json-bytes", "ETRT_MAX_JSON_BYTES", "max_json_bytes", int,
-     "largest accepted JSON inference body (native /infer, v2 JSON)"),
-    ("--inline-execute-us", "ETRT_INLINE_EXECUTE_US", "inline_execute_us", float,
-     "methods whose recent executes took less than this many microseconds run on the event "
-     "loop instead of a worker thread (0: always a thread)"),
-    ("--instances", "ETRT_INSTANCES", "instances_per_model", int,
-     "method instances per model (concurrent requests per method)"),
-    ("--infer-threads", "ETRT_INFER_THREADS", "infer_threads", int,
-     "worker threads running inferences"),
-    ("--kernel-threadpool", "ETRT_KERNEL_THREADPOOL", "kernel_threadpool", _bool,
-     "let CPU kernels use ExecuTorch's shared thread pool (faster single requests on large "
-     "CPU ops, but concurrent requests then serialize)"),
-    ("--max-concurrent-ingests", "ETRT_MAX_CONCURRENT_INGESTS", "max_concurrent_ingests", int,
-     "uploads checked at once (each may run an isolated load check); more wait their turn"),
-    ("--load-check-timeout", "ETRT_LOAD_CHECK_TIMEOUT", "load_check_timeout_s", float,
-     "seconds the isolated load check may take"),
-    ("--allow-unverified-plans", "ETRT_ALLOW_UNVERIFIED_PLANS", "allow_unverified_plans", _bool,
-     "accept delegate plans the ingest checks cannot verify"),
-    ("--backends", "ETRT_BACKENDS", "backends", _list,
-     "comma-separated delegate backends to serve: tensorrt, xnnpack (default: both)"),
-    ("--backend-setup", "ETRT_BACKEND_SETUP", "backend_setup", _list,
-     "comma-separated module:function callables registering the backends instead of their own "
-     "setups (an empty value registers none)"),
-    ("--model-dir", "ETRT_MODEL_DIRS", "model_dirs", _paths,
-     "a read-only model directory ingested at start: DIR/<name>/ holds one .pte, its .ptd files "
-     "and optionally config.json (repeat the flag; the variable takes a comma-separated list)"),
-    ("--model-name", "ETRT_MODEL_NAME", "model_name", str,
-     "serve the one --model-dir itself as this model (KServe's single-model layout)"),
+    (
+        "--max-program-bytes",
+        "ETRT_MAX_PROGRAM_BYTES",
+        "max_program_bytes",
+        int,
+        "largest accepted .pte",
+    ),
+    (
+        "--max-data-bytes",
+        "ETRT_MAX_DATA_BYTES",
+        "max_data_bytes",
+        int,
+        "largest accepted single .ptd",
+    ),
+    (
+        "--max-upload-bytes",
+        "ETRT_MAX_UPLOAD_BYTES",
+        "max_upload_bytes",
+        int,
+        "largest accepted request body",
+    ),
+    (
+        "--max-data-files",
+        "ETRT_MAX_DATA_FILES",
+        "max_data_files",
+        int,
+        "most .ptd files in one upload",
+    ),
+    (
+        "--max-infer-bytes",
+        "ETRT_MAX_INFER_BYTES",
+        "max_infer_bytes",
+        int,
+        "largest accepted /infer request body",
+    ),
+    (
+        "--max-json-bytes",
+        "ETRT_MAX_JSON_BYTES",
+        "max_json_bytes",
+        int,
+        "largest accepted JSON inference body (native /infer, v2 JSON)",
+    ),
+    (
+        "--inline-execute-us",
+        "ETRT_INLINE_EXECUTE_US",
+        "inline_execute_us",
+        float,
+        "methods whose recent executes took less than this many microseconds run on the event "
+        "loop instead of a worker thread (0: always a thread)",
+    ),
+    (
+        "--instances",
+        "ETRT_INSTANCES",
+        "instances_per_model",
+        int,
+        "method instances per model (concurrent requests per method)",
+    ),
+    (
+        "--infer-threads",
+        "ETRT_INFER_THREADS",
+        "infer_threads",
+        int,
+        "worker threads running inferences",
+    ),
+    (
+        "--kernel-threadpool",
+        "ETRT_KERNEL_THREADPOOL",
+        "kernel_threadpool",
+        _bool,
+        "let CPU kernels use ExecuTorch's shared thread pool (faster single requests on large "
+        "CPU ops, but concurrent requests then serialize)",
+    ),
+    (
+        "--max-concurrent-ingests",
+        "ETRT_MAX_CONCURRENT_INGESTS",
+        "max_concurrent_ingests",
+        int,
+        "uploads checked at once (each may run an isolated load check); more wait their turn",
+    ),
+    (
+        "--load-check-timeout",
+        "ETRT_LOAD_CHECK_TIMEOUT",
+        "load_check_timeout_s",
+        float,
+        "seconds the isolated load check may take",
+    ),
+    (
+        "--allow-unverified-plans",
+        "ETRT_ALLOW_UNVERIFIED_PLANS",
+        "allow_unverified_plans",
+        _bool,
+        "accept delegate plans the ingest checks cannot verify",
+    ),
+    (
+        "--backends",
+        "ETRT_BACKENDS",
+        "backends",
+        _list,
+        "comma-separated delegate backends to serve: tensorrt, xnnpack (default: both)",
+    ),
+    (
+        "--backend-setup",
+        "ETRT_BACKEND_SETUP",
+        "backend_setup",
+        _list,
+        "comma-separated module:function callables registering the backends instead of their own "
+        "setups (an empty value registers none)",
+    ),
+    (
+        "--model-dir",
+        "ETRT_MODEL_DIRS",
+        "model_dirs",
+        _paths,
+        "a read-only model directory ingested at start: DIR/<name>/ holds one .pte, its .ptd files "
+        "and optionally config.json (repeat the flag; the variable takes a comma-separated list)",
+    ),
+    (
+        "--model-name",
+        "ETRT_MODEL_NAME",
+        "model_name",
+        str,
+        "serve the one --model-dir itself as this model (KServe's single-model layout)",
+    ),
     ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
-    ("--access-log", "ETRT_ACCESS_LOG", "access_log", _bool,
-     "log every HTTP request and every inference (off by default: it costs throughput)"),
-    ("--admin-token-file", "ETRT_ADMIN_TOKEN_FILE", "admin_token_file", Path,
-     "file holding the bearer token for model management (or set ETRT_ADMIN_TOKEN)"),
-    ("--infer-token-file", "ETRT_INFER_TOKEN_FILE", "infer_token_file", Path,
-     "file holding the bearer token for inference and metadata (or set ETRT_INFER_TOKEN)"),
-    ("--metrics-auth", "ETRT_METRICS_AUTH", "metrics_auth", _metrics_auth,
-     "none: /metrics is open; infer: it needs the infer token"),
+    (
+        "--access-log",
+        "ETRT_ACCESS_LOG",
+        "access_log",
+        _bool,
+        "log every HTTP request and every inference (off by default: it costs throughput)",
+    ),
+    (
+        "--admin-token-file",
+        "ETRT_ADMIN_TOKEN_FILE",
+        "admin_token_file",
+        Path,
+        "file holding the bearer token for model management (or set ETRT_ADMIN_TOKEN)",
+    ),
+    (
+        "--infer-token-file",
+        "ETRT_INFER_TOKEN_FILE",
+        "infer_token_file",
+        Path,
+        "file holding the bearer token for inference and metadata (or set ETRT_INFER_TOKEN)",
+    ),
+    (
+        "--metrics-auth",
+        "ETRT_METRICS_AUTH",
+        "metrics_auth",
+        _metrics_auth,
+        "none: /metrics is open; infer: it needs the infer token",
+    ),
 )
 
 
-def parse_settings(argv: list[str] | None = None,
-                   environ: dict[str, str] | None = None) -> Settings:
+def parse_settings(
+    argv: list[str] | None = None, environ: dict[str, str] | None = None
+) -> Settings:
     environ = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(prog="python -m service",
-                                     description="ExecuTorch/TensorRT model server")
+    parser = argparse.ArgumentParser(
+        prog="python -m service", description="ExecuTorch/TensorRT model server"
+    )
     for flag, env, attr, convert, help_text in _OPTIONS:
         # A boolean flag given alone means true, as its documentation writes it.
         switch = {"nargs": "?", "const": True} if convert is _bool else {}
         if convert is _paths:  # repeatable: one path per flag
             switch, convert = {"action": "append"}, Path
-        parser.add_argument(flag, dest=attr, type=convert, default=None,
-                            help=f"{help_text} (env {env})", **switch)
+        parser.add_argument(
+            flag, dest=attr, type=convert, default=None, help=f"{help_text} (env {env})", **switch
+        )
     args = parser.parse_args(argv)
     values = {}
     for _, env, attr, convert, _ in _OPTIONS:
@@ -189,9 +302,17 @@ def parse_settings(argv: list[str] | None = None,
     unknown = [name for name in settings.backends if name not in KNOWN]
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}")
-    for attr in ("max_program_bytes", "max_data_bytes", "max_upload_bytes", "max_infer_bytes",
-                 "max_json_bytes", "instances_per_model",
-                 "infer_threads", "load_check_timeout_s", "max_concurrent_ingests"):
+    for attr in (
+        "max_program_bytes",
+        "max_data_bytes",
+        "max_upload_bytes",
+        "max_infer_bytes",
+        "max_json_bytes",
+        "instances_per_model",
+        "infer_threads",
+        "load_check_timeout_s",
+        "max_concurrent_ingests",
+    ):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")
     if settings.inline_execute_us < 0:

@@ -5,6 +5,7 @@ arrays holding the bit patterns; `carrier` is the numpy dtype an array of that t
 UINT16 and UINT32 exist in ExecuTorch programs but have no Open Inference Protocol datatype that
 the host can feed, so they are described but not served.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,11 +15,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DType:
-    scalar_type: int     # ExecuTorch ScalarType id, as stored in a .pte
-    name: str            # the native host's name (numpy's, plus "bfloat16")
+    scalar_type: int  # ExecuTorch ScalarType id, as stored in a .pte
+    name: str  # the native host's name (numpy's, plus "bfloat16")
     itemsize: int
     datatype: str | None  # Open Inference Protocol datatype; None: not served
-    carrier: np.dtype     # numpy dtype of an array of this type inside the server
+    carrier: np.dtype  # numpy dtype of an array of this type inside the server
 
 
 _TABLE = (

@@ -5,6 +5,7 @@ one table from these classes to its codes (native HTTP, v2 REST, gRPC), so a new
 adds a table. A Problem names the file or request input and a stable rule id, so a client can
 act on every problem of a request at once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,11 @@ class Problem:
 
     def as_dict(self) -> dict:
         # File and input names come from the client; messages clip what they quote themselves.
-        shown = {"file": None if self.file is None else clip(self.file), "rule": self.rule,
-                 "message": self.message}
+        shown = {
+            "file": None if self.file is None else clip(self.file),
+            "rule": self.rule,
+            "message": self.message,
+        }
         return shown if self.input is None else {**shown, "input": clip(self.input)}
 
 

@@ -1,4 +1,5 @@
 """Shared test setup: helpers under tests/support are importable as `support.*`."""
+
 import os
 import sys
 from pathlib import Path

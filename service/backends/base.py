@@ -12,6 +12,7 @@ service.backends.registry, and nothing in the dataplane, ingest or protocols cha
 - metrics: what it counts of its delegates, rendered with the server's metrics;
 - description_fields: the keys its check puts in a delegate's "details" in model descriptions.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -3,6 +3,7 @@
 Delegate backends (TensorRT) must be registered with the host before any program that uses them
 is opened, in the server and in every load-check child alike; both go through import_host.
 """
+
 from __future__ import annotations
 
 import importlib

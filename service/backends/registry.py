@@ -1,4 +1,5 @@
 """The backends this server knows, by the names `--backends` takes."""
+
 from __future__ import annotations
 
 from service.backends.base import Backend

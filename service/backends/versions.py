@@ -8,6 +8,7 @@ imported it, else from the installed distribution that provides the module Tenso
 imported from (service.backends.tensorrt.runtime.MODULE_CANDIDATES, in that order); where
 neither tells, TensorRT is left out rather than guessed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,7 +26,7 @@ def _distribution_version(name: str) -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed_tensorrt_version() -> str | None:
     providers = metadata.packages_distributions()
     for module in MODULE_CANDIDATES:

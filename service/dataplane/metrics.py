@@ -7,6 +7,7 @@ Cardinality stays bounded: model names have passed the ingest name rules, method
 stored programs, and a request naming a model or method that does not exist is counted under
 UNKNOWN, never under the client's string. Deleting a model removes its series.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,22 @@ from collections.abc import Callable
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
 UNKNOWN = "(unknown)"
-DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                    10.0, 30.0)
+DURATION_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -35,7 +50,7 @@ def format_value(value: float) -> str:
         return "NaN"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2 ** 53:
+    if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(float(value))
 
@@ -65,12 +80,17 @@ class Family:
         self.samples = {k: v for k, v in self.samples.items() if k[at] != value}
 
     def _lines(self) -> list[str]:
-        return [f"{_series(self.name, self.label_names, labels)} {format_value(value)}"
-                for labels, value in sorted(self.samples.items())]
+        return [
+            f"{_series(self.name, self.label_names, labels)} {format_value(value)}"
+            for labels, value in sorted(self.samples.items())
+        ]
 
     def render(self) -> list[str]:
-        return [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}",
-                *self._lines()]
+        return [
+            f"# HELP {self.name} {_escape_help(self.help)}",
+            f"# TYPE {self.name} {self.kind}",
+            *self._lines(),
+        ]
 
 
 class Counter(Family):
@@ -86,8 +106,13 @@ class Histogram(Family):
 
     kind = "histogram"
 
-    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...],
-                 buckets: tuple[float, ...] = DURATION_BUCKETS):
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        label_names: tuple[str, ...],
+        buckets: tuple[float, ...] = DURATION_BUCKETS,
+    ):
         super().__init__(name, help_text, label_names)
         self.buckets = tuple(sorted(buckets))
         self.samples: dict[tuple[str, ...], list[float]] = {}
@@ -95,8 +120,9 @@ class Histogram(Family):
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         # Per bucket (non-cumulative), then +Inf, sum and count.
         state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
-        index = next((i for i, bound in enumerate(self.buckets) if value <= bound),
-                     len(self.buckets))
+        index = next(
+            (i for i, bound in enumerate(self.buckets) if value <= bound), len(self.buckets)
+        )
         state[index] += 1
         state[-2] += value
         state[-1] += 1
@@ -110,10 +136,13 @@ class Histogram(Family):
                 cumulative += count
                 bucket = _series(self.name + "_bucket", names, (*labels, format_value(bound)))
                 lines.append(f"{bucket} {format_value(cumulative)}")
-            lines.append(f"{_series(self.name + '_sum', self.label_names, labels)} "
-                         f"{format_value(state[-2])}")
-            lines.append(f"{_series(self.name + '_count', self.label_names, labels)} "
-                         f"{format_value(state[-1])}")
+            lines.append(
+                f"{_series(self.name + '_sum', self.label_names, labels)} {format_value(state[-2])}"
+            )
+            lines.append(
+                f"{_series(self.name + '_count', self.label_names, labels)} "
+                f"{format_value(state[-1])}"
+            )
         return lines
 
 
@@ -123,26 +152,38 @@ class Metrics:
     def __init__(self, backends: list | None = None):
         """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics)."""
         self._lock = threading.Lock()
-        self.requests = Counter("etrt_inference_requests_total",
-                                "Inference requests by outcome (ok, client_error, unavailable, "
-                                "error)", ("model", "method", "outcome"))
-        self.duration = Histogram("etrt_inference_duration_seconds",
-                                  "Inference request time: decoding, waiting for a free instance, "
-                                  "executing, encoding", ("model", "method"))
-        self.queue = Histogram("etrt_inference_queue_seconds",
-                               "Time an inference request waited for a free method instance",
-                               ("model", "method"))
-        self.inflight = Gauge("etrt_inflight_requests", "Inference requests being served",
-                              ("model",))
-        self.uploads = Counter("etrt_uploads_total",
-                               "Model uploads by outcome (accepted, refused, too_large, conflict, "
-                               "aborted, error)", ("outcome",))
-        self.problems = Counter("etrt_ingest_problems_total",
-                                "Problems found in refused uploads, by rule id", ("rule",))
-        self.batch_size = Histogram("etrt_batch_size",
-                                    "Rows per execute (requests merged by dynamic batching; 1 "
-                                    "per request otherwise)", ("model", "method"),
-                                    BATCH_SIZE_BUCKETS)
+        self.requests = Counter(
+            "etrt_inference_requests_total",
+            "Inference requests by outcome (ok, client_error, unavailable, error)",
+            ("model", "method", "outcome"),
+        )
+        self.duration = Histogram(
+            "etrt_inference_duration_seconds",
+            "Inference request time: decoding, waiting for a free instance, executing, encoding",
+            ("model", "method"),
+        )
+        self.queue = Histogram(
+            "etrt_inference_queue_seconds",
+            "Time an inference request waited for a free method instance",
+            ("model", "method"),
+        )
+        self.inflight = Gauge(
+            "etrt_inflight_requests", "Inference requests being served", ("model",)
+        )
+        self.uploads = Counter(
+            "etrt_uploads_total",
+            "Model uploads by outcome (accepted, refused, too_large, conflict, aborted, error)",
+            ("outcome",),
+        )
+        self.problems = Counter(
+            "etrt_ingest_problems_total", "Problems found in refused uploads, by rule id", ("rule",)
+        )
+        self.batch_size = Histogram(
+            "etrt_batch_size",
+            "Rows per execute (requests merged by dynamic batching; 1 per request otherwise)",
+            ("model", "method"),
+            BATCH_SIZE_BUCKETS,
+        )
         self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
         # (model, method) -> the scheduler's current queue depth, read when rendering.
@@ -155,8 +196,15 @@ class Metrics:
             self.inflight.add((model,), 1)
             return token
 
-    def request_finished(self, token: object, model: str, method: str, outcome: str,
-                         queued_s: float | None, total_s: float) -> None:
+    def request_finished(
+        self,
+        token: object,
+        model: str,
+        method: str,
+        outcome: str,
+        queued_s: float | None,
+        total_s: float,
+    ) -> None:
         with self._lock:
             if self._live.get(model) is not token:  # its series went with the model
                 return
@@ -176,9 +224,11 @@ class Metrics:
             self._queues[(model, method)] = depth
 
     def _queue_depths(self) -> Gauge:
-        depths = Gauge("etrt_queue_depth", "Requests waiting to execute: queued for a dynamic "
-                                           "batch or for a free method instance",
-                       ("model", "method"))
+        depths = Gauge(
+            "etrt_queue_depth",
+            "Requests waiting to execute: queued for a dynamic batch or for a free method instance",
+            ("model", "method"),
+        )
         for labels, depth in self._queues.items():
             depths.add(labels, depth())
         return depths
@@ -198,22 +248,38 @@ class Metrics:
     def forget_model(self, model: str) -> None:
         with self._lock:
             self._live.pop(model, None)
-            for family in (self.requests, self.duration, self.queue, self.inflight,
-                           self.batch_size):
+            for family in (
+                self.requests,
+                self.duration,
+                self.queue,
+                self.inflight,
+                self.batch_size,
+            ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
             for backend in self.backends:
                 backend.forget(model)
 
     def render(self, models_by_state: dict[str, int]) -> str:
-        states = Gauge("etrt_models", "Models by state (ready: serving; unavailable: stored, "
-                                      "cannot run here)", ("state",))
+        states = Gauge(
+            "etrt_models",
+            "Models by state (ready: serving; unavailable: stored, cannot run here)",
+            ("state",),
+        )
         for state, count in models_by_state.items():
             states.add((state,), count)
         with self._lock:
-            families = [self.requests, self.duration, self.queue, self.inflight, self.uploads,
-                        self.problems, states, self.batch_size, self._queue_depths()]
+            families = [
+                self.requests,
+                self.duration,
+                self.queue,
+                self.inflight,
+                self.uploads,
+                self.problems,
+                states,
+                self.batch_size,
+                self._queue_depths(),
+            ]
             families += [f for backend in self.backends for f in backend.families()]
-            lines = [line for family in families if family is not None
-                     for line in family.render()]
+            lines = [line for family in families if family is not None for line in family.render()]
         return "\n".join(lines) + "\n"

@@ -8,12 +8,13 @@ releases the GIL while executing), except for methods whose recent executes took
 microseconds against 2 for a small program), so they run on the event loop, which they hold for
 about as long as a thread hop would.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Callable
 
 import numpy as np
 
@@ -44,8 +45,14 @@ class _MethodSlots:
 
 
 class ModelPool:
-    def __init__(self, model: StoredModel, ethost, instances_per_method: int,
-                 kernel_threadpool: bool = False, inline_below_s: float = 0.0):
+    def __init__(
+        self,
+        model: StoredModel,
+        ethost,
+        instances_per_method: int,
+        kernel_threadpool: bool = False,
+        inline_below_s: float = 0.0,
+    ):
         self.model = model
         self.inline_below_s = inline_below_s
         self.program = ethost.Program(str(model.program_path), [str(p) for p in model.data_paths])
@@ -78,9 +85,14 @@ class ModelPool:
     def instance_count(self, method: str) -> int:
         return self._methods[method].count
 
-    async def run(self, method: str, inputs: list[np.ndarray], executor: Executor,
-                  acquired: Callable[[float], None] | None = None,
-                  timeout_s: float | None = None) -> list[np.ndarray]:
+    async def run(
+        self,
+        method: str,
+        inputs: list[np.ndarray],
+        executor: Executor,
+        acquired: Callable[[float], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[np.ndarray]:
         """`acquired(seconds waited)` is called once an instance is free, so callers can tell
         waiting for an instance from running on one. Past `timeout_s` without a free instance,
         TimeoutError: the request was never executed."""
@@ -96,9 +108,14 @@ class ModelPool:
             raise PoolClosed(self.model.name)
         self._enter()
 
-    async def run_admitted(self, method: str, inputs: list[np.ndarray], executor: Executor,
-                           acquired: Callable[[float], None] | None = None,
-                           timeout_s: float | None = None) -> list[np.ndarray]:
+    async def run_admitted(
+        self,
+        method: str,
+        inputs: list[np.ndarray],
+        executor: Executor,
+        acquired: Callable[[float], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[np.ndarray]:
         slots = self._methods[method]
         waiting_since = time.perf_counter()
         slots.waiting += 1
@@ -128,8 +145,9 @@ class ModelPool:
                 return slots.execute(instance, inputs)
             finally:
                 release()
-        future = asyncio.get_running_loop().run_in_executor(executor, slots.execute, instance,
-                                                            inputs)
+        future = asyncio.get_running_loop().run_in_executor(
+            executor, slots.execute, instance, inputs
+        )
         future.add_done_callback(release)
         return await asyncio.shield(future)
 

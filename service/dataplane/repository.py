@@ -4,6 +4,7 @@ ModelService inherits these; they share its state (served models, unavailable on
 locks) and use its deploy(), so every way a model arrives -- a multipart upload, the v2
 repository `load`, a model directory at start -- goes through the same staging and ingest.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,24 +51,34 @@ def not_runnable(stored: StoredModel) -> str | None:
 
 def refused_view(name: str, error: ServiceError) -> dict:
     """A model directory entry that ingest refused: listed, with its problems, never served."""
-    return {"name": name, "state": "unavailable", "runnable": False, "files": [], "methods": [],
-            "warnings": [], "error": error.message,
-            "problems": [p.as_dict() for p in error.problems]}
+    return {
+        "name": name,
+        "state": "unavailable",
+        "runnable": False,
+        "files": [],
+        "methods": [],
+        "warnings": [],
+        "error": error.message,
+        "problems": [p.as_dict() for p in error.problems],
+    }
 
 
 class Repository:
-    async def load_model(self, name: str, files: dict[str, bytes] | None = None,
-                         config: dict | None = None) -> dict:
+    async def load_model(
+        self, name: str, files: dict[str, bytes] | None = None, config: dict | None = None
+    ) -> dict:
         """The repository `load`: with files ({"<version>/<filename>": bytes}) an upload that
         replaces any model of that name, through the same ingest as every other; without, the
         stored model is served again (re-ingested from its stored files if a config is given)."""
         if files is not None:
-            return await self.deploy(lambda: asyncio.to_thread(
-                stage_files, self.begin_staging(), name, files, config))
+            return await self.deploy(
+                lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config)
+            )
         if config is not None:
             stored = self._stored(name)
-            return await self.deploy(lambda: asyncio.to_thread(
-                stage_stored, self.begin_staging(), stored, config))
+            return await self.deploy(
+                lambda: asyncio.to_thread(stage_stored, self.begin_staging(), stored, config)
+            )
         self._stored(name)  # before the lock: locks exist only for names that exist
         async with self._lock(name):
             stored = self._stored(name)
@@ -103,8 +114,14 @@ class Repository:
                 reason = self._refused[name].message
             else:
                 reason = self._unavailable[name][1] if name in self._unavailable else ""
-            index.append({"name": name, "version": MODEL_VERSION,
-                          "state": "UNAVAILABLE" if reason else "READY", "reason": reason})
+            index.append(
+                {
+                    "name": name,
+                    "version": MODEL_VERSION,
+                    "state": "UNAVAILABLE" if reason else "READY",
+                    "reason": reason,
+                }
+            )
         return index
 
     async def _load_model_dirs(self, entries: list[tuple[str, Path]]) -> None:
@@ -116,12 +133,20 @@ class Repository:
             try:
                 if stored is not None and await asyncio.to_thread(unchanged, stored, folder):
                     continue
-                await self.deploy(lambda name=name, folder=folder: asyncio.to_thread(
-                    stage_folder, self.begin_staging(), name, folder))
+                await self.deploy(
+                    lambda name=name, folder=folder: asyncio.to_thread(
+                        stage_folder, self.begin_staging(), name, folder
+                    )
+                )
                 log.info("model %s loaded from %s", name, folder)
             except ServiceError as exc:
-                log.error("model %s in %s was refused: %s %s", name, folder, exc.message,
-                          "; ".join(p.message for p in exc.problems))
+                log.error(
+                    "model %s in %s was refused: %s %s",
+                    name,
+                    folder,
+                    exc.message,
+                    "; ".join(p.message for p in exc.problems),
+                )
                 await self._refuse(name, exc)
         self.ready = True
 

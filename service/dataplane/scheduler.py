@@ -14,15 +14,16 @@ task is cancelled (its client went away) leaves the queue before it can be execu
 Models without dynamic batching keep one execute per request on N instances (ModelPool), with
 the same queue bound and deadline.
 """
+
 from __future__ import annotations
 
 import asyncio
 import math
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -54,12 +55,14 @@ class _SizeStats:
 class MethodStats:
     """What Triton's statistics extension reports per model: executes, the requests they
     served, and per batch size the time spent building, running and splitting batches."""
+
     execution_count: int = 0
     inference_count: int = 0
     batch_stats: dict[int, _SizeStats] = field(default_factory=dict)
 
-    def record(self, rows: int, requests: int, input_ns: int, infer_ns: int,
-               output_ns: int) -> None:
+    def record(
+        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
         self.execution_count += 1
         self.inference_count += requests
         size = self.batch_stats.setdefault(rows, _SizeStats())
@@ -69,16 +72,25 @@ class MethodStats:
         size.compute_output_ns += output_ns
 
     def as_dict(self) -> dict:
-        return {"execution_count": self.execution_count, "inference_count": self.inference_count,
-                "batch_stats": {size: vars(s).copy()
-                                for size, s in sorted(self.batch_stats.items())}}
+        return {
+            "execution_count": self.execution_count,
+            "inference_count": self.inference_count,
+            "batch_stats": {size: vars(s).copy() for size, s in sorted(self.batch_stats.items())},
+        }
 
 
 class Scheduler:
     """One model method's queue. Lives as long as the model's pool; created on first use."""
 
-    def __init__(self, model: str, method: str, pool: ModelPool, config: dict,
-                 executor: Executor, metrics: Metrics):
+    def __init__(
+        self,
+        model: str,
+        method: str,
+        pool: ModelPool,
+        config: dict,
+        executor: Executor,
+        metrics: Metrics,
+    ):
         self.model, self.method, self.pool = model, method, pool
         self._executor = executor
         self._metrics = metrics
@@ -111,19 +123,27 @@ class Scheduler:
         instances = self.pool.instance_count(self.method)
         per_batch = max(self.max_batch, 1) if self.batching else 1
         drain_s = self._recent_execute_s * math.ceil(self.depth / per_batch / instances)
-        return Busy(f"model {self.model!r} method {self.method!r} has {self.depth} requests "
-                    f"queued (max_queue_size {self.max_queue}); retry later",
-                    retry_after_s=max(1.0, drain_s))
+        return Busy(
+            f"model {self.model!r} method {self.method!r} has {self.depth} requests "
+            f"queued (max_queue_size {self.max_queue}); retry later",
+            retry_after_s=max(1.0, drain_s),
+        )
 
     def _timeout(self, timeout_s: float | None) -> float | None:
         return timeout_s if timeout_s is not None else self.default_timeout_s
 
     def _expired(self, timeout_s: float) -> DeadlineExceeded:
-        return DeadlineExceeded(f"model {self.model!r} method {self.method!r}: the request "
-                                f"waited {timeout_s:g} s in the queue and was not executed")
+        return DeadlineExceeded(
+            f"model {self.model!r} method {self.method!r}: the request "
+            f"waited {timeout_s:g} s in the queue and was not executed"
+        )
 
-    async def submit(self, arrays: list[np.ndarray], timeout_s: float | None = None,
-                     acquired: Callable[[float], None] | None = None) -> list[np.ndarray]:
+    async def submit(
+        self,
+        arrays: list[np.ndarray],
+        timeout_s: float | None = None,
+        acquired: Callable[[float], None] | None = None,
+    ) -> list[np.ndarray]:
         """The method's outputs for these inputs. `timeout_s` (the request's own, else the
         configured default) bounds the time spent queued, not the execute."""
         if self.max_queue and self.depth >= self.max_queue:
@@ -141,15 +161,17 @@ class Scheduler:
                 acquired(waited_s)
 
         try:
-            outputs = await self.pool.run(self.method, arrays, self._executor, on_instance,
-                                          timeout_s)
+            outputs = await self.pool.run(
+                self.method, arrays, self._executor, on_instance, timeout_s
+            )
         except TimeoutError:
             raise self._expired(timeout_s) from None
         self._record(1, 1, 0, time.perf_counter_ns() - started[0], 0)
         return outputs
 
-    def _record(self, rows: int, requests: int, input_ns: int, infer_ns: int,
-                output_ns: int) -> None:
+    def _record(
+        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
         self.stats.record(rows, requests, input_ns, infer_ns, output_ns)
         self._recent_execute_s = infer_ns / 1e9
         self._metrics.batch_executed(self.model, self.method, rows)
@@ -161,9 +183,14 @@ class Scheduler:
         rows = leading.pop() if len(leading) == 1 else 0
         if not 1 <= rows <= self.max_batch:
             shapes = ", ".join(str(list(a.shape)) for a in arrays)
-            raise input_problem(None, "input.batch", (
-                f"model {self.model!r} batches along dim 0: every input needs the same number "
-                f"of rows, 1 to max_batch_size {self.max_batch}; the request sends {shapes}"))
+            raise input_problem(
+                None,
+                "input.batch",
+                (
+                    f"model {self.model!r} batches along dim 0: every input needs the same number "
+                    f"of rows, 1 to max_batch_size {self.max_batch}; the request sends {shapes}"
+                ),
+            )
         return rows
 
     async def _batched(self, arrays, timeout_s, acquired) -> list[np.ndarray]:
@@ -263,24 +290,32 @@ class Scheduler:
             self.pool.withdraw()
         try:
             begun = time.perf_counter_ns()
-            inputs = batch[0].arrays if len(batch) == 1 else [
-                np.concatenate([item.arrays[i] for item in batch])
-                for i in range(len(batch[0].arrays))]
+            inputs = (
+                batch[0].arrays
+                if len(batch) == 1
+                else [
+                    np.concatenate([item.arrays[i] for item in batch])
+                    for i in range(len(batch[0].arrays))
+                ]
+            )
             started = time.perf_counter_ns()
             outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
             ended = time.perf_counter_ns()
             for index, output in enumerate(outputs):
                 if output.ndim == 0 or output.shape[0] != rows:
-                    raise RuntimeError(f"output {index} has shape {list(output.shape)}, not "
-                                       f"{rows} rows: the program does not keep the batch "
-                                       "dimension, so it cannot be batched")
+                    raise RuntimeError(
+                        f"output {index} has shape {list(output.shape)}, not "
+                        f"{rows} rows: the program does not keep the batch "
+                        "dimension, so it cannot be batched"
+                    )
             offset = 0
             for item in batch:
                 if not item.future.done():
-                    item.future.set_result([o[offset:offset + item.rows] for o in outputs])
+                    item.future.set_result([o[offset : offset + item.rows] for o in outputs])
                 offset += item.rows
-            self._record(rows, len(batch), started - begun, ended - started,
-                         time.perf_counter_ns() - ended)
+            self._record(
+                rows, len(batch), started - begun, ended - started, time.perf_counter_ns() - ended
+            )
         except Exception as exc:
             for item in batch:
                 if not item.future.done():
@@ -292,5 +327,7 @@ class Scheduler:
         """A fresh error for each request of a failed batch, naming what failed."""
         if isinstance(exc, PoolClosed):
             return PoolClosed(self.model)
-        return ExecutionFailed(f"executing {self.model!r} method {self.method!r} on a batch of "
-                               f"{requests} request(s), {rows} row(s), failed: {exc}")
+        return ExecutionFailed(
+            f"executing {self.model!r} method {self.method!r} on a batch of "
+            f"{requests} request(s), {rows} row(s), failed: {exc}"
+        )

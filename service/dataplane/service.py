@@ -4,32 +4,52 @@ Transports (HTTP today) translate requests into these calls and ServiceError sub
 their own status codes; nothing here knows about HTTP. In-memory `_models` decides what is
 visible: a model enters it only once it is stored durably and its instances are ready.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable
 
 from service.backends.host import import_host
+from service.backends.registry import enabled
 from service.config import Settings
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.dataplane.repository import (
+    MODEL_VERSION,
+    UNLOADED,
+    Repository,
+    Served,
+    not_runnable,
+    refused_view,
+    serve,
+)
 from service.dataplane.scheduler import Scheduler
 from service.dataplane.signature import bind_inputs, select_outputs, signature_of
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
-from service.errors import (Aborted, Busy, Conflict, DeadlineExceeded, ExecutionFailed, Invalid,
-                            NotFound, ServiceError, TooLarge, Unavailable, clip, input_problem)
-from service.backends.registry import enabled
+from service.errors import (
+    Aborted,
+    Busy,
+    Conflict,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Invalid,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unavailable,
+    clip,
+    input_problem,
+)
 from service.ingest import child_guard
 from service.ingest.model_config import instance_count
-from service.ingest.pipeline import IngestRefused, run_ingest
-from service.dataplane.repository import (MODEL_VERSION, UNLOADED, Repository, Served,
-                                          not_runnable, refused_view, serve)
 from service.ingest.model_dirs import find_entries
+from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken, Storage
@@ -58,8 +78,9 @@ class ModelService(Repository):
         # Ingest (child load checks of up to load_check_timeout each) gets threads of its own, so
         # slow uploads queue here instead of starving the shared pool that parses request bodies
         # and commits, and at most this many uploads are checked at once.
-        self._ingest = ThreadPoolExecutor(settings.max_concurrent_ingests,
-                                          thread_name_prefix="ingest")
+        self._ingest = ThreadPoolExecutor(
+            settings.max_concurrent_ingests, thread_name_prefix="ingest"
+        )
         self.backends = enabled(settings.backends)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
@@ -102,10 +123,16 @@ class ModelService(Repository):
         self._ingest.shutdown(wait=True)
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        return self.metrics.open_pool(stored.name, lambda: ModelPool(
-            stored, self._ethost,
-            instance_count(stored.description.config, self.settings.instances_per_model),
-            self.settings.kernel_threadpool, self.settings.inline_execute_us * 1e-6))
+        return self.metrics.open_pool(
+            stored.name,
+            lambda: ModelPool(
+                stored,
+                self._ethost,
+                instance_count(stored.description.config, self.settings.instances_per_model),
+                self.settings.kernel_threadpool,
+                self.settings.inline_execute_us * 1e-6,
+            ),
+        )
 
     def begin_staging(self) -> Staging:
         """Where a transport puts an upload's files before handing it to deploy()."""
@@ -137,21 +164,29 @@ class ModelService(Repository):
             raise
         finally:
             self.metrics.upload_finished(outcome, rules)
-            log.info("upload model=%r outcome=%s problems=%d duration_s=%.6f",
-                     None if name is None else clip(name), outcome,
-                     len(rules), time.perf_counter() - begun)
+            log.info(
+                "upload model=%r outcome=%s problems=%d duration_s=%.6f",
+                None if name is None else clip(name),
+                outcome,
+                len(rules),
+                time.perf_counter() - begun,
+            )
 
     async def _deploy(self, upload: StagedUpload) -> dict:
         """The staging directory is always consumed."""
         try:
             if not upload.replace and self._exists(upload.model_name):
-                raise Conflict(f"model {upload.model_name!r} exists; send replace=true to replace it")
+                raise Conflict(
+                    f"model {upload.model_name!r} exists; send replace=true to replace it"
+                )
             try:
                 description = await asyncio.get_running_loop().run_in_executor(
-                    self._ingest, run_ingest, upload, self.settings)
+                    self._ingest, run_ingest, upload, self.settings
+                )
             except IngestRefused as refused:
-                raise Invalid(f"upload refused: {len(refused.problems)} problem(s)",
-                              refused.problems) from None
+                raise Invalid(
+                    f"upload refused: {len(refused.problems)} problem(s)", refused.problems
+                ) from None
             async with self._lock(upload.model_name):
                 return await self._commit(upload, description)
         finally:
@@ -161,7 +196,8 @@ class ModelService(Repository):
         name = upload.model_name
         try:
             stored, replaced = await asyncio.to_thread(
-                self.storage.commit, name, upload.directory, description, upload.replace)
+                self.storage.commit, name, upload.directory, description, upload.replace
+            )
         except NameTaken:
             raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
         reason = not_runnable(stored)
@@ -238,15 +274,17 @@ class ModelService(Repository):
         raise NotFound(f"model {clip(name)!r} not found")
 
     def metrics_text(self) -> str:
-        return self.metrics.render({"ready": len(self._models),
-                                    "unavailable": len(self._unavailable) + len(self._refused)})
+        return self.metrics.render(
+            {"ready": len(self._models), "unavailable": len(self._unavailable) + len(self._refused)}
+        )
 
     # -- metadata -------------------------------------------------------------------------------
 
     def _check_version(self, name: str, version: str | None) -> None:
         if version not in (None, "", MODEL_VERSION):
-            raise NotFound(f"model {clip(name)!r} has no version {clip(version)!r} "
-                           f"(versions: {MODEL_VERSION})")
+            raise NotFound(
+                f"model {clip(name)!r} has no version {clip(version)!r} (versions: {MODEL_VERSION})"
+            )
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model (and version) exists and can serve now; unknown ones raise."""
@@ -270,8 +308,13 @@ class ModelService(Repository):
         scheduler = served.schedulers.get(method)
         if scheduler is None:
             scheduler = served.schedulers[method] = Scheduler(
-                served.stored.name, method, served.pool,
-                served.stored.description.config or {}, self._executor, self.metrics)
+                served.stored.name,
+                method,
+                served.pool,
+                served.stored.description.config or {},
+                self._executor,
+                self.metrics,
+            )
         return scheduler
 
     def batch_stats(self, name: str) -> dict[str, dict]:
@@ -289,8 +332,9 @@ class ModelService(Repository):
         model, method = request.model, request.method
         served = self._models.get(model)
         model_label = model if self._exists(model) else UNKNOWN
-        method_label = method if served is not None and method in served.pool.method_names \
-            else UNKNOWN
+        method_label = (
+            method if served is not None and method in served.pool.method_names else UNKNOWN
+        )
         token = self.metrics.request_started(model_label)
         queued: list[float] = []
         phases: dict[str, int] = {}
@@ -307,19 +351,36 @@ class ModelService(Repository):
             raise
         finally:
             elapsed = time.perf_counter() - begun
-            self.metrics.request_finished(token, model_label, method_label, outcome,
-                                          queued[0] if queued else None, elapsed)
+            self.metrics.request_finished(
+                token, model_label, method_label, outcome, queued[0] if queued else None, elapsed
+            )
             if model_label != UNKNOWN:
                 self.statistics.record_request(
-                    model, MODEL_VERSION, outcome == "ok", int(elapsed * 1e9),
-                    int(queued[0] * 1e9) if queued else None, phases.get("input"),
-                    phases.get("infer"), phases.get("output"))
+                    model,
+                    MODEL_VERSION,
+                    outcome == "ok",
+                    int(elapsed * 1e9),
+                    int(queued[0] * 1e9) if queued else None,
+                    phases.get("input"),
+                    phases.get("infer"),
+                    phases.get("output"),
+                )
             if self.settings.access_log:
-                log.info("infer model=%r method=%r outcome=%s duration_s=%.6f", clip(model),
-                         clip(method), outcome, elapsed)
+                log.info(
+                    "infer model=%r method=%r outcome=%s duration_s=%.6f",
+                    clip(model),
+                    clip(method),
+                    outcome,
+                    elapsed,
+                )
 
-    async def _infer(self, served: Served | None, request: InferRequest,
-                     acquired: Callable[[float], None], phases: dict[str, int]) -> InferResponse:
+    async def _infer(
+        self,
+        served: Served | None,
+        request: InferRequest,
+        acquired: Callable[[float], None],
+        phases: dict[str, int],
+    ) -> InferResponse:
         """`phases` receives the nanoseconds spent checking inputs, executing (after the wait for
         an instance) and collecting outputs, for the statistics extension."""
         model, method = request.model, request.method
@@ -331,8 +392,10 @@ class ModelService(Repository):
             raise NotFound(f"model {clip(model)!r} not found")
         self._check_version(model, request.version)
         if method not in served.pool.method_names:
-            raise NotFound(f"model {model!r} has no method {clip(method)!r} (methods: "
-                           f"{', '.join(served.pool.method_names)})")
+            raise NotFound(
+                f"model {model!r} has no method {clip(method)!r} (methods: "
+                f"{', '.join(served.pool.method_names)})"
+            )
         signature = served.signatures[method]
         mark = time.perf_counter_ns()
         arrays = bind_inputs(request.inputs, signature)
@@ -346,7 +409,8 @@ class ModelService(Repository):
 
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started)
+                arrays, request.timeout_s, started
+            )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except ValueError as exc:  # ethost.InputError: the host's own input validation
@@ -354,9 +418,14 @@ class ModelService(Repository):
             raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
             if getattr(exc, "error_name", None) in _INPUT_FAULTS:
-                raise input_problem(None, "input.rejected", (
-                    f"model {model!r} method {method!r} rejected the inputs while executing: "
-                    f"{_kernel_reason(exc)}")) from None
+                raise input_problem(
+                    None,
+                    "input.rejected",
+                    (
+                        f"model {model!r} method {method!r} rejected the inputs while executing: "
+                        f"{_kernel_reason(exc)}"
+                    ),
+                ) from None
             raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
@@ -383,8 +452,16 @@ def _kernel_reason(exc: BaseException) -> str:
     return clip(reason or f"{exc.error_name} ({exc.code:#04x})", 1000)
 
 
-_INFER_OUTCOMES = ((Unavailable, "unavailable"), (Busy, "busy"),
-                   (DeadlineExceeded, "deadline_exceeded"), (NotFound, "client_error"),
-                   (Invalid, "client_error"))
-_UPLOAD_OUTCOMES = ((Aborted, "aborted"), (Invalid, "refused"), (TooLarge, "too_large"),
-                    (Conflict, "conflict"))
+_INFER_OUTCOMES = (
+    (Unavailable, "unavailable"),
+    (Busy, "busy"),
+    (DeadlineExceeded, "deadline_exceeded"),
+    (NotFound, "client_error"),
+    (Invalid, "client_error"),
+)
+_UPLOAD_OUTCOMES = (
+    (Aborted, "aborted"),
+    (Invalid, "refused"),
+    (TooLarge, "too_large"),
+    (Conflict, "conflict"),
+)

@@ -4,6 +4,7 @@ ExecuTorch programs do not keep the argument names of the exported function, so 
 output gets a positional name, `input_<i>` / `output_<i>`: stable across re-exports of the same
 signature and across protocols. A program that does carry a (unique) tensor name keeps that one.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,13 @@ def _names(specs: list[dict], role: str) -> list[str]:
 
 
 def _spec(name: str, spec: dict) -> TensorSpec:
-    return TensorSpec(name=name, datatype=datatype_of(spec.get("dtype", "")),
-                      shape=list(spec.get("shape", [])), dynamic=bool(spec.get("dynamic")),
-                      tag=spec.get("tag", "Tensor"))
+    return TensorSpec(
+        name=name,
+        datatype=datatype_of(spec.get("dtype", "")),
+        shape=list(spec.get("shape", [])),
+        dynamic=bool(spec.get("dynamic")),
+        tag=spec.get("tag", "Tensor"),
+    )
 
 
 def signature_of(meta: dict) -> MethodSignature:
@@ -35,7 +40,8 @@ def signature_of(meta: dict) -> MethodSignature:
     return MethodSignature(
         meta["name"],
         [_spec(n, s) for n, s in zip(_names(inputs, "input"), inputs)],
-        [_spec(n, s) for n, s in zip(_names(outputs, "output"), outputs)])
+        [_spec(n, s) for n, s in zip(_names(outputs, "output"), outputs)],
+    )
 
 
 def _label(index: int, tensor: Tensor) -> str:
@@ -46,26 +52,38 @@ def _order(tensors: list[Tensor], signature: MethodSignature) -> list[tuple[Tens
     """Pairs each method input with its request tensor: by name when named, else by position."""
     specs = signature.inputs
     if len(tensors) != len(specs):
-        raise input_problem(None, "input.count",
-                            f"method {signature.name!r} takes {len(specs)} input(s) "
-                            f"({', '.join(signature.input_names())}), the request has "
-                            f"{len(tensors)}")
+        raise input_problem(
+            None,
+            "input.count",
+            f"method {signature.name!r} takes {len(specs)} input(s) "
+            f"({', '.join(signature.input_names())}), the request has "
+            f"{len(tensors)}",
+        )
     if all(t.name is None for t in tensors):
         return list(zip(specs, tensors))
     by_name = {spec.name: spec for spec in specs}
     paired, seen = [], set()
     for index, tensor in enumerate(tensors):
         if tensor.name is None:
-            raise input_problem(_label(index, tensor), "input.name",
-                                f"input {index} has no name; name every input or none")
+            raise input_problem(
+                _label(index, tensor),
+                "input.name",
+                f"input {index} has no name; name every input or none",
+            )
         spec = by_name.get(tensor.name)
         if spec is None:
-            raise input_problem(_label(index, tensor), "input.unknown",
-                                f"unknown input {clip(tensor.name)!r}; method {signature.name!r} "
-                                f"takes {', '.join(signature.input_names())}")
+            raise input_problem(
+                _label(index, tensor),
+                "input.unknown",
+                f"unknown input {clip(tensor.name)!r}; method {signature.name!r} "
+                f"takes {', '.join(signature.input_names())}",
+            )
         if spec.name in seen:
-            raise input_problem(_label(index, tensor), "input.duplicate",
-                                f"input {spec.name!r} is given more than once")
+            raise input_problem(
+                _label(index, tensor),
+                "input.duplicate",
+                f"input {spec.name!r} is given more than once",
+            )
         seen.add(spec.name)
         paired.append((spec, tensor))
     order = {spec.name: i for i, spec in enumerate(specs)}
@@ -78,24 +96,35 @@ def bind_inputs(tensors: list[Tensor], signature: MethodSignature) -> list:
     for spec, tensor in _order(tensors, signature):
         label = f"input {spec.name!r}"
         if spec.tag != "Tensor":
-            raise input_problem(spec.name, "input.unsupported",
-                                f"{label} is a {spec.tag} input; only tensor inputs are served")
+            raise input_problem(
+                spec.name,
+                "input.unsupported",
+                f"{label} is a {spec.tag} input; only tensor inputs are served",
+            )
         if tensor.datatype != spec.datatype:
-            raise input_problem(spec.name, "input.datatype",
-                                f"{label} must be {spec.datatype}, the request sends "
-                                f"{clip(tensor.datatype)}")
+            raise input_problem(
+                spec.name,
+                "input.datatype",
+                f"{label} must be {spec.datatype}, the request sends {clip(tensor.datatype)}",
+            )
         shape = list(tensor.array.shape)
         if len(shape) != len(spec.shape):
-            raise input_problem(spec.name, "input.shape",
-                                f"{label} must have {len(spec.shape)} dimension(s) {spec.shape}, "
-                                f"got {shape}")
+            raise input_problem(
+                spec.name,
+                "input.shape",
+                f"{label} must have {len(spec.shape)} dimension(s) {spec.shape}, got {shape}",
+            )
         if spec.dynamic:
             if any(d > b for d, b in zip(shape, spec.shape)):
-                raise input_problem(spec.name, "input.shape",
-                                    f"{label} shape {shape} exceeds the upper bound {spec.shape}")
+                raise input_problem(
+                    spec.name,
+                    "input.shape",
+                    f"{label} shape {shape} exceeds the upper bound {spec.shape}",
+                )
         elif shape != spec.shape:
-            raise input_problem(spec.name, "input.shape",
-                                f"{label} must have shape {spec.shape}, got {shape}")
+            raise input_problem(
+                spec.name, "input.shape", f"{label} must have shape {spec.shape}, got {shape}"
+            )
         arrays.append(tensor.array)
     return arrays
 
@@ -108,8 +137,9 @@ def select_outputs(signature: MethodSignature, requested: list[str] | None) -> l
     indices = []
     for name in requested:
         if name not in names:
-            raise Invalid(f"unknown output {clip(name)!r}; method {signature.name!r} has "
-                          f"{', '.join(names)}",
-                          [Problem(None, "output.unknown", f"unknown output {clip(name)!r}")])
+            raise Invalid(
+                f"unknown output {clip(name)!r}; method {signature.name!r} has {', '.join(names)}",
+                [Problem(None, "output.unknown", f"unknown output {clip(name)!r}")],
+            )
         indices.append(names.index(name))
     return indices

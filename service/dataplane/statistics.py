@@ -6,14 +6,23 @@ tritonclient's get_inference_statistics) subtract between two reads. Requests ar
 ModelService.infer; a scheduler that batches requests reports each execution with record_batch.
 Recording may happen from worker threads, hence the lock.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass, field
 
-PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-          "cache_hit", "cache_miss")
+PHASES = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
 
 
@@ -44,10 +53,18 @@ class Statistics:
     def _model(self, name: str, version: str) -> _Model:
         return self._models.setdefault((name, version), _Model())
 
-    def record_request(self, name: str, version: str, ok: bool, total_ns: int,
-                       queue_ns: int | None = None, input_ns: int | None = None,
-                       infer_ns: int | None = None, output_ns: int | None = None,
-                       executions: int = 1) -> None:
+    def record_request(
+        self,
+        name: str,
+        version: str,
+        ok: bool,
+        total_ns: int,
+        queue_ns: int | None = None,
+        input_ns: int | None = None,
+        infer_ns: int | None = None,
+        output_ns: int | None = None,
+        executions: int = 1,
+    ) -> None:
         """One request's outcome and phase durations (None: the request never reached that
         phase). `executions` is 0 where a scheduler reports the executions through record_batch."""
         with self._lock:
@@ -83,13 +100,15 @@ class Statistics:
         with self._lock:
             model = self._models.get((name, version)) or _Model()
             return {
-                "name": name, "version": version,
+                "name": name,
+                "version": version,
                 "last_inference": model.last_inference_ms,
                 "inference_count": model.inference_count,
                 "execution_count": model.execution_count,
                 "inference_stats": {p: _duration(model.phases[p]) for p in PHASES},
-                "batch_stats": [{"batch_size": size,
-                                 **{p: _duration(slots[p]) for p in BATCH_PHASES}}
-                                for size, slots in sorted(model.batches.items())],
+                "batch_stats": [
+                    {"batch_size": size, **{p: _duration(slots[p]) for p in BATCH_PHASES}}
+                    for size, slots in sorted(model.batches.items())
+                ],
                 "memory_usage": [],
             }

@@ -4,6 +4,7 @@ Each protocol decodes its wire format (JSON lists, binary tensor data, gRPC raw 
 these at its edge and encodes the response back, so the dataplane only checks tensors against
 the method's signature and runs them. BF16 tensors carry uint16 bit patterns (service.dtypes).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ import numpy as np
 @dataclass
 class Tensor:
     name: str | None  # None: matched to the method's inputs by position (native API only)
-    datatype: str     # Open Inference Protocol datatype
+    datatype: str  # Open Inference Protocol datatype
     array: np.ndarray
 
 
@@ -45,9 +46,10 @@ class InferResponse:
 @dataclass(frozen=True)
 class TensorSpec:
     """A method input or output as protocols publish it."""
+
     name: str
     datatype: str | None  # None: a dtype no protocol datatype exists for
-    shape: list[int]      # upper bounds where dynamic
+    shape: list[int]  # upper bounds where dynamic
     dynamic: bool
     tag: str = "Tensor"
 

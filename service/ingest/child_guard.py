@@ -13,6 +13,7 @@ context for as long as it hangs. Two guards:
 
 Both are no-ops where the platform lacks them (no prctl, no /proc).
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -6,6 +6,7 @@ shipped with executorch 1.5.1 (schema/program.fbs, extension/flat_tensor/seriali
 Every read is bounds-checked: a malformed upload raises InspectionError, never IndexError. Full
 verification is the native host's job in the isolated load check.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,19 @@ PROGRAM_IDENTIFIER = b"ET12"
 DATA_IDENTIFIER = b"FT01"
 _TENSOR = 5  # KernelTypes.Tensor
 # KernelTypes union members -> the native host's EValue tag names (method_meta "tag").
-_TAGS = {1: "None", 2: "Int", 3: "Bool", 4: "Double", 5: "Tensor", 6: "String", 7: "ListInt",
-         8: "ListDouble", 9: "ListBool", 10: "ListTensor", 11: "ListOptionalTensor"}
+_TAGS = {
+    1: "None",
+    2: "Int",
+    3: "Bool",
+    4: "Double",
+    5: "Tensor",
+    6: "String",
+    7: "ListInt",
+    8: "ListDouble",
+    9: "ListBool",
+    10: "ListTensor",
+    11: "ListOptionalTensor",
+}
 _DEVICES = {0: "cpu", 1: "cuda"}  # DeviceType
 _DELEGATE_CALL = 2  # InstructionArguments.DelegateCall
 _EXTERNAL = 1  # TensorDataLocation.EXTERNAL
@@ -86,7 +98,7 @@ class _Table:
         start, length = self._vector(slot)
         if start + length > len(self.buf.data):
             raise InspectionError("flatbuffer byte vector runs past the end of the file")
-        return bytes(self.buf.data[start:start + length])
+        return bytes(self.buf.data[start : start + length])
 
     def string(self, slot: int) -> str | None:
         if self._field(slot) is None:
@@ -113,6 +125,7 @@ class _Table:
 @dataclass(frozen=True)
 class TensorValue:
     """A tensor value of a method: where the planner put it and whether its data lives outside."""
+
     index: int
     scalar_type: int
     sizes: tuple[int, ...]
@@ -178,8 +191,9 @@ def _open(path: Path):
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _segment_span(buf: _Buffer, segments: list[_Table], index: int,
-                  base: int | None) -> tuple[int, int]:
+def _segment_span(
+    buf: _Buffer, segments: list[_Table], index: int, base: int | None
+) -> tuple[int, int]:
     if not 0 <= index < len(segments):
         raise InspectionError(f"segment index {index} out of range ({len(segments)} segments)")
     size = segments[index].scalar(1, "<Q")
@@ -210,11 +224,17 @@ def _tensor_value(index: int, tensor: _Table) -> TensorValue:
     name = None if extra is None else extra.string(1)
     external = name if extra is not None and extra.scalar(2, "<b") == _EXTERNAL else None
     return TensorValue(
-        index=index, scalar_type=tensor.scalar(0, "<b"), sizes=tuple(tensor.scalars(2, "<i")),
+        index=index,
+        scalar_type=tensor.scalar(0, "<b"),
+        sizes=tuple(tensor.scalars(2, "<i")),
         memory_id=None if allocation is None else allocation.scalar(0, "<I"),
-        memory_offset=None if allocation is None else
-        allocation.scalar(1, "<I") | (allocation.scalar(2, "<I") << 32),
-        external_key=external, dynamic=tensor.scalar(8, "<b") != 0, name=name)
+        memory_offset=None
+        if allocation is None
+        else allocation.scalar(1, "<I") | (allocation.scalar(2, "<I") << 32),
+        external_key=external,
+        dynamic=tensor.scalar(8, "<b") != 0,
+        name=name,
+    )
 
 
 def _method(buf, plan, program, segments, base) -> MethodInfo:
@@ -240,10 +260,13 @@ def _method(buf, plan, program, segments, base) -> MethodInfo:
             if end > len(buf.data):
                 raise InspectionError("flatbuffer byte vector runs past the end of the file")
         else:
-            raise InspectionError(f"method {name!r} delegate {index} inline data index {where} "
-                                  f"out of range ({len(inline)} entries)")
-        delegates.append(DelegateInfo(name, index, delegate.string(0) or "",
-                                      bytes(buf.data[start:end]), start))
+            raise InspectionError(
+                f"method {name!r} delegate {index} inline data index {where} "
+                f"out of range ({len(inline)} entries)"
+            )
+        delegates.append(
+            DelegateInfo(name, index, delegate.string(0) or "", bytes(buf.data[start:end]), start)
+        )
     for chain in plan.tables(5):
         for instruction in chain.tables(2):
             if instruction.scalar(0, "<B") == _DELEGATE_CALL:
@@ -252,28 +275,45 @@ def _method(buf, plan, program, segments, base) -> MethodInfo:
                 if not 0 <= target < len(delegates):
                     raise InspectionError(f"method {name!r} calls missing delegate {target}")
                 delegates[target].call_args = call.scalars(1, "<i")
-    devices = {entry.scalar(0, "<i"): _DEVICES.get(entry.scalar(1, "<b"), "unknown")
-               for entry in plan.tables(9)}
-    return MethodInfo(name=name, inputs=plan.scalars(3, "<i"), outputs=plan.scalars(4, "<i"),
-                      tensors=tensors, delegates=delegates,
-                      planned_buffer_sizes=plan.scalars(8, "<q"), value_tags=tags,
-                      planned_buffer_devices=devices)
+    devices = {
+        entry.scalar(0, "<i"): _DEVICES.get(entry.scalar(1, "<b"), "unknown")
+        for entry in plan.tables(9)
+    }
+    return MethodInfo(
+        name=name,
+        inputs=plan.scalars(3, "<i"),
+        outputs=plan.scalars(4, "<i"),
+        tensors=tensors,
+        delegates=delegates,
+        planned_buffer_sizes=plan.scalars(8, "<q"),
+        value_tags=tags,
+        planned_buffer_devices=devices,
+    )
 
 
 def _value_spec(method: MethodInfo, role: str, position: int, value: int) -> dict:
-    spec = {"index": position, "tag": method.value_tags.get(value, "Unknown"),
-            "name": f"{role} {position}"}
+    spec = {
+        "index": position,
+        "tag": method.value_tags.get(value, "Unknown"),
+        "name": f"{role} {position}",
+    }
     tensor = method.tensors.get(value)
     if tensor is None:
         return spec
     known = BY_SCALAR_TYPE.get(tensor.scalar_type)
-    dtype, itemsize = (known.name, known.itemsize) if known else (
-        f"scalar type {tensor.scalar_type}", 0)
+    dtype, itemsize = (
+        (known.name, known.itemsize) if known else (f"scalar type {tensor.scalar_type}", 0)
+    )
     if tensor.name:
         spec["name"] += f" ({tensor.name!r})"
-    return {**spec, "dtype": dtype, "shape": list(tensor.sizes), "dynamic": tensor.dynamic,
-            "memory_planned": tensor.memory_id is not None,
-            "nbytes": itemsize * math.prod(tensor.sizes)}
+    return {
+        **spec,
+        "dtype": dtype,
+        "shape": list(tensor.sizes),
+        "dynamic": tensor.dynamic,
+        "memory_planned": tensor.memory_id is not None,
+        "nbytes": itemsize * math.prod(tensor.sizes),
+    }
 
 
 def method_meta(method: MethodInfo) -> dict:
@@ -283,13 +323,16 @@ def method_meta(method: MethodInfo) -> dict:
     whose delegates cannot run on this host (unverified TensorRT plans) is described from here.
     Slot 0 of the planned buffer sizes is reserved by ExecuTorch and is not a buffer.
     """
-    return {"name": method.name,
-            "inputs": [_value_spec(method, "input", i, v) for i, v in enumerate(method.inputs)],
-            "outputs": [_value_spec(method, "output", i, v) for i, v in enumerate(method.outputs)],
-            "delegates": [d.backend_id for d in method.delegates],
-            "planned_buffers": [
-                {"size": size, "device": method.planned_buffer_devices.get(index, "cpu")}
-                for index, size in enumerate(method.planned_buffer_sizes[1:], start=1)]}
+    return {
+        "name": method.name,
+        "inputs": [_value_spec(method, "input", i, v) for i, v in enumerate(method.inputs)],
+        "outputs": [_value_spec(method, "output", i, v) for i, v in enumerate(method.outputs)],
+        "delegates": [d.backend_id for d in method.delegates],
+        "planned_buffers": [
+            {"size": size, "device": method.planned_buffer_devices.get(index, "cpu")}
+            for index, size in enumerate(method.planned_buffer_sizes[1:], start=1)
+        ],
+    }
 
 
 def inspect_program(path: Path) -> ProgramInfo:
@@ -297,8 +340,9 @@ def inspect_program(path: Path) -> ProgramInfo:
     buf = _Buffer(data)
     if len(data) < 8 or bytes(data[4:8]) != PROGRAM_IDENTIFIER:
         found = bytes(data[4:8]) if len(data) >= 8 else b""
-        raise InspectionError(f"not an ExecuTorch program: file identifier {found!r}, "
-                              f"expected {PROGRAM_IDENTIFIER!r}")
+        raise InspectionError(
+            f"not an ExecuTorch program: file identifier {found!r}, expected {PROGRAM_IDENTIFIER!r}"
+        )
     header = _header(buf, b"eh00", "QQ")
     base = header[1] if header else None
     program = buf.root()
@@ -314,8 +358,9 @@ def inspect_data_file(path: Path) -> DataFileInfo:
     buf = _Buffer(data)
     if len(data) < 8 or bytes(data[4:8]) != DATA_IDENTIFIER:
         found = bytes(data[4:8]) if len(data) >= 8 else b""
-        raise InspectionError(f"not an ExecuTorch data file: file identifier {found!r}, "
-                              f"expected {DATA_IDENTIFIER!r}")
+        raise InspectionError(
+            f"not an ExecuTorch data file: file identifier {found!r}, expected {DATA_IDENTIFIER!r}"
+        )
     header = _header(buf, b"FH01", "QQQQ")
     if not header:
         raise InspectionError("data file has no FH01 header")

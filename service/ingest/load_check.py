@@ -17,6 +17,7 @@ A program whose delegates cannot run on this host (TensorRT plans stored unverif
 without loading its methods: loading initializes the delegates, which must fail here. The child
 then only opens the program and its data, which still verifies every flatbuffer in isolation.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,6 +45,7 @@ class LoadCheckResult:
 @dataclass
 class ChildEnd:
     """How a child ended, in words for a problem message, and the tail of what it wrote."""
+
     timed_out: bool
     how: str
     tail: str
@@ -78,10 +80,14 @@ def _run_child(request: dict, timeout_s: float) -> ChildEnd:
     pid_file = child_guard.pid_file_for(Path(request["report"]))
     request = {**request, "parent": os.getpid(), "pid_file": str(pid_file)}
     with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check",
-                                  json.dumps(request)],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=stderr, env=_child_env(), start_new_session=True)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=_child_env(),
+            start_new_session=True,
+        )
         try:
             child.wait(timeout=timeout_s)
             timed_out = False
@@ -110,8 +116,13 @@ def _tail(stderr) -> str:
     return f"; it reported: {text}" if text else ""
 
 
-def run_checks(work: list[dict], load: dict | None, report: Path,
-               backend_setup: tuple[str, ...], timeout_s: float) -> CheckRun:
+def run_checks(
+    work: list[dict],
+    load: dict | None,
+    report: Path,
+    backend_setup: tuple[str, ...],
+    timeout_s: float,
+) -> CheckRun:
     """One child: the backend setup, then each work item's "module:function" called with its
     "request" (answered in order: {"answer": value} or {"error": reason}), then, if `load` is
     given ({"program", "data", "load_methods"}), the program opened and its methods loaded.
@@ -119,8 +130,12 @@ def run_checks(work: list[dict], load: dict | None, report: Path,
     (or, with no answer at all, possibly the setup before it); all answers but no load outcome
     means loading the program did."""
     global children_started
-    request = {"work": work, "load": load, "backend_setup": list(backend_setup),
-               "report": str(report)}
+    request = {
+        "work": work,
+        "load": load,
+        "backend_setup": list(backend_setup),
+        "report": str(report),
+    }
     children_started += 1
     end = _run_child(request, timeout_s)
     try:
@@ -148,10 +163,14 @@ def load_result(run: CheckRun, program_name: str, file_names: dict[str, str]) ->
     end = run.end
     if run.loaded is None:
         if end.timed_out:
-            return _refused(program_name, "program.load_timeout",
-                            f"loading the program {end.how}{end.tail}")
-        return _refused(program_name, "program.load_crashed",
-                        f"the process loading the program {end.how} without a report{end.tail}")
+            return _refused(
+                program_name, "program.load_timeout", f"loading the program {end.how}{end.tail}"
+            )
+        return _refused(
+            program_name,
+            "program.load_crashed",
+            f"the process loading the program {end.how} without a report{end.tail}",
+        )
     if run.loaded["ok"]:
         return LoadCheckResult(run.loaded["methods"], [])
     file = file_names.get(run.loaded.get("path") or "") or program_name
@@ -174,8 +193,11 @@ def _load(load: dict, ethost) -> dict:
         return {"ok": True, "methods": methods}
     except Exception as exc:  # every failure is reported to the parent, whatever its type
         where = f"method {method!r}: " if method else ""
-        return {"ok": False, "error": f"{where}{type(exc).__name__}: {exc}",
-                "path": getattr(exc, "path", None)}
+        return {
+            "ok": False,
+            "error": f"{where}{type(exc).__name__}: {exc}",
+            "path": getattr(exc, "path", None),
+        }
 
 
 def _outcomes(request: dict):

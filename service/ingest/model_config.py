@@ -9,6 +9,7 @@ otherwise only fail at the first batched request.
 The configuration is stored normalized (every dynamic-batching field present) in the model
 description, so what a model runs with can be read from GET /models/{name}.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ import json
 from service.errors import Problem
 
 CONFIG_FILE = "config"  # the `file` of config problems: the upload part / parameter / config.json
-_LIMIT = 2 ** 53  # JSON integers past this are not exact in every client
+_LIMIT = 2**53  # JSON integers past this are not exact in every client
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
@@ -40,20 +41,26 @@ class _Checker:
             return {}
         for key in value:
             if key not in keys:
-                self.problems.append(_problem(
-                    "config.unknown_key", f"unknown key {_path(where, key)!r}; "
-                    f"{where} takes {', '.join(keys)}"))
+                self.problems.append(
+                    _problem(
+                        "config.unknown_key",
+                        f"unknown key {_path(where, key)!r}; {where} takes {', '.join(keys)}",
+                    )
+                )
         return value
 
     def integer(self, value, where: str, low: int, high: int = _LIMIT) -> int | None:
         # bool is an int in Python but `true` is no batch size in JSON.
         if not isinstance(value, int) or isinstance(value, bool):
             shown = json.dumps(value)[:40]
-            self.problems.append(_problem("config.type", f"{where} must be an integer, not {shown}"))
+            self.problems.append(
+                _problem("config.type", f"{where} must be an integer, not {shown}")
+            )
             return None
         if not low <= value <= high:
-            self.problems.append(_problem("config.range",
-                                          f"{where} must be between {low} and {high}, not {value}"))
+            self.problems.append(
+                _problem("config.range", f"{where} must be between {low} and {high}, not {value}")
+            )
             return None
         return value
 
@@ -91,8 +98,9 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
         max_batch = check.integer(top["max_batch_size"], "max_batch_size", 0) or 0
         config["max_batch_size"] = max_batch
     if "dynamic_batching" in top:
-        config["dynamic_batching"] = _batching(check, top["dynamic_batching"], max_batch,
-                                               top.get("max_batch_size", 0))
+        config["dynamic_batching"] = _batching(
+            check, top["dynamic_batching"], max_batch, top.get("max_batch_size", 0)
+        )
     if "instance_group" in top:
         config["instance_group"] = _groups(check, top["instance_group"])
     return (None if check.problems else config), check.problems
@@ -102,56 +110,91 @@ def _batching(check: _Checker, value, max_batch: int, given) -> dict:
     batching = check.known(value, "dynamic_batching", _BATCHING)
     # Without max_batch_size (absent or 0) requests are never merged: dynamic_batching then only
     # carries the queue policy, and merging settings would be believed in and never applied.
-    merging = [k for k in ("max_queue_delay_microseconds", "preferred_batch_size")
-               if batching.get(k) not in (None, 0, [])]
+    merging = [
+        k
+        for k in ("max_queue_delay_microseconds", "preferred_batch_size")
+        if batching.get(k) not in (None, 0, [])
+    ]
     if merging and given == 0 and not isinstance(given, bool):  # a wrong type is reported once
-        check.problems.append(_problem(
-            "config.batching_without_batch", f"dynamic_batching.{merging[0]} needs "
-            "max_batch_size of 1 or more (the most rows one execute may take); without it "
-            "requests are not merged and only default_queue_policy applies"))
-    delay = check.integer(batching.get("max_queue_delay_microseconds", 0),
-                          "dynamic_batching.max_queue_delay_microseconds", 0, _MAX_DELAY_US)
+        check.problems.append(
+            _problem(
+                "config.batching_without_batch",
+                f"dynamic_batching.{merging[0]} needs "
+                "max_batch_size of 1 or more (the most rows one execute may take); without it "
+                "requests are not merged and only default_queue_policy applies",
+            )
+        )
+    delay = check.integer(
+        batching.get("max_queue_delay_microseconds", 0),
+        "dynamic_batching.max_queue_delay_microseconds",
+        0,
+        _MAX_DELAY_US,
+    )
     preferred = batching.get("preferred_batch_size", [])
     sizes = []
     if not isinstance(preferred, list):
-        check.problems.append(_problem("config.type", "dynamic_batching.preferred_batch_size "
-                                                      "must be a list of integers"))
+        check.problems.append(
+            _problem(
+                "config.type", "dynamic_batching.preferred_batch_size must be a list of integers"
+            )
+        )
         preferred = []
     for size in preferred:
         size = check.integer(size, "dynamic_batching.preferred_batch_size[]", 1)
         if size is not None and max_batch and size > max_batch:
-            check.problems.append(_problem(
-                "config.preferred_batch_size", f"preferred batch size {size} is larger than "
-                f"max_batch_size {max_batch}"))
+            check.problems.append(
+                _problem(
+                    "config.preferred_batch_size",
+                    f"preferred batch size {size} is larger than max_batch_size {max_batch}",
+                )
+            )
         elif size is not None:
             sizes.append(size)
-    policy = check.known(batching.get("default_queue_policy", {}),
-                         "dynamic_batching.default_queue_policy", _POLICY)
+    policy = check.known(
+        batching.get("default_queue_policy", {}), "dynamic_batching.default_queue_policy", _POLICY
+    )
     where = "dynamic_batching.default_queue_policy."
-    return {"max_queue_delay_microseconds": delay or 0,
-            "preferred_batch_size": sorted(set(sizes)),
-            "default_queue_policy": {
-                "max_queue_size": check.integer(policy.get("max_queue_size", 0),
-                                                where + "max_queue_size", 0) or 0,
-                "default_timeout_microseconds": check.integer(
-                    policy.get("default_timeout_microseconds", 0),
-                    where + "default_timeout_microseconds", 0) or 0}}
+    return {
+        "max_queue_delay_microseconds": delay or 0,
+        "preferred_batch_size": sorted(set(sizes)),
+        "default_queue_policy": {
+            "max_queue_size": check.integer(
+                policy.get("max_queue_size", 0), where + "max_queue_size", 0
+            )
+            or 0,
+            "default_timeout_microseconds": check.integer(
+                policy.get("default_timeout_microseconds", 0),
+                where + "default_timeout_microseconds",
+                0,
+            )
+            or 0,
+        },
+    }
 
 
 def _groups(check: _Checker, value) -> list[dict]:
     if not isinstance(value, list) or not value:
-        check.problems.append(_problem("config.type", "instance_group must be a non-empty list "
-                                                      "of objects like {\"count\": 2}"))
+        check.problems.append(
+            _problem(
+                "config.type",
+                'instance_group must be a non-empty list of objects like {"count": 2}',
+            )
+        )
         return []
     groups = []
     for index, group in enumerate(value):
         group = check.known(group, f"instance_group[{index}]", _GROUP)
-        count = check.integer(group.get("count", 1), f"instance_group[{index}].count", 1,
-                              _MAX_INSTANCES)
+        count = check.integer(
+            group.get("count", 1), f"instance_group[{index}].count", 1, _MAX_INSTANCES
+        )
         groups.append({"count": count or 1})
     if sum(g["count"] for g in groups) > _MAX_INSTANCES:
-        check.problems.append(_problem("config.range", f"instance_group counts add up to more "
-                                                       f"than {_MAX_INSTANCES} instances"))
+        check.problems.append(
+            _problem(
+                "config.range",
+                f"instance_group counts add up to more than {_MAX_INSTANCES} instances",
+            )
+        )
     return groups
 
 
@@ -174,18 +217,36 @@ def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Pr
                 where = f"method {meta['name']!r} {role[:-1]} {index}"
                 shape = spec.get("shape", [])
                 if spec.get("tag", "Tensor") != "Tensor" or not shape:
-                    problems.append(_problem("config.not_batchable", (
-                        f"max_batch_size {max_batch}: {where} is not a tensor with a leading "
-                        "batch dimension")))
+                    problems.append(
+                        _problem(
+                            "config.not_batchable",
+                            (
+                                f"max_batch_size {max_batch}: {where} is not a tensor with a "
+                                "leading batch dimension"
+                            ),
+                        )
+                    )
                 elif not spec.get("dynamic"):
-                    problems.append(_problem("config.not_batchable", (
-                        f"max_batch_size {max_batch}: {where} has the static shape {shape}; "
-                        "batching needs a dynamic leading (batch) dimension (export with "
-                        "torch.export.Dim on dim 0)")))
+                    problems.append(
+                        _problem(
+                            "config.not_batchable",
+                            (
+                                f"max_batch_size {max_batch}: {where} has the static shape "
+                                f"{shape}; batching needs a dynamic leading (batch) dimension "
+                                "(export with torch.export.Dim on dim 0)"
+                            ),
+                        )
+                    )
                 elif shape[0] < max_batch:
-                    problems.append(_problem("config.max_batch_size", (
-                        f"max_batch_size {max_batch} is larger than the upper bound {shape[0]} "
-                        f"of dim 0 of {where} (shape bound {shape})")))
+                    problems.append(
+                        _problem(
+                            "config.max_batch_size",
+                            (
+                                f"max_batch_size {max_batch} is larger than the upper bound "
+                                f"{shape[0]} of dim 0 of {where} (shape bound {shape})"
+                            ),
+                        )
+                    )
     return problems
 
 

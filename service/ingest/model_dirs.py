@@ -6,6 +6,7 @@ holding them. Each entry is copied into a staging directory and goes through the
 upload, so a directory can never hold a model the upload API would refuse; the directory itself
 is only read (it is often a read-only volume, and other servers may read it too).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,12 @@ def find_entries(dirs: tuple[Path, ...], model_name: str | None) -> list[tuple[s
             if not any(folder.glob("*.pte")):
                 log.info("skipping %s: it holds no .pte program", folder)
             elif folder.name in entries:  # one name, one model: the first directory given wins
-                log.error("skipping %s: model %s is already served from %s", folder,
-                          folder.name, entries[folder.name])
+                log.error(
+                    "skipping %s: model %s is already served from %s",
+                    folder,
+                    folder.name,
+                    entries[folder.name],
+                )
             else:
                 entries[folder.name] = folder
     return list(entries.items())

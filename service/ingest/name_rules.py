@@ -5,6 +5,7 @@ pytorch/TensorRT PR 4915): a program saved under a `.ptd` name is overwritten by
 and data-file names that work on Linux fail on Windows or on a case-insensitive file system. Each
 kind of violation has its own rule id and message so a user knows exactly what to change.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,7 +18,8 @@ MODEL_NAME_LIMIT = 128
 _ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 _FIRST = re.compile(r"[A-Za-z0-9_]")
 _DEVICE_NAMES = frozenset(
-    ["CON", "PRN", "AUX", "NUL"] + [f"COM{i}" for i in range(10)] + [f"LPT{i}" for i in range(10)])
+    ["CON", "PRN", "AUX", "NUL"] + [f"COM{i}" for i in range(10)] + [f"LPT{i}" for i in range(10)]
+)
 
 
 def windows_name(name: str) -> str:
@@ -31,10 +33,15 @@ def names_data_file(name: str) -> bool:
 
 def check_program_name(name: str) -> list[Problem]:
     if names_data_file(name):
-        return [Problem(name, "program.ptd_name",
-                        f"program file {clip(name)!r} has a data-file name: a name ending in "
-                        "'.ptd' (ignoring case and trailing dots and spaces) is where a data file "
-                        "is written, which overwrites the program; upload the program as '<name>.pte'")]
+        return [
+            Problem(
+                name,
+                "program.ptd_name",
+                f"program file {clip(name)!r} has a data-file name: a name ending in "
+                "'.ptd' (ignoring case and trailing dots and spaces) is where a data file "
+                "is written, which overwrites the program; upload the program as '<name>.pte'",
+            )
+        ]
     return []
 
 
@@ -53,39 +60,69 @@ def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> 
         hint = ""
         if "/" in bad or "\\" in bad:
             hint = " ('/' and '\\' make it a path: give a plain name, not a directory)"
-        problems.append(Problem(file, f"{rule_prefix}.characters",
-                                f"{what} {clip(stem)!r} contains {clip(_describe_chars(bad))}: "
-                                f"only ASCII letters, digits, '.', '-' and '_' are allowed{hint}"))
+        problems.append(
+            Problem(
+                file,
+                f"{rule_prefix}.characters",
+                f"{what} {clip(stem)!r} contains {clip(_describe_chars(bad))}: "
+                f"only ASCII letters, digits, '.', '-' and '_' are allowed{hint}",
+            )
+        )
     if not _FIRST.fullmatch(stem[0]):
-        problems.append(Problem(file, f"{rule_prefix}.first_character",
-                                f"{what} {clip(stem)!r} starts with {stem[0]!r}: it must start "
-                                "with an ASCII letter, a digit or '_'"))
+        problems.append(
+            Problem(
+                file,
+                f"{rule_prefix}.first_character",
+                f"{what} {clip(stem)!r} starts with {stem[0]!r}: it must start "
+                "with an ASCII letter, a digit or '_'",
+            )
+        )
     device = stem.split(".", 1)[0].rstrip(" ").upper()
     if device in _DEVICE_NAMES:
-        problems.append(Problem(file, f"{rule_prefix}.device_name",
-                                f"{what} {clip(stem)!r} is the Windows device name {device} "
-                                "(with or without an extension such a name cannot be a file on "
-                                "Windows)"))
+        problems.append(
+            Problem(
+                file,
+                f"{rule_prefix}.device_name",
+                f"{what} {clip(stem)!r} is the Windows device name {device} "
+                "(with or without an extension such a name cannot be a file on "
+                "Windows)",
+            )
+        )
     return problems
 
 
 def check_data_name(name: str) -> list[Problem]:
     if not name.endswith(DATA_SUFFIX):
-        return [Problem(name, "data.extension",
-                        f"data file {clip(name)!r} must be named '<name>.ptd' (lower-case "
-                        "'.ptd', nothing after it)")]
+        return [
+            Problem(
+                name,
+                "data.extension",
+                f"data file {clip(name)!r} must be named '<name>.ptd' (lower-case "
+                "'.ptd', nothing after it)",
+            )
+        ]
     stem = name[: -len(DATA_SUFFIX)]
     problems = _stem_problems("data file name", name, stem, "data")
     if stem and names_data_file(stem):
-        problems.append(Problem(name, "data.double_suffix",
-                                f"data file {clip(name)!r}: the part before '.ptd' "
-                                f"({clip(stem)!r}) itself ends in '.ptd'; name it '<name>.ptd' "
-                                "once"))
+        problems.append(
+            Problem(
+                name,
+                "data.double_suffix",
+                f"data file {clip(name)!r}: the part before '.ptd' "
+                f"({clip(stem)!r}) itself ends in '.ptd'; name it '<name>.ptd' "
+                "once",
+            )
+        )
     size = len(name.encode("utf-8"))
     if size > FILE_NAME_LIMIT:
-        problems.append(Problem(name, "data.too_long",
-                                f"data file name is {size} bytes with '.ptd'; file systems allow "
-                                f"at most {FILE_NAME_LIMIT}"))
+        problems.append(
+            Problem(
+                name,
+                "data.too_long",
+                f"data file name is {size} bytes with '.ptd'; file systems allow "
+                f"at most {FILE_NAME_LIMIT}",
+            )
+        )
     return problems
 
 
@@ -99,13 +136,21 @@ def check_data_names_together(names: list[str]) -> list[Problem]:
             seen[name.lower()] = name
             continue
         if first == name:
-            problems.append(Problem(name, "data.duplicate",
-                                    f"data file {clip(name)!r} is uploaded more than once"))
+            problems.append(
+                Problem(
+                    name, "data.duplicate", f"data file {clip(name)!r} is uploaded more than once"
+                )
+            )
         else:
-            problems.append(Problem(name, "data.case_collision",
-                                    f"data files {clip(first)!r} and {clip(name)!r} differ only "
-                                    "in letter case; on a case-insensitive file system they are "
-                                    "one file"))
+            problems.append(
+                Problem(
+                    name,
+                    "data.case_collision",
+                    f"data files {clip(first)!r} and {clip(name)!r} differ only "
+                    "in letter case; on a case-insensitive file system they are "
+                    "one file",
+                )
+            )
     return problems
 
 
@@ -113,6 +158,11 @@ def check_model_name(name: str) -> list[Problem]:
     problems = _stem_problems("model name", None, name, "model")
     size = len(name.encode("utf-8"))
     if size > MODEL_NAME_LIMIT:
-        problems.append(Problem(None, "model.too_long",
-                                f"model name is {size} bytes; at most {MODEL_NAME_LIMIT} allowed"))
+        problems.append(
+            Problem(
+                None,
+                "model.too_long",
+                f"model name is {size} bytes; at most {MODEL_NAME_LIMIT} allowed",
+            )
+        )
     return problems

@@ -17,6 +17,7 @@ A check may accept a delegate it cannot run here (details "runnable": False with
 model is then stored but described as unavailable, and its methods are described from the file
 because loading them would initialize that delegate.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,6 +55,7 @@ class IsolatedWork:
     and returns a JSON-able answer, which `finish` turns into problems and details here. `doing`
     names the call in the problem if it crashes or hangs the child.
     """
+
     function: str
     request: dict
     finish: Callable[[dict], None]
@@ -71,8 +73,14 @@ class DelegateReport:
 class IngestContext:
     """What a delegate check may consult; it records which named data was looked up."""
 
-    def __init__(self, settings: Settings, program_name: str, program: ProgramInfo,
-                 program_path: Path, data_files: dict[str, tuple[Path, DataFileInfo]]):
+    def __init__(
+        self,
+        settings: Settings,
+        program_name: str,
+        program: ProgramInfo,
+        program_path: Path,
+        data_files: dict[str, tuple[Path, DataFileInfo]],
+    ):
         self.settings = settings
         self.program_name = program_name
         self.program = program
@@ -127,8 +135,13 @@ class IngestRefused(Exception):
 def _name_problems(upload: StagedUpload) -> list[Problem]:
     problems = rules.check_model_name(upload.model_name)
     if upload.program is None:
-        problems.append(Problem(None, "upload.program_missing",
-                                "the upload has no 'program' file part (one .pte file)"))
+        problems.append(
+            Problem(
+                None,
+                "upload.program_missing",
+                "the upload has no 'program' file part (one .pte file)",
+            )
+        )
     else:
         problems += rules.check_program_name(upload.program.name)
     for data in upload.data:
@@ -144,57 +157,90 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
         try:
             program = inspect_program(upload.program.path)
         except InspectionError as exc:
-            problems.append(Problem(upload.program.name, "program.invalid",
-                                    f"{clip(upload.program.name)!r} is not a valid ExecuTorch "
-                                    f"program: {exc}"))
+            problems.append(
+                Problem(
+                    upload.program.name,
+                    "program.invalid",
+                    f"{clip(upload.program.name)!r} is not a valid ExecuTorch program: {exc}",
+                )
+            )
     data_files = {}
     for data in upload.data:
         try:
             data_files[data.name] = inspect_data_file(data.path)
         except InspectionError as exc:
-            problems.append(Problem(data.name, "data.invalid",
-                                    f"{clip(data.name)!r} is not a valid ExecuTorch data file: "
-                                    f"{exc}"))
+            problems.append(
+                Problem(
+                    data.name,
+                    "data.invalid",
+                    f"{clip(data.name)!r} is not a valid ExecuTorch data file: {exc}",
+                )
+            )
     return program, data_files, problems
 
 
-def _external_data_problems(program_name: str, program: ProgramInfo,
-                            data_files: dict[str, DataFileInfo]) -> list[Problem]:
+def _external_data_problems(
+    program_name: str, program: ProgramInfo, data_files: dict[str, DataFileInfo]
+) -> list[Problem]:
     problems = []
     owners: dict[str, str] = {}
     for name, info in data_files.items():
         for key in info.keys:
             if key in owners:
-                problems.append(Problem(name, "data.duplicate_key",
-                                        f"named data {clip(key)!r} is in both "
-                                        f"{clip(owners[key])!r} and {clip(name)!r}; the program "
-                                        "could get either"))
+                problems.append(
+                    Problem(
+                        name,
+                        "data.duplicate_key",
+                        f"named data {clip(key)!r} is in both "
+                        f"{clip(owners[key])!r} and {clip(name)!r}; the program "
+                        "could get either",
+                    )
+                )
             owners.setdefault(key, name)
     for method in program.methods:
         missing = [key for key in method.external_keys if key not in owners]
         if missing:
             where = "uploaded data files" if data_files else "upload (no data files were uploaded)"
-            problems.append(Problem(program_name, "external.missing_key",
-                                    f"method {method.name!r} needs external data "
-                                    f"{', '.join(map(repr, missing))} that is not in the {where}"))
+            problems.append(
+                Problem(
+                    program_name,
+                    "external.missing_key",
+                    f"method {method.name!r} needs external data "
+                    f"{', '.join(map(repr, missing))} that is not in the {where}",
+                )
+            )
     return problems
 
 
-def _guarded(delegate: DelegateInfo, context: IngestContext, report: DelegateReport,
-             step: Callable[..., object], *args):
+def _guarded(
+    delegate: DelegateInfo,
+    context: IngestContext,
+    report: DelegateReport,
+    step: Callable[..., object],
+    *args,
+):
     """Calls step(*args); a failing check must refuse the upload, not crash the server."""
     try:
         return step(*args)
     except Exception as exc:  # whatever a check raises becomes its problem
         log.exception("delegate check for %s failed", delegate.backend_id)
-        report.problems.append(Problem(context.program_name, "delegate.check_failed",
-                                       f"{delegate.where}: the ingest check failed: "
-                                       f"{type(exc).__name__}: {exc}"))
+        report.problems.append(
+            Problem(
+                context.program_name,
+                "delegate.check_failed",
+                f"{delegate.where}: the ingest check failed: {type(exc).__name__}: {exc}",
+            )
+        )
         return None
 
 
-def _run_child(context: IngestContext, reports: list, load: dict | None, report_path: Path,
-               file_names: dict[str, str]) -> LoadCheckResult | None:
+def _run_child(
+    context: IngestContext,
+    reports: list,
+    load: dict | None,
+    report_path: Path,
+    file_names: dict[str, str],
+) -> LoadCheckResult | None:
     """Runs every check's isolated work, then the load step, in one child; hands the answers to
     the checks and returns the load step's result (None when there was none to run).
 
@@ -208,13 +254,20 @@ def _run_child(context: IngestContext, reports: list, load: dict | None, report_
     while True:
         run = run_checks(
             [{"function": r.isolated.function, "request": r.isolated.request} for _, r in pending],
-            load, report_path, context.settings.setups,
-            context.settings.load_check_timeout_s)
+            load,
+            report_path,
+            context.settings.setups,
+            context.settings.load_check_timeout_s,
+        )
         for (delegate, report), answer in zip(pending, run.answers):
             if "error" in answer:
-                report.problems.append(Problem(context.program_name, "delegate.check_failed",
-                                               f"{delegate.where}: {report.isolated.doing} "
-                                               f"failed: {answer['error']}"))
+                report.problems.append(
+                    Problem(
+                        context.program_name,
+                        "delegate.check_failed",
+                        f"{delegate.where}: {report.isolated.doing} failed: {answer['error']}",
+                    )
+                )
             else:
                 _guarded(delegate, context, report, report.isolated.finish, answer["answer"])
         if len(run.answers) >= len(pending):
@@ -222,10 +275,17 @@ def _run_child(context: IngestContext, reports: list, load: dict | None, report_
         delegate, report = pending[len(run.answers)]
         end = run.end
         rule = "delegate.check_timeout" if end.timed_out else "delegate.check_crashed"
-        report.problems.append(Problem(context.program_name, rule, (
-            f"{delegate.where}: the isolated process {report.isolated.doing} {end.how}"
-            f"{end.tail}; the server did not load it")))
-        pending = [] if end.timed_out else pending[len(run.answers) + 1:]
+        report.problems.append(
+            Problem(
+                context.program_name,
+                rule,
+                (
+                    f"{delegate.where}: the isolated process {report.isolated.doing} {end.how}"
+                    f"{end.tail}; the server did not load it"
+                ),
+            )
+        )
+        pending = [] if end.timed_out else pending[len(run.answers) + 1 :]
         if not pending:
             return None
         load = None
@@ -257,35 +317,66 @@ def _collect(reports: list) -> tuple[dict, list, list]:
 
 def _unused_data_warnings(context: IngestContext) -> list[str]:
     used = context.used_keys | {k for m in context.program.methods for k in m.external_keys}
-    return [f"data file {name!r} is not used by the program (none of its {len(info.keys)} "
-            "named data entries is needed)"
-            for name, info in context.data_files.items() if not used & set(info.keys)]
+    return [
+        f"data file {name!r} is not used by the program (none of its {len(info.keys)} "
+        "named data entries is needed)"
+        for name, info in context.data_files.items()
+        if not used & set(info.keys)
+    ]
 
 
 def _unavailable_reasons(delegate_details: dict) -> list[str]:
-    reasons = [d["unavailable_reason"] for d in delegate_details.values()
-               if d.get("runnable") is False]
+    reasons = [
+        d["unavailable_reason"] for d in delegate_details.values() if d.get("runnable") is False
+    ]
     return list(dict.fromkeys(reasons))
 
 
-def _describe(upload: StagedUpload, program: ProgramInfo, methods_meta: list[dict],
-              delegate_details: dict, warnings: list[str], unavailable: list[str],
-              config: dict | None) -> ModelDescription:
+def _describe(
+    upload: StagedUpload,
+    program: ProgramInfo,
+    methods_meta: list[dict],
+    delegate_details: dict,
+    warnings: list[str],
+    unavailable: list[str],
+    config: dict | None,
+) -> ModelDescription:
     by_name = {m.name: m for m in program.methods}
     methods = []
     for meta in methods_meta:
         info = by_name.get(meta["name"])
-        delegates = [] if info is None else [
-            {"index": d.index, "backend": d.backend_id,
-             "details": delegate_details.get((info.name, d.index), {})} for d in info.delegates]
-        methods.append({"name": meta["name"], "inputs": meta["inputs"], "outputs": meta["outputs"],
-                        "delegates": delegates,
-                        "external_data_keys": [] if info is None else info.external_keys,
-                        "planned_buffers": meta.get("planned_buffers", [])})
+        delegates = (
+            []
+            if info is None
+            else [
+                {
+                    "index": d.index,
+                    "backend": d.backend_id,
+                    "details": delegate_details.get((info.name, d.index), {}),
+                }
+                for d in info.delegates
+            ]
+        )
+        methods.append(
+            {
+                "name": meta["name"],
+                "inputs": meta["inputs"],
+                "outputs": meta["outputs"],
+                "delegates": delegates,
+                "external_data_keys": [] if info is None else info.external_keys,
+                "planned_buffers": meta.get("planned_buffers", []),
+            }
+        )
     files = [StoredFile(upload.program.name, PROGRAM, upload.program.size, upload.program.sha256)]
     files += [StoredFile(d.name, DATA, d.size, d.sha256) for d in upload.data]
-    return ModelDescription(upload.model_name, tuple(files), tuple(methods), tuple(warnings),
-                            "; ".join(unavailable) if unavailable else None, config or {})
+    return ModelDescription(
+        upload.model_name,
+        tuple(files),
+        tuple(methods),
+        tuple(warnings),
+        "; ".join(unavailable) if unavailable else None,
+        config or {},
+    )
 
 
 def _move_to_final_names(upload: StagedUpload) -> None:
@@ -315,18 +406,33 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
     problems += check_model_config(config, [method_meta(m) for m in program.methods])
     program_name = upload.program.name
     problems += _external_data_problems(program_name, program, data_files)
-    context = IngestContext(settings, program_name, program, upload.program.path,
-                            {d.name: (d.path, data_files[d.name]) for d in upload.data
-                             if d.name in data_files})
+    context = IngestContext(
+        settings,
+        program_name,
+        program,
+        upload.program.path,
+        {d.name: (d.path, data_files[d.name]) for d in upload.data if d.name in data_files},
+    )
     reports = _delegate_reports(context)
     details, _, _ = _collect(reports)
     unavailable = _unavailable_reasons(details)
     found_before = bool(problems) or any(r.problems for _, r in reports)
-    load = None if found_before else {
-        "program": str(upload.program.path), "data": [str(d.path) for d in upload.data],
-        "load_methods": not unavailable}
-    loaded = _run_child(context, reports, load, upload.directory / ".check.jsonl",
-                        {str(d.path): d.name for d in upload.data})
+    load = (
+        None
+        if found_before
+        else {
+            "program": str(upload.program.path),
+            "data": [str(d.path) for d in upload.data],
+            "load_methods": not unavailable,
+        }
+    )
+    loaded = _run_child(
+        context,
+        reports,
+        load,
+        upload.directory / ".check.jsonl",
+        {str(d.path): d.name for d in upload.data},
+    )
     details, delegate_problems, warnings = _collect(reports)
     problems += delegate_problems
     if problems:

@@ -6,6 +6,7 @@ neutral names (part-N) because the names they arrived under have not passed the 
 ingest renames them once they have. A Staging that is aborted, or whose commit raises, leaves
 nothing behind.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,6 +36,7 @@ class StagedUpload:
 
     `config` is the per-model configuration sent with it (None when none was), carried into the
     model's description."""
+
     model_name: str
     replace: bool
     directory: Path
@@ -55,8 +57,9 @@ class StagedWriter:
     def write(self, chunk: bytes) -> None:
         self.staged.size += len(chunk)
         if self.staged.size > self._limit:
-            raise TooLarge(f"file {clip(self.staged.name)!r} is larger than the limit of "
-                           f"{self._limit} bytes")
+            raise TooLarge(
+                f"file {clip(self.staged.name)!r} is larger than the limit of {self._limit} bytes"
+            )
         self._handle.write(chunk)
         self._digest.update(chunk)
 
@@ -96,8 +99,9 @@ class Staging:
         (self.programs if role == "program" else self.data).append(staged)
         if role == "data" and len(self.data) > self._settings.max_data_files:
             raise TooLarge(f"more than {self._settings.max_data_files} data files in one upload")
-        limit = self._settings.max_program_bytes if role == "program" else \
-            self._settings.max_data_bytes
+        limit = (
+            self._settings.max_program_bytes if role == "program" else self._settings.max_data_bytes
+        )
         self._open = StagedWriter(staged, limit)
         return self._open
 
@@ -116,21 +120,36 @@ class Staging:
 
     def program_count_problems(self) -> list[Problem]:
         if len(self.programs) > 1:
-            return [Problem(None, "upload.program_count",
-                            f"the upload has {len(self.programs)} 'program' files; send one")]
+            return [
+                Problem(
+                    None,
+                    "upload.program_count",
+                    f"the upload has {len(self.programs)} 'program' files; send one",
+                )
+            ]
         return []
 
-    def commit(self, model_name: str, replace: bool, config: dict | None = None,
-               problems: list[Problem] = ()) -> StagedUpload:
+    def commit(
+        self,
+        model_name: str,
+        replace: bool,
+        config: dict | None = None,
+        problems: list[Problem] = (),
+    ) -> StagedUpload:
         """Hands the received files to ingest; `problems` found by the transport refuse it."""
         self.close_open_file()
-        problems = list(problems) + [p for p in self.program_count_problems()
-                                     if p not in problems]
+        problems = list(problems) + [p for p in self.program_count_problems() if p not in problems]
         if problems:
             self.abort()
             raise Invalid("upload refused", problems)
-        return StagedUpload(model_name, replace, self.directory,
-                            self.programs[0] if self.programs else None, self.data, config)
+        return StagedUpload(
+            model_name,
+            replace,
+            self.directory,
+            self.programs[0] if self.programs else None,
+            self.data,
+            config,
+        )
 
     def abort(self) -> None:
         self.close_open_file()
@@ -147,8 +166,13 @@ def _role(filename: str) -> str | None:
     return "program" if filename.endswith(".pte") else "data" if filename.endswith(".ptd") else None
 
 
-def stage_files(staging: Staging, model_name: str, files: dict[str, bytes],
-                config: dict | None, version: str = "1") -> StagedUpload:
+def stage_files(
+    staging: Staging,
+    model_name: str,
+    files: dict[str, bytes],
+    config: dict | None,
+    version: str = "1",
+) -> StagedUpload:
     """Stages files keyed as a model repository lays them out ("<version>/<filename>", as the
     v2 repository `load` overrides them): the one .pte is the program, .ptd files its data.
     The model is replaced if it exists, as a repository load does."""
@@ -158,13 +182,22 @@ def stage_files(staging: Staging, model_name: str, files: dict[str, bytes],
             folder, _, filename = key.rpartition("/")
             role = _role(filename)
             if folder not in ("", version):
-                problems.append(Problem(clip(key), "load.file_path",
-                                        f"file {clip(key)!r} must be '<version>/<filename>' with "
-                                        f"version {version!r} (the model's only version)"))
+                problems.append(
+                    Problem(
+                        clip(key),
+                        "load.file_path",
+                        f"file {clip(key)!r} must be '<version>/<filename>' with "
+                        f"version {version!r} (the model's only version)",
+                    )
+                )
             elif role is None:
-                problems.append(Problem(clip(key), "load.file_kind",
-                                        f"file {clip(key)!r} is neither a .pte program nor a "
-                                        ".ptd data file"))
+                problems.append(
+                    Problem(
+                        clip(key),
+                        "load.file_kind",
+                        f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
+                    )
+                )
             else:
                 staging.add_file(role, filename, [content])
         return staging.commit(model_name, True, config, problems)

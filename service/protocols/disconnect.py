@@ -6,10 +6,12 @@ nobody. Once a request's body has been read, the only message left to receive is
 disconnect, so waiting for it beside the work tells when to cancel the work (the scheduler takes
 a cancelled request out of its queue before it executes).
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 

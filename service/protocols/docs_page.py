@@ -6,6 +6,7 @@ from the swagger-ui-bundle-v2 package (Swagger UI 5, the first major release tha
 OpenAPI 3.1 schemas FastAPI writes), mounted as static files. ReDoc has no such package and is not
 offered. Swagger UI's online validator is turned off: it would send the schema to swagger.io.
 """
+
 from __future__ import annotations
 
 import swagger_ui_bundle
@@ -20,8 +21,11 @@ ASSETS_PATH = "/docs/assets"
 
 def install(app: FastAPI) -> None:
     """Serves the page at /docs; the app must be made with docs_url=None and redoc_url=None."""
-    app.mount(ASSETS_PATH, StaticFiles(directory=str(swagger_ui_bundle.swagger_ui_path)),
-              name="swagger-ui-assets")
+    app.mount(
+        ASSETS_PATH,
+        StaticFiles(directory=str(swagger_ui_bundle.swagger_ui_path)),
+        name="swagger-ui-assets",
+    )
 
     @app.get(DOCS_PATH, include_in_schema=False)
     async def docs(request: Request) -> HTMLResponse:

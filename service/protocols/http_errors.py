@@ -10,6 +10,7 @@ using its connection after any answer, 500 included.
 It also keeps client strings out of the access log whole: uvicorn logs the request path, which
 can carry a name of any length.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,10 @@ _RULES = {404: "request.route", 405: "request.method"}
 
 def responses(*codes: int) -> dict:
     """OpenAPI `responses` for the given error statuses, each with the shared error body."""
-    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
-            for code in sorted(set(codes))}
+    return {
+        code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+        for code in sorted(set(codes))
+    }
 
 
 def error_body(message: str, rule: str) -> dict:
@@ -63,8 +66,11 @@ async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:
         message = clip(exc.detail)
-    return JSONResponse(error_body(message, _RULES.get(exc.status_code, "request.http")),
-                        status_code=exc.status_code, headers=exc.headers)
+    return JSONResponse(
+        error_body(message, _RULES.get(exc.status_code, "request.http")),
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
 
 
 class UnexpectedErrors:
@@ -94,9 +100,16 @@ class UnexpectedErrors:
                 raise
             log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
             payload = json.dumps(error_body("internal server error", "server.internal")).encode()
-            await send({"type": "http.response.start", "status": 500,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(payload)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(payload)).encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": payload})
 
 
@@ -129,8 +142,11 @@ def _schema_with_one_error_shape(app: FastAPI):
                 for operation in operations.values():
                     invalid = operation.get("responses", {}).get("422", {})
                     for content in invalid.get("content", {}).values():
-                        if content.get("schema", {}).get("$ref", "").endswith(
-                                "/HTTPValidationError"):
+                        if (
+                            content.get("schema", {})
+                            .get("$ref", "")
+                            .endswith("/HTTPValidationError")
+                        ):
                             content["schema"] = error_ref
             components = schema.get("components", {}).get("schemas", {})
             components.pop("HTTPValidationError", None)

@@ -9,6 +9,7 @@ lets numpy convert; the per-value Python loop only runs to name the offending va
 that is refused anyway. Every way numpy can fail on client data (a shape too large or too deep,
 an integer too large for a float) is turned into a CodecError naming the tensor.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,16 +48,17 @@ def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(
-        np.float32)
+        np.float32
+    )
 
 
 def _check_shape(shape, label: str) -> None:
-    if not isinstance(shape, list) or not all(
-            type(d) is int and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise CodecError(f"{label}: 'shape' must be a list of non-negative integers")
     if len(shape) > MAX_DIMS:
-        raise CodecError(f"{label}: 'shape' has {len(shape)} dimensions; tensors have at most "
-                         f"{MAX_DIMS}")
+        raise CodecError(
+            f"{label}: 'shape' has {len(shape)} dimensions; tensors have at most {MAX_DIMS}"
+        )
     too_large = next((d for d in shape if d > MAX_DIM), None)
     if too_large is not None:
         raise CodecError(f"{label}: dimension {too_large} in 'shape' is larger than {MAX_DIM}")
@@ -74,8 +76,10 @@ def _flat_values(data, shape: list, label: str) -> list:
         for item in level:
             if type(item) is not list or len(item) != size:
                 found = f"a list of {len(item)}" if type(item) is list else f"{clip(repr(item))}"
-                raise CodecError(f"{label}: nested 'data' must match shape {shape}: found {found} "
-                                 f"at depth {depth} where a list of {size} is expected")
+                raise CodecError(
+                    f"{label}: nested 'data' must match shape {shape}: found {found} "
+                    f"at depth {depth} where a list of {size} is expected"
+                )
         level = list(chain.from_iterable(level))
     return level
 
@@ -103,8 +107,9 @@ def _floats(values: list, datatype: str, label: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             array = np.array(values, dtype=target)
     except OverflowError:  # a Python int beyond any float
-        raise _out_of_range(max((v for v in values if type(v) is int), key=abs), datatype,
-                            label) from None
+        raise _out_of_range(
+            max((v for v in values if type(v) is int), key=abs), datatype, label
+        ) from None
     if datatype == BF16:
         array = float32_to_bf16_bits(array)
         finite = np.isfinite(bf16_bits_to_float32(array))
@@ -126,8 +131,9 @@ def _integers(values: list, kinds: set, datatype: str, label: str) -> np.ndarray
         try:
             wide = np.array(values, dtype=np.float64)
         except OverflowError:
-            raise _out_of_range(max((v for v in values if type(v) is int), key=abs), datatype,
-                                label, bounds) from None
+            raise _out_of_range(
+                max((v for v in values if type(v) is int), key=abs), datatype, label, bounds
+            ) from None
         with np.errstate(invalid="ignore"):
             fractional = ~np.isfinite(wide) | (wide != np.trunc(wide))
         if fractional.any():
@@ -153,8 +159,10 @@ def _integers(values: list, kinds: set, datatype: str, label: str) -> np.ndarray
 def decode(datatype: str, shape, data, label: str) -> np.ndarray:
     """A request tensor as an array of the datatype's numpy dtype (BF16: uint16 bit patterns)."""
     if datatype not in DATATYPES:
-        raise CodecError(f"{label}: unknown datatype {clip(repr(datatype))}; expected one of "
-                         f"{', '.join(DATATYPES)}")
+        raise CodecError(
+            f"{label}: unknown datatype {clip(repr(datatype))}; expected one of "
+            f"{', '.join(DATATYPES)}"
+        )
     _check_shape(shape, label)
     values = _flat_values(data, shape, label)
     count = math.prod(shape)
@@ -171,8 +179,11 @@ def decode(datatype: str, shape, data, label: str) -> np.ndarray:
     else:
         if kinds - _NUMBERS:
             _refuse_type(values, _NUMBERS, datatype, shape, label)
-        array = (_floats(values, datatype, label) if datatype in _FLOATS
-                 else _integers(values, kinds, datatype, label))
+        array = (
+            _floats(values, datatype, label)
+            if datatype in _FLOATS
+            else _integers(values, kinds, datatype, label)
+        )
     try:
         return array.reshape(shape)
     except ValueError:  # numpy's own size limits
@@ -188,8 +199,9 @@ def _json_value(value):
 def _values_and_datatype(array: np.ndarray, name: str, datatype: str | None):
     datatype = datatype or datatype_of(array.dtype.name)
     if datatype is None:
-        raise CodecError(f"{name}: dtype {array.dtype.name} has no Open Inference Protocol "
-                         "datatype")
+        raise CodecError(
+            f"{name}: dtype {array.dtype.name} has no Open Inference Protocol datatype"
+        )
     values = bf16_bits_to_float32(array) if datatype == BF16 else array
     return np.ascontiguousarray(values.reshape(-1)), datatype
 

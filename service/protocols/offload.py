@@ -10,6 +10,7 @@ Small bodies are cheaper to handle inline than to ship, so callers only offload 
 The workers are spawned (never forked: the server has native threads) on first use and replaced
 if one dies; a call that lost its worker answers 503.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,9 +18,9 @@ import logging
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable
 
 from service.errors import Unavailable
 
@@ -46,9 +47,11 @@ class Offload:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers,
-                                             mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_ignore_interrupts)
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_ignore_interrupts,
+            )
         return self._pool
 
     async def call(self, function: Callable, *args):

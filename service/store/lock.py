@@ -13,6 +13,7 @@ load-check children the server spawns do not hold the lock after it exits. `floc
 processes that share a kernel's view of the file: on a network file system it may not, so give
 each replica its own folder (the README's "Scaling out").
 """
+
 from __future__ import annotations
 
 import errno
@@ -48,7 +49,9 @@ def acquire(root: Path) -> StoreLock:
         path = root / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise StoreLockError(f"cannot open the lock file in artifacts folder {root}: {exc}") from exc
+        raise StoreLockError(
+            f"cannot open the lock file in artifacts folder {root}: {exc}"
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -58,7 +61,8 @@ def acquire(root: Path) -> StoreLock:
             raise StoreLockError(
                 f"artifacts folder {root} is in use by another server "
                 f"({holder or 'holder not recorded yet'}; lock file {path}); stop that server or "
-                f"give this one another folder (--artifacts)") from None
+                f"give this one another folder (--artifacts)"
+            ) from None
         raise StoreLockError(f"cannot lock artifacts folder {root} ({path}): {exc}") from exc
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = f"pid {os.getpid()} on host {socket.gethostname()}, started {started}\n".encode()

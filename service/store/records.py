@@ -6,6 +6,7 @@ change its form (RECORD_VERSION, with a migration in service.store.storage) with
 answer. Method descriptions stay plain dicts: they are what the native host reports of a method
 and are passed through to every protocol as they are.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class StoredFile:
 class ModelDescription:
     """What ingest found: the files, each method's signature and delegates, the warnings, and,
     when the model is stored but cannot run on this host, why not (`not_runnable`)."""
+
     name: str
     files: tuple[StoredFile, ...]
     methods: tuple[dict, ...]
@@ -47,9 +49,14 @@ class ModelDescription:
 
     def view(self, state: str, error: str | None = None) -> dict:
         """The description every protocol answers with (the native API's ModelDescription)."""
-        view = {"name": self.name, "state": state, "runnable": self.runnable,
-                "files": [f.to_json() for f in self.files], "methods": list(self.methods),
-                "warnings": list(self.warnings)}
+        view = {
+            "name": self.name,
+            "state": state,
+            "runnable": self.runnable,
+            "files": [f.to_json() for f in self.files],
+            "methods": list(self.methods),
+            "warnings": list(self.warnings),
+        }
         if self.not_runnable is not None:
             view["unavailable_reason"] = self.not_runnable
         if error is not None:
@@ -59,24 +66,39 @@ class ModelDescription:
         return view
 
     def to_json(self) -> dict:
-        return {"name": self.name, "files": [f.to_json() for f in self.files],
-                "methods": list(self.methods), "warnings": list(self.warnings),
-                "not_runnable": self.not_runnable, "config": self.config}
+        return {
+            "name": self.name,
+            "files": [f.to_json() for f in self.files],
+            "methods": list(self.methods),
+            "warnings": list(self.warnings),
+            "not_runnable": self.not_runnable,
+            "config": self.config,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> ModelDescription:
-        return cls(data["name"], tuple(StoredFile.from_json(f) for f in data["files"]),
-                   tuple(data["methods"]), tuple(data.get("warnings", ())),
-                   data.get("not_runnable"), data.get("config"))
+        return cls(
+            data["name"],
+            tuple(StoredFile.from_json(f) for f in data["files"]),
+            tuple(data["methods"]),
+            tuple(data.get("warnings", ())),
+            data.get("not_runnable"),
+            data.get("config"),
+        )
 
     @classmethod
     def from_legacy(cls, view: dict) -> ModelDescription:
         """A row written before records were versioned held the API answer itself, with
         "runnable" and "unavailable_reason" in it."""
         not_runnable = view.get("unavailable_reason") if view.get("runnable") is False else None
-        return cls(view["name"], tuple(StoredFile.from_json(f) for f in view.get("files", ())),
-                   tuple(view.get("methods", ())), tuple(view.get("warnings", ())),
-                   not_runnable, view.get("config"))
+        return cls(
+            view["name"],
+            tuple(StoredFile.from_json(f) for f in view.get("files", ())),
+            tuple(view.get("methods", ())),
+            tuple(view.get("warnings", ())),
+            not_runnable,
+            view.get("config"),
+        )
 
 
 @dataclass(frozen=True)
@@ -96,8 +118,7 @@ class StoredModel:
     @property
     def data_files(self) -> list[tuple[str, Path]]:
         """(uploaded name, path) of each data file, in upload order."""
-        return [(f.name, self.directory / f.name) for f in self.description.files
-                if f.role == DATA]
+        return [(f.name, self.directory / f.name) for f in self.description.files if f.role == DATA]
 
     @property
     def data_paths(self) -> list[Path]:

@@ -14,6 +14,7 @@ Layout under the artifacts root:
     models/<name>.<generation>/ program.pte and the model's .ptd files under their uploaded names
     staging/<uuid>/             uploads being received and checked
 """
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,14 @@ REGISTRY = "registry.sqlite3"
 # 0: rows hold the native API's description dict (before versioning); 1: rows hold records;
 # 2: rows say whether the model was unloaded (the repository API), which a restart keeps.
 SCHEMA_VERSION = 2
-_CREATE = ("CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
-           "description TEXT NOT NULL, created_at REAL NOT NULL, "
-           "unloaded INTEGER NOT NULL DEFAULT 0)")
-_REPLACE = ("INSERT OR REPLACE INTO models (name, directory, description, created_at) "
-            "VALUES (?, ?, ?, ?)")
+_CREATE = (
+    "CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+    "description TEXT NOT NULL, created_at REAL NOT NULL, "
+    "unloaded INTEGER NOT NULL DEFAULT 0)"
+)
+_REPLACE = (
+    "INSERT OR REPLACE INTO models (name, directory, description, created_at) VALUES (?, ?, ?, ?)"
+)
 log = logging.getLogger(__name__)
 
 
@@ -82,8 +86,9 @@ class Storage:
 
     def get(self, name: str) -> StoredModel | None:
         with self._connect() as db:
-            row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
-                             (name,)).fetchone()
+            row = db.execute(
+                "SELECT name, directory, description FROM models WHERE name = ?", (name,)
+            ).fetchone()
         return None if row is None else self._model(row)
 
     def all(self) -> list[StoredModel]:
@@ -92,11 +97,13 @@ class Storage:
             return [self._model(row) for row in rows.fetchall()]
 
     def _model(self, row) -> StoredModel:
-        return StoredModel(row[0], self.models_dir / row[1],
-                           ModelDescription.from_json(json.loads(row[2])))
+        return StoredModel(
+            row[0], self.models_dir / row[1], ModelDescription.from_json(json.loads(row[2]))
+        )
 
-    def commit(self, name: str, staged: Path, description: ModelDescription, replace: bool
-               ) -> tuple[StoredModel, StoredModel | None]:
+    def commit(
+        self, name: str, staged: Path, description: ModelDescription, replace: bool
+    ) -> tuple[StoredModel, StoredModel | None]:
         """Moves a checked upload into place and registers it; returns (new, replaced).
 
         The replaced model's directory stays until the caller calls remove_directory, so requests
@@ -113,13 +120,14 @@ class Storage:
         new = StoredModel(name, target, description)
         try:
             with self._lock, self._connect() as db:
-                row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
-                                 (name,)).fetchone()
+                row = db.execute(
+                    "SELECT name, directory, description FROM models WHERE name = ?", (name,)
+                ).fetchone()
                 if row is not None and not replace:
                     raise NameTaken(name)
-                db.execute(_REPLACE,
-                           (name, directory_name, json.dumps(description.to_json()),
-                            time.time()))
+                db.execute(
+                    _REPLACE, (name, directory_name, json.dumps(description.to_json()), time.time())
+                )
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
@@ -137,8 +145,9 @@ class Storage:
 
     def unregister(self, name: str) -> StoredModel | None:
         with self._lock, self._connect() as db:
-            row = db.execute("SELECT name, directory, description FROM models WHERE name = ?",
-                             (name,)).fetchone()
+            row = db.execute(
+                "SELECT name, directory, description FROM models WHERE name = ?", (name,)
+            ).fetchone()
             if row is not None:
                 db.execute("DELETE FROM models WHERE name = ?", (name,))
         return None if row is None else self._model(row)
@@ -146,9 +155,15 @@ class Storage:
     def reinstate(self, model: StoredModel, failed: StoredModel) -> None:
         """Undoes a commit whose model could not be served: the replaced one is registered again."""
         with self._lock, self._connect() as db:
-            db.execute(_REPLACE,
-                       (model.name, model.directory.name,
-                        json.dumps(model.description.to_json()), time.time()))
+            db.execute(
+                _REPLACE,
+                (
+                    model.name,
+                    model.directory.name,
+                    json.dumps(model.description.to_json()),
+                    time.time(),
+                ),
+            )
         self.remove_directory(failed)
 
     def remove_directory(self, model: StoredModel) -> None:
@@ -164,8 +179,11 @@ class Storage:
         for model in self.all():
             missing = _missing_files(model)
             if missing:
-                log.warning("model %s lost files (%s); removing it from the registry",
-                            model.name, ", ".join(missing))
+                log.warning(
+                    "model %s lost files (%s); removing it from the registry",
+                    model.name,
+                    ", ".join(missing),
+                )
                 self.unregister(model.name)
             else:
                 kept.append(model)
@@ -221,10 +239,13 @@ def _migrate(db: sqlite3.Connection) -> None:
     """Creates the registry, or brings one written by an earlier release to SCHEMA_VERSION."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        raise RegistryTooNew(f"the registry was written by a newer release (schema {version}; "
-                             f"this one reads up to {SCHEMA_VERSION})")
-    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'models'"
-                      ).fetchone():
+        raise RegistryTooNew(
+            f"the registry was written by a newer release (schema {version}; "
+            f"this one reads up to {SCHEMA_VERSION})"
+        )
+    if not db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'models'"
+    ).fetchone():
         db.execute(_CREATE)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
@@ -232,8 +253,10 @@ def _migrate(db: sqlite3.Connection) -> None:
         rows = db.execute("SELECT name, description FROM models").fetchall()
         for name, text in rows:
             record = ModelDescription.from_legacy(json.loads(text))
-            db.execute("UPDATE models SET description = ? WHERE name = ?",
-                       (json.dumps(record.to_json()), name))
+            db.execute(
+                "UPDATE models SET description = ? WHERE name = ?",
+                (json.dumps(record.to_json()), name),
+            )
     if version < 2:
         db.execute("ALTER TABLE models ADD COLUMN unloaded INTEGER NOT NULL DEFAULT 0")
     log.info("registry migrated from schema %d to %d", version, SCHEMA_VERSION)

@@ -1,4 +1,5 @@
 """End-to-end fixtures: real server processes over their own artifacts directories."""
+
 import pytest
 
 from support.server import ServerProcess

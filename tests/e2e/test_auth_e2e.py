@@ -1,4 +1,6 @@
-"""Bearer tokens on a real server: every route class against no, wrong, other-scope and right tokens."""
+"""Bearer tokens on a real server: every route class against no, wrong, other-scope and right
+tokens."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +35,9 @@ OPEN_ROUTES = [("GET", "/health/live"), ("GET", "/health/ready"), ("GET", "/metr
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("auth")
-    server = ServerProcess(root / "artifacts",
-                           env={"ETRT_ADMIN_TOKEN": ADMIN, "ETRT_INFER_TOKEN": INFER}).start()
+    server = ServerProcess(
+        root / "artifacts", env={"ETRT_ADMIN_TOKEN": ADMIN, "ETRT_INFER_TOKEN": INFER}
+    ).start()
     yield server
     server.stop()
 
@@ -53,8 +56,12 @@ def _assert_denied(response, status):
 
 @pytest.mark.parametrize("method,path,body", ADMIN_ROUTES + INFER_ROUTES)
 def test_no_token_and_wrong_tokens_get_401_with_a_bearer_challenge(server, method, path, body):
-    for kwargs in ({}, {"token": "not-a-token"}, {"header": f"Basic {ADMIN}"},
-                   {"header": "Bearer"}):
+    for kwargs in (
+        {},
+        {"token": "not-a-token"},
+        {"header": f"Basic {ADMIN}"},
+        {"header": "Bearer"},
+    ):
         response = _send(server, method, path, body, **kwargs)
         _assert_denied(response, 401)
         assert response.headers["www-authenticate"].startswith("Bearer")
@@ -79,8 +86,7 @@ def test_health_readiness_and_metrics_need_no_token(server, method, path):
     assert _send(server, method, path, token="wrong").status_code == 200
 
 
-def test_a_model_uploaded_with_the_admin_token_serves_the_infer_token(server,
-                                                                       linear_relu_program):
+def test_a_model_uploaded_with_the_admin_token_serves_the_infer_token(server, linear_relu_program):
     with server.client() as client:
         client.headers["Authorization"] = f"Bearer {ADMIN}"
         response = upload(client, "guarded", linear_relu_program.pte)
@@ -91,17 +97,26 @@ def test_a_model_uploaded_with_the_admin_token_serves_the_infer_token(server,
     response = _send(server, "POST", "/infer", body, token=INFER)
     assert response.status_code == 200, response.text
     [output] = response.json()["outputs"]
-    np.testing.assert_allclose(np.array(output["data"]).reshape(output["shape"]),
-                               linear_relu_program.module(x).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(output["data"]).reshape(output["shape"]),
+        linear_relu_program.module(x).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_token_files_and_metrics_in_the_infer_scope(tmp_path):
     (tmp_path / "admin.token").write_text(ADMIN + "\n")
     (tmp_path / "infer.token").write_text(INFER + "\n")
-    with ServerProcess(tmp_path / "artifacts", "--admin-token-file", str(tmp_path / "admin.token"),
-                       "--infer-token-file", str(tmp_path / "infer.token"),
-                       "--metrics-auth", "infer") as server:
+    with ServerProcess(
+        tmp_path / "artifacts",
+        "--admin-token-file",
+        str(tmp_path / "admin.token"),
+        "--infer-token-file",
+        str(tmp_path / "infer.token"),
+        "--metrics-auth",
+        "infer",
+    ) as server:
         _assert_denied(_send(server, "GET", "/metrics"), 401)
         assert _send(server, "GET", "/metrics", token=INFER).status_code == 200
         assert _send(server, "GET", "/health/ready").status_code == 200
@@ -124,18 +139,23 @@ def test_without_tokens_a_server_on_any_loopback_address_is_open(tmp_path):
             assert client.delete("/models/nothing").status_code == 404
 
 
-@pytest.mark.parametrize("problem,args,env", [
-    ("both ETRT_ADMIN_TOKEN and --admin-token-file", ["--admin-token-file", "{dir}/a"],
-     {"ETRT_ADMIN_TOKEN": ADMIN}),
-    ("are equal", [], {"ETRT_ADMIN_TOKEN": ADMIN, "ETRT_INFER_TOKEN": ADMIN}),
-    ("is empty", ["--infer-token-file", "{dir}/empty"], {}),
-    ("cannot read", ["--infer-token-file", "{dir}/missing"], {}),
-])
+@pytest.mark.parametrize(
+    "problem,args,env",
+    [
+        (
+            "both ETRT_ADMIN_TOKEN and --admin-token-file",
+            ["--admin-token-file", "{dir}/a"],
+            {"ETRT_ADMIN_TOKEN": ADMIN},
+        ),
+        ("are equal", [], {"ETRT_ADMIN_TOKEN": ADMIN, "ETRT_INFER_TOKEN": ADMIN}),
+        ("is empty", ["--infer-token-file", "{dir}/empty"], {}),
+        ("cannot read", ["--infer-token-file", "{dir}/missing"], {}),
+    ],
+)
 def test_unusable_token_settings_stop_the_server_at_start(tmp_path, problem, args, env):
     (tmp_path / "a").write_text(ADMIN)
     (tmp_path / "empty").write_text("\n")
-    server = ServerProcess(tmp_path / "artifacts", *[a.format(dir=tmp_path) for a in args],
-                           env=env)
+    server = ServerProcess(tmp_path / "artifacts", *[a.format(dir=tmp_path) for a in args], env=env)
     with pytest.raises(RuntimeError, match="server exited with 1") as error:
         server.start(timeout=60)
     assert problem in str(error.value)
@@ -148,10 +168,11 @@ def test_grpc_reads_the_same_tokens_from_call_metadata(server, linear_relu_progr
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     assert client.is_server_live()  # liveness needs no token
-    for headers, status in ((None, "StatusCode.UNAUTHENTICATED"),
-                            ({"authorization": "Bearer wrong"}, "StatusCode.UNAUTHENTICATED"),
-                            ({"authorization": f"Bearer {ADMIN}"},
-                             "StatusCode.PERMISSION_DENIED")):
+    for headers, status in (
+        (None, "StatusCode.UNAUTHENTICATED"),
+        ({"authorization": "Bearer wrong"}, "StatusCode.UNAUTHENTICATED"),
+        ({"authorization": f"Bearer {ADMIN}"}, "StatusCode.PERMISSION_DENIED"),
+    ):
         with pytest.raises(InferenceServerException) as denied:
             client.get_server_metadata(headers=headers)
         assert denied.value.status() == status

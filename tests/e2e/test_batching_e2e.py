@@ -1,4 +1,5 @@
 """Model configuration, dynamic batching, bounded queues and deadlines on a real server process."""
+
 import json
 import threading
 import time
@@ -9,8 +10,11 @@ import pytest
 import torch
 
 from support import programs
-from support.program_fixtures import (dynamic_batch_program, linear_relu_program,  # noqa: F401
-                                      weight_bound_program)
+from support.program_fixtures import (
+    dynamic_batch_program,
+    linear_relu_program,  # noqa: F401
+    weight_bound_program,
+)
 from support.prometheus import parse, value
 from support.server import registry_rows, tensor, upload
 
@@ -21,6 +25,7 @@ WIDTH = 1024
 def wide_program(programs_dir):
     """4 x Linear(2048, 2048): its execute costs several times its small request's HTTP path."""
     return programs.export_weight_bound(programs_dir, width=2048)
+
 
 def configured(config: dict) -> dict:
     return {"config": json.dumps(config)}
@@ -35,8 +40,9 @@ def executions(client, model: str) -> float:
 def concurrently(count: int, call) -> list:
     """call(i) for i < count, each in its own thread, all started before any is awaited."""
     results = [None] * count
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, call(i)))
-               for i in range(count)]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, call(i))) for i in range(count)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -44,17 +50,26 @@ def concurrently(count: int, call) -> list:
     return results
 
 
-def test_the_configuration_is_stored_shown_and_kept_across_a_restart(start_server,
-                                                                     dynamic_batch_program):
+def test_the_configuration_is_stored_shown_and_kept_across_a_restart(
+    start_server, dynamic_batch_program
+):
     server = start_server()
-    config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 2000},
-              "instance_group": [{"count": 1}]}
+    config = {
+        "max_batch_size": 8,
+        "dynamic_batching": {"max_queue_delay_microseconds": 2000},
+        "instance_group": [{"count": 1}],
+    }
     with server.client() as client:
         created = upload(client, "b", dynamic_batch_program.pte, fields=configured(config))
         assert created.status_code == 201, created.text
-        expected = {**config, "dynamic_batching": {
-            "max_queue_delay_microseconds": 2000, "preferred_batch_size": [],
-            "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0}}}
+        expected = {
+            **config,
+            "dynamic_batching": {
+                "max_queue_delay_microseconds": 2000,
+                "preferred_batch_size": [],
+                "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0},
+            },
+        }
         assert created.json()["config"] == expected
         assert upload(client, "plain", dynamic_batch_program.pte).json()["config"] == {}
     server.restart()
@@ -63,16 +78,29 @@ def test_the_configuration_is_stored_shown_and_kept_across_a_restart(start_serve
 
 
 def test_refused_configurations_name_their_rule_beside_other_problems(
-        start_server, dynamic_batch_program, linear_relu_program):
+    start_server, dynamic_batch_program, linear_relu_program
+):
     server = start_server()
     cases = [
         # (program, data files, config field, rules expected)
-        (dynamic_batch_program.pte, [("bad name.ptd", b"x")], '{"max_batch_size": 4, "colour": 1}',
-         {"config.unknown_key", "data.characters", "data.invalid"}),
-        (linear_relu_program.pte, [], '{"max_batch_size": 2, "dynamic_batching": {}}',
-         {"config.not_batchable"}),
-        (dynamic_batch_program.pte, [], '{"max_batch_size": 64, "dynamic_batching": {}}',
-         {"config.max_batch_size"}),
+        (
+            dynamic_batch_program.pte,
+            [("bad name.ptd", b"x")],
+            '{"max_batch_size": 4, "colour": 1}',
+            {"config.unknown_key", "data.characters", "data.invalid"},
+        ),
+        (
+            linear_relu_program.pte,
+            [],
+            '{"max_batch_size": 2, "dynamic_batching": {}}',
+            {"config.not_batchable"},
+        ),
+        (
+            dynamic_batch_program.pte,
+            [],
+            '{"max_batch_size": 64, "dynamic_batching": {}}',
+            {"config.max_batch_size"},
+        ),
         (dynamic_batch_program.pte, [], '{"max_batch_size": 4,', {"config.json"}),
     ]
     with server.client() as client:
@@ -87,16 +115,23 @@ def test_refused_configurations_name_their_rule_beside_other_problems(
 
 
 def test_concurrent_requests_are_batched_and_each_gets_the_unbatched_answer(
-        start_server, dynamic_batch_program):
+    start_server, dynamic_batch_program
+):
     server = start_server()
-    config = {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 20000},
-              "instance_group": [{"count": 1}]}
+    config = {
+        "max_batch_size": 16,
+        "dynamic_batching": {"max_queue_delay_microseconds": 20000},
+        "instance_group": [{"count": 1}],
+    }
     rng = np.random.default_rng(7)
-    inputs = [rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32)
-              for _ in range(48)]
+    inputs = [
+        rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32) for _ in range(48)
+    ]
     with server.client() as client:
-        assert upload(client, "b", dynamic_batch_program.pte,
-                      fields=configured(config)).status_code == 201
+        assert (
+            upload(client, "b", dynamic_batch_program.pte, fields=configured(config)).status_code
+            == 201
+        )
 
     def call(index):
         with server.client() as client:
@@ -108,27 +143,34 @@ def test_concurrent_requests_are_batched_and_each_gets_the_unbatched_answer(
         [output] = response.json()["outputs"]
         expected = dynamic_batch_program.module(torch.from_numpy(x)).detach().numpy()
         assert output["shape"] == list(expected.shape)
-        np.testing.assert_allclose(np.array(output["data"], np.float32).reshape(output["shape"]),
-                                   expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(output["data"], np.float32).reshape(output["shape"]),
+            expected,
+            rtol=1e-5,
+            atol=1e-6,
+        )
     with server.client() as client:
         parsed = parse(client.get("/metrics").text)
     labels = {"model": "b", "method": "forward"}
     assert value(parsed, "etrt_batch_size_sum", **labels) == sum(len(x) for x in inputs)
     assert value(parsed, "etrt_batch_size_count", **labels) < len(inputs), "nothing merged"
-    assert value(parsed, "etrt_batch_size_bucket", le="16", **labels) == \
-        value(parsed, "etrt_batch_size_count", **labels)  # no batch past max_batch_size
+    assert value(parsed, "etrt_batch_size_bucket", le="16", **labels) == value(
+        parsed, "etrt_batch_size_count", **labels
+    )  # no batch past max_batch_size
     assert value(parsed, "etrt_queue_depth", **labels) == 0
 
 
-def test_a_flood_on_a_bounded_queue_gets_quick_503s_with_retry_after(start_server,
-                                                                     wide_program):
+def test_a_flood_on_a_bounded_queue_gets_quick_503s_with_retry_after(start_server, wide_program):
     server = start_server()
-    config = {"dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}},
-              "instance_group": [{"count": 1}]}
+    config = {
+        "dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}},
+        "instance_group": [{"count": 1}],
+    }
     body = {"model": "heavy", "inputs": [tensor(np.ones((1, 2048), np.float32))]}
     with server.client() as client:
-        assert upload(client, "heavy", wide_program.pte,
-                      fields=configured(config)).status_code == 201
+        assert (
+            upload(client, "heavy", wide_program.pte, fields=configured(config)).status_code == 201
+        )
         begun = time.monotonic()
         for _ in range(3):
             assert client.post("/infer", json=body).status_code == 200
@@ -153,19 +195,29 @@ def test_a_flood_on_a_bounded_queue_gets_quick_503s_with_retry_after(start_serve
 
 
 def test_deadlines_expire_in_the_queue_with_504_and_are_never_executed(
-        start_server, wide_program, dynamic_batch_program):
+    start_server, wide_program, dynamic_batch_program
+):
     server = start_server()
-    waiting = {"dynamic_batching": {"default_queue_policy": {
-        "default_timeout_microseconds": 30_000}}, "instance_group": [{"count": 1}]}
-    batching = {"max_batch_size": 8, "dynamic_batching": {
-        "max_queue_delay_microseconds": 3_000_000,
-        "default_queue_policy": {"default_timeout_microseconds": 100_000}}}
+    waiting = {
+        "dynamic_batching": {"default_queue_policy": {"default_timeout_microseconds": 30_000}},
+        "instance_group": [{"count": 1}],
+    }
+    batching = {
+        "max_batch_size": 8,
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 3_000_000,
+            "default_queue_policy": {"default_timeout_microseconds": 100_000},
+        },
+    }
     body = {"model": "heavy", "inputs": [tensor(np.ones((1, 2048), np.float32))]}
     with server.client() as client:
-        assert upload(client, "heavy", wide_program.pte,
-                      fields=configured(waiting)).status_code == 201
-        assert upload(client, "b", dynamic_batch_program.pte,
-                      fields=configured(batching)).status_code == 201
+        assert (
+            upload(client, "heavy", wide_program.pte, fields=configured(waiting)).status_code == 201
+        )
+        assert (
+            upload(client, "b", dynamic_batch_program.pte, fields=configured(batching)).status_code
+            == 201
+        )
 
     limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
     with httpx.Client(base_url=server.url, timeout=60, limits=limits) as shared:
@@ -176,8 +228,9 @@ def test_deadlines_expire_in_the_queue_with_504_and_are_never_executed(
     with server.client() as client:
         assert executions(client, "heavy") == codes.count(200)
         begun = time.monotonic()
-        response = client.post("/infer", json={"model": "b",
-                                               "inputs": [tensor(np.ones((1, 4), np.float32))]})
+        response = client.post(
+            "/infer", json={"model": "b", "inputs": [tensor(np.ones((1, 4), np.float32))]}
+        )
         assert response.status_code == 504, response.text
         assert 0.09 < time.monotonic() - begun < 2.0  # the timeout, not the 3 s batching delay
         assert "not executed" in response.json()["error"]
@@ -185,13 +238,16 @@ def test_deadlines_expire_in_the_queue_with_504_and_are_never_executed(
         assert executions(client, "b") == 0
 
 
-def test_a_client_that_disconnects_while_queued_is_never_executed(start_server,
-                                                                  dynamic_batch_program):
+def test_a_client_that_disconnects_while_queued_is_never_executed(
+    start_server, dynamic_batch_program
+):
     server = start_server()
     config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 1_000_000}}
     with server.client() as client:
-        assert upload(client, "b", dynamic_batch_program.pte,
-                      fields=configured(config)).status_code == 201
+        assert (
+            upload(client, "b", dynamic_batch_program.pte, fields=configured(config)).status_code
+            == 201
+        )
     body = {"model": "b", "inputs": [tensor(np.ones((1, 4), np.float32))]}
     with pytest.raises(httpx.ReadTimeout):
         with server.client(timeout=0.3) as client:
@@ -200,8 +256,16 @@ def test_a_client_that_disconnects_while_queued_is_never_executed(start_server,
     with server.client() as client:
         assert executions(client, "b") == 0
         parsed = parse(client.get("/metrics").text)
-        assert value(parsed, "etrt_inference_requests_total", model="b", method="forward",
-                     outcome="cancelled") == 1
+        assert (
+            value(
+                parsed,
+                "etrt_inference_requests_total",
+                model="b",
+                method="forward",
+                outcome="cancelled",
+            )
+            == 1
+        )
         assert client.post("/infer", json=body).status_code == 200  # the queue still works
         assert executions(client, "b") == 1
 
@@ -209,8 +273,13 @@ def test_a_client_that_disconnects_while_queued_is_never_executed(start_server,
 def test_the_configuration_may_be_sent_as_a_file_part(start_server, dynamic_batch_program):
     server = start_server()
     with server.client() as client:
-        response = client.post("/models", data={"name": "b"}, files=[
-            ("program", ("model.pte", dynamic_batch_program.pte.read_bytes())),
-            ("config", ("config.json", b'{"max_batch_size": 4, "dynamic_batching": {}}'))])
+        response = client.post(
+            "/models",
+            data={"name": "b"},
+            files=[
+                ("program", ("model.pte", dynamic_batch_program.pte.read_bytes())),
+                ("config", ("config.json", b'{"max_batch_size": 4, "dynamic_batching": {}}')),
+            ],
+        )
         assert response.status_code == 201, response.text
         assert response.json()["config"]["max_batch_size"] == 4

@@ -4,6 +4,7 @@ Each profile must start exactly one server with its own volume, and every publis
 bind loopback unless the operator names an address: two servers on one store, or an upload API
 published on every interface, is what this file once did.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,15 +35,22 @@ def _compose() -> tuple[list[str], int] | None:
 
 COMPOSE = _compose()
 needs_compose = pytest.mark.skipif(
-    COMPOSE is None, reason="no Docker Compose here (neither `docker compose` nor `docker-compose`)")
+    COMPOSE is None, reason="no Docker Compose here (neither `docker compose` nor `docker-compose`)"
+)
 
 
 def _run(*args: str, env: dict | None = None) -> str:
     # The test checks the committed defaults: nothing from the caller's shell may change them.
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("ETRT_", "COMPOSE_"))}
     clean.update(env or {})
-    done = subprocess.run([*COMPOSE[0], "-f", str(REPO / "docker-compose.yml"), *args],
-                          cwd=REPO, env=clean, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*COMPOSE[0], "-f", str(REPO / "docker-compose.yml"), *args],
+        cwd=REPO,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, f"compose {' '.join(args)} failed:\n{done.stderr}"
     return done.stdout
 
@@ -58,8 +66,11 @@ def _active(profile: str | None, env: dict | None = None) -> tuple[set[str], dic
         # is started when it has no profiles or one of them is active), with COMPOSE_PROFILES
         # from the committed .env when no --profile is given, as v1 does.
         active = {profile} if profile else set(_dotenv().get("COMPOSE_PROFILES", "").split(","))
-        names = {name for name, service in config["services"].items()
-                 if not service.get("profiles") or active & set(service["profiles"])}
+        names = {
+            name
+            for name, service in config["services"].items()
+            if not service.get("profiles") or active & set(service["profiles"])
+        }
     return names, config
 
 
@@ -113,18 +124,26 @@ def test_each_profile_starts_one_server_with_its_own_volume_on_loopback(profile)
 
 @needs_compose
 def test_no_two_profiles_share_a_volume():
-    sources = [source for profile in PROFILES
-               for source, _ in _volumes(_active(profile)[1]["services"][profile])]
+    sources = [
+        source
+        for profile in PROFILES
+        for source, _ in _volumes(_active(profile)[1]["services"][profile])
+    ]
     assert len(sources) == len(set(sources)) == len(PROFILES)
 
 
 @needs_compose
 def test_the_operator_chooses_the_address_and_ports():
-    env = {"ETRT_BIND_ADDRESS": "192.0.2.10", "ETRT_PUBLISH_HTTP_PORT": "18000",
-           "ETRT_PUBLISH_GRPC_PORT": "18001"}
+    env = {
+        "ETRT_BIND_ADDRESS": "192.0.2.10",
+        "ETRT_PUBLISH_HTTP_PORT": "18000",
+        "ETRT_PUBLISH_GRPC_PORT": "18001",
+    }
     _, config = _active("gpu", env=env)
-    assert sorted(_ports(config["services"]["gpu"])) == [("192.0.2.10", "18000", 8000),
-                                                          ("192.0.2.10", "18001", 8001)]
+    assert sorted(_ports(config["services"]["gpu"])) == [
+        ("192.0.2.10", "18000", 8000),
+        ("192.0.2.10", "18001", 8001),
+    ]
 
 
 @needs_compose
@@ -134,8 +153,10 @@ def test_gpu_reserves_nvidia_gpus_on_a_pinned_tensorrt_image():
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert [(d["driver"], d["capabilities"]) for d in devices] == [("nvidia", ["gpu"])]
     assert gpu["platform"] == "linux/amd64"
-    assert gpu["build"]["args"] == {"BASE_IMAGE": "nvcr.io/nvidia/tensorrt:26.07-py3",
-                                    "TENSORRT_VERSION": "11.1"}
+    assert gpu["build"]["args"] == {
+        "BASE_IMAGE": "nvcr.io/nvidia/tensorrt:26.07-py3",
+        "TENSORRT_VERSION": "11.1",
+    }
 
 
 @needs_compose
@@ -149,7 +170,10 @@ def test_jetson_uses_the_nvidia_runtime_on_arm64():
 
 
 def test_build_context_leaves_out_local_environments_and_stores():
-    patterns = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")}
+    patterns = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     for needed in (".git", ".venv", "build", "artifacts", ".whl", "**/__pycache__", ".env"):
         assert needed in patterns, f".dockerignore does not exclude {needed}"

@@ -1,4 +1,5 @@
 """Requests run off the event loop: a busy model does not block others, delete waits for running."""
+
 import threading
 import time
 
@@ -47,8 +48,9 @@ def test_busy_model_does_not_block_another(start_server, heavy_program, linear_r
     threads, results, finished = run_in_threads(4, heavy)
     time.sleep(0.15)
     with server.client() as client:
-        response = client.post("/infer", json={"model": "light",
-                                               "inputs": [tensor(torch.randn(2, 4))]})
+        response = client.post(
+            "/infer", json={"model": "light", "inputs": [tensor(torch.randn(2, 4))]}
+        )
         light_done = time.monotonic()
     for thread in threads:
         thread.join()

@@ -1,4 +1,5 @@
 """/docs renders without network access: every asset the page loads is served by the server."""
+
 import re
 
 from support.server import ServerProcess
@@ -17,9 +18,12 @@ def test_the_docs_page_loads_only_assets_this_server_serves(tmp_path):
             html = page.text
             assert "http://" not in html and "https://" not in html and "//cdn" not in html
             references = [a or b for a, b in _REFERENCES.findall(html)]
-            assert sorted(references) == ["/docs/assets/favicon-32x32.png",
-                                          "/docs/assets/swagger-ui-bundle.js",
-                                          "/docs/assets/swagger-ui.css", "/openapi.json"]
+            assert sorted(references) == [
+                "/docs/assets/favicon-32x32.png",
+                "/docs/assets/swagger-ui-bundle.js",
+                "/docs/assets/swagger-ui.css",
+                "/openapi.json",
+            ]
             types = {}
             for reference in references:
                 response = client.get(reference)
@@ -31,8 +35,10 @@ def test_the_docs_page_loads_only_assets_this_server_serves(tmp_path):
             assert types["json"].startswith("application/json")
             # FastAPI writes OpenAPI 3.1, which Swagger UI renders from major release 5 on.
             assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
-            bundled = re.search(rb'PACKAGE_VERSION:"(\d+)\.',
-                                client.get("/docs/assets/swagger-ui-bundle.js").content)
+            bundled = re.search(
+                rb'PACKAGE_VERSION:"(\d+)\.',
+                client.get("/docs/assets/swagger-ui-bundle.js").content,
+            )
             assert bundled and int(bundled.group(1)) >= 5
             assert client.get("/redoc").status_code == 404
             assert "/docs" not in client.get("/openapi.json").json()["paths"]

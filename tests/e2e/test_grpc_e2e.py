@@ -1,5 +1,6 @@
 """gRPC (inference.GRPCInferenceService) end to end: a real server process, the real, unmodified
 tritonclient.grpc client, and its generated stubs for requests the client would never build."""
+
 import json
 import socket
 
@@ -11,19 +12,32 @@ import tritonclient.grpc as triton
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from support.program_fixtures import (dynamic_batch_program, every_datatype_program,  # noqa: F401
-                                      external_weights_program, linear_relu_program,
-                                      two_methods_program)
+from support.program_fixtures import (
+    dynamic_batch_program,
+    every_datatype_program,  # noqa: F401
+    external_weights_program,
+    linear_relu_program,
+    two_methods_program,
+)
 from support.programs import EVERY_DATATYPE
 from support.server import ServerProcess, upload
 
 
 @pytest.fixture(scope="module")
-def server(shared_server, linear_relu_program, every_datatype_program, dynamic_batch_program,
-           two_methods_program):
+def server(
+    shared_server,
+    linear_relu_program,
+    every_datatype_program,
+    dynamic_batch_program,
+    two_methods_program,
+):
     with shared_server.client() as client:
-        for name, program in (("linear", linear_relu_program), ("dtypes", every_datatype_program),
-                              ("dynamic", dynamic_batch_program), ("two", two_methods_program)):
+        for name, program in (
+            ("linear", linear_relu_program),
+            ("dtypes", every_datatype_program),
+            ("dynamic", dynamic_batch_program),
+            ("two", two_methods_program),
+        ):
             response = upload(client, name, program.pte, program.ptds)
             assert response.status_code == 201, response.text
     return shared_server
@@ -42,14 +56,17 @@ def stub(server):
 
 
 def infer_input(name, array, datatype=None):
-    tensor = triton.InferInput(name, list(array.shape), datatype or
-                               triton.np_to_triton_dtype(array.dtype))
+    tensor = triton.InferInput(
+        name, list(array.shape), datatype or triton.np_to_triton_dtype(array.dtype)
+    )
     return tensor.set_data_from_numpy(array)
 
 
 def every_datatype_inputs(arrays):
-    return [infer_input(f"input_{i}", array, datatype)
-            for i, (array, datatype) in enumerate(zip(arrays, EVERY_DATATYPE))]
+    return [
+        infer_input(f"input_{i}", array, datatype)
+        for i, (array, datatype) in enumerate(zip(arrays, EVERY_DATATYPE))
+    ]
 
 
 def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
@@ -69,9 +86,13 @@ def test_health_readiness_and_server_metadata(client):
 def test_model_metadata_publishes_names_datatypes_and_dynamic_dims(client):
     metadata = client.get_model_metadata("dtypes")
     assert (metadata.name, list(metadata.versions), metadata.platform) == (
-        "dtypes", ["1"], "executorch")
+        "dtypes",
+        ["1"],
+        "executorch",
+    )
     assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == [
-        (f"input_{i}", datatype, [2, 3]) for i, datatype in enumerate(EVERY_DATATYPE)]
+        (f"input_{i}", datatype, [2, 3]) for i, datatype in enumerate(EVERY_DATATYPE)
+    ]
     assert [t.datatype for t in metadata.outputs] == list(EVERY_DATATYPE)
     dynamic = client.get_model_metadata("dynamic", "1")
     assert [list(t.shape) for t in dynamic.inputs] == [[-1, -1]]
@@ -102,18 +123,23 @@ def test_requested_outputs_come_back_in_the_order_asked(client, every_datatype_p
     np.testing.assert_array_equal(result.as_numpy("output_0"), arrays[0] * 2)
     assert result.as_numpy("output_1") is None
     outputs = [triton.InferRequestedOutput("nope")]
-    error = pytest.raises(InferenceServerException, client.infer, "dtypes", inputs,
-                          outputs=outputs).value
+    error = pytest.raises(
+        InferenceServerException, client.infer, "dtypes", inputs, outputs=outputs
+    ).value
     assert error.status() == "StatusCode.INVALID_ARGUMENT" and "'nope'" in error.message()
 
 
 def test_dynamic_shapes_and_the_timeout_parameter(client, dynamic_batch_program):
     x = torch.randn(5, 4)
-    result = client.infer("dynamic", [infer_input("input_0", x.numpy())], timeout=10_000_000,
-                          client_timeout=60)
-    np.testing.assert_allclose(result.as_numpy("output_0"),
-                               dynamic_batch_program.module(x).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    result = client.infer(
+        "dynamic", [infer_input("input_0", x.numpy())], timeout=10_000_000, client_timeout=60
+    )
+    np.testing.assert_allclose(
+        result.as_numpy("output_0"),
+        dynamic_batch_program.module(x).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_the_method_parameter_runs_other_methods(client, two_methods_program):
@@ -122,8 +148,13 @@ def test_the_method_parameter_runs_other_methods(client, two_methods_program):
     for parameters, module in ((None, two_methods_program.module), ({"method": "triple"}, triple)):
         result = client.infer("two", [infer_input("input_0", x.numpy())], parameters=parameters)
         np.testing.assert_allclose(result.as_numpy("output_0"), module(x).numpy(), rtol=1e-6)
-    error = pytest.raises(InferenceServerException, client.infer, "two",
-                          [infer_input("input_0", x.numpy())], parameters={"method": "half"}).value
+    error = pytest.raises(
+        InferenceServerException,
+        client.infer,
+        "two",
+        [infer_input("input_0", x.numpy())],
+        parameters={"method": "half"},
+    ).value
     assert error.status() == "StatusCode.NOT_FOUND" and "'half'" in error.message()
 
 
@@ -135,12 +166,20 @@ def test_unknown_model_is_not_found_with_our_message(client):
 
 
 def test_wrong_shape_and_datatype_are_invalid_argument_naming_the_input(client):
-    error = pytest.raises(InferenceServerException, client.infer, "linear",
-                          [infer_input("input_0", np.ones((3, 4), np.float32))]).value
+    error = pytest.raises(
+        InferenceServerException,
+        client.infer,
+        "linear",
+        [infer_input("input_0", np.ones((3, 4), np.float32))],
+    ).value
     assert error.status() == "StatusCode.INVALID_ARGUMENT"
     assert "input 'input_0'" in error.message()
-    error = pytest.raises(InferenceServerException, client.infer, "linear",
-                          [infer_input("input_0", np.ones((2, 4), np.float64))]).value
+    error = pytest.raises(
+        InferenceServerException,
+        client.infer,
+        "linear",
+        [infer_input("input_0", np.ones((2, 4), np.float64))],
+    ).value
     assert error.status() == "StatusCode.INVALID_ARGUMENT" and "FP32" in error.message()
 
 
@@ -154,18 +193,22 @@ def linear_request(raw: bytes, shape=(2, 4), datatype="FP32") -> service_pb2.Mod
 def test_bad_raw_length_is_invalid_argument_with_the_rule(stub):
     error = rpc_error(stub.ModelInfer.with_call, linear_request(b"\x00" * 31))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert error.details() == ("input 'input_0': shape [2, 4] of FP32 needs 32 bytes of raw "
-                               "contents, got 31")
+    assert error.details() == (
+        "input 'input_0': shape [2, 4] of FP32 needs 32 bytes of raw contents, got 31"
+    )
     problems = json.loads(dict(error.trailing_metadata())["etrt-problems"])
     assert [(p["rule"], p["input"]) for p in problems] == [("input.size", "input_0")]
 
 
-@pytest.mark.parametrize("request_of, words", [
-    (lambda: linear_request(b"", shape=(2, -4)), "negative"),
-    (lambda: linear_request(b"\x00" * 32, shape=(2**62, 2**62)), "bytes of raw contents"),
-    (lambda: linear_request(b"\x00" * 32, datatype="BYTES"), "unknown datatype"),
-    (lambda: linear_request(b"\x00" * 32, datatype=""), "unknown datatype"),
-])
+@pytest.mark.parametrize(
+    "request_of, words",
+    [
+        (lambda: linear_request(b"", shape=(2, -4)), "negative"),
+        (lambda: linear_request(b"\x00" * 32, shape=(2**62, 2**62)), "bytes of raw contents"),
+        (lambda: linear_request(b"\x00" * 32, datatype="BYTES"), "unknown datatype"),
+        (lambda: linear_request(b"\x00" * 32, datatype=""), "unknown datatype"),
+    ],
+)
 def test_hostile_tensors_are_invalid_argument_never_internal(stub, request_of, words):
     error = rpc_error(stub.ModelInfer, request_of())
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
@@ -201,8 +244,9 @@ def test_typed_contents_are_served_too(stub, linear_relu_program):
     response = stub.ModelInfer(request)
     assert response.id == "typed" and response.outputs[0].datatype == "FP32"
     got = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 3)
-    np.testing.assert_allclose(got, linear_relu_program.module(x).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        got, linear_relu_program.module(x).detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_rpcs_this_server_does_not_serve_are_unimplemented(stub):
@@ -210,21 +254,26 @@ def test_rpcs_this_server_does_not_serve_are_unimplemented(stub):
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_repository_load_with_files_serves_unload_and_load_again(client, stub,
-                                                                 external_weights_program):
+def test_repository_load_with_files_serves_unload_and_load_again(
+    client, stub, external_weights_program
+):
     [weights] = external_weights_program.ptds
-    files = {"file:1/model.pte": external_weights_program.pte.read_bytes(),
-             f"file:1/{weights.name}": weights.read_bytes()}
+    files = {
+        "file:1/model.pte": external_weights_program.pte.read_bytes(),
+        f"file:1/{weights.name}": weights.read_bytes(),
+    }
     client.load_model("repo", config=json.dumps({}), files=files)
     assert client.is_model_ready("repo")
     x = torch.randn(2, 6)
     result = client.infer("repo", [infer_input("input_0", x.numpy())])
-    np.testing.assert_allclose(result.as_numpy("output_0"),
-                               external_weights_program.module(x).detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        result.as_numpy("output_0"),
+        external_weights_program.module(x).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     index = {m.name: m for m in client.get_model_repository_index().models}
-    assert (index["repo"].version, index["repo"].state, index["repo"].reason) == (
-        "1", "READY", "")
+    assert (index["repo"].version, index["repo"].state, index["repo"].reason) == ("1", "READY", "")
     client.unload_model("repo")
     assert not client.is_model_ready("repo")
     entry = {m.name: m for m in client.get_model_repository_index().models}["repo"]
@@ -236,8 +285,9 @@ def test_repository_load_with_files_serves_unload_and_load_again(client, stub,
     assert "model_repository" in client.get_server_metadata().extensions
 
 
-def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(client, stub,
-                                                                     external_weights_program):
+def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(
+    client, stub, external_weights_program
+):
     before = client.get_model_repository_index()
     request = service_pb2.RepositoryModelLoadRequest(model_name="half")
     request.parameters["file:1/model.pte"].bytes_param = external_weights_program.pte.read_bytes()
@@ -252,8 +302,9 @@ def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(client, stu
         request.parameters[key].string_param = value
         error = rpc_error(stub.RepositoryModelLoad, request)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and key in error.details()
-    error = rpc_error(stub.RepositoryModelUnload,
-                      service_pb2.RepositoryModelUnloadRequest(model_name="missing"))
+    error = rpc_error(
+        stub.RepositoryModelUnload, service_pb2.RepositoryModelUnloadRequest(model_name="missing")
+    )
     assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -277,8 +328,9 @@ def test_statistics_count_grpc_requests(client):
     assert after.last_inference >= before.last_inference and after.last_inference > 0
     every = {m.name for m in client.get_inference_statistics().model_stats}
     assert {"linear", "dtypes", "dynamic", "two"} <= every
-    error = pytest.raises(InferenceServerException, client.get_inference_statistics,
-                          "missing").value
+    error = pytest.raises(
+        InferenceServerException, client.get_inference_statistics, "missing"
+    ).value
     assert error.status() == "StatusCode.NOT_FOUND"
     assert "statistics" in client.get_server_metadata().extensions
 

@@ -2,6 +2,7 @@
 the one error shape, on a connection that stays usable, with bounded answers and log lines; a
 dying server takes its load-check children with it; uploads can be verified by digest.
 """
+
 import base64
 import hashlib
 import http.client
@@ -24,12 +25,14 @@ from support.server import REPO, TESTS, ServerProcess, registry_rows, stored_fil
 HANG = "support.load_check_faults:hang_in_load_check"
 
 
-def request(connection: http.client.HTTPConnection, method: str, path: str, body=None,
-            headers=None) -> tuple[int, dict, bytes]:
+def request(
+    connection: http.client.HTTPConnection, method: str, path: str, body=None, headers=None
+) -> tuple[int, dict, bytes]:
     """One request on a kept-alive connection; fails if the server closed it under us."""
     payload = json.dumps(body).encode() if body is not None else None
-    connection.request(method, path, body=payload,
-                       headers={"content-type": "application/json", **(headers or {})})
+    connection.request(
+        method, path, body=payload, headers={"content-type": "application/json", **(headers or {})}
+    )
     response = connection.getresponse()
     return response.status, dict(response.getheaders()), response.read()
 
@@ -47,14 +50,19 @@ def assert_error_shape(body: bytes, rule: str | None = None) -> dict:
     return parsed
 
 
-def test_an_input_the_kernel_refuses_is_a_422_with_executorch_reason(shared_server,
-                                                                    mix_of_ops_program):
+def test_an_input_the_kernel_refuses_is_a_422_with_executorch_reason(
+    shared_server, mix_of_ops_program
+):
     with shared_server.client() as client:
         assert upload(client, "mix", mix_of_ops_program.pte).status_code == 201
     x = np.ones((3, 8), np.float32)
     connection = keep_alive(shared_server)
-    status, _, body = request(connection, "POST", "/infer", {"model": "mix", "inputs": [
-        tensor(x), tensor(np.array([1, 4, 50], np.int64))]})
+    status, _, body = request(
+        connection,
+        "POST",
+        "/infer",
+        {"model": "mix", "inputs": [tensor(x), tensor(np.array([1, 4, 50], np.int64))]},
+    )
     socket_before = connection.sock
     assert status == 422, body
     [problem] = assert_error_shape(body, "input.rejected")["problems"]
@@ -62,16 +70,32 @@ def test_an_input_the_kernel_refuses_is_a_422_with_executorch_reason(shared_serv
     assert "50 >= weight.size(0) 10" in problem["message"] and "embedding" in problem["message"]
     assert "type id" not in problem["message"]
     assert str(shared_server.artifacts) not in body.decode(), "server paths must not leak"
-    status, _, body = request(connection, "POST", "/infer", {"model": "mix", "inputs": [
-        tensor(x), tensor(np.array([1, 4, 9], np.int64))]})
+    status, _, body = request(
+        connection,
+        "POST",
+        "/infer",
+        {"model": "mix", "inputs": [tensor(x), tensor(np.array([1, 4, 9], np.int64))]},
+    )
     assert status == 200, body
     assert connection.sock is socket_before, "the connection must survive a refused request"
     with shared_server.client() as client:
         metrics = parse(client.get("/metrics").text)
-    assert value(metrics, "etrt_inference_requests_total", model="mix", method="forward",
-                 outcome="client_error") >= 1
-    assert value(metrics, "etrt_inference_requests_total", model="mix", method="forward",
-                 outcome="error") is None
+    assert (
+        value(
+            metrics,
+            "etrt_inference_requests_total",
+            model="mix",
+            method="forward",
+            outcome="client_error",
+        )
+        >= 1
+    )
+    assert (
+        value(
+            metrics, "etrt_inference_requests_total", model="mix", method="forward", outcome="error"
+        )
+        is None
+    )
 
 
 def test_unknown_paths_and_wrong_methods_answer_in_the_error_shape(shared_server):
@@ -95,19 +119,21 @@ def test_unknown_paths_and_wrong_methods_answer_in_the_error_shape(shared_server
 def test_openapi_lists_every_status_of_each_route(shared_server):
     with shared_server.client() as client:
         schema = client.get("/openapi.json").json()
-    expected = {("post", "/models"): {"201", "401", "403", "409", "413", "422", "500", "503"},
-                ("get", "/models"): {"200", "401", "403", "500"},
-                ("get", "/models/{name}"): {"200", "401", "403", "404", "422", "500"},
-                ("delete", "/models/{name}"): {"204", "401", "403", "404", "422", "500"},
-                ("post", "/infer"): {"200", "401", "403", "404", "413", "422", "500", "503",
-                                     "504"}}
+    expected = {
+        ("post", "/models"): {"201", "401", "403", "409", "413", "422", "500", "503"},
+        ("get", "/models"): {"200", "401", "403", "500"},
+        ("get", "/models/{name}"): {"200", "401", "403", "404", "422", "500"},
+        ("delete", "/models/{name}"): {"204", "401", "403", "404", "422", "500"},
+        ("post", "/infer"): {"200", "401", "403", "404", "413", "422", "500", "503", "504"},
+    }
     for (method, path), statuses in expected.items():
         responses = schema["paths"][path][method]["responses"]
         assert set(responses) == statuses, (method, path, sorted(responses))
         for status, response in responses.items():
             if int(status) >= 400:
                 assert response["content"]["application/json"]["schema"] == {
-                    "$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+                    "$ref": "#/components/schemas/ErrorBody"
+                }, (method, path, status)
     assert "HTTPValidationError" not in json.dumps(schema)
 
 
@@ -129,8 +155,13 @@ def test_huge_client_strings_are_clipped_in_answers_and_logs(start_server, linea
         answer = client.post("/infer", json={"model": "lin", "inputs": [x]})
         assert answer.status_code == 422 and len(answer.content) < 2000, answer.text[:300]
         # File names just under the multipart parser's bound on a header line, and past it.
-        answer = upload(client, "big", linear_relu_program.pte, program_name="p" * 4000 + ".ptd",
-                        data=[("d" * 4000 + ".bin", b"x")])
+        answer = upload(
+            client,
+            "big",
+            linear_relu_program.pte,
+            program_name="p" * 4000 + ".ptd",
+            data=[("d" * 4000 + ".bin", b"x")],
+        )
         assert answer.status_code == 422 and len(answer.content) < 5000, len(answer.content)
         rules = {p["rule"] for p in assert_error_shape(answer.content)["problems"]}
         assert {"program.ptd_name", "data.extension"} <= rules
@@ -145,19 +176,26 @@ def test_huge_client_strings_are_clipped_in_answers_and_logs(start_server, linea
 def _upload_raw_then_vanish(server, program: bytes) -> None:
     """Declares a full body, sends part of the file, and closes the socket mid-upload."""
     boundary = "hardening-boundary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nlin\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"program\"; "
-            f"filename=\"model.pte\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nlin\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="program"; '
+        f'filename="model.pte"\r\nContent-Type: application/octet-stream\r\n\r\n'
+    ).encode()
     declared = len(head) + len(program) + 100
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall((f"POST /models HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n"
-                      f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n").encode())
+        sock.sendall(
+            (
+                f"POST /models HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n"
+                f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n"
+            ).encode()
+        )
         sock.sendall(head + program[: len(program) // 2])
         time.sleep(0.5)
 
 
-def test_a_client_that_disconnects_mid_upload_is_counted_as_aborted(start_server,
-                                                                     linear_relu_program):
+def test_a_client_that_disconnects_mid_upload_is_counted_as_aborted(
+    start_server, linear_relu_program
+):
     server = start_server()
     _upload_raw_then_vanish(server, linear_relu_program.pte.read_bytes())
     deadline = time.monotonic() + 20
@@ -183,40 +221,63 @@ def _upload_with_headers(client, name, program: bytes, headers: dict, fields=Non
     return client.post("/models", data={"name": name, **(fields or {})}, files=files)
 
 
-def test_uploads_are_verified_against_the_digests_the_client_declares(start_server,
-                                                                      linear_relu_program):
+def test_uploads_are_verified_against_the_digests_the_client_declares(
+    start_server, linear_relu_program
+):
     server = start_server()
     program = linear_relu_program.pte.read_bytes()
     corrupted = bytearray(program)
     corrupted[len(corrupted) // 2] ^= 0x01
     corrupted = bytes(corrupted)
     with server.client() as client:
-        answer = _upload_with_headers(client, "a", program,
-                                      {"Content-Digest": _digest_header("sha-256", program)})
+        answer = _upload_with_headers(
+            client, "a", program, {"Content-Digest": _digest_header("sha-256", program)}
+        )
         assert answer.status_code == 201, answer.text
         assert answer.json()["files"][0]["sha256"] == hashlib.sha256(program).hexdigest()
-        answer = _upload_with_headers(client, "b", program, {"Repr-Digest": (
-            "md5=:AAAAAAAAAAAAAAAAAAAAAA==:, " + _digest_header("sha-512", program))})
+        answer = _upload_with_headers(
+            client,
+            "b",
+            program,
+            {
+                "Repr-Digest": (
+                    "md5=:AAAAAAAAAAAAAAAAAAAAAA==:, " + _digest_header("sha-512", program)
+                )
+            },
+        )
         assert answer.status_code == 201, answer.text
-        answer = _upload_with_headers(client, "c", program, {}, fields={
-            "sha256.model.pte": hashlib.sha256(program).hexdigest().upper()})
+        answer = _upload_with_headers(
+            client,
+            "c",
+            program,
+            {},
+            fields={"sha256.model.pte": hashlib.sha256(program).hexdigest().upper()},
+        )
         assert answer.status_code == 201, answer.text
 
-        answer = _upload_with_headers(client, "d", corrupted,
-                                      {"Content-Digest": _digest_header("sha-256", program)})
+        answer = _upload_with_headers(
+            client, "d", corrupted, {"Content-Digest": _digest_header("sha-256", program)}
+        )
         assert answer.status_code == 422, answer.text
         [problem] = assert_error_shape(answer.content, "upload.digest_mismatch")["problems"]
         assert problem["file"] == "model.pte"
         assert hashlib.sha256(corrupted).hexdigest() in problem["message"]
-        answer = _upload_with_headers(client, "d", corrupted, {}, fields={
-            "sha256.model.pte": hashlib.sha256(program).hexdigest()})
+        answer = _upload_with_headers(
+            client,
+            "d",
+            corrupted,
+            {},
+            fields={"sha256.model.pte": hashlib.sha256(program).hexdigest()},
+        )
         assert_error_shape(answer.content, "upload.digest_mismatch")
 
-        for headers, fields in [({"Content-Digest": "sha-256=not-base64"}, None),
-                                ({"Content-Digest": "sha-256=:AAAA:"}, None),
-                                ({"Repr-Digest": "md5=:AAAAAAAAAAAAAAAAAAAAAA==:"}, None),
-                                ({}, {"sha256.model.pte": "abc"}),
-                                ({}, {"sha256.other.pte": hashlib.sha256(program).hexdigest()})]:
+        for headers, fields in [
+            ({"Content-Digest": "sha-256=not-base64"}, None),
+            ({"Content-Digest": "sha-256=:AAAA:"}, None),
+            ({"Repr-Digest": "md5=:AAAAAAAAAAAAAAAAAAAAAA==:"}, None),
+            ({}, {"sha256.model.pte": "abc"}),
+            ({}, {"sha256.other.pte": hashlib.sha256(program).hexdigest()}),
+        ]:
             answer = _upload_with_headers(client, "e", program, headers, fields)
             assert answer.status_code == 422, (headers, fields, answer.text)
             assert_error_shape(answer.content, "upload.digest")
@@ -247,8 +308,9 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_a_killed_server_takes_its_hanging_load_check_child_with_it(start_server,
-                                                                    linear_relu_program):
+def test_a_killed_server_takes_its_hanging_load_check_child_with_it(
+    start_server, linear_relu_program
+):
     server = start_server("--backend-setup", HANG, "--load-check-timeout", "300")
     outcome = {}
 
@@ -277,18 +339,29 @@ def _spawn_load_check_child(artifacts: Path, program: Path) -> tuple[subprocess.
     staging.mkdir(parents=True)
     report = staging / ".load_check.json"
     pid_file = staging / ".load_check.json.child-pid"
-    request = {"program": str(program), "data": [], "backend_setup": [HANG],
-               "report": str(report), "load_methods": True, "parent": os.getpid(),
-               "pid_file": str(pid_file)}
+    request = {
+        "program": str(program),
+        "data": [],
+        "backend_setup": [HANG],
+        "report": str(report),
+        "load_methods": True,
+        "parent": os.getpid(),
+        "pid_file": str(pid_file),
+    }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-    child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check",
-                              json.dumps(request)], env=env, cwd=REPO, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+    )
     _wait_for(pid_file.exists, 30, "the child's pid file")
     return child, pid_file
 
 
-def test_stale_load_check_children_are_killed_at_start_and_nothing_else(tmp_path,
-                                                                        linear_relu_program):
+def test_stale_load_check_children_are_killed_at_start_and_nothing_else(
+    tmp_path, linear_relu_program
+):
     artifacts = tmp_path / "artifacts"
     child, _ = _spawn_load_check_child(artifacts, linear_relu_program.pte)
     decoy = subprocess.Popen(["sleep", "120"], start_new_session=True)
@@ -314,10 +387,14 @@ def test_the_server_answers_a_request_after_every_kind_of_refusal(shared_server)
     """Regression: 4xx answers of every origin leave the connection usable."""
     connection = keep_alive(shared_server)
     first = None
-    for method, path, body in [("GET", "/nope", None), ("PATCH", "/models", None),
-                               ("POST", "/infer", {"model": "none", "inputs": []}),
-                               ("POST", "/infer", {"inputs": "x"}),
-                               ("GET", "/models/none", None), ("DELETE", "/models/none", None)]:
+    for method, path, body in [
+        ("GET", "/nope", None),
+        ("PATCH", "/models", None),
+        ("POST", "/infer", {"model": "none", "inputs": []}),
+        ("POST", "/infer", {"inputs": "x"}),
+        ("GET", "/models/none", None),
+        ("DELETE", "/models/none", None),
+    ]:
         status, _, answer = request(connection, method, path, body)
         assert 400 <= status < 500, (method, path, status)
         assert_error_shape(answer)

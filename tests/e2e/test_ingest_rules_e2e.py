@@ -1,9 +1,13 @@
 """One refused upload per ingest rule, over HTTP: the exact rule id, and nothing left behind."""
+
 import pytest
 
 from support.foreign_delegate import export_xnnpack_linear
-from support.program_fixtures import (external_weights_program, linear_relu_program,  # noqa: F401
-                                      split_weights_program)
+from support.program_fixtures import (
+    external_weights_program,
+    linear_relu_program,  # noqa: F401
+    split_weights_program,
+)
 from support.server import registry_rows, stored_files, upload
 
 
@@ -46,21 +50,25 @@ def test_program_that_is_not_a_program(server):
 
 def test_program_that_fails_to_load_in_the_child(start_server, programs_dir):
     # A delegate whose backend this server does not serve: only loading the method finds it.
-    problem = only_rule(refused(start_server("--backends", "tensorrt"), "m",
-                                export_xnnpack_linear(programs_dir)))
+    problem = only_rule(
+        refused(start_server("--backends", "tensorrt"), "m", export_xnnpack_linear(programs_dir))
+    )
     assert problem["rule"] == "program.load_failed" and "XnnpackBackend" in problem["message"]
 
 
-@pytest.mark.parametrize("data_name,rule,fragment", [
-    ("engines.bin", "data.extension", ".ptd"),
-    ("engines:v2.ptd", "data.characters", "':'"),
-    ("-engines.ptd", "data.first_character", "start"),
-    ("com1.txt.ptd", "data.device_name", "COM1"),
-    ("LPT9.ptd", "data.device_name", "LPT9"),
-    ("x.ptd.ptd", "data.double_suffix", "once"),
-    ("x" * 252 + ".ptd", "data.too_long", "255"),
-    (".ptd", "data.empty", "empty"),
-])
+@pytest.mark.parametrize(
+    "data_name,rule,fragment",
+    [
+        ("engines.bin", "data.extension", ".ptd"),
+        ("engines:v2.ptd", "data.characters", "':'"),
+        ("-engines.ptd", "data.first_character", "start"),
+        ("com1.txt.ptd", "data.device_name", "COM1"),
+        ("LPT9.ptd", "data.device_name", "LPT9"),
+        ("x.ptd.ptd", "data.double_suffix", "once"),
+        ("x" * 252 + ".ptd", "data.too_long", "255"),
+        (".ptd", "data.empty", "empty"),
+    ],
+)
 def test_data_file_name_rules(server, external_weights_program, data_name, rule, fragment):
     [weights] = external_weights_program.ptds
     problems = refused(server, "m", external_weights_program.pte, [(data_name, weights)])
@@ -73,8 +81,14 @@ def test_data_file_name_rules(server, external_weights_program, data_name, rule,
 
 def test_data_names_differing_only_in_case(server, split_weights_program):
     first, second = split_weights_program.ptds
-    problem = only_rule(refused(server, "m", split_weights_program.pte,
-                                [("weights.ptd", first), ("WEIGHTS.ptd", second)]))
+    problem = only_rule(
+        refused(
+            server,
+            "m",
+            split_weights_program.pte,
+            [("weights.ptd", first), ("WEIGHTS.ptd", second)],
+        )
+    )
     assert problem["rule"] == "data.case_collision" and problem["file"] == "WEIGHTS.ptd"
 
 
@@ -85,8 +99,12 @@ def test_same_data_file_twice(server, external_weights_program):
 
 
 def test_data_file_that_is_not_a_data_file(server, external_weights_program):
-    problems = refused(server, "m", external_weights_program.pte,
-                       [external_weights_program.ptds[0], ("other.ptd", b"garbage" * 10)])
+    problems = refused(
+        server,
+        "m",
+        external_weights_program.pte,
+        [external_weights_program.ptds[0], ("other.ptd", b"garbage" * 10)],
+    )
     problem = only_rule(problems)
     assert problem["rule"] == "data.invalid" and problem["file"] == "other.ptd"
 
@@ -99,19 +117,29 @@ def test_missing_external_data_names_keys_and_method(server, split_weights_progr
     assert "first.weight" not in problem["message"]
 
 
-@pytest.mark.parametrize("name,rule", [
-    ("my model", "model.characters"), ("-m", "model.first_character"), ("CON", "model.device_name"),
-    ("m" * 129, "model.too_long"), ("", "model.empty")])
+@pytest.mark.parametrize(
+    "name,rule",
+    [
+        ("my model", "model.characters"),
+        ("-m", "model.first_character"),
+        ("CON", "model.device_name"),
+        ("m" * 129, "model.too_long"),
+        ("", "model.empty"),
+    ],
+)
 def test_model_name_rules(server, linear_relu_program, name, rule):
     problem = only_rule(refused(server, name, linear_relu_program.pte))
     assert problem["rule"] == rule and problem["file"] is None
 
 
-@pytest.mark.parametrize("kwargs,rule", [
-    ({"name": None, "program": b"x"}, "upload.name_missing"),
-    ({"name": "m", "program": b"x", "fields": {"colour": "red"}}, "upload.unknown_field"),
-    ({"name": "m", "program": b"x", "fields": {"replace": "maybe"}}, "upload.replace"),
-])
+@pytest.mark.parametrize(
+    "kwargs,rule",
+    [
+        ({"name": None, "program": b"x"}, "upload.name_missing"),
+        ({"name": "m", "program": b"x", "fields": {"colour": "red"}}, "upload.unknown_field"),
+        ({"name": "m", "program": b"x", "fields": {"replace": "maybe"}}, "upload.replace"),
+    ],
+)
 def test_malformed_form(server, kwargs, rule):
     assert only_rule(refused(server, **kwargs))["rule"] == rule
 
@@ -129,15 +157,24 @@ def test_not_multipart(server):
 
 
 def test_every_problem_is_reported_together(server, external_weights_program):
-    problems = refused(server, "bad name", external_weights_program.pte,
-                       [("engines:v2.ptd", b"junk"), ("CON.ptd", b"junk")],
-                       program_name="ENGINES.PTD")
-    assert {p["rule"] for p in problems} >= {"model.characters", "program.ptd_name",
-                                            "data.characters", "data.device_name"}
+    problems = refused(
+        server,
+        "bad name",
+        external_weights_program.pte,
+        [("engines:v2.ptd", b"junk"), ("CON.ptd", b"junk")],
+        program_name="ENGINES.PTD",
+    )
+    assert {p["rule"] for p in problems} >= {
+        "model.characters",
+        "program.ptd_name",
+        "data.characters",
+        "data.device_name",
+    }
 
 
-def test_unused_data_file_is_a_warning_not_a_refusal(start_server, linear_relu_program,
-                                                     external_weights_program):
+def test_unused_data_file_is_a_warning_not_a_refusal(
+    start_server, linear_relu_program, external_weights_program
+):
     server = start_server()
     with server.client() as client:
         response = upload(client, "m", linear_relu_program.pte, external_weights_program.ptds)
@@ -155,7 +192,11 @@ def test_crashing_load_check_refuses_and_the_server_survives(start_server, linea
 
 
 def test_hanging_load_check_times_out(start_server, linear_relu_program):
-    server = start_server("--backend-setup", "support.load_check_faults:hang_in_load_check",
-                          "--load-check-timeout", "2")
+    server = start_server(
+        "--backend-setup",
+        "support.load_check_faults:hang_in_load_check",
+        "--load-check-timeout",
+        "2",
+    )
     problem = only_rule(refused(server, "m", linear_relu_program.pte))
     assert problem["rule"] == "program.load_timeout"

@@ -5,8 +5,8 @@ that reads host memory, so only alignment makes the delegate stage a buffer: a p
 16-byte boundaries is staged through aligned copies, and /metrics must count exactly the copies
 ingest predicted per call, under the model, method and delegate index the description uses.
 """
+
 import numpy as np
-import pytest
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
@@ -31,26 +31,49 @@ def test_requests_uploads_and_models_show_in_metrics(start_server, linear_relu_p
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201
         x = np.ones((2, 4), np.float32)
         for _ in range(3):
-            assert client.post("/infer", json={"model": "lin", "inputs": [tensor(x)]}
-                               ).status_code == 200
+            assert (
+                client.post("/infer", json={"model": "lin", "inputs": [tensor(x)]}).status_code
+                == 200
+            )
         bad = client.post("/infer", json={"model": "lin", "inputs": [tensor(x, datatype="FP64")]})
         assert bad.status_code == 422, bad.text
         refused = upload(client, "lin2", linear_relu_program.pte, program_name="model.ptd")
         assert refused.status_code == 422, refused.text
         parsed = scrape(client)
 
-    assert value(parsed, "etrt_inference_requests_total", model="lin", method="forward",
-                 outcome="ok") == 3
-    assert value(parsed, "etrt_inference_requests_total", model="lin", method="forward",
-                 outcome="client_error") == 1
-    assert value(parsed, "etrt_inference_duration_seconds_count", model="lin",
-                 method="forward") == 4
-    assert value(parsed, "etrt_inference_duration_seconds_bucket", model="lin", method="forward",
-                 le="+Inf") == 4
+    assert (
+        value(parsed, "etrt_inference_requests_total", model="lin", method="forward", outcome="ok")
+        == 3
+    )
+    assert (
+        value(
+            parsed,
+            "etrt_inference_requests_total",
+            model="lin",
+            method="forward",
+            outcome="client_error",
+        )
+        == 1
+    )
+    assert (
+        value(parsed, "etrt_inference_duration_seconds_count", model="lin", method="forward") == 4
+    )
+    assert (
+        value(
+            parsed,
+            "etrt_inference_duration_seconds_bucket",
+            model="lin",
+            method="forward",
+            le="+Inf",
+        )
+        == 4
+    )
     assert value(parsed, "etrt_inference_queue_seconds_count", model="lin", method="forward") == 3
     assert value(parsed, "etrt_inflight_requests", model="lin") == 0
-    assert series(parsed, "etrt_uploads_total") == {frozenset({("outcome", "accepted")}): 1,
-                                                    frozenset({("outcome", "refused")}): 1}
+    assert series(parsed, "etrt_uploads_total") == {
+        frozenset({("outcome", "accepted")}): 1,
+        frozenset({("outcome", "refused")}): 1,
+    }
     assert value(parsed, "etrt_ingest_problems_total", rule="program.ptd_name") == 1
     assert value(parsed, "etrt_models", state="ready") == 1
     assert {kind for kind in parsed["types"].values()} == {"counter", "histogram", "gauge"}
@@ -73,18 +96,25 @@ def staging(parsed, model):
     return found
 
 
-def test_tensorrt_staging_copies_are_counted_per_model_and_delegate(start_server, mixed_16,
-                                                                    mixed_256):
+def test_tensorrt_staging_copies_are_counted_per_model_and_delegate(
+    start_server, mixed_16, mixed_256
+):
     server = start_server("--backend-setup", TEST_BACKEND)
     calls = 3
     with server.client() as client:
         response = upload(client, "mixed16", mixed_16.pte)
         assert response.status_code == 201, response.text
         [method] = response.json()["methods"]
-        expected = {str(i): d["details"]["placement"]["expected_staging_copies_per_call"]
-                    for i, d in enumerate(method["delegates"])}
-        unaligned = {(str(i), b["binding"]) for i, d in enumerate(method["delegates"])
-                     for b in d["details"]["placement"]["buffers"] if b["aligned"] is False}
+        expected = {
+            str(i): d["details"]["placement"]["expected_staging_copies_per_call"]
+            for i, d in enumerate(method["delegates"])
+        }
+        unaligned = {
+            (str(i), b["binding"])
+            for i, d in enumerate(method["delegates"])
+            for b in d["details"]["placement"]["buffers"]
+            if b["aligned"] is False
+        }
         assert sum(expected.values()) > 0
         assert upload(client, "mixed256", mixed_256.pte).status_code == 201
         for seed in range(calls):

@@ -1,5 +1,6 @@
 """Read-only model directories at start: the same ingest as uploads, refusals listed, the rest
 serving, the directory never written, and readiness held until they are loaded."""
+
 import hashlib
 import json
 import shutil
@@ -15,10 +16,13 @@ from support.server import ServerProcess, stored_files, tensor
 
 def snapshot(root):
     """Every path under root with its bytes' digest and mode: what 'unchanged' means."""
-    return {str(p.relative_to(root)): (p.stat().st_mode,
-                                       hashlib.sha256(p.read_bytes()).hexdigest()
-                                       if p.is_file() else None)
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (
+            p.stat().st_mode,
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
+        )
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def predict(client, model, x):
@@ -55,12 +59,15 @@ def layout(root, linear_relu_program, external_weights_program):
 
 
 def test_model_directories_serve_good_entries_and_list_refused_ones(
-        tmp_path, linear_relu_program, external_weights_program):
+    tmp_path, linear_relu_program, external_weights_program
+):
     models = layout(tmp_path / "models", linear_relu_program, external_weights_program)
     before = snapshot(models)
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
-    xw = torch.randn(*external_weights_program.example_inputs[0].shape,
-                     generator=torch.Generator().manual_seed(2))
+    xw = torch.randn(
+        *external_weights_program.example_inputs[0].shape,
+        generator=torch.Generator().manual_seed(2),
+    )
     server = ServerProcess(tmp_path / "artifacts", "--model-dir", str(models))
     try:
         with server.start().client() as client:
@@ -72,19 +79,23 @@ def test_model_directories_serve_good_entries_and_list_refused_ones(
             refused = listed["missing-data"]
             assert refused["state"] == "unavailable"
             assert [p["rule"] for p in refused["problems"]] == ["external.missing_key"]
-            np.testing.assert_allclose(predict(client, "good", x),
-                                       expected(linear_relu_program, x), rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(predict(client, "weights", xw),
-                                       expected(external_weights_program, xw), rtol=1e-5,
-                                       atol=1e-6)
-            response = client.post("/infer", json={"model": "missing-data",
-                                                    "inputs": [tensor(x)]})
+            np.testing.assert_allclose(
+                predict(client, "good", x), expected(linear_relu_program, x), rtol=1e-5, atol=1e-6
+            )
+            np.testing.assert_allclose(
+                predict(client, "weights", xw),
+                expected(external_weights_program, xw),
+                rtol=1e-5,
+                atol=1e-6,
+            )
+            response = client.post("/infer", json={"model": "missing-data", "inputs": [tensor(x)]})
             assert response.status_code == 503
         stored_before_restart = stored_files(server.artifacts)
         # Unchanged entries are not ingested again on restart; the models still serve.
         with server.restart().client() as client:
-            np.testing.assert_allclose(predict(client, "good", x),
-                                       expected(linear_relu_program, x), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                predict(client, "good", x), expected(linear_relu_program, x), rtol=1e-5, atol=1e-6
+            )
         assert stored_files(server.artifacts) == stored_before_restart
     finally:
         server.stop()
@@ -98,9 +109,15 @@ def test_kserve_single_model_layout_and_readiness_waits(tmp_path, linear_relu_pr
     mnt.chmod(0o555)
     before = snapshot(mnt)
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(4))
-    server = ServerProcess(tmp_path / "artifacts", "--model-dir", str(mnt), "--model-name",
-                           "linear", "--backend-setup",
-                           "support.load_check_faults:slow_in_load_check")
+    server = ServerProcess(
+        tmp_path / "artifacts",
+        "--model-dir",
+        str(mnt),
+        "--model-name",
+        "linear",
+        "--backend-setup",
+        "support.load_check_faults:slow_in_load_check",
+    )
     try:
         server.start_process()
         # The server answers while the directory is being checked: not ready yet.
@@ -120,8 +137,9 @@ def test_kserve_single_model_layout_and_readiness_waits(tmp_path, linear_relu_pr
         with server.client() as client:
             [model] = client.get("/models").json()
             assert model["name"] == "linear" and model["state"] == "ready"
-            np.testing.assert_allclose(predict(client, "linear", x),
-                                       expected(linear_relu_program, x), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                predict(client, "linear", x), expected(linear_relu_program, x), rtol=1e-5, atol=1e-6
+            )
     finally:
         server.stop()
     assert snapshot(mnt) == before

@@ -1,13 +1,19 @@
 """Deploy real exported programs over HTTP, predict, compare with eager torch, restart, manage."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from support.program_fixtures import (dynamic_batch_program, external_weights_program,  # noqa: F401
-                                      linear_relu_program, mix_of_ops_program,
-                                      split_weights_program, two_methods_program)
+from support.program_fixtures import (
+    dynamic_batch_program,
+    external_weights_program,  # noqa: F401
+    linear_relu_program,
+    mix_of_ops_program,
+    split_weights_program,
+    two_methods_program,
+)
 from support.server import registry_rows, stored_files, tensor, upload
 
 
@@ -26,8 +32,9 @@ def assert_matches(outputs, expected):
     for got, want in zip(outputs, expected):
         want = want.detach().numpy()
         assert got["shape"] == list(want.shape)
-        np.testing.assert_allclose(np.array(got["data"]).reshape(want.shape), want, rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(got["data"]).reshape(want.shape), want, rtol=1e-5, atol=1e-6
+        )
 
 
 def deploy(client, name, exported, **kwargs):
@@ -56,12 +63,19 @@ def test_program_with_one_data_file(shared_server, external_weights_program):
     with shared_server.client() as client:
         description = deploy(client, "external", external_weights_program)
         assert [f["name"] for f in description["files"]] == [
-            "model.pte", "_default_external_constant.ptd"]
+            "model.pte",
+            "_default_external_constant.ptd",
+        ]
         assert description["methods"][0]["external_data_keys"] == [
-            "first.bias", "first.weight", "second.bias", "second.weight"]
+            "first.bias",
+            "first.weight",
+            "second.bias",
+            "second.weight",
+        ]
         x = torch.randn(2, 6)
-        assert_matches(predict(client, "external", [x])["outputs"],
-                       external_weights_program.module(x))
+        assert_matches(
+            predict(client, "external", [x])["outputs"], external_weights_program.module(x)
+        )
 
 
 def test_program_with_two_data_files(shared_server, split_weights_program):
@@ -84,10 +98,12 @@ def test_dynamic_batch_within_bound(shared_server, dynamic_batch_program):
         deploy(client, "dynamic", dynamic_batch_program)
         for batch in (1, 5):
             x = torch.randn(batch, 4)
-            assert_matches(predict(client, "dynamic", [x])["outputs"],
-                           dynamic_batch_program.module(x))
-        response = client.post("/infer", json={"model": "dynamic",
-                                               "inputs": [tensor(torch.randn(17, 4))]})
+            assert_matches(
+                predict(client, "dynamic", [x])["outputs"], dynamic_batch_program.module(x)
+            )
+        response = client.post(
+            "/infer", json={"model": "dynamic", "inputs": [tensor(torch.randn(17, 4))]}
+        )
         assert response.status_code == 422 and response.json()["problems"][0]["input"] == "input_0"
 
 
@@ -98,8 +114,9 @@ def test_two_methods_and_method_selection(shared_server, two_methods_program):
         assert_matches(predict(client, "two", [x])["outputs"], two_methods_program.module(x))
         triple, _ = two_methods_program.methods["triple"]
         assert_matches(predict(client, "two", [x], method="triple")["outputs"], triple(x))
-        response = client.post("/infer", json={"model": "two", "method": "nope",
-                                               "inputs": [tensor(x)]})
+        response = client.post(
+            "/infer", json={"model": "two", "method": "nope", "inputs": [tensor(x)]}
+        )
         assert response.status_code == 404 and "nope" in response.json()["error"]
 
 
@@ -128,20 +145,27 @@ def test_infer_unknown_model_is_404(shared_server):
         assert response.status_code == 404 and "ghost" in response.json()["error"]
 
 
-@pytest.mark.parametrize("inputs,rule,named", [
-    ([], "input.count", None),
-    ([tensor(np.zeros((2, 4), np.float32)), tensor(np.zeros((2, 4), np.float32))],
-     "input.count", None),
-    ([tensor(np.zeros((2, 4), np.float64))], "input.datatype", "input_0"),
-    ([tensor(np.zeros((2, 5), np.float32), name="input_0")], "input.shape", "input_0"),
-    ([tensor(np.zeros((2, 4), np.float32), name="x")], "input.unknown", "x"),
-    ([tensor(np.zeros((8,), np.float32))], "input.shape", "input_0"),
-    ([{"shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], "input.data", "input_0"),
-    ([{"shape": [2, 4], "datatype": "FP99", "data": [1.0] * 8}], "input.data", "input_0"),
-    ([{"shape": [2, 4], "datatype": "FP32"}], "request.invalid", "input_0"),
-])
-def test_bad_inputs_are_422_naming_the_input(shared_server, linear_relu_program, inputs, rule,
-                                             named):
+@pytest.mark.parametrize(
+    "inputs,rule,named",
+    [
+        ([], "input.count", None),
+        (
+            [tensor(np.zeros((2, 4), np.float32)), tensor(np.zeros((2, 4), np.float32))],
+            "input.count",
+            None,
+        ),
+        ([tensor(np.zeros((2, 4), np.float64))], "input.datatype", "input_0"),
+        ([tensor(np.zeros((2, 5), np.float32), name="input_0")], "input.shape", "input_0"),
+        ([tensor(np.zeros((2, 4), np.float32), name="x")], "input.unknown", "x"),
+        ([tensor(np.zeros((8,), np.float32))], "input.shape", "input_0"),
+        ([{"shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], "input.data", "input_0"),
+        ([{"shape": [2, 4], "datatype": "FP99", "data": [1.0] * 8}], "input.data", "input_0"),
+        ([{"shape": [2, 4], "datatype": "FP32"}], "request.invalid", "input_0"),
+    ],
+)
+def test_bad_inputs_are_422_naming_the_input(
+    shared_server, linear_relu_program, inputs, rule, named
+):
     with shared_server.client() as client:
         if client.get("/models/bad-inputs").status_code == 404:
             deploy(client, "bad-inputs", linear_relu_program)
@@ -163,11 +187,16 @@ def test_conflict_then_atomic_replace(shared_server, linear_relu_program, two_me
         description = deploy(client, "swap", two_methods_program, replace=True)
         assert [m["name"] for m in description["methods"]] == ["forward", "triple"]
         x = torch.randn(2, 3)
-        assert_matches(predict(client, "swap", [x], method="triple")["outputs"],
-                       two_methods_program.methods["triple"][0](x))
+        assert_matches(
+            predict(client, "swap", [x], method="triple")["outputs"],
+            two_methods_program.methods["triple"][0](x),
+        )
         assert registry_rows(shared_server.artifacts).count("swap") == 1
-        swap_dirs = {p.split("/")[1] for p in stored_files(shared_server.artifacts)
-                     if p.startswith("models/swap.")}
+        swap_dirs = {
+            p.split("/")[1]
+            for p in stored_files(shared_server.artifacts)
+            if p.startswith("models/swap.")
+        }
         assert len(swap_dirs) == 1
 
 
@@ -188,7 +217,9 @@ def test_delete_removes_files_and_row(shared_server, external_weights_program):
         assert client.delete("/models/gone").status_code == 204
         assert client.get("/models/gone").status_code == 404
         assert "gone" not in registry_rows(shared_server.artifacts)
-        assert not [p for p in stored_files(shared_server.artifacts) if p.startswith("models/gone.")]
+        assert not [
+            p for p in stored_files(shared_server.artifacts) if p.startswith("models/gone.")
+        ]
 
 
 def test_models_survive_a_restart(start_server, external_weights_program, linear_relu_program):
@@ -206,8 +237,9 @@ def test_models_survive_a_restart(start_server, external_weights_program, linear
     assert_matches(first["outputs"], external_weights_program.module(x))
 
 
-def test_upload_over_the_size_limit_is_413_and_leaves_nothing(start_server, linear_relu_program,
-                                                              external_weights_program):
+def test_upload_over_the_size_limit_is_413_and_leaves_nothing(
+    start_server, linear_relu_program, external_weights_program
+):
     server = start_server("--max-program-bytes", "1000", "--max-data-bytes", "500")
     with server.client() as client:
         response = upload(client, "big", linear_relu_program.pte)
@@ -232,8 +264,10 @@ def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_re
     with server.client() as client:
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201
         assert predict(client, "lin", [x])["outputs"]  # a small request still runs
-        big = {"model": "lin", "inputs": [{"shape": [2, 4], "datatype": "FP32",
-                                           "data": [0.5] * 2000}]}
+        big = {
+            "model": "lin",
+            "inputs": [{"shape": [2, 4], "datatype": "FP32", "data": [0.5] * 2000}],
+        }
         declared = client.post("/infer", json=big)
         assert declared.status_code == 413
         assert declared.json()["problems"][0]["rule"] == "request.too_large"
@@ -241,9 +275,10 @@ def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_re
         def chunks():  # no Content-Length: the limit must hold for a streamed body too
             payload = json.dumps(big).encode()
             for start in range(0, len(payload), 1000):
-                yield payload[start:start + 1000]
+                yield payload[start : start + 1000]
 
-        streamed = client.post("/infer", content=chunks(),
-                               headers={"content-type": "application/json"})
+        streamed = client.post(
+            "/infer", content=chunks(), headers={"content-type": "application/json"}
+        )
         assert streamed.status_code == 413
         assert predict(client, "lin", [x])["outputs"]  # the server is fine afterwards

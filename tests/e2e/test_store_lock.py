@@ -1,4 +1,5 @@
 """One server per artifacts folder: a second real server on the same folder exits at once."""
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,23 @@ from support.server import REPO, TESTS, ServerProcess, free_port
 def _second_server(artifacts) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
     return subprocess.run(
-        [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(free_port()),
-         "--artifacts", str(artifacts)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(free_port()),
+            "--artifacts",
+            str(artifacts),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_second_server_on_the_same_folder_exits_naming_folder_and_holder(start_server):

@@ -6,12 +6,13 @@ uploads, or store them as not runnable when the operator allows unverified plans
 engine provider standing in for TensorRT (support.test_backend_setup) the same programs are
 verified at ingest and served end to end.
 """
+
 import numpy as np
 import pytest
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.ingest.inspection import inspect_data_file, inspect_program, method_meta
 from service.backends.tensorrt.checks import PLANNING_HINT, STRIPPED_HINT
+from service.ingest.inspection import inspect_data_file, inspect_program, method_meta
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 from support.server import ServerProcess, registry_rows, stored_files, tensor, upload
 from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401
@@ -41,14 +42,17 @@ def assert_predicts(client, model, program, seed=0):
     [output] = response.json()["outputs"]
     [expected] = program.reference(*program.example_inputs(seed))
     assert output["shape"] == list(expected.shape)
-    np.testing.assert_allclose(np.array(output["data"]).reshape(expected.shape), expected,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.array(output["data"]).reshape(expected.shape), expected, rtol=1e-6
+    )
 
 
 # --- the default backend setup on this CPU host ---------------------------------------------------
 
+
 def test_default_setup_refuses_tensorrt_programs_and_still_serves_cpu_ones(
-        start_server, mixed_16, linear_relu_program):
+    start_server, mixed_16, linear_relu_program
+):
     server = start_server()
     available, reason = tensorrt_runtime.availability()
     assert not available  # this test is about a host without TensorRT or a CUDA device
@@ -62,13 +66,15 @@ def test_default_setup_refuses_tensorrt_programs_and_still_serves_cpu_ones(
             assert problem["message"] == (
                 f"method 'forward' delegate {index} (TensorRTBackend): this host cannot verify "
                 f"TensorRT plans ({reason}); set ETRT_ALLOW_UNVERIFIED_PLANS=1 "
-                f"(--allow-unverified-plans) to store the model anyway, not runnable here")
+                f"(--allow-unverified-plans) to store the model anyway, not runnable here"
+            )
         assert stored_files(server.artifacts) == ["registry.sqlite3"]
         assert registry_rows(server.artifacts) == []
         assert upload(client, "cpu", linear_relu_program.pte).status_code == 201
         x = np.ones((2, 4), dtype=np.float32)
-        assert client.post("/infer", json={"model": "cpu", "inputs": [tensor(x)]}
-                           ).status_code == 200
+        assert (
+            client.post("/infer", json={"model": "cpu", "inputs": [tensor(x)]}).status_code == 200
+        )
 
 
 def test_unverified_plans_are_stored_not_runnable_across_a_restart(start_server, mixed_16):
@@ -105,10 +111,12 @@ def test_unverified_plans_are_stored_not_runnable_across_a_restart(start_server,
 
 # --- the test engine provider standing in for TensorRT --------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def trt_server(tmp_path_factory):
-    server = ServerProcess(tmp_path_factory.mktemp("trt") / "artifacts",
-                           "--backend-setup", TEST_BACKEND).start()
+    server = ServerProcess(
+        tmp_path_factory.mktemp("trt") / "artifacts", "--backend-setup", TEST_BACKEND
+    ).start()
     yield server
     server.stop()
 
@@ -135,15 +143,21 @@ def test_inline_engines_are_verified_described_and_served(trt_server, mixed_16):
             details = delegate["details"]
             assert details["verified"] is True and details["engine_source"] == "inline"
             engine = details["engine"]
-            assert {k: engine[k] for k in ("weight_bytes", "stripped_weights_size",
-                                           "refittable", "device")} == {
-                "weight_bytes": 0, "stripped_weights_size": -1, "refittable": False, "device": 0}
-            assert [(b["name"], b["is_input"], b["dtype"], b["shape"])
-                    for b in engine["bindings"]] == [("input0", True, "float32", [3, 5]),
-                                                     ("input1", True, "float32", [3, 5]),
-                                                     ("output0", False, "float32", [3, 5])]
-        copies = [d["details"]["placement"]["expected_staging_copies_per_call"]
-                  for d in method["delegates"]]
+            assert {
+                k: engine[k]
+                for k in ("weight_bytes", "stripped_weights_size", "refittable", "device")
+            } == {"weight_bytes": 0, "stripped_weights_size": -1, "refittable": False, "device": 0}
+            assert [
+                (b["name"], b["is_input"], b["dtype"], b["shape"]) for b in engine["bindings"]
+            ] == [
+                ("input0", True, "float32", [3, 5]),
+                ("input1", True, "float32", [3, 5]),
+                ("output0", False, "float32", [3, 5]),
+            ]
+        copies = [
+            d["details"]["placement"]["expected_staging_copies_per_call"]
+            for d in method["delegates"]
+        ]
         assert sum(copies) > 0
         hints = [w for w in description["warnings"] if PLANNING_HINT in w]
         assert len(hints) == sum(c > 0 for c in copies)
@@ -158,8 +172,9 @@ def test_256_byte_planning_needs_no_staging_copies(trt_server, mixed_256):
         description = response.json()
         placements = [d["details"]["placement"] for d in delegates(description)]
         assert len(placements) == 2
-        assert all(p["expected_staging_copies_per_call"] == 0 and "hint" not in p
-                   for p in placements)
+        assert all(
+            p["expected_staging_copies_per_call"] == 0 and "hint" not in p for p in placements
+        )
         assert all(b["aligned"] for p in placements for b in p["buffers"])
         assert not any(PLANNING_HINT in w for w in description["warnings"])
         assert_predicts(client, "mixed256", mixed_256)
@@ -172,8 +187,10 @@ def test_an_engine_in_a_ptd_is_served_and_survives_a_restart(trt_server, add_ext
         response = upload(client, "external", add_external.pte, [engines])
         assert response.status_code == 201, response.text
         [delegate] = delegates(response.json())
-        assert delegate["details"]["engine_source"] == {"data_file": engines.name,
-                                                        "engine_key": key}
+        assert delegate["details"]["engine_source"] == {
+            "data_file": engines.name,
+            "engine_key": key,
+        }
         assert not any("not used" in w for w in response.json()["warnings"])
         assert_predicts(client, "external", add_external)
     trt_server.restart()
@@ -182,42 +199,62 @@ def test_an_engine_in_a_ptd_is_served_and_survives_a_restart(trt_server, add_ext
         assert_predicts(client, "external", add_external, seed=2)
 
 
-def test_a_ptd_without_the_engine_key_is_refused_naming_it(trt_server, add_external,
-                                                           external_weights_program):
+def test_a_ptd_without_the_engine_key_is_refused_naming_it(
+    trt_server, add_external, external_weights_program
+):
     [key] = inspect_data_file(add_external.data_files[0]).keys
     [problem] = refused(trt_server, "nokey", add_external.pte, external_weights_program.ptds)
     assert problem["rule"] == "tensorrt.engine_key_missing"
     assert problem["message"].startswith(
         f"method 'forward' delegate 0 (TensorRTBackend) needs engine_key {key!r}, which none of "
-        f"the uploaded .ptd files contains")
+        f"the uploaded .ptd files contains"
+    )
 
 
 def test_a_stripped_plan_is_refused(trt_server, mixed_16, tmp_path):
-    stripped = rewritten(mixed_16.pte, tmp_path / "stripped.pte",
-                         stats={"stripped_weights_size": 0, "total_weights_size": 4096})
+    stripped = rewritten(
+        mixed_16.pte,
+        tmp_path / "stripped.pte",
+        stats={"stripped_weights_size": 0, "total_weights_size": 4096},
+    )
     problems = refused(trt_server, "stripped", stripped)
     assert [p["rule"] for p in problems] == ["tensorrt.weights_stripped"] * 2
-    assert all(f"the TensorRT plan was {STRIPPED_HINT} (the plan holds 0 of its 4096 weight "
-               f"bytes)" in p["message"] for p in problems)
+    assert all(
+        f"the TensorRT plan was {STRIPPED_HINT} (the plan holds 0 of its 4096 weight "
+        f"bytes)" in p["message"]
+        for p in problems
+    )
     assert STRIPPED_HINT == "saved without its weights; re-export with strip_engine_weights=False"
 
 
 def test_a_plan_holding_all_its_weights_passes_with_its_stats(trt_server, mixed_16, tmp_path):
-    kept = rewritten(mixed_16.pte, tmp_path / "kept.pte",
-                     stats={"stripped_weights_size": 4096, "total_weights_size": 4096,
-                            "refittable": True, "device_memory_size": 512})
+    kept = rewritten(
+        mixed_16.pte,
+        tmp_path / "kept.pte",
+        stats={
+            "stripped_weights_size": 4096,
+            "total_weights_size": 4096,
+            "refittable": True,
+            "device_memory_size": 512,
+        },
+    )
     with trt_server.client() as client:
         response = upload(client, "kept", kept)
         assert response.status_code == 201, response.text
         for delegate in delegates(response.json()):
             engine = delegate["details"]["engine"]
-            assert (engine["weight_bytes"], engine["stripped_weights_size"], engine["refittable"],
-                    engine["device_memory_size"]) == (4096, 4096, True, 512)
+            assert (
+                engine["weight_bytes"],
+                engine["stripped_weights_size"],
+                engine["refittable"],
+                engine["device_memory_size"],
+            ) == (4096, 4096, True, 512)
         assert_predicts(client, "kept", mixed_16)
 
 
 def test_a_plan_that_crashes_its_deserializer_is_refused_and_the_server_lives_on(
-        trt_server, mixed_16, linear_relu_program, tmp_path):
+    trt_server, mixed_16, linear_relu_program, tmp_path
+):
     crashing = rewritten(mixed_16.pte, tmp_path / "crash.pte", test_abort_on_deserialize=True)
     problems = refused(trt_server, "crash", crashing)
     # Both delegates' plans crash; the second is verified in a fresh child after the first.
@@ -225,14 +262,17 @@ def test_a_plan_that_crashes_its_deserializer_is_refused_and_the_server_lives_on
     for index, problem in enumerate(problems):
         assert problem["message"].startswith(
             f"method 'forward' delegate {index} (TensorRTBackend): the isolated process "
-            f"deserializing the TensorRT plan was killed by signal SIGABRT")
+            f"deserializing the TensorRT plan was killed by signal SIGABRT"
+        )
         assert "aborting in deserialize on purpose" in problem["message"]
     with trt_server.client() as client:
         assert client.get("/health/live").status_code == 200
         assert client.get("/models/crash").status_code == 404
         assert upload(client, "after_crash", linear_relu_program.pte).status_code == 201
         x = np.ones((2, 4), dtype=np.float32)
-        assert client.post("/infer", json={"model": "after_crash", "inputs": [tensor(x)]}
-                           ).status_code == 200
+        assert (
+            client.post("/infer", json={"model": "after_crash", "inputs": [tensor(x)]}).status_code
+            == 200
+        )
         assert upload(client, "mixed_after_crash", mixed_16.pte).status_code == 201
         assert_predicts(client, "mixed_after_crash", mixed_16)

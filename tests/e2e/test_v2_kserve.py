@@ -2,6 +2,7 @@
 
 The client runs in a child process (support/kserve_calls.py says why).
 """
+
 import json
 import subprocess
 import sys
@@ -17,15 +18,21 @@ CALLS = Path(__file__).parent.parent / "support" / "kserve_calls.py"
 
 
 def kserve(call: dict) -> dict:
-    done = subprocess.run([sys.executable, str(CALLS), json.dumps(call)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(CALLS), json.dumps(call)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def tensor(name, array, datatype):
-    return {"name": name, "shape": list(array.shape), "datatype": datatype,
-            "numpy": str(array.dtype), "data": array.ravel().tolist()}
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "datatype": datatype,
+        "numpy": str(array.dtype),
+        "data": array.ravel().tolist(),
+    }
 
 
 def test_health_and_model_readiness(shared_server, mix_of_ops_program):
@@ -40,21 +47,38 @@ def test_infer_json_and_binary(shared_server, mix_of_ops_program, binary_data):
     with shared_server.client() as http:
         upload(http, "mix", mix_of_ops_program.pte)
     x, idx = mix_of_ops_program.example_inputs
-    answer = kserve({"kind": "infer", "url": shared_server.url, "model": "mix", "id": "k-1",
-                     "binary_data": binary_data, "outputs": ["output_1"],
-                     "inputs": [tensor("input_0", x.numpy(), "FP32"),
-                                tensor("input_1", idx.numpy(), "INT64")]})
+    answer = kserve(
+        {
+            "kind": "infer",
+            "url": shared_server.url,
+            "model": "mix",
+            "id": "k-1",
+            "binary_data": binary_data,
+            "outputs": ["output_1"],
+            "inputs": [
+                tensor("input_0", x.numpy(), "FP32"),
+                tensor("input_1", idx.numpy(), "INT64"),
+            ],
+        }
+    )
     assert answer["model_name"] == "mix" and answer["id"] == "k-1", answer
     [output] = answer["outputs"]
     assert output["name"] == "output_1"
     expected = mix_of_ops_program.module(x, idx)[1].detach().numpy()
     assert output["shape"] == list(expected.shape)
-    np.testing.assert_allclose(np.asarray(output["data"]).reshape(expected.shape), expected,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(output["data"]).reshape(expected.shape), expected, rtol=1e-5
+    )
 
 
 def test_errors_carry_our_message(shared_server):
-    answer = kserve({"kind": "infer", "url": shared_server.url, "model": "absent",
-                     "binary_data": False,
-                     "inputs": [tensor("input_0", np.ones(1, np.float32), "FP32")]})
+    answer = kserve(
+        {
+            "kind": "infer",
+            "url": shared_server.url,
+            "model": "absent",
+            "binary_data": False,
+            "inputs": [tensor("input_0", np.ones(1, np.float32), "FP32")],
+        }
+    )
     assert "model 'absent' not found" in answer["error"] and "404" in answer["error"], answer

@@ -1,5 +1,6 @@
 """A program delegated to XNNPACK (the executorch wheel's backend) deploys and predicts like
 eager PyTorch, through a real server with its default backends."""
+
 import numpy as np
 import torch
 
@@ -20,5 +21,6 @@ def test_an_xnnpack_program_deploys_and_matches_eager_pytorch(shared_server, pro
         assert response.status_code == 200, response.text
     [output] = response.json()["outputs"]
     assert output["shape"] == [2, 3]
-    np.testing.assert_allclose(np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5, atol=1e-6
+    )

@@ -8,6 +8,7 @@ Programs: exported beforehand into $ETHOST_TRT_PROGRAMS (`cd tests && python -m
 support.trt_programs DIR`), since executorch.exir does not import on the GPU machine; exported
 here when that variable is unset.
 """
+
 import os
 
 import pytest
@@ -26,6 +27,7 @@ def _programs(programs_dir, specs, **flavour):
         assert not missing, f"ETHOST_TRT_PROGRAMS lacks {missing}"
         return found
     from support.trt_programs import export_trt_program
+
     return {spec: export_trt_program(programs_dir, *spec, **flavour) for spec in specs}
 
 

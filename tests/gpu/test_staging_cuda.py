@@ -5,12 +5,13 @@ Programs: exported beforehand on a machine with executorch.exir into $ETHOST_TRT
 (`cd tests && python -m support.trt_programs DIR`), since executorch.exir does not import on the
 GPU machine; exported here when that variable is unset.
 """
+
 import os
 
+import ethost
 import numpy as np
 import pytest
 
-import ethost
 from support.staging_cases import StagingCases
 from support.test_engine_provider import TestEngineProvider
 from support.trt_host import labels, load_tensorrt_backend, new_delegate_counters
@@ -33,6 +34,7 @@ def programs(programs_dir):
         assert not missing, f"ETHOST_TRT_PROGRAMS lacks {missing}"
         return found
     from support.trt_programs import export_trt_program
+
     return {spec: export_trt_program(programs_dir, *spec) for spec in GPU_SET}
 
 
@@ -46,11 +48,13 @@ def cuda_provider():
     trt.set_engine_provider(None)
 
 
-@pytest.mark.parametrize("spec", GPU_SET, ids=lambda s: "%s-a%d%s" % (s[0], s[1], "-ptd" if s[2] else ""))
+@pytest.mark.parametrize("spec", GPU_SET, ids=lambda s: f"{s[0]}-a{s[1]}{'-ptd' if s[2] else ''}")
 def test_pte_end_to_end_on_cuda(programs, cuda_provider, spec):
     program = programs[spec]
     before = labels(trt)
-    method = ethost.Program(str(program.pte), [str(p) for p in program.data_files]).load_method("forward")
+    method = ethost.Program(str(program.pte), [str(p) for p in program.data_files]).load_method(
+        "forward"
+    )
     for seed in range(3):
         inputs = program.example_inputs(seed)
         outputs = method.execute(inputs)

@@ -4,6 +4,7 @@ No TensorRT builder exists in this workplace, so no real plan can be made: these
 what can be checked without one -- the module and device are found, every API the provider calls
 exists under the names it uses, and a bad plan is refused with TensorRT's own reason.
 """
+
 import pytest
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
@@ -54,22 +55,40 @@ def test_the_engine_stats_and_serialization_flags_resolve(trt):
         assert hasattr(trt.SerializationFlag, flag)
 
 
-@pytest.mark.parametrize("cls, names", [
-    ("ICudaEngine", ["num_io_tensors", "get_tensor_name", "get_tensor_mode", "get_tensor_dtype",
-                     "get_tensor_shape", "get_tensor_location", "get_tensor_profile_shape",
-                     "get_engine_stat", "refittable", "create_execution_context"]),
-    ("IExecutionContext", ["set_input_shape", "get_tensor_shape", "set_tensor_address",
-                           "execute_async_v3"]),
-    ("Runtime", ["deserialize_cuda_engine"]),
-])
+@pytest.mark.parametrize(
+    "cls, names",
+    [
+        (
+            "ICudaEngine",
+            [
+                "num_io_tensors",
+                "get_tensor_name",
+                "get_tensor_mode",
+                "get_tensor_dtype",
+                "get_tensor_shape",
+                "get_tensor_location",
+                "get_tensor_profile_shape",
+                "get_engine_stat",
+                "refittable",
+                "create_execution_context",
+            ],
+        ),
+        (
+            "IExecutionContext",
+            ["set_input_shape", "get_tensor_shape", "set_tensor_address", "execute_async_v3"],
+        ),
+        ("Runtime", ["deserialize_cuda_engine"]),
+    ],
+)
 def test_every_call_the_provider_makes_exists(trt, cls, names):
     missing = [name for name in names if not hasattr(getattr(trt, cls), name)]
     assert not missing, f"{trt.__name__}.{cls} lacks {missing}"
 
 
 def test_device_memory_size_is_readable_under_one_of_its_names(trt):
-    assert any(hasattr(trt.ICudaEngine, name)
-               for name in ("device_memory_size_v2", "device_memory_size"))
+    assert any(
+        hasattr(trt.ICudaEngine, name) for name in ("device_memory_size_v2", "device_memory_size")
+    )
 
 
 def test_the_dtypes_and_io_modes_the_provider_reads_exist(trt):
@@ -83,15 +102,16 @@ def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_pat
     # The whole ingest path on real TensorRT: the backend's blob parser, then this provider.
     import ethost_tensorrt
 
-    from service.config import Settings
-    from service.ingest.pipeline import IngestContext
-    from service.ingest.inspection import DelegateInfo, MethodInfo, ProgramInfo
     from service.backends.tensorrt.checks import check_tensorrt_delegate, verify_engine
+    from service.config import Settings
+    from service.ingest.inspection import DelegateInfo, MethodInfo, ProgramInfo
+    from service.ingest.pipeline import IngestContext
     from support import trt_blob
 
     ethost_tensorrt.set_engine_provider(None)
-    blob = trt_blob.make_blob(trt_blob.metadata([("x", True), ("output0", False)]),
-                              b"garbage!" * 32)
+    blob = trt_blob.make_blob(
+        trt_blob.metadata([("x", True), ("output0", False)]), b"garbage!" * 32
+    )
     program = tmp_path / "model.pte"  # the blob stands for the whole program file
     program.write_bytes(blob)
     delegate = DelegateInfo("forward", 0, "TensorRTBackend", blob, 0, [])

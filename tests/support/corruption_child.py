@@ -7,12 +7,12 @@ written and flushed, so if the process dies the parent knows which case killed i
 usage: python corruption_child.py CASES_JSON LOG_PATH START_INDEX
 CASES_JSON: list of {"id", "pte", "ptds", "inputs": [[shape, dtype], ...]}
 """
+
 import json
 import sys
 
-import numpy as np
-
 import ethost
+import numpy as np
 
 
 def attempt(case):

@@ -12,10 +12,11 @@ outputs in host memory and move the delegate's tensors with ExecuTorch's et_copy
 through the CUDA DeviceAllocator the host registers over the same seam. A test module provides
 the `copy_programs` fixture for InGraphCopiesCases.
 """
+
+import ethost
 import numpy as np
 import pytest
 
-import ethost
 from support.test_engine_provider import TestEngineProvider
 from support.trt_host import labels, load_tensorrt_backend, new_delegate_counters
 from support.trt_models import DEVICE_PLANNED_SET, IN_GRAPH_COPIES_SET
@@ -25,7 +26,7 @@ T = trt.testing
 
 
 def spec_id(spec):
-    return "%s-a%d" % spec
+    return "{}-a{}".format(*spec)
 
 
 def load(program):
@@ -34,6 +35,7 @@ def load(program):
 
 class SelectedMemory:
     """Selects the device memory named by `memory_kind` and a fresh test engine provider."""
+
     memory_kind = "host"
 
     @pytest.fixture(autouse=True)
@@ -66,7 +68,9 @@ class DevicePlannedCases(SelectedMemory):
             inputs = program.example_inputs(seed)
             outputs = method.execute(inputs)
             assert isinstance(outputs[0], np.ndarray)
-            np.testing.assert_allclose(outputs[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                outputs[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5
+            )
             if kept is None:
                 kept = (outputs[0], outputs[0].copy())
         # results were copied out of the device buffer, not viewed: a later call leaves them be
@@ -86,7 +90,9 @@ class DevicePlannedCases(SelectedMemory):
         assert all(T.is_device_pointer(a) and a % 256 == 0 for _, a in self.provider.addresses)
 
     @pytest.mark.parametrize("spec", DEVICE_PLANNED_SET, ids=spec_id)
-    def test_delegate_binds_planned_device_tensors_on_a_256_byte_boundary_directly(self, device_programs, spec):
+    def test_delegate_binds_planned_device_tensors_on_a_256_byte_boundary_directly(
+        self, device_programs, spec
+    ):
         """Zero staging copies proves the delegate recognizes the host's buffers as its own
         device memory; at 16-byte planning only the tensors off a boundary are staged."""
         program = device_programs[spec]
@@ -107,8 +113,9 @@ class DevicePlannedCases(SelectedMemory):
         assert instances[0].arena_addresses() != instances[1].arena_addresses()
         for seed, method in enumerate(instances):
             inputs = program.example_inputs(seed)
-            np.testing.assert_allclose(method.execute(inputs)[0], program.reference(*inputs)[0],
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                method.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5
+            )
 
     def test_wrong_input_refused_before_any_copy(self, device_programs):
         program = device_programs[DEVICE_PLANNED_SET[0]]
@@ -134,7 +141,9 @@ class InGraphCopiesCases(SelectedMemory):
         for seed in range(3):
             inputs = program.example_inputs(seed)
             outputs = method.execute(inputs)
-            np.testing.assert_allclose(outputs[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                outputs[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5
+            )
         assert not self.provider.misaligned
         # every address the engine saw is 256-aligned device memory: the planned CUDA buffer
         # the copy ops filled, or the delegate's own staging
@@ -142,14 +151,18 @@ class InGraphCopiesCases(SelectedMemory):
         assert all(a % 256 == 0 and T.is_device_pointer(a) for _, a in self.provider.addresses)
 
     @pytest.mark.parametrize("spec", IN_GRAPH_COPIES_SET, ids=spec_id)
-    def test_arenas_are_aligned_and_only_the_delegate_side_is_on_the_device(self, copy_programs, spec):
+    def test_arenas_are_aligned_and_only_the_delegate_side_is_on_the_device(
+        self, copy_programs, spec
+    ):
         method = load(copy_programs[spec])  # kept alive: its device buffer is freed with it
         addresses = method.arena_addresses()
         assert all(a % 256 == 0 for a in addresses)
         assert sorted(T.is_device_pointer(a) for a in addresses) == [False, True]
 
     @pytest.mark.parametrize("spec", IN_GRAPH_COPIES_SET, ids=spec_id)
-    def test_delegate_binds_copied_tensors_on_a_256_byte_boundary_directly(self, copy_programs, spec):
+    def test_delegate_binds_copied_tensors_on_a_256_byte_boundary_directly(
+        self, copy_programs, spec
+    ):
         program = copy_programs[spec]
         before = labels(trt)
         method = load(program)  # kept alive: counters are listed for live delegates only
@@ -168,5 +181,6 @@ class InGraphCopiesCases(SelectedMemory):
         assert instances[0].arena_addresses() != instances[1].arena_addresses()
         for seed, method in enumerate(instances):
             inputs = program.example_inputs(seed)
-            np.testing.assert_allclose(method.execute(inputs)[0], program.reference(*inputs)[0],
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                method.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5, atol=1e-5
+            )

@@ -4,6 +4,7 @@ Served by the xnnpack backend (service.backends.xnnpack); a server or check chil
 backend registered cannot load it, which is what the load step must turn into a refusal. It also
 gives program inspection a real delegate blob to read.
 """
+
 from pathlib import Path
 
 

@@ -5,6 +5,7 @@ its own .proto) in protobuf's default pool, so whichever is imported second in o
 The tests import tritonclient in-process; KServe's client runs here, reading a JSON call from
 argv and printing a JSON answer.
 """
+
 import asyncio
 import json
 import sys
@@ -15,9 +16,11 @@ from kserve.protocol.infer_type import RequestedOutput
 
 
 async def probe(client, url, models):
-    return {"live": await client.is_server_live(url),
-            "ready": await client.is_server_ready(url),
-            "models": [await client.is_model_ready(url, m) for m in models]}
+    return {
+        "live": await client.is_server_live(url),
+        "ready": await client.is_server_ready(url),
+        "models": [await client.is_model_ready(url, m) for m in models],
+    }
 
 
 async def infer(client, url, call):
@@ -27,15 +30,28 @@ async def infer(client, url, call):
         tensor = InferInput(spec["name"], list(array.shape), spec["datatype"])
         tensor.set_data_from_numpy(array, binary_data=call["binary_data"])
         inputs.append(tensor)
-    request = InferRequest(call["model"], inputs, request_id=call.get("id"),
-                           request_outputs=[RequestedOutput(n) for n in call.get("outputs", [])])
+    request = InferRequest(
+        call["model"],
+        inputs,
+        request_id=call.get("id"),
+        request_outputs=[RequestedOutput(n) for n in call.get("outputs", [])],
+    )
     try:
         response = await client.infer(url, request, model_name=call["model"])
     except Exception as error:  # the test checks what the client reports
         return {"error": str(error)}
-    return {"model_name": response.model_name, "id": response.id,
-            "outputs": [{"name": o.name, "shape": list(o.as_numpy().shape),
-                         "data": o.as_numpy().ravel().tolist()} for o in response.outputs]}
+    return {
+        "model_name": response.model_name,
+        "id": response.id,
+        "outputs": [
+            {
+                "name": o.name,
+                "shape": list(o.as_numpy().shape),
+                "data": o.as_numpy().ravel().tolist(),
+            }
+            for o in response.outputs
+        ],
+    }
 
 
 async def main(call):

@@ -4,6 +4,7 @@ and isolated-work functions (service.ingest.IsolatedWork) that answer, fail, cra
 The setup hooks act only inside the load-check child (`python -m service.ingest.load_check`), so a
 server started with one of them still runs; only its uploads' isolated checks misbehave.
 """
+
 import os
 import sys
 import time

@@ -3,6 +3,7 @@
 Import the fixtures you need into a test module (`from support.program_fixtures import
 linear_relu_program`) or register this module as a pytest plugin.
 """
+
 import pytest
 
 from support import programs

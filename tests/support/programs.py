@@ -8,19 +8,20 @@ session fixtures and child processes can share them.
 torch and executorch.exir are imported lazily: the host itself never needs them, and tests that
 only read already-exported files should not pay for the import.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 
 @dataclass
 class ExportedProgram:
     pte: Path
     ptds: list[Path]
-    module: "object"  # torch.nn.Module; eager reference for the "forward" method
+    module: object  # torch.nn.Module; eager reference for the "forward" method
     example_inputs: tuple
     # Extra methods (name -> (module, example inputs)) for multi-method programs.
     methods: dict = field(default_factory=dict)
@@ -42,7 +43,8 @@ def _modules():
             return torch.relu(self.linear(x))
 
     class MixOfOps(torch.nn.Module):
-        """Several kernels, an int64 input and two outputs, so dtype and output handling are real."""
+        """Several kernels, an int64 input and two outputs, so dtype and output handling are
+        real."""
 
         def __init__(self):
             super().__init__()
@@ -96,8 +98,17 @@ def _modules():
         """One input and one output per datatype the host serves, output i computed from input i."""
 
         def forward(self, f32, f16, f64, i8, i16, i32, i64, u8, flags):
-            return (f32 * 2.0, f16 + 1.0, f64 - 1.0, i8 + 1, i16 * 2, i32 + 3, i64 * 2, u8 + 1,
-                    torch.logical_not(flags))
+            return (
+                f32 * 2.0,
+                f16 + 1.0,
+                f64 - 1.0,
+                i8 + 1,
+                i16 * 2,
+                i32 + 3,
+                i64 * 2,
+                u8 + 1,
+                torch.logical_not(flags),
+            )
 
     return LinearRelu, MixOfOps, TwoLayers, Scale, Heavy, SameDtype, EveryDatatype
 
@@ -156,7 +167,8 @@ def _seeded():
 
 
 def export_linear_relu(out_dir: Path, alignment: int | None = None) -> ExportedProgram:
-    """alignment: planning alignment for memory-planned tensors (e.g. 256 for TensorRT placement)."""
+    """alignment: planning alignment for memory-planned tensors (e.g. 256 for TensorRT
+    placement)."""
     torch = _seeded()
     module = _modules()[0]()
     inputs = (torch.randn(2, 4),)
@@ -249,9 +261,7 @@ def export_cpu_heavy(out_dir: Path, rounds: int = 200, size: int = 200_000) -> E
     torch = _seeded()
     module = _modules()[4](rounds)
     inputs = (torch.randn(size),)
-    pte, ptds = _export(
-        Path(out_dir) / f"cpu_heavy_{rounds}_{size}", {"forward": (module, inputs)}
-    )
+    pte, ptds = _export(Path(out_dir) / f"cpu_heavy_{rounds}_{size}", {"forward": (module, inputs)})
     return ExportedProgram(pte, ptds, module, inputs)
 
 
@@ -266,11 +276,13 @@ def _batching_modules():
 
         def __init__(self, width, layers):
             super().__init__()
-            scale = width ** -0.5
+            scale = width**-0.5
             self.weights = torch.nn.ParameterList(
-                [torch.nn.Parameter(torch.randn(width, width) * scale) for _ in range(layers)])
+                [torch.nn.Parameter(torch.randn(width, width) * scale) for _ in range(layers)]
+            )
             self.biases = torch.nn.ParameterList(
-                [torch.nn.Parameter(torch.randn(width) * scale) for _ in range(layers)])
+                [torch.nn.Parameter(torch.randn(width) * scale) for _ in range(layers)]
+            )
 
         def forward(self, x):
             for weight, bias in zip(self.weights, self.biases):
@@ -301,8 +313,11 @@ def export_weight_bound(out_dir: Path, width: int = 1024, layers: int = 4) -> Ex
     module = _batching_modules()[0](width, layers)
     inputs = (torch.randn(2, width),)
     batch = torch.export.Dim("batch", min=1, max=WEIGHT_BOUND_MAX_BATCH)
-    pte, ptds = _export(Path(out_dir) / f"weight_bound_{width}_{layers}",
-                        {"forward": (module, inputs)}, dynamic_shapes={"forward": ({0: batch},)})
+    pte, ptds = _export(
+        Path(out_dir) / f"weight_bound_{width}_{layers}",
+        {"forward": (module, inputs)},
+        dynamic_shapes={"forward": ({0: batch},)},
+    )
     return ExportedProgram(pte, ptds, module, inputs)
 
 
@@ -316,8 +331,11 @@ def export_dynamic_lookup(out_dir: Path) -> ExportedProgram:
     inputs = (torch.randint(0, LOOKUP_TABLE, (2, 3)),)
     batch = torch.export.Dim("batch", min=1, max=LOOKUP_MAX_BATCH)
     tokens = torch.export.Dim("tokens", min=1, max=LOOKUP_MAX_TOKENS)
-    pte, ptds = _export(Path(out_dir) / "dynamic_lookup", {"forward": (module, inputs)},
-                        dynamic_shapes={"forward": ({0: batch, 1: tokens},)})
+    pte, ptds = _export(
+        Path(out_dir) / "dynamic_lookup",
+        {"forward": (module, inputs)},
+        dynamic_shapes={"forward": ({0: batch, 1: tokens},)},
+    )
     return ExportedProgram(pte, ptds, module, inputs)
 
 
@@ -329,19 +347,36 @@ def export_every_datatype(out_dir: Path) -> ExportedProgram:
     """Inputs of shape [2, 3] in the datatypes of EVERY_DATATYPE; output i is f(input i)."""
     torch = _seeded()
     module = _modules()[6]()
-    dtypes = (torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32,
-              torch.int64, torch.uint8)
+    dtypes = (
+        torch.float32,
+        torch.float16,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+    )
     inputs = tuple((torch.randn(2, 3) * 10).to(dtype) for dtype in dtypes) + (
-        torch.tensor([[True, False, True], [False, False, True]]),)
+        torch.tensor([[True, False, True], [False, False, True]]),
+    )
     pte, ptds = _export(Path(out_dir) / "every_datatype", {"forward": (module, inputs)})
     return ExportedProgram(pte, ptds, module, inputs)
 
 
 # Open Inference Protocol datatypes numpy holds as they are, with their torch dtypes. BF16 is served
 # too, but numpy has no bfloat16: it crosses the host as uint16 bit patterns (see service.dtypes).
-HOST_DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "INT8": "int8", "INT16": "int16",
-                  "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
-                  "FP64": "float64"}
+HOST_DATATYPES = {
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
 _TORCH_DTYPES = {**HOST_DATATYPES, "BF16": "bfloat16"}
 
 
@@ -356,8 +391,9 @@ def export_same_dtype(out_dir: Path, datatype: str) -> ExportedProgram:
         example = torch.randn(2, 3).to(dtype)
     else:
         example = torch.randint(0, 50, (2, 3)).to(dtype)
-    pte, ptds = _export(Path(out_dir) / f"same_dtype_{datatype.lower()}",
-                        {"forward": (module, (example,))})
+    pte, ptds = _export(
+        Path(out_dir) / f"same_dtype_{datatype.lower()}", {"forward": (module, (example,))}
+    )
     return ExportedProgram(pte, ptds, module, (example,))
 
 

@@ -1,8 +1,9 @@
 """Reads Prometheus text exposition (0.0.4) the way a scraper would, for tests of /metrics.
 
-Written independently of service.dataplane.metrics so that a formatter bug cannot cancel out in a test:
-label values are unescaped character by character, and every sample line must parse.
+Written independently of service.dataplane.metrics so that a formatter bug cannot cancel out in a
+test: label values are unescaped character by character, and every sample line must parse.
 """
+
 import re
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -14,7 +15,7 @@ def _labels(text: str, at: int) -> tuple[dict, int]:
     labels, at = {}, at + 1
     while text[at] != "}":
         name = _NAME.match(text, at)
-        assert name and text[name.end():name.end() + 2] == '="', f"bad label at {text[at:]!r}"
+        assert name and text[name.end() : name.end() + 2] == '="', f"bad label at {text[at:]!r}"
         at, value = name.end() + 2, []
         while text[at] != '"':
             if text[at] == "\\":
@@ -50,7 +51,7 @@ def parse(text: str) -> dict:
         assert line[at] == " ", f"bad sample line {line!r}"
         key = (name.group(), frozenset(labels.items()))
         assert key not in samples, f"duplicate series {line!r}"
-        samples[key] = float(line[at + 1:])
+        samples[key] = float(line[at + 1 :])
     return {"samples": samples, "types": types, "help": helps}
 
 

@@ -3,6 +3,7 @@
 The server runs in its own process exactly as users start it, so tests see real startup,
 reconciliation, the child-process load check and shutdown, not an in-process shortcut.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, artifacts: Path, *extra_args: str, env: dict | None = None,
-                 log_path: Path | None = None):
+    def __init__(
+        self,
+        artifacts: Path,
+        *extra_args: str,
+        env: dict | None = None,
+        log_path: Path | None = None,
+    ):
         self.artifacts = Path(artifacts)
         self.extra_args = list(extra_args)
         self.env = env or {}
@@ -73,14 +79,30 @@ class ServerProcess:
         # `service` from the repo and test helpers (backend setup modules) from tests/, ahead of
         # anything inherited, so the process tests the working tree.
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO), str(TESTS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+            [str(REPO), str(TESTS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
         env.update(self.env)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(self.port),
-             "--grpc-port", str(self.grpc_port), "--artifacts", str(self.artifacts),
-             *self.extra_args],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--grpc-port",
+                str(self.grpc_port),
+                "--artifacts",
+                str(self.artifacts),
+                *self.extra_args,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         return self
 
@@ -108,9 +130,15 @@ class ServerProcess:
         self.stop()
 
 
-def upload(client: httpx.Client, name: str | None, program: Path | bytes | None,
-           data: list = (), program_name: str = "model.pte", replace: bool | None = None,
-           fields: dict | None = None) -> httpx.Response:
+def upload(
+    client: httpx.Client,
+    name: str | None,
+    program: Path | bytes | None,
+    data: list = (),
+    program_name: str = "model.pte",
+    replace: bool | None = None,
+    fields: dict | None = None,
+) -> httpx.Response:
     """POST /models. data items: a Path (sent under its own name) or (name, Path | bytes)."""
     files = []
     if program is not None:
@@ -133,10 +161,22 @@ def tensor(array, name: str | None = None, datatype: str | None = None) -> dict:
     import numpy as np
 
     array = np.asarray(array.detach().numpy() if hasattr(array, "detach") else array)
-    names = {"float32": "FP32", "float64": "FP64", "float16": "FP16", "int64": "INT64",
-             "int32": "INT32", "int8": "INT8", "uint8": "UINT8", "bool": "BOOL", "int16": "INT16"}
-    body = {"shape": list(array.shape), "datatype": datatype or names[array.dtype.name],
-            "data": array.reshape(-1).tolist()}
+    names = {
+        "float32": "FP32",
+        "float64": "FP64",
+        "float16": "FP16",
+        "int64": "INT64",
+        "int32": "INT32",
+        "int8": "INT8",
+        "uint8": "UINT8",
+        "bool": "BOOL",
+        "int16": "INT16",
+    }
+    body = {
+        "shape": list(array.shape),
+        "datatype": datatype or names[array.dtype.name],
+        "data": array.reshape(-1).tolist(),
+    }
     if name is not None:
         body["name"] = name
     return body
@@ -147,8 +187,11 @@ def stored_files(artifacts: Path) -> list[str]:
     running server's lock file, which holds no model data)."""
     from service.store.lock import LOCK_FILE
 
-    return sorted(str(p.relative_to(artifacts)) for p in Path(artifacts).rglob("*")
-                  if p.is_file() and str(p.relative_to(artifacts)) != LOCK_FILE)
+    return sorted(
+        str(p.relative_to(artifacts))
+        for p in Path(artifacts).rglob("*")
+        if p.is_file() and str(p.relative_to(artifacts)) != LOCK_FILE
+    )
 
 
 def registry_rows(artifacts: Path) -> list[str]:

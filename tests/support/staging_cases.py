@@ -4,10 +4,11 @@ Each case drives the delegate's real runner (ethost_tensorrt.testing.Runner) wit
 engine provider, which refuses any address off a 256-byte boundary. Device buffers are offsets
 into one allocation, so an unaligned device buffer is a real one. A subclass sets memory_kind.
 """
+
+import ethost_tensorrt
 import numpy as np
 import pytest
 
-import ethost_tensorrt
 from support.test_engine_provider import TestEngineProvider
 from support.trt_blob import io, plan_blob
 
@@ -47,7 +48,7 @@ def host_array(shape, misalign=0, dtype=np.float32):
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = np.zeros(nbytes + 512, np.uint8)
     off = (-raw.ctypes.data) % 256 + misalign
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
+    return raw[off : off + nbytes].view(dtype).reshape(shape)
 
 
 def arg(addr, shape, dtype=F32):
@@ -65,7 +66,11 @@ def by_name(runner):
 def add_blob(shape=(4, 64), dynamic=False):
     if dynamic:
         dims, lo, hi = [-1, shape[1]], [0, shape[1]], [64, shape[1]]
-        spec = [io("a", True, dims, F32, lo, hi), io("b", True, dims, F32, lo, hi), io("out", False, dims)]
+        spec = [
+            io("a", True, dims, F32, lo, hi),
+            io("b", True, dims, F32, lo, hi),
+            io("out", False, dims),
+        ]
     else:
         spec = [io("a", True, shape), io("b", True, shape), io("out", False, shape)]
     return plan_blob("add", spec)[0]
@@ -95,7 +100,11 @@ class StagingCases:
     def _add_case(self, misalign_a=0, misalign_b=0, misalign_out=0, shape=(4, 64)):
         r = T.Runner(add_blob(shape))
         n = int(np.prod(shape)) * 4
-        a, b, o = self.mem.buf(n, misalign_a), self.mem.buf(n, misalign_b), self.mem.buf(n, misalign_out)
+        a, b, o = (
+            self.mem.buf(n, misalign_a),
+            self.mem.buf(n, misalign_b),
+            self.mem.buf(n, misalign_out),
+        )
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         put(a, x)
         put(b, x * 10)
@@ -131,7 +140,11 @@ class StagingCases:
         r = T.Runner(plan_blob("matmul", spec)[0])
         lhs = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
         rhs = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
-        pl, pr, po = self.mem.buf(lhs.nbytes, 16), self.mem.buf(rhs.nbytes, 128), self.mem.buf(256, 64)
+        pl, pr, po = (
+            self.mem.buf(lhs.nbytes, 16),
+            self.mem.buf(rhs.nbytes, 128),
+            self.mem.buf(256, 64),
+        )
         put(pl, lhs)
         put(pr, rhs)
         r.run([arg(pl, [8, 16]), arg(pr, [16, 8]), arg(po, [8, 8])])
@@ -160,7 +173,11 @@ class StagingCases:
     def test_inplace_unaligned_input_with_output_passed(self):
         c = self._inplace(16, pass_output=True)
         # copied in, updated in place on the stage, copied back; then into the separate output
-        assert (c["cache"]["staging_copies"], c["x"]["staging_copies"], c["cache_out"]["staging_copies"]) == (2, 0, 1)
+        assert (
+            c["cache"]["staging_copies"],
+            c["x"]["staging_copies"],
+            c["cache_out"]["staging_copies"],
+        ) == (2, 0, 1)
 
     def test_inplace_unaligned_input_with_output_elided(self):
         c = self._inplace(16, pass_output=False)
@@ -176,9 +193,13 @@ class StagingCases:
 
     def test_zero_size_tensors_get_a_valid_aligned_address(self):
         r = T.Runner(add_blob((0, 4), dynamic=True))
-        shapes = r.run([(0, 0, [0, 4], F32), (self.mem.buf(0, 16), 0, [0, 4], F32), (0, 64, [8, 4], F32)])
+        shapes = r.run(
+            [(0, 0, [0, 4], F32), (self.mem.buf(0, 16), 0, [0, 4], F32), (0, 64, [8, 4], F32)]
+        )
         assert shapes[2] == [0, 4]
-        assert self.provider.addresses and all(a and a % 256 == 0 for _, a in self.provider.addresses)
+        assert self.provider.addresses and all(
+            a and a % 256 == 0 for _, a in self.provider.addresses
+        )
         assert sum(c["staging_copies"] for c in r.counters()) == 0
 
     def test_a_buffer_with_bytes_but_no_storage_is_refused(self):
@@ -186,8 +207,13 @@ class StagingCases:
         # buffer that claims bytes would let the engine write past the placeholder's end.
         r = T.Runner(add_blob((2, 4)))
         with pytest.raises(RuntimeError, match="InvalidArgument.*'a' has 32 bytes but no storage"):
-            r.run([(0, 32, [2, 4], F32), (self.mem.buf(32), 32, [2, 4], F32),
-                   (self.mem.buf(32), 32, [2, 4], F32)])
+            r.run(
+                [
+                    (0, 32, [2, 4], F32),
+                    (self.mem.buf(32), 32, [2, 4], F32),
+                    (self.mem.buf(32), 32, [2, 4], F32),
+                ]
+            )
         assert self.provider.addresses == []
 
     def test_repeated_calls_reuse_staging_buffers(self):
@@ -209,7 +235,10 @@ class StagingCases:
         assert by_name(r)["a"]["stage_capacity"] == 32 * 64 * 4
         grown = by_name(r)["a"]["stage_address"]
         r.run([arg(a, [2, 64]), arg(b, [2, 64]), arg(o, [2, 64])])  # never shrinks
-        assert (by_name(r)["a"]["stage_capacity"], by_name(r)["a"]["stage_address"]) == (32 * 64 * 4, grown)
+        assert (by_name(r)["a"]["stage_capacity"], by_name(r)["a"]["stage_address"]) == (
+            32 * 64 * 4,
+            grown,
+        )
         assert r.calls == 5
 
     def test_host_buffers_are_always_staged_on_a_discrete_gpu(self):
@@ -243,6 +272,7 @@ class StagingCases:
 
     def test_blob_and_engine_binding_counts_must_match(self):
         from support.trt_blob import make_blob, metadata, plan_bytes
+
         plan = plan_bytes("add", [io("a", True, [4]), io("b", True, [4]), io("out", False, [4])])
         with pytest.raises(RuntimeError, match="InvalidProgram .*2 bindings but the engine has 3"):
             T.Runner(make_blob(metadata([("a", True), ("out", False)]), plan))

@@ -23,18 +23,22 @@ TensorRT would not deserialize: an exception carrying the lines TensorRT logged 
 TensorRT's real wordings, e.g. for a plan built by another TensorRT release). The stand-in
 plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
+
 import collections
 import json
 import os
 import sys
 
+import ethost_tensorrt
 import numpy as np
 
-import ethost_tensorrt
-
 ALIGNMENT = 256
-DEFAULT_STATS = {"stripped_weights_size": -1, "total_weights_size": 0, "refittable": False,
-                 "device_memory_size": 0}
+DEFAULT_STATS = {
+    "stripped_weights_size": -1,
+    "total_weights_size": 0,
+    "refittable": False,
+    "device_memory_size": 0,
+}
 
 
 class MisalignedAddress(AssertionError):
@@ -64,22 +68,24 @@ class TestEngineProvider:
     def __init__(self):
         self.deserialized = 0
         self.addresses = []  # (name, address) for every address bound
-        self.streams = []    # stream of every execute
+        self.streams = []  # stream of every execute
         self.misaligned = []
         self.calls = collections.Counter()  # provider calls by name
 
     def deserialize(self, plan, device_id):
         plan = bytes(plan)
         if not plan.startswith(b"TESTPLAN"):
-            raise ValueError("not a test plan: magic %r" % plan[:8])
+            raise ValueError(f"not a test plan: magic {plan[:8]!r}")
         spec = json.loads(plan[8:])
         if spec.get("test_abort_on_deserialize"):
             sys.stderr.write("test engine provider: aborting in deserialize on purpose\n")
             sys.stderr.flush()
             os.abort()
         if "test_tensorrt_log" in spec:
-            raise RuntimeError(f"TensorRT could not deserialize the plan ({len(plan)} bytes) on "
-                               f"CUDA device {device_id}: " + "; ".join(spec["test_tensorrt_log"]))
+            raise RuntimeError(
+                f"TensorRT could not deserialize the plan ({len(plan)} bytes) on "
+                f"CUDA device {device_id}: " + "; ".join(spec["test_tensorrt_log"])
+            )
         self.deserialized += 1
         log = os.environ.get("ETRT_TEST_DESERIALIZE_LOG")
         if log:  # deserializations in other processes (the ingest check child), for tests
@@ -88,8 +94,10 @@ class TestEngineProvider:
         return _Engine(spec, device_id)
 
     def describe(self, engine):
-        return {"io": [dict(t) for t in engine.spec["io"]],
-                "stats": {**DEFAULT_STATS, **engine.spec.get("stats", {})}}
+        return {
+            "io": [dict(t) for t in engine.spec["io"]],
+            "stats": {**DEFAULT_STATS, **engine.spec.get("stats", {})},
+        }
 
     def create_context(self, engine):
         return _Context(engine)

@@ -1,12 +1,13 @@
 """Loads the TensorRTBackend library the way the service does: through the native host first
 (dlopen RTLD_GLOBAL into the process-wide backend registry), then imported for configuration."""
+
 import importlib.util
 
 import ethost
 
 
 def load_tensorrt_backend():
-    """Returns the ethost_tensorrt module after making sure the host's registry holds its backend."""
+    """The ethost_tensorrt module, once the host's registry holds its backend."""
     ethost.load_backend_library(importlib.util.find_spec("ethost_tensorrt").origin)
     import ethost_tensorrt
 

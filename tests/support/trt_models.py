@@ -3,6 +3,7 @@
 Kept free of torch and executorch imports so the GPU machine, where executorch.exir does not
 import, can run programs exported elsewhere (see trt_programs.py) and still check their answers.
 """
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,10 +46,20 @@ class TrtProgram:
     model: str = ""
 
     @classmethod
-    def at(cls, out_dir, model, alignment=16, external=False, device_planned=False, in_graph_copies=False):
+    def at(
+        cls,
+        out_dir,
+        model,
+        alignment=16,
+        external=False,
+        device_planned=False,
+        in_graph_copies=False,
+    ):
         name = program_name(model, alignment, external, device_planned, in_graph_copies)
         out_dir = Path(out_dir)
-        return cls(out_dir / f"{name}.pte", [out_dir / f"{name}_engines.ptd"] if external else [], model)
+        return cls(
+            out_dir / f"{name}.pte", [out_dir / f"{name}_engines.ptd"] if external else [], model
+        )
 
     def exists(self):
         return self.pte.exists() and all(p.exists() for p in self.data_files)

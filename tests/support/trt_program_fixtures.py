@@ -2,6 +2,7 @@
 
 Import the ones a module needs (`from support.trt_program_fixtures import mixed_16`).
 """
+
 import pytest
 
 

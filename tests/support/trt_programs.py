@@ -19,6 +19,7 @@ DeviceAllocator registered with ExecuTorch (runtime_ext/common/executorch_alloca
 Run as `python -m support.trt_programs OUT_DIR` (from tests/) to export the set the GPU tests
 use on a machine whose torch cannot run executorch.exir.
 """
+
 import hashlib
 import re
 import sys
@@ -34,7 +35,13 @@ from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
 
 from support.trt_blob import io, make_blob, metadata, plan_bytes
-from support.trt_models import DEVICE_PLANNED_SET, GPU_SET, IN_GRAPH_COPIES_SET, TrtProgram, program_name
+from support.trt_models import (
+    DEVICE_PLANNED_SET,
+    GPU_SET,
+    IN_GRAPH_COPIES_SET,
+    TrtProgram,
+    program_name,
+)
 
 # Edge op name -> test provider op.
 OPS = {"aten.add.Tensor": "add", "aten.mm.default": "matmul"}
@@ -44,7 +51,8 @@ TARGET_DEVICE_SPEC = "target_device"
 
 
 def _op_name(node):
-    """'aten.add.Tensor' for an edge op node (its str is '<EdgeOpOverload: aten.add.Tensor>: ...')."""
+    """'aten.add.Tensor' for an edge op node (its str is
+    '<EdgeOpOverload: aten.add.Tensor>: ...')."""
     if node.op != "call_function":
         return None
     found = re.match(r"<EdgeOpOverload: ([\w.]+)>", str(node.target))
@@ -66,10 +74,14 @@ class TensorRTBackend(BackendDetails):
         ops = [n for n in graph.nodes if n.op == "call_function"]
         outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
         assert len(ops) == 1 and _op_name(ops[0]) in OPS, f"test backend takes one op, got {ops}"
-        plan_io = [io(f"input{i}", True, n.meta["val"].shape, _dtype_name(n.meta["val"]))
-                   for i, n in enumerate(inputs)]
-        plan_io += [io(f"output{i}", False, n.meta["val"].shape, _dtype_name(n.meta["val"]))
-                    for i, n in enumerate(outputs)]
+        plan_io = [
+            io(f"input{i}", True, n.meta["val"].shape, _dtype_name(n.meta["val"]))
+            for i, n in enumerate(inputs)
+        ]
+        plan_io += [
+            io(f"output{i}", False, n.meta["val"].shape, _dtype_name(n.meta["val"]))
+            for i, n in enumerate(outputs)
+        ]
         plan = plan_bytes(OPS[_op_name(ops[0])], plan_io)
         bindings = [(t["name"], t["is_input"]) for t in plan_io]
         tag = specs.get(EXTERNAL_TAG_SPEC)
@@ -78,8 +90,10 @@ class TensorRTBackend(BackendDetails):
         key = hashlib.sha256(plan).hexdigest() + "_trt_engine"
         store = NamedDataStore()
         store.add_named_data(key, plan, alignment=16, external_tag=tag.decode())
-        return PreprocessResult(processed_bytes=make_blob(metadata(bindings, engine_key=key)),
-                                data_store_output=store.get_named_data_store_output())
+        return PreprocessResult(
+            processed_bytes=make_blob(metadata(bindings, engine_key=key)),
+            data_store_output=store.get_named_data_store_output(),
+        )
 
 
 class TensorRTTestPartitioner(Partitioner):
@@ -130,13 +144,22 @@ def _device_planning(device_planned, in_graph_copies):
         return {"enable_non_cpu_memory_planning": True}
     if not device_planned:
         return {}
-    return {"enable_non_cpu_memory_planning": True,
-            "propagate_device_config": PropagateDeviceConfig(skip_h2d_for_method_inputs=True,
-                                                             skip_d2h_for_method_outputs=True)}
+    return {
+        "enable_non_cpu_memory_planning": True,
+        "propagate_device_config": PropagateDeviceConfig(
+            skip_h2d_for_method_inputs=True, skip_d2h_for_method_outputs=True
+        ),
+    }
 
 
-def export_trt_program(out_dir, model="mixed", alignment=16, external=False,
-                       device_planned=False, in_graph_copies=False) -> TrtProgram:
+def export_trt_program(
+    out_dir,
+    model="mixed",
+    alignment=16,
+    external=False,
+    device_planned=False,
+    in_graph_copies=False,
+) -> TrtProgram:
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
@@ -149,9 +172,12 @@ def export_trt_program(out_dir, model="mixed", alignment=16, external=False,
     on_cuda = device_planned or in_graph_copies
     partitioner = TensorRTTestPartitioner(tag, target_device="cuda:0" if on_cuda else None)
     lowered = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-    program = lowered.to_executorch(ExecutorchBackendConfig(
-        memory_planning_pass=MemoryPlanningPass(alignment=alignment),
-        **_device_planning(device_planned, in_graph_copies)))
+    program = lowered.to_executorch(
+        ExecutorchBackendConfig(
+            memory_planning_pass=MemoryPlanningPass(alignment=alignment),
+            **_device_planning(device_planned, in_graph_copies),
+        )
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     result.pte.write_bytes(program.buffer)
     if external:
@@ -188,9 +214,10 @@ def with_plans_rewritten(source, target, blob_fields=None, **fields):
         blob = bytes(entry.data)
         meta = trt.parse_blob(blob)
         start = meta["engine_offset"]
-        plan = json.loads(blob[start + len(b"TESTPLAN"):start + meta["engine_size"]])
+        plan = json.loads(blob[start + len(b"TESTPLAN") : start + meta["engine_size"]])
         bindings = [(b["name"], b["is_input"]) for b in meta["io_bindings"]]
-        entry.data = make_blob(metadata(bindings, **(blob_fields or {})),
-                               plan_bytes(plan["op"], plan["io"], **fields))
+        entry.data = make_blob(
+            metadata(bindings, **(blob_fields or {})), plan_bytes(plan["op"], plan["io"], **fields)
+        )
     Path(target).write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
     return Path(target)

@@ -8,11 +8,14 @@ from service.config import Settings
 
 
 def test_the_server_never_imports_torch():
-    code = ("import sys, service.__main__, service.app, service.ingest.pipeline, service.ingest.load_check, "
-            "service.protocols.native.multipart; from service.app import create_app; "
-            "from service.config import Settings; create_app(Settings()); "
-            "assert 'torch' not in sys.modules and 'executorch.exir' not in sys.modules, "
-            "sorted(m for m in sys.modules if m.startswith(('torch', 'executorch')))")
+    code = (
+        "import sys, service.__main__, service.app, service.ingest.pipeline, "
+        "service.ingest.load_check, "
+        "service.protocols.native.multipart; from service.app import create_app; "
+        "from service.config import Settings; create_app(Settings()); "
+        "assert 'torch' not in sys.modules and 'executorch.exir' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith(('torch', 'executorch')))"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

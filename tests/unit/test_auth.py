@@ -6,19 +6,30 @@ from service.app import create_app
 from service.config import Settings, parse_settings
 
 
-@pytest.mark.parametrize("method,path,scope", [
-    ("GET", "/health/live", auth.OPEN), ("GET", "/v2/health/ready", auth.OPEN),
-    ("GET", "/metrics", auth.OPEN),
-    ("POST", "/models", auth.ADMIN), ("POST", "/models/", auth.ADMIN),
-    ("DELETE", "/models/m", auth.ADMIN), ("PUT", "//models//m", auth.ADMIN),
-    ("POST", "/v2/repository/index", auth.ADMIN), ("GET", "/v2/repository", auth.ADMIN),
-    ("POST", "/v2/repository/models/m/load", auth.ADMIN),
-    ("GET", "/models", auth.INFER), ("GET", "/models/m", auth.INFER),
-    ("POST", "/infer", auth.INFER), ("GET", "/v2", auth.INFER),
-    ("POST", "/v2/models/m/infer", auth.INFER), ("GET", "/v2/models/m/ready", auth.INFER),
-    ("GET", "/docs", auth.INFER), ("GET", "/no/such/route", auth.INFER),
-    ("POST", "/v2/repositoryx", auth.INFER),
-])
+@pytest.mark.parametrize(
+    "method,path,scope",
+    [
+        ("GET", "/health/live", auth.OPEN),
+        ("GET", "/v2/health/ready", auth.OPEN),
+        ("GET", "/metrics", auth.OPEN),
+        ("POST", "/models", auth.ADMIN),
+        ("POST", "/models/", auth.ADMIN),
+        ("DELETE", "/models/m", auth.ADMIN),
+        ("PUT", "//models//m", auth.ADMIN),
+        ("POST", "/v2/repository/index", auth.ADMIN),
+        ("GET", "/v2/repository", auth.ADMIN),
+        ("POST", "/v2/repository/models/m/load", auth.ADMIN),
+        ("GET", "/models", auth.INFER),
+        ("GET", "/models/m", auth.INFER),
+        ("POST", "/infer", auth.INFER),
+        ("GET", "/v2", auth.INFER),
+        ("POST", "/v2/models/m/infer", auth.INFER),
+        ("GET", "/v2/models/m/ready", auth.INFER),
+        ("GET", "/docs", auth.INFER),
+        ("GET", "/no/such/route", auth.INFER),
+        ("POST", "/v2/repositoryx", auth.INFER),
+    ],
+)
 def test_routes_fall_in_one_scope(method, path, scope):
     assert auth.http_scope(method, path) == scope
 
@@ -27,14 +38,17 @@ def test_metrics_can_join_the_infer_scope():
     assert auth.http_scope("GET", "/metrics", metrics_auth="infer") == auth.INFER
 
 
-@pytest.mark.parametrize("method,scope", [
-    ("/inference.GRPCInferenceService/ServerLive", auth.OPEN),
-    ("/inference.GRPCInferenceService/ServerReady", auth.OPEN),
-    ("/inference.GRPCInferenceService/ModelInfer", auth.INFER),
-    ("/inference.GRPCInferenceService/ModelMetadata", auth.INFER),
-    ("/inference.GRPCInferenceService/RepositoryModelLoad", auth.ADMIN),
-    ("/inference.GRPCInferenceService/RepositoryIndex", auth.ADMIN),
-])
+@pytest.mark.parametrize(
+    "method,scope",
+    [
+        ("/inference.GRPCInferenceService/ServerLive", auth.OPEN),
+        ("/inference.GRPCInferenceService/ServerReady", auth.OPEN),
+        ("/inference.GRPCInferenceService/ModelInfer", auth.INFER),
+        ("/inference.GRPCInferenceService/ModelMetadata", auth.INFER),
+        ("/inference.GRPCInferenceService/RepositoryModelLoad", auth.ADMIN),
+        ("/inference.GRPCInferenceService/RepositoryIndex", auth.ADMIN),
+    ],
+)
 def test_grpc_methods_fall_in_the_same_scopes(method, scope):
     assert auth.grpc_scope(method) == scope
 
@@ -59,11 +73,21 @@ def test_a_scope_without_a_token_is_open_unless_admin_beyond_loopback():
     assert disabled.check(auth.INFER, None) is None
 
 
-@pytest.mark.parametrize("host,loopback", [
-    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True),
-    ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.0.2.1", False),
-    ("my-host", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "host,loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.0.2.1", False),
+        ("my-host", False),
+        ("", False),
+    ],
+)
 def test_loopback_addresses(host, loopback):
     assert auth.is_loopback(host) is loopback
 
@@ -73,8 +97,11 @@ def test_beyond_loopback_without_admin_token_model_management_answers_403(tmp_pa
     monkeypatch.delenv("ETRT_INFER_TOKEN", raising=False)
     app = create_app(Settings(host="0.0.0.0", artifacts=tmp_path / "artifacts"))
     with TestClient(app) as client:
-        for method, path in (("POST", "/models"), ("DELETE", "/models/m"),
-                             ("POST", "/v2/repository/index")):
+        for method, path in (
+            ("POST", "/models"),
+            ("DELETE", "/models/m"),
+            ("POST", "/v2/repository/index"),
+        ):
             response = client.request(method, path)
             assert response.status_code == 403
             body = response.json()
@@ -95,8 +122,10 @@ def test_beyond_loopback_an_admin_token_enables_model_management(tmp_path, monke
 
 
 def test_token_flags_and_metrics_auth_parse():
-    settings = parse_settings(["--admin-token-file", "/run/secrets/a", "--metrics-auth", "infer"],
-                              environ={"ETRT_INFER_TOKEN_FILE": "/run/secrets/i"})
+    settings = parse_settings(
+        ["--admin-token-file", "/run/secrets/a", "--metrics-auth", "infer"],
+        environ={"ETRT_INFER_TOKEN_FILE": "/run/secrets/i"},
+    )
     assert str(settings.admin_token_file) == "/run/secrets/a"
     assert str(settings.infer_token_file) == "/run/secrets/i"
     assert settings.metrics_auth == "infer"

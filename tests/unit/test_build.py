@@ -1,11 +1,10 @@
 """The native build refuses an executorch other than the pinned release (ExecuTorch has no
 stable C++ ABI), with a message that says what to install."""
+
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,9 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def configure(build_dir: Path, *defines: str) -> subprocess.CompletedProcess:
     cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake")
     assert cmake, "cmake is installed by .ci/install"
-    return subprocess.run([cmake, "-S", str(ROOT / "runtime_ext"), "-B", str(build_dir),
-                           f"-DPython_EXECUTABLE={sys.executable}", *defines],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(ROOT / "runtime_ext"),
+            "-B",
+            str(build_dir),
+            f"-DPython_EXECUTABLE={sys.executable}",
+            *defines,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_different_executorch_release_is_refused_by_name(tmp_path):

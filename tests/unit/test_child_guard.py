@@ -1,4 +1,5 @@
 """Load-check children die with their parent, and only recorded load-check children are reaped."""
+
 import json
 import os
 import subprocess
@@ -45,21 +46,35 @@ def _wait_dead(pid: int, timeout: float = 5.0) -> bool:
 
 
 def test_the_child_is_killed_when_its_parent_exits():
-    out = subprocess.run([sys.executable, "-c", _PARENT, _CHILD.format(repo=str(REPO))],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _PARENT, _CHILD.format(repo=str(REPO))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     pid, state = out.split()
     assert state == "guarded"
     assert _wait_dead(int(pid)), "the child outlived its parent"
 
 
 def test_a_child_whose_parent_is_already_gone_exits_at_once():
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from service.ingest import child_guard
         child_guard.die_with_parent(1)  # not our parent: as if the real one had died
         print("still running")
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert child.returncode == 70 and child.stdout == ""
 
 
@@ -69,8 +84,9 @@ def test_reaping_spares_processes_that_are_not_the_recorded_child(tmp_path):
     other = subprocess.Popen(["sleep", "60"])
     # A load-check command line for another pid file is not ours either.
     foreign_file = staging / "other.child-pid"
-    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m",
-                                "service.ingest.load_check"])
+    foreign = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "service.ingest.load_check"]
+    )
     try:
         (staging / ".load_check.json.child-pid").write_text(str(other.pid))
         foreign_file.write_text(str(foreign.pid))
@@ -88,12 +104,21 @@ def test_reaping_kills_the_recorded_load_check_child(tmp_path):
     staging = (tmp_path / "staging" / "upload").resolve()
     staging.mkdir(parents=True)
     pid_file = staging / ".load_check.json.child-pid"
-    request = {"program": "unused.pte", "data": [], "report": str(staging / ".load_check.json"),
-               "backend_setup": ["support.load_check_faults:hang_in_load_check"],
-               "load_methods": True, "parent": os.getpid(), "pid_file": str(pid_file)}
+    request = {
+        "program": "unused.pte",
+        "data": [],
+        "report": str(staging / ".load_check.json"),
+        "backend_setup": ["support.load_check_faults:hang_in_load_check"],
+        "load_methods": True,
+        "parent": os.getpid(),
+        "pid_file": str(pid_file),
+    }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-    child = subprocess.Popen([sys.executable, "-m", "service.ingest.load_check",
-                              json.dumps(request)], env=env, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline:

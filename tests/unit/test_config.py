@@ -7,35 +7,47 @@ from service.config import parse_settings
 
 def test_defaults_match_the_documented_ones():
     settings = parse_settings([], {})
-    assert (settings.host, settings.port, settings.artifacts) == ("127.0.0.1", 8000,
-                                                                  Path("artifacts"))
+    assert (settings.host, settings.port, settings.artifacts) == (
+        "127.0.0.1",
+        8000,
+        Path("artifacts"),
+    )
     assert settings.grpc_port == 8001
     assert settings.allow_unverified_plans is False
     assert settings.backends == ("tensorrt", "xnnpack") and settings.backend_setup is None
-    assert settings.setups == ("service.backends.tensorrt.runtime:install_backend",
-                               "service.backends.xnnpack:install_backend")
+    assert settings.setups == (
+        "service.backends.tensorrt.runtime:install_backend",
+        "service.backends.xnnpack:install_backend",
+    )
     assert settings.access_log is False
     assert (settings.max_json_bytes, settings.inline_execute_us) == (64 * 1024 * 1024, 100.0)
 
 
 def test_speed_settings_from_flags_and_environment():
-    settings = parse_settings(["--access-log", "--max-json-bytes", "1000"],
-                              {"ETRT_INLINE_EXECUTE_US": "0"})
+    settings = parse_settings(
+        ["--access-log", "--max-json-bytes", "1000"], {"ETRT_INLINE_EXECUTE_US": "0"}
+    )
     assert (settings.access_log, settings.max_json_bytes, settings.inline_execute_us) == (
-        True, 1000, 0.0)
+        True,
+        1000,
+        0.0,
+    )
 
 
 def test_backends_pick_the_setups_and_unknown_ones_are_refused(capsys):
     assert parse_settings(["--backends", "xnnpack"], {}).setups == (
-        "service.backends.xnnpack:install_backend",)
+        "service.backends.xnnpack:install_backend",
+    )
     assert parse_settings([], {"ETRT_BACKENDS": ""}).setups == ()
     with pytest.raises(SystemExit):
         parse_settings(["--backends", "tensorrt,cuda"], {})
     assert "unknown backend(s) cuda" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,allowed", [(["--allow-unverified-plans"], True),
-                                          (["--allow-unverified-plans", "false"], False)])
+@pytest.mark.parametrize(
+    "argv,allowed",
+    [(["--allow-unverified-plans"], True), (["--allow-unverified-plans", "false"], False)],
+)
 def test_a_boolean_flag_alone_means_true(argv, allowed):
     assert parse_settings(argv, {}).allow_unverified_plans is allowed
 
@@ -45,9 +57,15 @@ def test_an_empty_backend_setup_registers_no_backend():
 
 
 def test_environment_sets_and_flags_override():
-    env = {"ETRT_HOST": "0.0.0.0", "ETRT_PORT": "9000", "ETRT_ARTIFACTS": "/data",
-           "ETRT_INSTANCES": "4", "ETRT_ALLOW_UNVERIFIED_PLANS": "yes",
-           "ETRT_BACKEND_SETUP": "a:b, c:d", "ETRT_LOAD_CHECK_TIMEOUT": "2.5"}
+    env = {
+        "ETRT_HOST": "0.0.0.0",
+        "ETRT_PORT": "9000",
+        "ETRT_ARTIFACTS": "/data",
+        "ETRT_INSTANCES": "4",
+        "ETRT_ALLOW_UNVERIFIED_PLANS": "yes",
+        "ETRT_BACKEND_SETUP": "a:b, c:d",
+        "ETRT_LOAD_CHECK_TIMEOUT": "2.5",
+    }
     settings = parse_settings(["--port", "9100"], env)
     assert settings.host == "0.0.0.0" and settings.port == 9100
     assert settings.artifacts == Path("/data") and settings.instances_per_model == 4
@@ -60,11 +78,19 @@ def test_grpc_port_from_environment_or_flag_and_zero_turns_grpc_off():
     assert parse_settings(["--grpc-port", "0"], {"ETRT_GRPC_PORT": "9001"}).grpc_port == 0
 
 
-@pytest.mark.parametrize("argv,env", [
-    ([], {"ETRT_PORT": "http"}), (["--instances", "0"], {}),
-    ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}), (["--max-upload-bytes", "-1"], {}),
-    (["--grpc-port", "-1"], {}), ([], {"ETRT_GRPC_PORT": "65536"}),
-    (["--max-json-bytes", "0"], {}), (["--inline-execute-us", "-1"], {})])
+@pytest.mark.parametrize(
+    "argv,env",
+    [
+        ([], {"ETRT_PORT": "http"}),
+        (["--instances", "0"], {}),
+        ([], {"ETRT_ALLOW_UNVERIFIED_PLANS": "perhaps"}),
+        (["--max-upload-bytes", "-1"], {}),
+        (["--grpc-port", "-1"], {}),
+        ([], {"ETRT_GRPC_PORT": "65536"}),
+        (["--max-json-bytes", "0"], {}),
+        (["--inline-execute-us", "-1"], {}),
+    ],
+)
 def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_settings(argv, env)

@@ -1,4 +1,5 @@
 """The protocol-neutral core, driven through the real app (real storage, native host, ingest)."""
+
 import threading
 
 from fastapi.testclient import TestClient
@@ -10,8 +11,11 @@ from support.program_fixtures import linear_relu_program  # noqa: F401
 
 def _upload(client, name, program):
     with open(program.pte, "rb") as pte:
-        return client.post("/models", data={"name": name, "replace": "true"},
-                           files={"program": ("model.pte", pte.read())})
+        return client.post(
+            "/models",
+            data={"name": name, "replace": "true"},
+            files={"program": ("model.pte", pte.read())},
+        )
 
 
 def test_a_deleted_names_lock_is_kept_for_whoever_waits_on_it(tmp_path, linear_relu_program):
@@ -26,8 +30,9 @@ def test_a_deleted_names_lock_is_kept_for_whoever_waits_on_it(tmp_path, linear_r
         assert service._lock("m") is lock
 
 
-def test_at_most_the_configured_number_of_uploads_are_checked_at_once(tmp_path, monkeypatch,
-                                                                      linear_relu_program):
+def test_at_most_the_configured_number_of_uploads_are_checked_at_once(
+    tmp_path, monkeypatch, linear_relu_program
+):
     # Ingest runs on threads of its own, bounded, so slow load checks queue there instead of
     # taking the threads that parse other requests.
     import service.dataplane.service as core
@@ -47,11 +52,14 @@ def test_at_most_the_configured_number_of_uploads_are_checked_at_once(tmp_path, 
                 running -= 1
 
     monkeypatch.setattr(core, "run_ingest", counted)
-    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0,
-                              max_concurrent_ingests=1))
+    app = create_app(
+        Settings(artifacts=tmp_path / "artifacts", grpc_port=0, max_concurrent_ingests=1)
+    )
     with TestClient(app) as client:
-        threads = [threading.Thread(target=_upload, args=(client, f"m{i}", linear_relu_program))
-                   for i in range(3)]
+        threads = [
+            threading.Thread(target=_upload, args=(client, f"m{i}", linear_relu_program))
+            for i in range(3)
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -3,15 +3,16 @@ host-memory stand-in for the GPU (tests/gpu/test_device_planned_cuda.py reruns t
 on the H200), and refused where there is no device memory at all. Both flavours: device-planned
 method inputs/outputs the host copies, and ExecuTorch's in-graph copy ops, which copy through
 the CUDA DeviceAllocator the host registers over the same device-memory seam."""
+
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import ethost
 import numpy as np
 import pytest
 
-import ethost
 from support.device_planned_cases import DevicePlannedCases, InGraphCopiesCases, T, load, trt
 from support.test_engine_provider import TestEngineProvider
 from support.trt_models import DEVICE_PLANNED_SET, IN_GRAPH_COPIES_SET
@@ -20,13 +21,21 @@ from support.trt_models import DEVICE_PLANNED_SET, IN_GRAPH_COPIES_SET
 @pytest.fixture(scope="module")
 def device_programs(programs_dir):
     from support.trt_programs import export_trt_program
-    return {spec: export_trt_program(programs_dir, *spec, device_planned=True) for spec in DEVICE_PLANNED_SET}
+
+    return {
+        spec: export_trt_program(programs_dir, *spec, device_planned=True)
+        for spec in DEVICE_PLANNED_SET
+    }
 
 
 @pytest.fixture(scope="module")
 def copy_programs(programs_dir):
     from support.trt_programs import export_trt_program
-    return {spec: export_trt_program(programs_dir, *spec, in_graph_copies=True) for spec in IN_GRAPH_COPIES_SET}
+
+    return {
+        spec: export_trt_program(programs_dir, *spec, in_graph_copies=True)
+        for spec in IN_GRAPH_COPIES_SET
+    }
 
 
 class TestDevicePlannedHostMemory(DevicePlannedCases):
@@ -43,11 +52,15 @@ class TestInGraphCopiesHostMemory(InGraphCopiesCases):
         program = copy_programs[IN_GRAPH_COPIES_SET[0]]
         inputs = program.example_inputs()
         first = load(program)
-        np.testing.assert_allclose(first.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5)
+        np.testing.assert_allclose(
+            first.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5
+        )
         T.use_host_memory(reads_pageable_host=False)
         trt.set_engine_provider(TestEngineProvider())
         second = load(program)
-        np.testing.assert_allclose(second.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5)
+        np.testing.assert_allclose(
+            second.execute(inputs)[0], program.reference(*inputs)[0], rtol=1e-5
+        )
         with pytest.raises(ethost.ExecuTorchError) as refused:
             first.execute(inputs)
         # The copy kernel's own reason comes first, not only the runtime's last line about it.
@@ -56,11 +69,16 @@ class TestInGraphCopiesHostMemory(InGraphCopiesCases):
 
 @pytest.mark.parametrize("flavour", ["device-planned", "in-graph-copies"])
 @pytest.mark.parametrize("with_backend", [False, True], ids=["host-alone", "with-tensorrt-backend"])
-def test_refused_where_there_is_no_cuda_device(device_programs, copy_programs, flavour, with_backend):
+def test_refused_where_there_is_no_cuda_device(
+    device_programs, copy_programs, flavour, with_backend
+):
     """A fresh process on a host without CUDA, as the service's load check runs it: the host
     alone, and with the TensorRTBackend library loaded (whose selection it shares)."""
-    programs, specs = ((device_programs, DEVICE_PLANNED_SET) if flavour == "device-planned"
-                       else (copy_programs, IN_GRAPH_COPIES_SET))
+    programs, specs = (
+        (device_programs, DEVICE_PLANNED_SET)
+        if flavour == "device-planned"
+        else (copy_programs, IN_GRAPH_COPIES_SET)
+    )
     pte = str(programs[specs[0]].pte)
     script = textwrap.dedent(f"""
         import ethost
@@ -77,8 +95,13 @@ def test_refused_where_there_is_no_cuda_device(device_programs, copy_programs, f
             print(e.error_name, e.path, sep="\\n")
             print(e)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         cwd=str(Path(__file__).parents[1]))
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(Path(__file__).parents[1]),
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     if lines == ["CUDA"]:

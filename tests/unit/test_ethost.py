@@ -1,12 +1,13 @@
 """ethost runs real exported programs: results match eager torch, metadata, instances, memory."""
+
 import threading
 import time
 
+import ethost
 import numpy as np
 import pytest
 import torch
 
-import ethost
 from support.program_fixtures import (  # noqa: F401  (fixtures)
     cpu_heavy_program,
     dynamic_batch_program,
@@ -114,7 +115,9 @@ def test_instances_outlive_their_program_object(linear_relu_program):
     assert instances[1].execute([x])[0].shape == (2, 3)
 
 
-@pytest.mark.parametrize("fixture", ["linear_relu_program", "linear_relu_aligned_program", "mix_of_ops_program"])
+@pytest.mark.parametrize(
+    "fixture", ["linear_relu_program", "linear_relu_aligned_program", "mix_of_ops_program"]
+)
 def test_arena_addresses_are_256_aligned(fixture, request):
     program = ethost.Program(request.getfixturevalue(fixture).pte)
     for method in program.instances("forward", 4):

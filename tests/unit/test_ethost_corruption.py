@@ -10,11 +10,12 @@ refers to external data. Those cases are reported as a warning (the service load
 child process for exactly this reason); truncations must never crash, and every case that does
 not crash must end in ExecuTorchError/InputError or run.
 """
+
 import json
-import warnings
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,11 @@ def run_cases(tmp, cases):
 
 @pytest.mark.parametrize(
     "fixture,target,seed",
-    [("mix_of_ops_program", None, 1), ("external_weights_program", None, 2), ("external_weights_program", 0, 3)],
+    [
+        ("mix_of_ops_program", None, 1),
+        ("external_weights_program", None, 2),
+        ("external_weights_program", 0, 3),
+    ],
 )
 def test_corrupted_files_never_crash(fixture, target, seed, request, tmp_path):
     exported = request.getfixturevalue(fixture)
@@ -105,8 +110,11 @@ def test_corrupted_files_never_crash(fixture, target, seed, request, tmp_path):
     assert not bad, json.dumps(bad, indent=1)
     assert all(":flip" in case for case in crashes), json.dumps(crashes, indent=1)
     if crashes:
-        warnings.warn(f"ExecuTorch crashed on {len(crashes)} of {len(cases)} byte-flip cases: "
-                      + ", ".join(f"{c} {o}" for c, o in sorted(crashes.items())))
+        warnings.warn(
+            f"ExecuTorch crashed on {len(crashes)} of {len(cases)} byte-flip cases: "
+            + ", ".join(f"{c} {o}" for c, o in sorted(crashes.items())),
+            stacklevel=1,
+        )
     # Truncation of a .pte must always be refused (no truncated program is still valid).
     if target is None:
         truncated = [o for c, o in outcomes.items() if ":truncated@" in c]

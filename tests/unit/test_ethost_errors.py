@@ -1,11 +1,12 @@
 """Every failure reaches Python as a specific exception that names its cause and file."""
+
 import re
 import shutil
 
+import ethost
 import numpy as np
 import pytest
 
-import ethost
 from support.program_fixtures import (  # noqa: F401  (fixtures)
     dynamic_batch_program,
     external_weights_program,
@@ -77,7 +78,9 @@ def test_method_needs_data_files_that_were_not_given(external_weights_program):
         program.load_method("forward")
     error = info.value
     assert error.path == str(external_weights_program.pte)
-    assert str(error).startswith(f"{error.error_name} (0x{error.code:02x}) loading method 'forward' of ")
+    assert str(error).startswith(
+        f"{error.error_name} (0x{error.code:02x}) loading method 'forward' of "
+    )
     assert error.context
 
 
@@ -138,7 +141,9 @@ def test_wrong_input_count(mix_method):
 def test_wrong_dtype_names_the_input(mix_method):
     inputs = good_mix_inputs()
     inputs[1] = inputs[1].astype(np.int32)
-    with pytest.raises(ethost.InputError, match=r"input 1.*expected dtype int64, got int32") as info:
+    with pytest.raises(
+        ethost.InputError, match=r"input 1.*expected dtype int64, got int32"
+    ) as info:
         mix_method.execute(inputs)
     assert info.value.index == 1
     assert info.value.input_name.startswith("input 1")

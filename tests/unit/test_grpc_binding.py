@@ -1,18 +1,26 @@
 """gRPC binding: large work leaves the event loop; the problem list of an error travels in
 bounded trailing metadata."""
+
 import asyncio
 import json
 import threading
 
 from service.errors import Invalid, Problem
-from service.protocols.v2_grpc.binding import (OFF_LOOP_BYTES, PROBLEMS_METADATA_CHARS, off_loop,
-                                               problems_metadata)
+from service.protocols.v2_grpc.binding import (
+    OFF_LOOP_BYTES,
+    PROBLEMS_METADATA_CHARS,
+    off_loop,
+    problems_metadata,
+)
 
 
 def test_only_large_work_leaves_the_event_loop():
     async def main():
-        return (threading.get_ident(), await off_loop(OFF_LOOP_BYTES - 1, threading.get_ident),
-                await off_loop(OFF_LOOP_BYTES, threading.get_ident))
+        return (
+            threading.get_ident(),
+            await off_loop(OFF_LOOP_BYTES - 1, threading.get_ident),
+            await off_loop(OFF_LOOP_BYTES, threading.get_ident),
+        )
 
     loop_thread, small, large = asyncio.run(main())
     assert small == loop_thread != large

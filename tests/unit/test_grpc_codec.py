@@ -1,4 +1,5 @@
 """The gRPC tensor codec on hostile contents: every malformed tensor is an Invalid naming it."""
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,8 +10,16 @@ from service.protocols.v2_grpc import codec
 
 
 def contents(**lists):
-    fields = ("bool_contents", "int_contents", "int64_contents", "uint_contents",
-              "uint64_contents", "fp32_contents", "fp64_contents", "bytes_contents")
+    fields = (
+        "bool_contents",
+        "int_contents",
+        "int64_contents",
+        "uint_contents",
+        "uint64_contents",
+        "fp32_contents",
+        "fp64_contents",
+        "bytes_contents",
+    )
     return SimpleNamespace(**{name: lists.get(name, []) for name in fields})
 
 
@@ -30,18 +39,21 @@ def the_problem(error: Invalid):
     return problem
 
 
-@pytest.mark.parametrize("datatype, array", [
-    ("FP32", np.arange(6, dtype=np.float32) / 3),
-    ("FP16", np.arange(6, dtype=np.float16) / 3),
-    ("FP64", np.arange(6, dtype=np.float64) / 3),
-    ("INT8", np.array([-128, -1, 0, 1, 2, 127], dtype=np.int8)),
-    ("INT16", np.array([-32768, -1, 0, 1, 2, 32767], dtype=np.int16)),
-    ("INT32", np.array([-2**31, -1, 0, 1, 2, 2**31 - 1], dtype=np.int32)),
-    ("INT64", np.array([-2**63, -1, 0, 1, 2, 2**63 - 1], dtype=np.int64)),
-    ("UINT8", np.array([0, 1, 2, 3, 254, 255], dtype=np.uint8)),
-    ("BOOL", np.array([True, False, True, True, False, False])),
-    ("BF16", np.array([0x3F80, 0xBF80, 0, 0x7FC0, 0x4000, 1], dtype=np.uint16)),
-])
+@pytest.mark.parametrize(
+    "datatype, array",
+    [
+        ("FP32", np.arange(6, dtype=np.float32) / 3),
+        ("FP16", np.arange(6, dtype=np.float16) / 3),
+        ("FP64", np.arange(6, dtype=np.float64) / 3),
+        ("INT8", np.array([-128, -1, 0, 1, 2, 127], dtype=np.int8)),
+        ("INT16", np.array([-32768, -1, 0, 1, 2, 32767], dtype=np.int16)),
+        ("INT32", np.array([-(2**31), -1, 0, 1, 2, 2**31 - 1], dtype=np.int32)),
+        ("INT64", np.array([-(2**63), -1, 0, 1, 2, 2**63 - 1], dtype=np.int64)),
+        ("UINT8", np.array([0, 1, 2, 3, 254, 255], dtype=np.uint8)),
+        ("BOOL", np.array([True, False, True, True, False, False])),
+        ("BF16", np.array([0x3F80, 0xBF80, 0, 0x7FC0, 0x4000, 1], dtype=np.uint16)),
+    ],
+)
 def test_raw_contents_round_trip_every_datatype(datatype, array):
     array = array.reshape(2, 3)
     raw = codec.encode_raw("out", datatype, array).tobytes()
@@ -53,7 +65,8 @@ def test_raw_contents_round_trip_every_datatype(datatype, array):
 
 def test_raw_contents_are_little_endian():
     assert codec.encode_raw("out", "INT32", np.array([1], dtype=">i4")).tobytes() == (
-        b"\x01\x00\x00\x00")
+        b"\x01\x00\x00\x00"
+    )
     assert codec.decode_raw("x", "INT16", [1], b"\x02\x01")[0] == 0x0102
 
 
@@ -112,26 +125,32 @@ def test_typed_contents_decode_into_the_datatype():
 
 
 def test_typed_contents_are_checked():
-    problem = the_problem(refused(codec.decode_contents, "x", "FP32", [2, 2],
-                                  contents(fp32_contents=[1.0, 2.0])))
+    problem = the_problem(
+        refused(codec.decode_contents, "x", "FP32", [2, 2], contents(fp32_contents=[1.0, 2.0]))
+    )
     assert problem.rule == "input.contents" and "fp32_contents" in problem.message
     # Values in the list of another datatype are not taken.
-    problem = the_problem(refused(codec.decode_contents, "x", "FP32", [2],
-                                  contents(int_contents=[1, 2])))
+    problem = the_problem(
+        refused(codec.decode_contents, "x", "FP32", [2], contents(int_contents=[1, 2]))
+    )
     assert "needs 2 values in contents.fp32_contents, got 0" in problem.message
-    problem = the_problem(refused(codec.decode_contents, "x", "INT8", [2],
-                                  contents(int_contents=[1, 300])))
+    problem = the_problem(
+        refused(codec.decode_contents, "x", "INT8", [2], contents(int_contents=[1, 300]))
+    )
     assert "300" in problem.message and "INT8" in problem.message
-    problem = the_problem(refused(codec.decode_contents, "x", "UINT8", [1],
-                                  contents(uint_contents=[256])))
+    problem = the_problem(
+        refused(codec.decode_contents, "x", "UINT8", [1], contents(uint_contents=[256]))
+    )
     assert "256" in problem.message
     problem = the_problem(refused(codec.decode_contents, "x", "FP16", [1], contents()))
     assert "raw_input_contents" in problem.message
 
 
 def test_a_request_sends_one_raw_entry_per_input_and_never_both_kinds():
-    inputs = [Input(name="a", datatype="FP32", shape=[1], contents=None),
-              Input(name="b", datatype="FP32", shape=[1], contents=None)]
+    inputs = [
+        Input(name="a", datatype="FP32", shape=[1], contents=None),
+        Input(name="b", datatype="FP32", shape=[1], contents=None),
+    ]
     error = refused(codec.decode_inputs, inputs, [b"\x00" * 4])
     assert "2 input(s)" in error.message and "1 raw_input_contents" in error.message
     inputs[1].contents = contents(fp32_contents=[1.0])
@@ -140,7 +159,9 @@ def test_a_request_sends_one_raw_entry_per_input_and_never_both_kinds():
     inputs[0].contents = contents(fp32_contents=[2.0])
     decoded = codec.decode_inputs(inputs, [])
     assert [(name, datatype, a.tolist()) for name, datatype, a in decoded] == [
-        ("a", "FP32", [2.0]), ("b", "FP32", [1.0])]
+        ("a", "FP32", [2.0]),
+        ("b", "FP32", [1.0]),
+    ]
 
 
 def test_an_output_without_a_protocol_datatype_is_the_servers_failure():

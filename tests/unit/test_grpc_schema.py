@@ -1,5 +1,6 @@
 """The committed gRPC schema: regenerated from the .proto it is unchanged, and on the wire it is
 the contract tritonclient.grpc's stubs speak (imported here, in the same process as ours)."""
+
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import service_pb2 as triton
 
@@ -8,7 +9,8 @@ from service.protocols.v2_grpc import descriptor, generate, messages
 
 def test_regenerating_from_the_proto_yields_the_committed_module():
     assert generate.render(generate.compile_proto()) == generate.OUTPUT.read_text(), (
-        "grpc_service.proto changed: run `python -m service.protocols.v2_grpc.generate`")
+        "grpc_service.proto changed: run `python -m service.protocols.v2_grpc.generate`"
+    )
 
 
 def ours() -> descriptor_pb2.FileDescriptorProto:
@@ -17,10 +19,16 @@ def ours() -> descriptor_pb2.FileDescriptorProto:
 
 def _fields(message) -> dict:
     """name -> what the wire depends on: number, type, repeated, message type, oneof."""
-    return {f.name: (f.number, f.type, f.is_repeated,
-                     f.message_type.full_name if f.message_type else None,
-                     f.containing_oneof.name if f.containing_oneof else None)
-            for f in message.fields}
+    return {
+        f.name: (
+            f.number,
+            f.type,
+            f.is_repeated,
+            f.message_type.full_name if f.message_type else None,
+            f.containing_oneof.name if f.containing_oneof else None,
+        )
+        for f in message.fields
+    }
 
 
 def _messages(message) -> list:
@@ -45,7 +53,9 @@ def test_every_rpc_has_tritonclients_path_and_types():
     for method in messages.service_descriptor.methods:
         their = theirs.methods_by_name[method.name]
         assert (method.input_type.full_name, method.output_type.full_name) == (
-            their.input_type.full_name, their.output_type.full_name)
+            their.input_type.full_name,
+            their.output_type.full_name,
+        )
         assert not (their.client_streaming or their.server_streaming)
 
 

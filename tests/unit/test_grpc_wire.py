@@ -1,5 +1,6 @@
 """Splitting tensor payloads out of protobuf messages and joining them back, checked against
 protobuf's own parser and serializer, and on malformed messages."""
+
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
@@ -39,15 +40,18 @@ def test_a_message_without_the_field_is_returned_whole():
     assert wire.split_field(b"", RAW_INPUTS) == (b"", [])
 
 
-@pytest.mark.parametrize("data", [
-    b"\x80",                       # tag varint cut short
-    b"\x3a\x05ab",                 # length-delimited field longer than the message
-    b"\x3a\xff\xff\xff\xff\x0f",   # a 4 GiB length in a 6-byte message
-    b"\x3a" + b"\xff" * 11,        # varint longer than 10 bytes
-    b"\x09\x01\x02",               # fixed64 cut short
-    b"\x0b",                       # start group: not in proto3
-    b"\x02\x00",                   # field number 0
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x80",  # tag varint cut short
+        b"\x3a\x05ab",  # length-delimited field longer than the message
+        b"\x3a\xff\xff\xff\xff\x0f",  # a 4 GiB length in a 6-byte message
+        b"\x3a" + b"\xff" * 11,  # varint longer than 10 bytes
+        b"\x09\x01\x02",  # fixed64 cut short
+        b"\x0b",  # start group: not in proto3
+        b"\x02\x00",  # field number 0
+    ],
+)
 def test_malformed_messages_are_decode_errors(data):
     with pytest.raises(DecodeError):
         wire.split_field(data, RAW_INPUTS)
@@ -66,4 +70,3 @@ def test_join_is_what_protobuf_would_serialize():
 def test_varints_round_trip(value):
     encoded = wire.encode_varint(value)
     assert wire._varint(memoryview(encoded), 0) == (value, len(encoded))
-

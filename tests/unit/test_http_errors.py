@@ -1,4 +1,5 @@
 """The outermost middleware: server faults answered 500 in the error shape, disconnects quiet."""
+
 import asyncio
 import json
 import logging
@@ -31,8 +32,10 @@ def test_a_server_fault_is_answered_500_in_the_error_shape(caplog):
     with caplog.at_level(logging.ERROR, "service.protocols.http_errors"):
         start, body = call(broken)
     assert start["status"] == 500
-    assert json.loads(body["body"]) == {"error": "internal server error", "problems": [
-        {"file": None, "rule": "server.internal", "message": "internal server error"}]}
+    assert json.loads(body["body"]) == {
+        "error": "internal server error",
+        "problems": [{"file": None, "rule": "server.internal", "message": "internal server error"}],
+    }
     [record] = caplog.records
     assert "OverflowError" in record.exc_text and len(record.getMessage()) < 400
 

@@ -1,12 +1,21 @@
 import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
-from service.ingest.inspection import (InspectionError, inspect_data_file, inspect_program,
-                                        method_meta)
+from service.ingest.inspection import (
+    InspectionError,
+    inspect_data_file,
+    inspect_program,
+    method_meta,
+)
 from support.foreign_delegate import export_xnnpack_linear
-from support.program_fixtures import (dynamic_batch_program, external_weights_program,  # noqa: F401
-                                      linear_relu_program, mix_of_ops_program,
-                                      split_weights_program, two_methods_program)
+from support.program_fixtures import (
+    dynamic_batch_program,
+    external_weights_program,  # noqa: F401
+    linear_relu_program,
+    mix_of_ops_program,
+    split_weights_program,
+    two_methods_program,
+)
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +66,9 @@ def test_split_weights_spread_over_two_files(split_weights_program):
 
 def test_two_methods(two_methods_program):
     assert [m.name for m in inspect_program(two_methods_program.pte).methods] == [
-        "forward", "triple"]
+        "forward",
+        "triple",
+    ]
 
 
 def test_delegate_id_blob_and_call_args_match_executorch(xnnpack_program):
@@ -66,19 +77,30 @@ def test_delegate_id_blob_and_call_args_match_executorch(xnnpack_program):
     plan = program.execution_plan[0]
     assert [d.backend_id for d in method.delegates] == [d.id for d in plan.delegates]
     assert method.delegates[0].backend_id == "XnnpackBackend"
-    delegate, expected = method.delegates[0], plan.delegates[0]
+    delegate = method.delegates[0]
     assert delegate.method == "forward" and delegate.index == 0
     assert len(delegate.blob) > 0
     data = xnnpack_program.read_bytes()
-    assert data[delegate.blob_offset:delegate.blob_offset + len(delegate.blob)] == delegate.blob
-    call = next(i.instr_args for c in plan.chains for i in c.instructions
-                if hasattr(i.instr_args, "delegate_index"))
+    assert data[delegate.blob_offset : delegate.blob_offset + len(delegate.blob)] == delegate.blob
+    call = next(
+        i.instr_args
+        for c in plan.chains
+        for i in c.instructions
+        if hasattr(i.instr_args, "delegate_index")
+    )
     assert delegate.call_args == list(call.args)
 
 
-@pytest.mark.parametrize("fixture", ["linear_relu_program", "dynamic_batch_program",
-                                     "mix_of_ops_program", "two_methods_program",
-                                     "external_weights_program"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "linear_relu_program",
+        "dynamic_batch_program",
+        "mix_of_ops_program",
+        "two_methods_program",
+        "external_weights_program",
+    ],
+)
 def test_method_meta_read_from_the_file_is_the_native_hosts(request, fixture):
     import ethost
 
@@ -98,9 +120,15 @@ def test_method_meta_of_a_delegated_method_without_loading_it(xnnpack_program):
     assert (x["tag"], x["dtype"], x["dynamic"]) == ("Tensor", "float32", False)
 
 
-@pytest.mark.parametrize("content,fragment", [
-    (b"", "empty"), (b"\x00" * 3, "file identifier"), (b"garbage!" * 10, "file identifier"),
-    (b"\x10\x00\x00\x00ET12" + b"\xff" * 8, "outside the file")])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"", "empty"),
+        (b"\x00" * 3, "file identifier"),
+        (b"garbage!" * 10, "file identifier"),
+        (b"\x10\x00\x00\x00ET12" + b"\xff" * 8, "outside the file"),
+    ],
+)
 def test_invalid_programs_raise_inspection_error(tmp_path, content, fragment):
     path = tmp_path / "bad.pte"
     path.write_bytes(content)
@@ -116,8 +144,10 @@ def test_a_data_file_is_not_a_program_and_vice_versa(external_weights_program):
 
 
 def test_truncated_files_are_refused(tmp_path, external_weights_program, xnnpack_program):
-    for source, reader in ((external_weights_program.ptds[0], inspect_data_file),
-                           (xnnpack_program, inspect_program)):
+    for source, reader in (
+        (external_weights_program.ptds[0], inspect_data_file),
+        (xnnpack_program, inspect_program),
+    ):
         data = source.read_bytes()
         path = tmp_path / source.name
         path.write_bytes(data[: len(data) // 2])

@@ -1,4 +1,5 @@
 """docker/kserve/: the ServingRuntime and InferenceService agree with each other and the image."""
+
 import re
 from pathlib import Path
 
@@ -25,8 +26,13 @@ def test_runtime_speaks_v2_on_kserves_ports():
     container = _container()
     assert container["name"] == "kserve-container"
     args = container["args"]
-    for needed in ("--model-dir=/mnt/models", "--model-name={{.Name}}", "--host=0.0.0.0",
-                   "--port=8080", "--grpc-port=8081"):
+    for needed in (
+        "--model-dir=/mnt/models",
+        "--model-name={{.Name}}",
+        "--host=0.0.0.0",
+        "--port=8080",
+        "--grpc-port=8081",
+    ):
         assert needed in args
     assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http1", 8080)]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -57,8 +63,10 @@ def test_runtime_runs_as_the_images_non_root_user():
 def test_inference_service_uses_the_runtime_with_v2():
     runtime = _load("servingruntime.yaml")
     service = _load("inferenceservice.yaml")
-    assert (service["apiVersion"], service["kind"]) == ("serving.kserve.io/v1beta1",
-                                                       "InferenceService")
+    assert (service["apiVersion"], service["kind"]) == (
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+    )
     model = service["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
     assert model["protocolVersion"] == "v2"
@@ -77,9 +85,18 @@ def test_runtime_args_reach_the_server_as_flags():
     assert "COPY --chmod=755 docker/entrypoint.sh /usr/local/bin/etrt-server" in dockerfile
     assert 'ENTRYPOINT ["etrt-server"]' in dockerfile
     repo = KSERVE.parents[1]
-    env = dict(os.environ, PYTHONPATH=str(repo),
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    done = subprocess.run(["sh", str(KSERVE.parent / "entrypoint.sh"), "--help"], env=env,
-                          cwd=repo, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(repo),
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    done = subprocess.run(
+        ["sh", str(KSERVE.parent / "entrypoint.sh"), "--help"],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "usage: python -m service" in done.stdout and "--admin-token-file" in done.stdout

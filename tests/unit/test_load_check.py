@@ -1,4 +1,5 @@
 """The isolated load check and isolated work, with real child processes and real programs."""
+
 import os
 import signal
 
@@ -11,8 +12,9 @@ from support.program_fixtures import external_weights_program, linear_relu_progr
 def check_program(program, program_name, data, report, setup, timeout, load_methods=True):
     """The load step alone, as the pipeline runs it when no delegate has isolated work."""
     load = {"program": str(program), "data": [str(p) for p in data], "load_methods": load_methods}
-    return load_result(run_checks([], load, report, setup, timeout), program_name,
-                       {str(p): p.name for p in data})
+    return load_result(
+        run_checks([], load, report, setup, timeout), program_name, {str(p): p.name for p in data}
+    )
 
 
 def run_isolated(work, report, setup, timeout):
@@ -44,26 +46,46 @@ def test_unregistered_backend_fails_the_load(tmp_path, programs_dir):
     assert problem.rule == "program.load_failed" and "XnnpackBackend" in problem.message
 
 
-def test_without_loading_methods_only_opening_the_program_is_checked(tmp_path, programs_dir,
-                                                                     external_weights_program):
-    unloadable = check_program(export_xnnpack_linear(programs_dir), "model.pte", [],
-                               tmp_path / "report.json", (), 60.0, load_methods=False)
+def test_without_loading_methods_only_opening_the_program_is_checked(
+    tmp_path, programs_dir, external_weights_program
+):
+    unloadable = check_program(
+        export_xnnpack_linear(programs_dir),
+        "model.pte",
+        [],
+        tmp_path / "report.json",
+        (),
+        60.0,
+        load_methods=False,
+    )
     assert unloadable.problems == [] and unloadable.methods == []
-    [problem] = check_program(external_weights_program.pte, "model.pte", [tmp_path / "none.ptd"],
-                              tmp_path / "report.json", (), 60.0, load_methods=False).problems
+    [problem] = check_program(
+        external_weights_program.pte,
+        "model.pte",
+        [tmp_path / "none.ptd"],
+        tmp_path / "report.json",
+        (),
+        60.0,
+        load_methods=False,
+    ).problems
     assert problem.rule == "program.load_failed" and "FileNotFoundError" in problem.message
 
 
 def test_a_crashing_child_is_reported_with_its_output(tmp_path, linear_relu_program):
-    [problem] = run(tmp_path, linear_relu_program.pte,
-                    setup=("support.load_check_faults:abort_in_load_check",)).problems
+    [problem] = run(
+        tmp_path, linear_relu_program.pte, setup=("support.load_check_faults:abort_in_load_check",)
+    ).problems
     assert problem.rule == "program.load_crashed"
     assert "SIGABRT" in problem.message and "aborting on purpose" in problem.message
 
 
 def test_a_hanging_child_is_killed_at_the_time_limit(tmp_path, linear_relu_program):
-    [problem] = run(tmp_path, linear_relu_program.pte, timeout=3.0,
-                    setup=("support.load_check_faults:hang_in_load_check",)).problems
+    [problem] = run(
+        tmp_path,
+        linear_relu_program.pte,
+        timeout=3.0,
+        setup=("support.load_check_faults:hang_in_load_check",),
+    ).problems
     assert problem.rule == "program.load_timeout" and "3 s" in problem.message
 
 
@@ -74,14 +96,21 @@ def test_a_broken_backend_setup_is_reported(tmp_path, linear_relu_program):
 
 # --- isolated work: answers in order, a crash pinned on the call that caused it -----------------
 
+
 def work(*functions):
-    return [{"function": f"support.load_check_faults:{f}", "request": {"n": i}}
-            for i, f in enumerate(functions)]
+    return [
+        {"function": f"support.load_check_faults:{f}", "request": {"n": i}}
+        for i, f in enumerate(functions)
+    ]
 
 
 def test_isolated_work_is_answered_in_order_in_another_process(tmp_path):
-    answers, end = run_isolated(work("answer_with_pid", "fail_in_work", "answer_with_pid"),
-                                tmp_path / "work.jsonl", (), 60.0)
+    answers, end = run_isolated(
+        work("answer_with_pid", "fail_in_work", "answer_with_pid"),
+        tmp_path / "work.jsonl",
+        (),
+        60.0,
+    )
     assert [a.get("answer", {}).get("n") for a in answers] == [0, None, 2]
     assert answers[1] == {"error": "RuntimeError: refusing on purpose"}
     assert {a["answer"]["pid"] for a in (answers[0], answers[2])} != {os.getpid()}
@@ -90,8 +119,12 @@ def test_isolated_work_is_answered_in_order_in_another_process(tmp_path):
 
 
 def test_a_crash_in_isolated_work_keeps_the_answers_before_it(tmp_path):
-    answers, end = run_isolated(work("answer_with_pid", "abort_in_work", "answer_with_pid"),
-                                tmp_path / "work.jsonl", (), 60.0)
+    answers, end = run_isolated(
+        work("answer_with_pid", "abort_in_work", "answer_with_pid"),
+        tmp_path / "work.jsonl",
+        (),
+        60.0,
+    )
     assert [a["answer"]["n"] for a in answers] == [0]
     assert end.how == "was killed by signal SIGABRT" and not end.timed_out
     assert "aborting in isolated work on purpose" in end.tail
@@ -103,23 +136,35 @@ def test_hanging_isolated_work_is_killed_at_the_time_limit(tmp_path):
 
 
 def test_a_broken_backend_setup_answers_every_call_with_its_error(tmp_path):
-    answers, _ = run_isolated(work("answer_with_pid", "answer_with_pid"), tmp_path / "w.jsonl",
-                              ("no_such_module:setup",), 60.0)
+    answers, _ = run_isolated(
+        work("answer_with_pid", "answer_with_pid"),
+        tmp_path / "w.jsonl",
+        ("no_such_module:setup",),
+        60.0,
+    )
     assert len(answers) == 2 and all("no_such_module" in a["error"] for a in answers)
 
 
 def test_work_and_load_share_one_child(tmp_path, linear_relu_program):
-    run = run_checks(work("answer_with_pid", "answer_with_pid"),
-                     {"program": str(linear_relu_program.pte), "data": [], "load_methods": True},
-                     tmp_path / "w.jsonl", (), 60.0)
+    run = run_checks(
+        work("answer_with_pid", "answer_with_pid"),
+        {"program": str(linear_relu_program.pte), "data": [], "load_methods": True},
+        tmp_path / "w.jsonl",
+        (),
+        60.0,
+    )
     assert run.answers[0]["answer"]["pid"] == run.answers[1]["answer"]["pid"] != os.getpid()
     assert [m["name"] for m in load_result(run, "model.pte", {}).methods] == ["forward"]
 
 
 def test_a_load_failure_after_the_work_keeps_the_answers(tmp_path):
-    run = run_checks(work("answer_with_pid"), {"program": str(tmp_path / "absent.pte"),
-                                               "data": [], "load_methods": True},
-                     tmp_path / "w.jsonl", (), 60.0)
+    run = run_checks(
+        work("answer_with_pid"),
+        {"program": str(tmp_path / "absent.pte"), "data": [], "load_methods": True},
+        tmp_path / "w.jsonl",
+        (),
+        60.0,
+    )
     [problem] = load_result(run, "model.pte", {}).problems
     assert len(run.answers) == 1 and problem.rule == "program.load_failed"
 

@@ -1,31 +1,44 @@
 """The Prometheus formatter, and the counters the core keeps, read back as a scraper would."""
+
 import math
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.dataplane import metrics
 from service.app import create_app
 from service.config import Settings
+from service.dataplane import metrics
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
 from support.server import tensor, upload
 
 
 def test_label_values_and_help_are_escaped():
-    counter = metrics.Counter("x_total", 'help with \\ and\nnewline', ("path",))
+    counter = metrics.Counter("x_total", "help with \\ and\nnewline", ("path",))
     counter.add(('a"b\\c\nd',))
     lines = counter.render()
-    assert lines == ["# HELP x_total help with \\\\ and\\nnewline", "# TYPE x_total counter",
-                     'x_total{path="a\\"b\\\\c\\nd"} 1']
+    assert lines == [
+        "# HELP x_total help with \\\\ and\\nnewline",
+        "# TYPE x_total counter",
+        'x_total{path="a\\"b\\\\c\\nd"} 1',
+    ]
     parsed = parse("\n".join(lines) + "\n")
     assert value(parsed, "x_total", path='a"b\\c\nd') == 1
     assert parsed["help"]["x_total"] == "help with \\ and\nnewline"
 
 
-@pytest.mark.parametrize("number, text", [(3.0, "3"), (0.25, "0.25"), (math.inf, "+Inf"),
-                                          (-math.inf, "-Inf"), (math.nan, "NaN"), (1e-7, "1e-07")])
+@pytest.mark.parametrize(
+    "number, text",
+    [
+        (3.0, "3"),
+        (0.25, "0.25"),
+        (math.inf, "+Inf"),
+        (-math.inf, "-Inf"),
+        (math.nan, "NaN"),
+        (1e-7, "1e-07"),
+    ],
+)
 def test_values(number, text):
     assert metrics.format_value(number) == text
 
@@ -37,8 +50,11 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count():
     histogram.observe(("other",), 0.05)
     parsed = parse("\n".join(histogram.render()) + "\n")
     assert parsed["types"] == {"t_seconds": "histogram"}
-    buckets = {dict(labels)["le"]: v for labels, v in series(parsed, "t_seconds_bucket").items()
-               if dict(labels)["model"] == "m"}
+    buckets = {
+        dict(labels)["le"]: v
+        for labels, v in series(parsed, "t_seconds_bucket").items()
+        if dict(labels)["model"] == "m"
+    }
     assert buckets == {"0.1": 1, "0.5": 3, "1": 3, "+Inf": 4}
     assert value(parsed, "t_seconds_sum", model="m") == pytest.approx(2.9)
     assert value(parsed, "t_seconds_count", model="m") == 4
@@ -82,26 +98,32 @@ def test_requests_and_uploads_are_counted_through_the_core(client, linear_relu_p
     assert client.post("/infer", json={**good, "model": 'no"such'}).status_code == 404
     assert upload(client, "lin", linear_relu_program.pte).status_code == 409
     assert upload(client, "bad name!", linear_relu_program.pte).status_code == 422
-    assert upload(client, "big", linear_relu_program.pte,
-                  [("w.ptd", b"\0" * 65)]).status_code == 413
+    assert (
+        upload(client, "big", linear_relu_program.pte, [("w.ptd", b"\0" * 65)]).status_code == 413
+    )
 
     parsed = scrape(client)
-    requests = {tuple(sorted(labels)): v
-                for labels, v in series(parsed, "etrt_inference_requests_total").items()}
+    requests = {
+        tuple(sorted(labels)): v
+        for labels, v in series(parsed, "etrt_inference_requests_total").items()
+    }
     assert requests == {
         (("method", "forward"), ("model", "lin"), ("outcome", "ok")): 2,
         (("method", "forward"), ("model", "lin"), ("outcome", "client_error")): 1,
         (("method", unknown), ("model", "lin"), ("outcome", "client_error")): 1,
-        (("method", unknown), ("model", unknown), ("outcome", "client_error")): 1}
+        (("method", unknown), ("model", unknown), ("outcome", "client_error")): 1,
+    }
     assert parsed["types"]["etrt_inference_requests_total"] == "counter"
-    assert value(parsed, "etrt_inference_duration_seconds_count", model="lin",
-                 method="forward") == 3
+    assert (
+        value(parsed, "etrt_inference_duration_seconds_count", model="lin", method="forward") == 3
+    )
     assert value(parsed, "etrt_inference_duration_seconds_sum", model="lin", method="forward") > 0
     # Only requests that reached an instance waited for one.
     assert value(parsed, "etrt_inference_queue_seconds_count", model="lin", method="forward") == 2
     assert value(parsed, "etrt_inflight_requests", model="lin") == 0
     assert series(parsed, "etrt_uploads_total") == {
-        frozenset({("outcome", o)}): 1 for o in ("accepted", "conflict", "refused", "too_large")}
+        frozenset({("outcome", o)}): 1 for o in ("accepted", "conflict", "refused", "too_large")
+    }
     assert value(parsed, "etrt_ingest_problems_total", rule="model.characters") == 1
     assert value(parsed, "etrt_models", state="ready") == 1
     assert value(parsed, "etrt_models", state="unavailable") == 0
@@ -113,12 +135,21 @@ def test_requests_and_uploads_are_counted_through_the_core(client, linear_relu_p
     parsed = scrape(client)
     assert not [key for key in parsed["samples"] if ("model", "lin") in key[1]]
     assert value(parsed, "etrt_models", state="ready") == 0
-    assert value(parsed, "etrt_inference_requests_total", model=unknown, method=unknown,
-                 outcome="client_error") == 1
+    assert (
+        value(
+            parsed,
+            "etrt_inference_requests_total",
+            model=unknown,
+            method=unknown,
+            outcome="client_error",
+        )
+        == 1
+    )
 
 
-def test_each_request_and_upload_is_logged_with_the_access_log(tmp_path, linear_relu_program,
-                                                                caplog):
+def test_each_request_and_upload_is_logged_with_the_access_log(
+    tmp_path, linear_relu_program, caplog
+):
     caplog.set_level("INFO", logger="service.dataplane.service")
     settings = Settings(artifacts=tmp_path / "artifacts", grpc_port=0, access_log=True)
     with TestClient(create_app(settings)) as client:
@@ -127,7 +158,8 @@ def test_each_request_and_upload_is_logged_with_the_access_log(tmp_path, linear_
     lines = [r.getMessage() for r in caplog.records if r.name == "service.dataplane.service"]
     assert [line.rsplit(" duration_s=", 1)[0] for line in lines] == [
         "upload model='lin' outcome=accepted problems=0",
-        "infer model='lin' method='forward' outcome=client_error"]
+        "infer model='lin' method='forward' outcome=client_error",
+    ]
     assert all(float(line.rsplit("=", 1)[1]) > 0 for line in lines)
 
 

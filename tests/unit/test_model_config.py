@@ -1,8 +1,8 @@
 """Model configuration: Triton's names parsed, impossible values refused with a rule each."""
+
 import pytest
 
-from service.ingest.model_config import (check_model_config, instance_count,
-                                         parse_model_config)
+from service.ingest.model_config import check_model_config, instance_count, parse_model_config
 from support.program_fixtures import linear_relu_program  # noqa: F401
 
 
@@ -13,19 +13,29 @@ def rules(problems):
 def meta(*inputs, outputs=None, name="forward"):
     def spec(shape, dynamic):
         return {"tag": "Tensor", "dtype": "float32", "shape": shape, "dynamic": dynamic}
-    return {"name": name, "inputs": [spec(*i) for i in inputs],
-            "outputs": [spec(*o) for o in (outputs or inputs)]}
+
+    return {
+        "name": name,
+        "inputs": [spec(*i) for i in inputs],
+        "outputs": [spec(*o) for o in (outputs or inputs)],
+    }
 
 
 def test_a_full_configuration_is_normalized_with_every_batching_field():
     config, problems = parse_model_config(
         '{"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [8, 4, 4]}, '
-        '"instance_group": [{"count": 2}, {"count": 1}]}')
+        '"instance_group": [{"count": 2}, {"count": 1}]}'
+    )
     assert problems == []
-    assert config == {"max_batch_size": 8, "dynamic_batching": {
-        "max_queue_delay_microseconds": 0, "preferred_batch_size": [4, 8],
-        "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0}},
-        "instance_group": [{"count": 2}, {"count": 1}]}
+    assert config == {
+        "max_batch_size": 8,
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 0,
+            "preferred_batch_size": [4, 8],
+            "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0},
+        },
+        "instance_group": [{"count": 2}, {"count": 1}],
+    }
     assert instance_count(config, 5) == 3
     assert parse_model_config(config) == (config, [])  # stored form parses to itself
 
@@ -35,32 +45,57 @@ def test_no_configuration_is_none_and_keeps_the_server_instances():
     assert instance_count(None, 5) == 5 and instance_count({}, 5) == 5
 
 
-@pytest.mark.parametrize("text, rule, words", [
-    ("{max_batch_size: 8}", "config.json", "not JSON"),
-    ("[1, 2]", "config.type", "JSON object"),
-    ('{"max_batch": 8}', "config.unknown_key", "max_batch"),
-    ('{"dynamic_batching": {"max_queue_delay": 5}, "max_batch_size": 2}', "config.unknown_key",
-     "dynamic_batching.max_queue_delay"),
-    ('{"max_batch_size": 2, "dynamic_batching": {"default_queue_policy": {"size": 1}}}',
-     "config.unknown_key", "default_queue_policy.size"),
-    ('{"instance_group": [{"count": 1, "kind": "KIND_GPU"}]}', "config.unknown_key", "kind"),
-    ('{"max_batch_size": -1}', "config.range", "max_batch_size"),
-    ('{"max_batch_size": true}', "config.type", "integer"),
-    ('{"max_batch_size": 2.5}', "config.type", "integer"),
-    ('{"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [8]}}',
-     "config.preferred_batch_size", "larger than max_batch_size 4"),
-    ('{"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": 4}}', "config.type",
-     "list"),
-    ('{"dynamic_batching": {"max_queue_delay_microseconds": 100}}',
-     "config.batching_without_batch", "max_batch_size"),
-    ('{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": -1}}',
-     "config.range", "max_queue_delay_microseconds"),
-    ('{"max_batch_size": 4, "dynamic_batching": {"default_queue_policy": '
-     '{"max_queue_size": -3}}}', "config.range", "max_queue_size"),
-    ('{"instance_group": []}', "config.type", "non-empty"),
-    ('{"instance_group": [{"count": 0}]}', "config.range", "count"),
-    ('{"instance_group": [{"count": 40}, {"count": 40}]}', "config.range", "add up"),
-])
+@pytest.mark.parametrize(
+    "text, rule, words",
+    [
+        ("{max_batch_size: 8}", "config.json", "not JSON"),
+        ("[1, 2]", "config.type", "JSON object"),
+        ('{"max_batch": 8}', "config.unknown_key", "max_batch"),
+        (
+            '{"dynamic_batching": {"max_queue_delay": 5}, "max_batch_size": 2}',
+            "config.unknown_key",
+            "dynamic_batching.max_queue_delay",
+        ),
+        (
+            '{"max_batch_size": 2, "dynamic_batching": {"default_queue_policy": {"size": 1}}}',
+            "config.unknown_key",
+            "default_queue_policy.size",
+        ),
+        ('{"instance_group": [{"count": 1, "kind": "KIND_GPU"}]}', "config.unknown_key", "kind"),
+        ('{"max_batch_size": -1}', "config.range", "max_batch_size"),
+        ('{"max_batch_size": true}', "config.type", "integer"),
+        ('{"max_batch_size": 2.5}', "config.type", "integer"),
+        (
+            '{"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [8]}}',
+            "config.preferred_batch_size",
+            "larger than max_batch_size 4",
+        ),
+        (
+            '{"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": 4}}',
+            "config.type",
+            "list",
+        ),
+        (
+            '{"dynamic_batching": {"max_queue_delay_microseconds": 100}}',
+            "config.batching_without_batch",
+            "max_batch_size",
+        ),
+        (
+            '{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": -1}}',
+            "config.range",
+            "max_queue_delay_microseconds",
+        ),
+        (
+            '{"max_batch_size": 4, "dynamic_batching": {"default_queue_policy": '
+            '{"max_queue_size": -3}}}',
+            "config.range",
+            "max_queue_size",
+        ),
+        ('{"instance_group": []}', "config.type", "non-empty"),
+        ('{"instance_group": [{"count": 0}]}', "config.range", "count"),
+        ('{"instance_group": [{"count": 40}, {"count": 40}]}', "config.range", "add up"),
+    ],
+)
 def test_impossible_configurations_are_refused_with_a_rule(text, rule, words):
     config, problems = parse_model_config(text)
     assert config is None
@@ -76,7 +111,8 @@ def test_every_problem_is_reported_at_once():
 
 def test_queue_policy_alone_needs_no_batch_dimension():
     config, problems = parse_model_config(
-        {"dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}}})
+        {"dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}}}
+    )
     assert problems == []
     assert check_model_config(config, [meta(([2, 4], False))]) == []
 
@@ -108,8 +144,9 @@ def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_r
         for name, config in (("three", {"instance_group": [{"count": 3}]}), ("default", None)):
             fields = {"name": name, **({"config": json.dumps(config)} if config else {})}
             with open(linear_relu_program.pte, "rb") as pte:
-                response = client.post("/models", data=fields,
-                                       files={"program": ("m.pte", pte.read())})
+                response = client.post(
+                    "/models", data=fields, files={"program": ("m.pte", pte.read())}
+                )
             assert response.status_code == 201, response.text
         served = app.state.service._models
         assert served["three"].pool.instance_count("forward") == 3

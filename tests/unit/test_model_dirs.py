@@ -1,4 +1,5 @@
 """Finding model directory entries and telling whether a stored model is an entry unchanged."""
+
 import hashlib
 
 import pytest
@@ -33,9 +34,10 @@ def test_kserve_layout_is_the_directory_itself_and_a_missing_directory_fails(tmp
 
 def test_unchanged_compares_names_bytes_and_config(tmp_path):
     folder = entry(tmp_path, "m", {"m.pte": b"program", "w.ptd": b"weights"})
-    files = tuple(StoredFile(name, role, len(content), hashlib.sha256(content).hexdigest())
-                  for name, role, content in (("m.pte", "program", b"program"),
-                                              ("w.ptd", "data", b"weights")))
+    files = tuple(
+        StoredFile(name, role, len(content), hashlib.sha256(content).hexdigest())
+        for name, role, content in (("m.pte", "program", b"program"), ("w.ptd", "data", b"weights"))
+    )
     stored = StoredModel("m", tmp_path / "store", ModelDescription("m", files, ()))
     assert unchanged(stored, folder)
     (folder / "w.ptd").write_bytes(b"weightz")  # same size, other bytes

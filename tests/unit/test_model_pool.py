@@ -1,4 +1,5 @@
 """ModelPool on the real native host: parallel instances, bounded concurrency, draining close."""
+
 import asyncio
 import shutil
 import threading
@@ -156,11 +157,15 @@ def test_delegate_instances_are_named_by_the_thread_that_creates_them(programs_d
         thread.start()
     for thread in threads:
         thread.join()
-    named = sorted((d["owner"], d["method"], d["ordinal"])
-                   for d in ethost_tensorrt.staging_counters() if d["owner"] in ("a", "b"))
+    named = sorted(
+        (d["owner"], d["method"], d["ordinal"])
+        for d in ethost_tensorrt.staging_counters()
+        if d["owner"] in ("a", "b")
+    )
     # Per owner: 2 instances x the method's 2 TensorRT delegates (ordinals 0 and 1).
-    assert named == sorted([(owner, "forward", ordinal) for owner in ("a", "b")
-                            for ordinal in (0, 1)] * 2)
+    assert named == sorted(
+        [(owner, "forward", ordinal) for owner in ("a", "b") for ordinal in (0, 1)] * 2
+    )
 
 
 class SubmitCounter(ThreadPoolExecutor):
@@ -174,8 +179,9 @@ class SubmitCounter(ThreadPoolExecutor):
 
 
 @pytest.mark.parametrize("inline_below_s,threaded", [(0.0, 5), (60.0, 1)])
-def test_methods_faster_than_the_threshold_run_on_the_event_loop(programs_dir, inline_below_s,
-                                                                threaded):
+def test_methods_faster_than_the_threshold_run_on_the_event_loop(
+    programs_dir, inline_below_s, threaded
+):
     """The first execute always goes to a thread (nothing is known of the method yet); after
     that, a method whose executes took less than the threshold runs inline."""
     exported = programs.export_linear_relu(programs_dir)

@@ -1,4 +1,5 @@
 """Multipart uploads parsed as they arrive: the answer stays bounded whatever the body holds."""
+
 from fastapi.testclient import TestClient
 
 from service.app import create_app
@@ -11,8 +12,9 @@ def test_unknown_fields_are_reported_once_each_and_boundedly(tmp_path):
     with TestClient(app) as client:
         response = client.post("/models", data=fields, files={"program": ("m.pte", b"x")})
     assert response.status_code == 422
-    unknown = [p["message"] for p in response.json()["problems"]
-               if p["rule"] == "upload.unknown_field"]
+    unknown = [
+        p["message"] for p in response.json()["problems"] if p["rule"] == "upload.unknown_field"
+    ]
     assert len(unknown) == 16
     assert sum("'colour'" in m for m in unknown) == 1
     assert not list((tmp_path / "artifacts" / "models").iterdir())

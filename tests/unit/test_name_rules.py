@@ -1,7 +1,11 @@
 import pytest
 
-from service.ingest.name_rules import (check_data_name, check_data_names_together, check_model_name,
-                                  check_program_name)
+from service.ingest.name_rules import (
+    check_data_name,
+    check_data_names_together,
+    check_model_name,
+    check_program_name,
+)
 
 
 def rules(problems):
@@ -20,8 +24,18 @@ def test_program_names_that_are_not_data_files_pass(name):
     assert check_program_name(name) == []
 
 
-@pytest.mark.parametrize("name", ["engines.ptd", "_default_external_constant.ptd", "a-b.c_d.ptd",
-                                  "9lives.ptd", "x" * 251 + ".ptd", "console.ptd", "com10.ptd"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "engines.ptd",
+        "_default_external_constant.ptd",
+        "a-b.c_d.ptd",
+        "9lives.ptd",
+        "x" * 251 + ".ptd",
+        "console.ptd",
+        "com10.ptd",
+    ],
+)
 def test_good_data_names_pass(name):
     assert check_data_name(name) == []
 
@@ -38,7 +52,9 @@ def test_path_separator_is_told_it_is_a_path():
     assert "directory" in problems[0].message
 
 
-@pytest.mark.parametrize("name", ["my engines.ptd", "a+b.ptd", "caf\u00e9.ptd", "a?.ptd", "a\x01.ptd"])
+@pytest.mark.parametrize(
+    "name", ["my engines.ptd", "a+b.ptd", "caf\u00e9.ptd", "a?.ptd", "a\x01.ptd"]
+)
 def test_characters_outside_the_portable_set_are_refused(name):
     assert rules(check_data_name(name)) == ["data.characters"]
 
@@ -62,8 +78,22 @@ def test_stem_ending_in_ptd_is_refused(name):
     assert rules(check_data_name(name)) == ["data.double_suffix"]
 
 
-@pytest.mark.parametrize("name", ["CON.ptd", "con.ptd", "Prn.ptd", "aux.ptd", "NUL.ptd", "com1.ptd",
-                                  "COM0.ptd", "lpt9.ptd", "LPT9.ptd", "com1.txt.ptd", "nul.tar.ptd"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CON.ptd",
+        "con.ptd",
+        "Prn.ptd",
+        "aux.ptd",
+        "NUL.ptd",
+        "com1.ptd",
+        "COM0.ptd",
+        "lpt9.ptd",
+        "LPT9.ptd",
+        "com1.txt.ptd",
+        "nul.tar.ptd",
+    ],
+)
 def test_windows_device_names_are_refused_in_any_case_with_or_without_extension(name):
     problems = check_data_name(name)
     assert rules(problems) == ["data.device_name"]
@@ -78,7 +108,10 @@ def test_255_byte_limit_counts_the_suffix():
 
 def test_every_problem_of_one_name_is_reported():
     assert set(rules(check_data_name("-con:" + "x" * 260 + ".ptd"))) == {
-        "data.characters", "data.first_character", "data.too_long"}
+        "data.characters",
+        "data.first_character",
+        "data.too_long",
+    }
 
 
 def test_names_differing_only_in_case_collide():
@@ -96,10 +129,19 @@ def test_good_model_names(name):
     assert check_model_name(name) == []
 
 
-@pytest.mark.parametrize("name,rule", [
-    ("", "model.empty"), ("my model", "model.characters"), ("a/b", "model.characters"),
-    ("-x", "model.first_character"), ("CON", "model.device_name"), ("lpt1.v2", "model.device_name"),
-    ("m" * 129, "model.too_long"), ("caf\u00e9", "model.characters")])
+@pytest.mark.parametrize(
+    "name,rule",
+    [
+        ("", "model.empty"),
+        ("my model", "model.characters"),
+        ("a/b", "model.characters"),
+        ("-x", "model.first_character"),
+        ("CON", "model.device_name"),
+        ("lpt1.v2", "model.device_name"),
+        ("m" * 129, "model.too_long"),
+        ("caf\u00e9", "model.characters"),
+    ],
+)
 def test_bad_model_names(name, rule):
     problems = check_model_name(name)
     assert rules(problems) == [rule] and problems[0].file is None

@@ -1,9 +1,11 @@
-"""The C++ side's own checks, run by the same test command as everything else.
+"""Code checks run by the same test command as everything else.
 
 The C++ unit tests (blob parser, JSON reader, staging plan: runtime_ext/tests/, plain asserts
-under CTest) and the clang-format check of runtime_ext/ are part of the suite, so the one test
-command in the README covers both languages and CI runs exactly that command.
+under CTest), the clang-format check of runtime_ext/ and ruff's lint and format checks of the
+Python (configured in pyproject.toml) are part of the suite, so the one test command in the
+README covers both languages and CI runs exactly that command.
 """
+
 import shutil
 import subprocess
 import sys
@@ -24,17 +26,38 @@ def _run(command: list[str], timeout: float = 900) -> subprocess.CompletedProces
 
 
 def test_runtime_ext_is_clang_formatted():
-    sources = sorted(str(p.relative_to(REPO)) for p in (REPO / "runtime_ext").rglob("*")
-                     if p.suffix in (".h", ".cpp"))
+    sources = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "runtime_ext").rglob("*")
+        if p.suffix in (".h", ".cpp")
+    )
     assert sources
     result = _run([_tool("clang-format"), "--dry-run", "--Werror", *sources])
     assert result.returncode == 0, result.stderr[-4000:]
 
 
+def test_python_passes_ruff_lint_and_format():
+    lint = _run([_tool("ruff"), "check", "service", "tests", "bench"])
+    assert lint.returncode == 0, lint.stdout[-4000:] + lint.stderr[-2000:]
+    formatted = _run([_tool("ruff"), "format", "--check", "service", "tests", "bench"])
+    assert formatted.returncode == 0, formatted.stdout[-4000:] + formatted.stderr[-2000:]
+
+
 def test_cpp_unit_tests_pass_under_ctest(tmp_path):
     build = REPO / "build" / "unit"
-    configure = _run([_tool("cmake"), "-S", "runtime_ext", "-B", str(build), "-G", "Ninja",
-                      "-DETHOST_UNIT_TESTS=ON", f"-DPython_EXECUTABLE={sys.executable}"])
+    configure = _run(
+        [
+            _tool("cmake"),
+            "-S",
+            "runtime_ext",
+            "-B",
+            str(build),
+            "-G",
+            "Ninja",
+            "-DETHOST_UNIT_TESTS=ON",
+            f"-DPython_EXECUTABLE={sys.executable}",
+        ]
+    )
     assert configure.returncode == 0, configure.stderr[-4000:]
     built = _run([_tool("cmake"), "--build", str(build), "--target", "ethost_unit_tests"])
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]

@@ -1,4 +1,5 @@
 """The ingest pipeline on real staged files, including the per-delegate check hook."""
+
 import hashlib
 import os
 import shutil
@@ -27,11 +28,17 @@ def stage(tmp_path, program, data=(), program_name="model.pte", name="m"):
     def staged(index, file_name, source):
         path = directory / f"part-{index}"
         shutil.copyfile(source, path)
-        return StagedFile(file_name, path, path.stat().st_size,
-                          hashlib.sha256(path.read_bytes()).hexdigest())
+        return StagedFile(
+            file_name, path, path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+        )
 
-    return StagedUpload(name, False, directory, staged(0, program_name, program),
-                        [staged(i + 1, n, p) for i, (n, p) in enumerate(data)])
+    return StagedUpload(
+        name,
+        False,
+        directory,
+        staged(0, program_name, program),
+        [staged(i + 1, n, p) for i, (n, p) in enumerate(data)],
+    )
 
 
 @pytest.fixture
@@ -52,15 +59,22 @@ def test_accepted_upload_gets_final_names_and_a_description(tmp_path, external_w
     assert description.methods[0]["external_data_keys"]
 
 
-def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(tmp_path, programs_dir,
-                                                                         checks,
-                                                                         external_weights_program):
+def test_delegate_check_sees_blob_and_named_data_and_its_problems_refuse(
+    tmp_path, programs_dir, checks, external_weights_program
+):
     seen = []
 
     def check(delegate, context):
-        seen.append((delegate.method, delegate.index, delegate.backend_id, len(delegate.blob),
-                     context.named_data_span("first.weight") is not None,
-                     context.method(delegate.method).planned_buffer_sizes))
+        seen.append(
+            (
+                delegate.method,
+                delegate.index,
+                delegate.backend_id,
+                len(delegate.blob),
+                context.named_data_span("first.weight") is not None,
+                context.method(delegate.method).planned_buffer_sizes,
+            )
+        )
         return DelegateReport(problems=[Problem(context.program_name, "test.delegate", "no")])
 
     checks("XnnpackBackend", check)
@@ -79,8 +93,9 @@ def test_an_upload_refused_before_the_child_starts_none(tmp_path, programs_dir):
 
     started = load_check.children_started
     with pytest.raises(IngestRefused):
-        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir), name="bad name!"),
-                   Settings())
+        run_ingest(
+            stage(tmp_path, export_xnnpack_linear(programs_dir), name="bad name!"), Settings()
+        )
     assert load_check.children_started == started
 
 
@@ -100,11 +115,16 @@ def test_passing_delegate_check_then_the_load_check_runs(tmp_path, programs_dir,
 
 
 def test_a_delegate_that_cannot_run_here_is_stored_unavailable_without_loading(
-        tmp_path, programs_dir, checks):
+    tmp_path, programs_dir, checks
+):
     # XnnpackBackend is not registered in the load-check child: loading the method would fail
     # (see above), so passing shows the child only opened the program.
-    checks("XnnpackBackend", lambda d, c: DelegateReport(details={
-        "runnable": False, "unavailable_reason": "no accelerator here"}))
+    checks(
+        "XnnpackBackend",
+        lambda d, c: DelegateReport(
+            details={"runnable": False, "unavailable_reason": "no accelerator here"}
+        ),
+    )
     program = export_xnnpack_linear(programs_dir)
     description = run_ingest(stage(tmp_path, program), Settings())
     assert description.runnable is False and description.not_runnable == "no accelerator here"
@@ -113,10 +133,15 @@ def test_a_delegate_that_cannot_run_here_is_stored_unavailable_without_loading(
     assert method["inputs"][0]["tag"] == "Tensor" and method["inputs"][0]["dtype"] == "float32"
 
 
-def test_a_program_that_cannot_be_opened_is_refused_even_when_not_loaded(tmp_path, programs_dir,
-                                                                          checks):
-    checks("XnnpackBackend", lambda d, c: DelegateReport(details={
-        "runnable": False, "unavailable_reason": "no accelerator here"}))
+def test_a_program_that_cannot_be_opened_is_refused_even_when_not_loaded(
+    tmp_path, programs_dir, checks
+):
+    checks(
+        "XnnpackBackend",
+        lambda d, c: DelegateReport(
+            details={"runnable": False, "unavailable_reason": "no accelerator here"}
+        ),
+    )
     program = tmp_path / "truncated.pte"
     data = export_xnnpack_linear(programs_dir).read_bytes()
     # Shorter than its header declares, yet every part the inspection reads is still there:
@@ -127,8 +152,9 @@ def test_a_program_that_cannot_be_opened_is_refused_even_when_not_loaded(tmp_pat
     assert [p.rule for p in refused.value.problems] == ["program.load_failed"]
 
 
-def test_named_data_used_by_a_delegate_is_not_reported_unused(tmp_path, programs_dir, checks,
-                                                               external_weights_program):
+def test_named_data_used_by_a_delegate_is_not_reported_unused(
+    tmp_path, programs_dir, checks, external_weights_program
+):
     [weights] = external_weights_program.ptds
     program = export_xnnpack_linear(programs_dir)
 
@@ -137,9 +163,13 @@ def test_named_data_used_by_a_delegate_is_not_reported_unused(tmp_path, programs
         return DelegateReport()
 
     checks("XnnpackBackend", uses_weights)
-    context = ingest.IngestContext(Settings(), "model.pte", ingest.inspect_program(program),
-                                   program,
-                                   {weights.name: (weights, ingest.inspect_data_file(weights))})
+    context = ingest.IngestContext(
+        Settings(),
+        "model.pte",
+        ingest.inspect_program(program),
+        program,
+        {weights.name: (weights, ingest.inspect_data_file(weights))},
+    )
     ingest._delegate_reports(context)
     assert ingest._unused_data_warnings(context) == []
     context.used_keys.clear()
@@ -148,18 +178,26 @@ def test_named_data_used_by_a_delegate_is_not_reported_unused(tmp_path, programs
 
 # --- isolated work: calls a check must not make in the server -------------------------------------
 
+
 def isolated(function, request, finished, doing="calling the test runtime"):
     """A check asking for `support.load_check_faults:<function>` to be called in the child."""
+
     def check(delegate, context):
         report = DelegateReport()
-        report.isolated = ingest.IsolatedWork(f"support.load_check_faults:{function}", request,
-                                              lambda answer: finished.append(answer), doing)
+        report.isolated = ingest.IsolatedWork(
+            f"support.load_check_faults:{function}",
+            request,
+            lambda answer: finished.append(answer),
+            doing,
+        )
         return report
+
     return check
 
 
 def test_isolated_work_is_answered_from_another_process_even_with_other_problems(
-        tmp_path, programs_dir, checks):
+    tmp_path, programs_dir, checks
+):
     finished = []
     checks("XnnpackBackend", isolated("answer_with_pid", {"echo": 7}, finished))
     upload = stage(tmp_path, export_xnnpack_linear(programs_dir), name="bad name!")
@@ -171,27 +209,34 @@ def test_isolated_work_is_answered_from_another_process_even_with_other_problems
     assert sorted(p.name for p in upload.directory.iterdir()) == ["part-0"]
 
 
-@pytest.mark.parametrize("function, rule, words", [
-    ("abort_in_work", "delegate.check_crashed", "was killed by signal SIGABRT"),
-    ("fail_in_work", "delegate.check_failed", "failed: RuntimeError: refusing on purpose"),
-])
-def test_isolated_work_that_crashes_or_fails_refuses_the_upload(tmp_path, programs_dir, checks,
-                                                                 function, rule, words):
+@pytest.mark.parametrize(
+    "function, rule, words",
+    [
+        ("abort_in_work", "delegate.check_crashed", "was killed by signal SIGABRT"),
+        ("fail_in_work", "delegate.check_failed", "failed: RuntimeError: refusing on purpose"),
+    ],
+)
+def test_isolated_work_that_crashes_or_fails_refuses_the_upload(
+    tmp_path, programs_dir, checks, function, rule, words
+):
     finished = []
     checks("XnnpackBackend", isolated(function, {}, finished))
     with pytest.raises(IngestRefused) as refused:
         run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)), Settings())
     [problem] = refused.value.problems
     assert problem.rule == rule and finished == []
-    assert problem.message.startswith(
-        "method 'forward' delegate 0 (XnnpackBackend): ") and words in problem.message
+    assert (
+        problem.message.startswith("method 'forward' delegate 0 (XnnpackBackend): ")
+        and words in problem.message
+    )
     assert "calling the test runtime" in problem.message
 
 
 def test_isolated_work_that_hangs_is_stopped_at_the_time_limit(tmp_path, programs_dir, checks):
     checks("XnnpackBackend", isolated("hang_in_work", {}, []))
     with pytest.raises(IngestRefused) as refused:
-        run_ingest(stage(tmp_path, export_xnnpack_linear(programs_dir)),
-                   Settings(load_check_timeout_s=2.0))
+        run_ingest(
+            stage(tmp_path, export_xnnpack_linear(programs_dir)), Settings(load_check_timeout_s=2.0)
+        )
     [problem] = refused.value.problems
     assert problem.rule == "delegate.check_timeout" and "within 2 s" in problem.message

@@ -1,5 +1,6 @@
 """The dataplane's repository calls (load, unload, index) and the staging every transport uses,
 on a real ModelService (real storage, ingest and native host)."""
+
 import asyncio
 
 import pytest
@@ -20,6 +21,7 @@ def leftovers(root):
 def run(tmp_path):
     """run(coroutine_function(service)) on a service started over tmp_path/artifacts (each call
     is a fresh start of the same store, as a restart)."""
+
     def run(body, **settings):
         async def main():
             service = ModelService(Settings(artifacts=tmp_path / "artifacts", **settings))
@@ -28,14 +30,18 @@ def run(tmp_path):
                 return await body(service)
             finally:
                 await service.stop()
+
         return asyncio.run(main())
+
     return run
 
 
 def test_load_with_files_ingests_and_serves(run, tmp_path, external_weights_program):
     [weights] = external_weights_program.ptds
-    files = {"1/model.pte": external_weights_program.pte.read_bytes(),
-             f"1/{weights.name}": weights.read_bytes()}
+    files = {
+        "1/model.pte": external_weights_program.pte.read_bytes(),
+        f"1/{weights.name}": weights.read_bytes(),
+    }
 
     async def body(service):
         description = await service.load_model("m", files, {"max_batch_size": 0})
@@ -47,23 +53,29 @@ def test_load_with_files_ingests_and_serves(run, tmp_path, external_weights_prog
     assert leftovers(tmp_path / "artifacts") == []
 
 
-def test_load_refusals_are_ingest_refusals_and_leave_nothing(run, tmp_path,
-                                                            external_weights_program):
+def test_load_refusals_are_ingest_refusals_and_leave_nothing(
+    run, tmp_path, external_weights_program
+):
     async def body(service):
         with pytest.raises(Invalid) as missing_data:
             await service.load_model(
-                "m", {"1/model.pte": external_weights_program.pte.read_bytes()})
+                "m", {"1/model.pte": external_weights_program.pte.read_bytes()}
+            )
         with pytest.raises(Invalid) as bad_keys:
-            await service.load_model("m", {"2/model.pte": b"x", "1/notes.txt": b"x",
-                                           "1/a.pte": b"x", "1/b.pte": b"x"})
+            await service.load_model(
+                "m", {"2/model.pte": b"x", "1/notes.txt": b"x", "1/a.pte": b"x", "1/b.pte": b"x"}
+            )
         with pytest.raises(Invalid) as bad_name:
             await service.load_model("bad name!", {"1/model.pte": b"not a program"})
         return missing_data.value, bad_keys.value, bad_name.value, service.repository_index()
 
     missing_data, bad_keys, bad_name, index = run(body)
     assert [p.rule for p in missing_data.problems] == ["external.missing_key"]
-    assert [p.rule for p in bad_keys.problems] == ["load.file_path", "load.file_kind",
-                                                  "upload.program_count"]
+    assert [p.rule for p in bad_keys.problems] == [
+        "load.file_path",
+        "load.file_kind",
+        "upload.program_count",
+    ]
     assert {p.rule for p in bad_name.problems} == {"model.characters", "program.invalid"}
     assert index == []
     assert leftovers(tmp_path / "artifacts") == []
@@ -79,6 +91,7 @@ def test_unload_keeps_the_model_and_load_serves_it_again(run, linear_relu_progra
         unloaded = service.repository_index()
         with pytest.raises(Unavailable, match="unloaded"):
             from service.dataplane.types import InferRequest
+
             await service.infer(InferRequest("m", []))
         described = service.describe("m")
         again = await service.load_model("m")
@@ -106,10 +119,12 @@ def test_an_unloaded_model_stays_unloaded_across_a_restart(run, linear_relu_prog
         return index
 
     run(unload)
-    assert run(restarted) == [{"name": "m", "version": "1", "state": "UNAVAILABLE",
-                               "reason": "unloaded"}]
+    assert run(restarted) == [
+        {"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    ]
     assert run(lambda service: asyncio.sleep(0, service.repository_index())) == [
-        {"name": "m", "version": "1", "state": "READY", "reason": ""}]
+        {"name": "m", "version": "1", "state": "READY", "reason": ""}
+    ]
 
 
 def test_load_with_only_a_config_reingests_the_stored_files(run, linear_relu_program):

@@ -4,6 +4,7 @@ TensorRT is not installed on CI hosts, so a TensorRT runtime module is made by h
 temporary sys.path entry, as pip would lay it out: a package, and (where said) its
 distribution's dist-info record.
 """
+
 import importlib
 import sys
 from importlib import metadata
@@ -19,6 +20,7 @@ MODULE = "tensorrt_lean_bindings"
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A fresh sys.path entry; version caches are cleared before and after."""
+
     def clear():
         versions._installed_tensorrt_version.cache_clear()
         tensorrt_runtime._tensorrt.cache_clear()
@@ -38,8 +40,10 @@ def _package(site, source, distribution_version=None):
     if distribution_version:
         info = site / f"tensorrt_lean_cu13_bindings-{distribution_version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorrt_lean_cu13_bindings\n"
-                                       f"Version: {distribution_version}\n")
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: tensorrt_lean_cu13_bindings\n"
+            f"Version: {distribution_version}\n"
+        )
         (info / "RECORD").write_text(f"{MODULE}/__init__.py,,\n")
     importlib.invalidate_caches()
 

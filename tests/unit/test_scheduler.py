@@ -1,4 +1,5 @@
 """The scheduler on real programs run by the native host: batches, queue bounds, deadlines."""
+
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,14 +39,22 @@ def heavy_program(programs_dir):
 
 
 def batching(max_batch, delay_us=0, preferred=(), max_queue=0, timeout_us=0):
-    return {"max_batch_size": max_batch, "dynamic_batching": {
-        "max_queue_delay_microseconds": delay_us, "preferred_batch_size": list(preferred),
-        "default_queue_policy": {"max_queue_size": max_queue,
-                                 "default_timeout_microseconds": timeout_us}}}
+    return {
+        "max_batch_size": max_batch,
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": delay_us,
+            "preferred_batch_size": list(preferred),
+            "default_queue_policy": {
+                "max_queue_size": max_queue,
+                "default_timeout_microseconds": timeout_us,
+            },
+        },
+    }
 
 
 def run(exported, config, scenario, instances=1):
     """Runs scenario(scheduler, metrics) on a fresh pool; returns its result."""
+
     async def main():
         with ThreadPoolExecutor(4) as executor:
             pool = ModelPool(_stored(exported), import_host(), instances)
@@ -65,8 +74,9 @@ def eager(exported, array):
 
 def test_concurrent_requests_are_merged_and_each_gets_its_own_rows(batch_program):
     rng = np.random.default_rng(1)
-    requests = [rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32)
-                for _ in range(40)]
+    requests = [
+        rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32) for _ in range(40)
+    ]
 
     async def scenario(scheduler, _):
         results = await asyncio.gather(*[scheduler.submit([x]) for x in requests])
@@ -89,15 +99,18 @@ def test_mixed_trailing_shapes_are_never_merged(lookup_program):
     requests = [rng.integers(0, 10, (1, 3 if i % 2 else 5)).astype(np.int64) for i in range(16)]
 
     async def scenario(scheduler, _):
-        return await asyncio.gather(*[scheduler.submit([ids]) for ids in requests]), \
-            scheduler.stats.as_dict()
+        return await asyncio.gather(
+            *[scheduler.submit([ids]) for ids in requests]
+        ), scheduler.stats.as_dict()
 
     results, stats = run(lookup_program, batching(16, delay_us=50_000), scenario)
     for ids, [output] in zip(requests, results):
         np.testing.assert_allclose(output, eager(lookup_program, ids), rtol=1e-5, atol=1e-6)
     # Two shapes of 8 requests each, all queued within the delay: one batch per shape.
-    assert stats["batch_stats"] == {8: stats["batch_stats"][8]} and \
-        stats["batch_stats"][8]["count"] == 2
+    assert (
+        stats["batch_stats"] == {8: stats["batch_stats"][8]}
+        and stats["batch_stats"][8]["count"] == 2
+    )
 
 
 def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_runs(lookup_program):
@@ -105,8 +118,9 @@ def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_runs(looku
     bad = np.array([[42, 1]], np.int64)  # past the 10-row table: the kernel refuses it
 
     async def scenario(scheduler, _):
-        first = await asyncio.gather(*[scheduler.submit([ids]) for ids in [*good, bad]],
-                                     return_exceptions=True)
+        first = await asyncio.gather(
+            *[scheduler.submit([ids]) for ids in [*good, bad]], return_exceptions=True
+        )
         second = await asyncio.gather(*[scheduler.submit([ids]) for ids in good])
         return first, second, scheduler.stats.as_dict()
 
@@ -187,15 +201,16 @@ def test_a_batching_queue_is_bounded_too(batch_program):
     assert len(run(batch_program, batching(8, delay_us=200_000, max_queue=2), scenario)) == 2
 
 
-def test_the_deadline_passes_while_waiting_for_an_instance_and_it_is_never_executed(
-        heavy_program):
+def test_the_deadline_passes_while_waiting_for_an_instance_and_it_is_never_executed(heavy_program):
     x = np.random.rand(HEAVY_SIZE).astype(np.float32)
-    config = {"dynamic_batching": {"default_queue_policy": {
-        "default_timeout_microseconds": 30_000}}}
+    config = {
+        "dynamic_batching": {"default_queue_policy": {"default_timeout_microseconds": 30_000}}
+    }
 
     async def scenario(scheduler, _):
-        results = await asyncio.gather(*[scheduler.submit([x]) for _ in range(3)],
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *[scheduler.submit([x]) for _ in range(3)], return_exceptions=True
+        )
         return results, scheduler.stats.as_dict()
 
     results, stats = run(heavy_program, config, scenario)
@@ -215,8 +230,9 @@ def test_a_request_timeout_overrides_the_default_and_expires_in_the_batch_queue(
         await asyncio.sleep(0.3)
         return waited, scheduler.stats.as_dict(), scheduler.pool._in_flight
 
-    waited, stats, in_flight = run(batch_program, batching(8, delay_us=1_000_000,
-                                                          timeout_us=5_000_000), scenario)
+    waited, stats, in_flight = run(
+        batch_program, batching(8, delay_us=1_000_000, timeout_us=5_000_000), scenario
+    )
     assert 0.04 < waited < 0.5
     assert stats["execution_count"] == 0 and in_flight == 0
 
@@ -265,8 +281,8 @@ def test_batch_sizes_and_queue_depth_show_in_metrics_until_the_model_is_deleted(
     labels = 'model="m",method="forward"'
     assert f'etrt_batch_size_bucket{{{labels},le="4"}} 0' in shown
     assert f'etrt_batch_size_bucket{{{labels},le="8"}} 1' in shown  # 3 x 2 rows in one execute
-    assert f'etrt_batch_size_sum{{{labels}}} 6' in shown
-    assert f'etrt_queue_depth{{{labels}}} 0' in shown
+    assert f"etrt_batch_size_sum{{{labels}}} 6" in shown
+    assert f"etrt_queue_depth{{{labels}}} 0" in shown
     assert 'model="m"' not in forgotten
 
 

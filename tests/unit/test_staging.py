@@ -1,9 +1,10 @@
 """Staging and realignment through the host-memory stand-in for a GPU (tests/gpu reruns the
 shared cases on CUDA memory), plus the cases only a simulated Jetson-like device can show."""
+
+import ethost_tensorrt
 import numpy as np
 import pytest
 
-import ethost_tensorrt
 from support.staging_cases import StagingCases, add_blob, by_name, host_arg, host_array
 from support.test_engine_provider import TestEngineProvider
 
@@ -32,18 +33,30 @@ def test_aligned_host_buffers_bound_directly_where_the_gpu_reads_pageable_memory
     r.run([host_arg(a), host_arg(b), host_arg(o)])
     np.testing.assert_array_equal(o, np.full((4, 64), 3, np.float32))
     assert [c["staging_copies"] for c in r.counters()] == [0, 0, 0]
-    assert [addr for _, addr in pageable_device.addresses] == [a.ctypes.data, b.ctypes.data, o.ctypes.data]
+    assert [addr for _, addr in pageable_device.addresses] == [
+        a.ctypes.data,
+        b.ctypes.data,
+        o.ctypes.data,
+    ]
 
 
 def test_unaligned_host_buffer_still_staged_where_the_gpu_reads_pageable_memory(pageable_device):
     r = T.Runner(add_blob())
-    a, b, o = host_array((4, 64), misalign=16), host_array((4, 64)), host_array((4, 64), misalign=32)
+    a, b, o = (
+        host_array((4, 64), misalign=16),
+        host_array((4, 64)),
+        host_array((4, 64), misalign=32),
+    )
     a[:] = 1
     b[:] = 2
     r.run([host_arg(a), host_arg(b), host_arg(o)])
     np.testing.assert_array_equal(o, np.full((4, 64), 3, np.float32))
     c = by_name(r)
-    assert (c["a"]["staging_copies"], c["b"]["staging_copies"], c["out"]["staging_copies"]) == (1, 0, 1)
+    assert (c["a"]["staging_copies"], c["b"]["staging_copies"], c["out"]["staging_copies"]) == (
+        1,
+        0,
+        1,
+    )
     assert not pageable_device.misaligned
 
 

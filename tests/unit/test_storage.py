@@ -116,34 +116,53 @@ def test_reconcile_removes_leftovers_and_rows_whose_files_are_gone(tmp_path):
 
 # --- the registry's form is versioned; rows written by the release before are migrated ---------
 
+
 def _old_registry(root, rows):
     """A registry exactly as the release before versioning wrote it: no user_version, rows
     holding the API's description dict (with "state", "runnable", "unavailable_reason")."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "models").mkdir(exist_ok=True)
     with sqlite3.connect(root / REGISTRY) as db:
-        db.execute("CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
-                   "directory TEXT NOT NULL, description TEXT NOT NULL, "
-                   "created_at REAL NOT NULL)")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, "
+            "directory TEXT NOT NULL, description TEXT NOT NULL, "
+            "created_at REAL NOT NULL)"
+        )
         for name, description in rows:
             (root / "models" / f"{name}.old").mkdir()
             (root / "models" / f"{name}.old" / PROGRAM_FILE).write_bytes(b"program")
-            db.execute("INSERT INTO models VALUES (?, ?, ?, 0)",
-                       (name, f"{name}.old", json.dumps(description)))
+            db.execute(
+                "INSERT INTO models VALUES (?, ?, ?, 0)",
+                (name, f"{name}.old", json.dumps(description)),
+            )
     db.close()
 
 
 def _old_description(name, **extra):
-    return {"name": name, "state": "ready", "runnable": True, "warnings": ["w"],
-            "files": [{"name": "m.pte", "role": "program", "bytes": 7, "sha256": "ab"}],
-            "methods": [{"name": "forward", "inputs": [], "outputs": []}], **extra}
+    return {
+        "name": name,
+        "state": "ready",
+        "runnable": True,
+        "warnings": ["w"],
+        "files": [{"name": "m.pte", "role": "program", "bytes": 7, "sha256": "ab"}],
+        "methods": [{"name": "forward", "inputs": [], "outputs": []}],
+        **extra,
+    }
 
 
 def test_a_registry_written_before_versioning_is_migrated(tmp_path):
-    _old_registry(tmp_path, [
-        ("ready", _old_description("ready")),
-        ("stored", _old_description("stored", state="unavailable", runnable=False,
-                                    unavailable_reason="no GPU here"))])
+    _old_registry(
+        tmp_path,
+        [
+            ("ready", _old_description("ready")),
+            (
+                "stored",
+                _old_description(
+                    "stored", state="unavailable", runnable=False, unavailable_reason="no GPU here"
+                ),
+            ),
+        ],
+    )
     storage = Storage(tmp_path)
     ready, stored = storage.reconcile()
     assert ready.description.runnable and ready.description.warnings == ("w",)

@@ -1,17 +1,18 @@
 """TensorRTBackend inside real .pte programs run by the native host (ethost), with the test
 engine provider standing in for TensorRT and host memory standing in for the GPU."""
+
 import shutil
 import subprocess
 import sys
 import textwrap
 
+import ethost
 import numpy as np
 import pytest
 
-import ethost
 from support.test_engine_provider import TestEngineProvider
-from support.trt_host import labels, load_tensorrt_backend, new_delegate_counters
 from support.trt_blob import io, make_blob, metadata, plan_blob
+from support.trt_host import labels, load_tensorrt_backend, new_delegate_counters
 
 trt = load_tensorrt_backend()
 
@@ -28,6 +29,7 @@ def provider():
 @pytest.fixture(scope="module")
 def programs(programs_dir):
     from support.trt_programs import export_trt_program
+
     return {
         "mixed16": export_trt_program(programs_dir, "mixed", 16),
         "mixed256": export_trt_program(programs_dir, "mixed", 256),
@@ -38,8 +40,10 @@ def programs(programs_dir):
 
 
 def run(program, data_files=None, seed=0):
-    method = ethost.Program(str(program.pte), [str(p) for p in (program.data_files if data_files is None
-                                                                   else data_files)]).load_method("forward")
+    method = ethost.Program(
+        str(program.pte),
+        [str(p) for p in (program.data_files if data_files is None else data_files)],
+    ).load_method("forward")
     inputs = program.example_inputs(seed)
     outputs = method.execute(inputs)
     for got, want in zip(outputs, program.reference(*inputs)):
@@ -83,7 +87,9 @@ def test_ptd_without_the_engine_key_is_invalid_external_data(provider, programs)
 
 
 @pytest.mark.parametrize("alignment, copies", [(16, True), (256, False)])
-def test_planning_alignment_decides_staging_where_host_memory_is_readable(programs, alignment, copies):
+def test_planning_alignment_decides_staging_where_host_memory_is_readable(
+    programs, alignment, copies
+):
     trt.testing.use_host_memory(reads_pageable_host=True)
     p = TestEngineProvider()
     trt.set_engine_provider(p)
@@ -91,7 +97,9 @@ def test_planning_alignment_decides_staging_where_host_memory_is_readable(progra
         before = labels(trt)
         method = run(programs[f"mixed{alignment}"])
         assert all(a % 256 == 0 for a in method.arena_addresses())
-        total = sum(b["staging_copies"] for d in new_delegate_counters(trt, before) for b in d["bindings"])
+        total = sum(
+            b["staging_copies"] for d in new_delegate_counters(trt, before) for b in d["bindings"]
+        )
         assert (total > 0) == copies
         assert not p.misaligned
     finally:
@@ -114,14 +122,20 @@ def test_garbage_plan_refused_with_the_providers_reason(provider):
 
 
 def test_engine_stats_come_from_the_provider(provider):
-    stats = {"stripped_weights_size": 10, "total_weights_size": 100, "refittable": True,
-             "device_memory_size": 4096}
+    stats = {
+        "stripped_weights_size": 10,
+        "total_weights_size": 100,
+        "refittable": True,
+        "device_memory_size": 4096,
+    }
     blob, _ = plan_blob("scale", [io("a", True, [4]), io("o", False, [4])], stats=stats)
     assert trt.testing.Runner(blob).engine_stats == stats
 
 
 def test_engine_key_resolved_from_named_data(provider):
-    blob, plan = plan_blob("scale", [io("a", True, [64]), io("o", False, [64])], external_key="k_trt_engine")
+    blob, plan = plan_blob(
+        "scale", [io("a", True, [64]), io("o", False, [64])], external_key="k_trt_engine"
+    )
     with pytest.raises(RuntimeError, match="InvalidExternalData .*without its .ptd"):
         trt.testing.Runner(blob)
     with pytest.raises(RuntimeError, match="InvalidExternalData .*no entry 'k_trt_engine'"):
@@ -144,7 +158,9 @@ def test_second_library_claiming_the_id_reports_it(tmp_path):
         import ethost_tensorrt
         print(ethost_tensorrt.registration_error())
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "['TensorRTBackend']" and lines[1] == "[]"
@@ -169,7 +185,9 @@ def test_the_shipped_module_carries_no_test_hooks():
         except ImportError as e:
             print(type(e).__name__)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert "test hooks (ethost_tensorrt_testing) are not installed" in lines[0]

@@ -1,7 +1,9 @@
-"""What of service.backends.tensorrt.runtime can be checked on a host without TensorRT or a GPU (CI).
+"""What of service.backends.tensorrt.runtime can be checked on a host without TensorRT or a GPU
+(CI).
 
 The TensorRT calls themselves are exercised on the H200 by tests/gpu/test_tensorrt_provider.py.
 """
+
 import enum
 import json
 import os
@@ -12,8 +14,13 @@ import textwrap
 import pytest
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.backends.tensorrt.runtime import (MODULE_CANDIDATES, TensorRTEngineProvider, TensorRTError,
-                                      availability, import_first)
+from service.backends.tensorrt.runtime import (
+    MODULE_CANDIDATES,
+    TensorRTEngineProvider,
+    TensorRTError,
+    availability,
+    import_first,
+)
 
 
 def test_full_tensorrt_is_preferred_and_the_lean_bindings_are_the_last_resort():
@@ -39,19 +46,25 @@ def _write_package(root, name, body):
     (package / "__init__.py").write_text(textwrap.dedent(body))
 
 
-def test_a_module_that_is_installed_but_broken_is_reported_with_its_own_error(tmp_path,
-                                                                               monkeypatch):
+def test_a_module_that_is_installed_but_broken_is_reported_with_its_own_error(
+    tmp_path, monkeypatch
+):
     # What the lean bindings do when their libs wheel is missing: the package exists, its
     # native library does not load.
-    _write_package(tmp_path, "etrt_test_broken_bindings",
-                   'raise ImportError("libnvinfer_lean.so.11: cannot open shared object file")')
+    _write_package(
+        tmp_path,
+        "etrt_test_broken_bindings",
+        'raise ImportError("libnvinfer_lean.so.11: cannot open shared object file")',
+    )
     _write_package(tmp_path, "etrt_test_missing_dependency", "import etrt_test_absent_libs")
     monkeypatch.syspath_prepend(str(tmp_path))
-    module, reasons = import_first(("etrt_test_broken_bindings", "etrt_test_missing_dependency",
-                                    "json"))
+    module, reasons = import_first(
+        ("etrt_test_broken_bindings", "etrt_test_missing_dependency", "json")
+    )
     assert module is json
-    assert reasons[0] == ("etrt_test_broken_bindings: libnvinfer_lean.so.11: cannot open shared "
-                          "object file")
+    assert reasons[0] == (
+        "etrt_test_broken_bindings: libnvinfer_lean.so.11: cannot open shared object file"
+    )
     assert "not installed" not in reasons[1]
     assert "etrt_test_absent_libs" in reasons[1]
 
@@ -119,27 +132,35 @@ class _RecordingContext:
 
 def test_execute_binds_only_addresses_that_moved_and_enqueues_once():
     trt_ctx = _RecordingContext()
-    ctx = tensorrt_runtime.Context(trt_ctx, None, inputs=("a", "b"), outputs=("out",),
-                                   names=("a", "b", "out"))
+    ctx = tensorrt_runtime.Context(
+        trt_ctx, None, inputs=("a", "b"), outputs=("out",), names=("a", "b", "out")
+    )
     provider = TensorRTEngineProvider()
     assert provider.infer_shapes(ctx, [[2, 4], [2, 4]]) == [[2, 4]]
     provider.execute(ctx, None, (0x1000, 0x2000, 0x3000), 7)
     provider.execute(ctx, None, None, 7)
     provider.execute(ctx, [[1, 4], [1, 4]], (0x1000, 0x2100, 0x3000), 8)
     assert trt_ctx.calls == [
-        ("shape", "a", (2, 4)), ("shape", "b", (2, 4)),
-        ("address", "a", 0x1000), ("address", "b", 0x2000), ("address", "out", 0x3000),
+        ("shape", "a", (2, 4)),
+        ("shape", "b", (2, 4)),
+        ("address", "a", 0x1000),
+        ("address", "b", 0x2000),
+        ("address", "out", 0x3000),
         ("enqueue", 7),
         ("enqueue", 7),
-        ("shape", "a", (1, 4)), ("shape", "b", (1, 4)), ("address", "b", 0x2100),
-        ("enqueue", 8)]
+        ("shape", "a", (1, 4)),
+        ("shape", "b", (1, 4)),
+        ("address", "b", 0x2100),
+        ("enqueue", 8),
+    ]
 
 
 def test_a_data_dependent_output_shape_is_refused():
     trt_ctx = _RecordingContext()
     trt_ctx.get_tensor_shape = lambda name: (-1, 4)
-    ctx = tensorrt_runtime.Context(trt_ctx, None, inputs=("a",), outputs=("out",),
-                                   names=("a", "out"))
+    ctx = tensorrt_runtime.Context(
+        trt_ctx, None, inputs=("a",), outputs=("out",), names=("a", "out")
+    )
     with pytest.raises(TensorRTError, match="data-dependent output shapes are not supported"):
         TensorRTEngineProvider().infer_shapes(ctx, [[2, 4]])
 
@@ -148,10 +169,20 @@ def test_a_data_dependent_output_shape_is_refused():
 DataType = enum.Enum("DataType", "FLOAT HALF BF16 INT8 INT32 INT64 BOOL UINT8 FP8 INT4 FP4 E8M0")
 
 
-@pytest.mark.parametrize("member, expected", [
-    ("FLOAT", "float32"), ("HALF", "float16"), ("BF16", "bfloat16"), ("INT8", "int8"),
-    ("INT32", "int32"), ("INT64", "int64"), ("BOOL", "bool"), ("UINT8", "uint8"),
-    ("FP8", "float8_e4m3fn")])
+@pytest.mark.parametrize(
+    "member, expected",
+    [
+        ("FLOAT", "float32"),
+        ("HALF", "float16"),
+        ("BF16", "bfloat16"),
+        ("INT8", "int8"),
+        ("INT32", "int32"),
+        ("INT64", "int64"),
+        ("BOOL", "bool"),
+        ("UINT8", "uint8"),
+        ("FP8", "float8_e4m3fn"),
+    ],
+)
 def test_engine_dtypes_map_to_numpy_names(member, expected):
     assert tensorrt_runtime._dtype_name(DataType[member], "x") == expected
 
@@ -173,7 +204,8 @@ def test_install_backend_registers_the_backend_and_the_shipped_provider():
         print("installed")
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=env, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "installed"

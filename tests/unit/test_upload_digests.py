@@ -1,4 +1,5 @@
 """RFC 9530 digest fields and the sha256.<file> form field, parsed and checked."""
+
 import base64
 import hashlib
 
@@ -17,26 +18,32 @@ def test_sha256_and_sha512_members_are_read_and_others_ignored():
     value = f"md5=:AAAAAAAAAAAAAAAAAAAAAA==:, sha-256=:{b64('sha256')}:,sha-512=:{b64('sha512')}:"
     found = digests.parse_header("content-digest", value.encode())
     assert [(algorithm, expected) for algorithm, expected, _ in found] == [
-        ("sha256", hashlib.sha256(CONTENT).digest()), ("sha512", hashlib.sha512(CONTENT).digest())]
+        ("sha256", hashlib.sha256(CONTENT).digest()),
+        ("sha512", hashlib.sha512(CONTENT).digest()),
+    ]
     assert "Content-Digest" in found[0][2]
 
 
-@pytest.mark.parametrize("value, reason", [
-    ("sha-256=abc", "is not '<algorithm>=:<base64>:'"),
-    ("sha-256=:!!!!:", "is not '<algorithm>=:<base64>:'"),
-    ("sha-256=:Q:", "not base64"),
-    ("sha-256=:QUJD:", "has 3 bytes, not 32"),
-    ("md5=:AAAAAAAAAAAAAAAAAAAAAA==:", "no sha-256 or sha-512"),
-    ("", "is not '<algorithm>=:<base64>:'"),
-])
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ("sha-256=abc", "is not '<algorithm>=:<base64>:'"),
+        ("sha-256=:!!!!:", "is not '<algorithm>=:<base64>:'"),
+        ("sha-256=:Q:", "not base64"),
+        ("sha-256=:QUJD:", "has 3 bytes, not 32"),
+        ("md5=:AAAAAAAAAAAAAAAAAAAAAA==:", "no sha-256 or sha-512"),
+        ("", "is not '<algorithm>=:<base64>:'"),
+    ],
+)
 def test_malformed_digest_fields_are_refused_with_the_reason(value, reason):
     with pytest.raises(digests.DigestError, match=reason.replace("(", r"\(")):
         digests.parse_header("repr-digest", value.encode())
 
 
 def test_the_form_field_takes_64_hex_digits_in_any_case():
-    algorithm, expected, where = digests.parse_field("sha256.m.pte",
-                                                     hashlib.sha256(CONTENT).hexdigest().upper())
+    algorithm, expected, where = digests.parse_field(
+        "sha256.m.pte", hashlib.sha256(CONTENT).hexdigest().upper()
+    )
     assert (algorithm, expected) == ("sha256", hashlib.sha256(CONTENT).digest())
     assert "sha256.m.pte" in where
     for bad in ("abc", "g" * 64, hashlib.sha256(CONTENT).hexdigest() + "0"):
@@ -45,10 +52,16 @@ def test_the_form_field_takes_64_hex_digits_in_any_case():
 
 
 def test_each_declared_digest_the_bytes_lack_is_one_problem_naming_the_file():
-    computed = {"sha256": hashlib.sha256(CONTENT).digest(),
-                "sha512": hashlib.sha512(CONTENT).digest()}
-    declared = digests.Declared([("sha256", hashlib.sha256(b"other").digest(), "its header"),
-                                 ("sha512", computed["sha512"], "its header")])
+    computed = {
+        "sha256": hashlib.sha256(CONTENT).digest(),
+        "sha512": hashlib.sha512(CONTENT).digest(),
+    }
+    declared = digests.Declared(
+        [
+            ("sha256", hashlib.sha256(b"other").digest(), "its header"),
+            ("sha512", computed["sha512"], "its header"),
+        ]
+    )
     [problem] = digests.mismatches("m.pte", len(CONTENT), computed, declared)
     assert problem.file == "m.pte" and problem.rule == "upload.digest_mismatch"
     assert computed["sha256"].hex() in problem.message

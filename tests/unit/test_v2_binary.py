@@ -1,5 +1,6 @@
 """The v2 binary tensor codec on well-formed and hostile requests: every bad request is an Invalid
 (400 in the v2 table) that names the input and the rule, never another exception."""
+
 import json
 
 import numpy as np
@@ -24,8 +25,17 @@ def decode(header, payload: bytes = b"", header_length: str | None = None):
 
 
 def one_input(size, shape=(2, 2), datatype="FP32", name="x", **extra) -> dict:
-    return {"inputs": [{"name": name, "shape": list(shape), "datatype": datatype,
-                        "parameters": {"binary_data_size": size}, **extra}]}
+    return {
+        "inputs": [
+            {
+                "name": name,
+                "shape": list(shape),
+                "datatype": datatype,
+                "parameters": {"binary_data_size": size},
+                **extra,
+            }
+        ]
+    }
 
 
 def refused(header, payload: bytes = b"", header_length: str | None = None) -> Invalid:
@@ -38,12 +48,26 @@ def refused(header, payload: bytes = b"", header_length: str | None = None) -> I
 def test_inputs_are_views_of_the_body_in_header_order():
     a = np.arange(4, dtype=np.float32).reshape(2, 2)
     b = np.array([[True, False, True]])
-    header = {"inputs": [
-        {"name": "a", "shape": [2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
-        {"name": "j", "shape": [2], "datatype": "INT64", "data": [5, 6]},
-        {"name": "b", "shape": [1, 3], "datatype": "BOOL", "parameters": {"binary_data_size": 3}},
-    ], "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
-        "parameters": {"timeout": 2500, "method": "triple"}, "id": "r1"}
+    header = {
+        "inputs": [
+            {
+                "name": "a",
+                "shape": [2, 2],
+                "datatype": "FP32",
+                "parameters": {"binary_data_size": 16},
+            },
+            {"name": "j", "shape": [2], "datatype": "INT64", "data": [5, 6]},
+            {
+                "name": "b",
+                "shape": [1, 3],
+                "datatype": "BOOL",
+                "parameters": {"binary_data_size": 3},
+            },
+        ],
+        "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        "parameters": {"timeout": 2500, "method": "triple"},
+        "id": "r1",
+    }
     text = json.dumps(header).encode()
     # Pad the header to a multiple of 4 so the FP32 slice is aligned and must not be copied.
     text += b" " * (-len(text) % 4)
@@ -67,18 +91,23 @@ def test_misaligned_slices_are_copied_aligned():
     np.testing.assert_array_equal(array, [1.5, 2.5])
 
 
-@pytest.mark.parametrize("datatype,array", [
-    ("FP16", np.array([1.5, -2.25, 65504.0], np.float16)),
-    ("INT8", np.array([-128, 0, 127], np.int8)),
-    ("UINT8", np.array([0, 200, 255], np.uint8)),
-    ("INT16", np.array([-32768, 1, 32767], np.int16)),
-    ("INT32", np.array([-1, 0, 2**31 - 1], np.int32)),
-    ("INT64", np.array([-(2**63), 0, 2**63 - 1], np.int64)),
-    ("FP64", np.array([1e300, -0.0, np.inf], np.float64)),
-])
+@pytest.mark.parametrize(
+    "datatype,array",
+    [
+        ("FP16", np.array([1.5, -2.25, 65504.0], np.float16)),
+        ("INT8", np.array([-128, 0, 127], np.int8)),
+        ("UINT8", np.array([0, 200, 255], np.uint8)),
+        ("INT16", np.array([-32768, 1, 32767], np.int16)),
+        ("INT32", np.array([-1, 0, 2**31 - 1], np.int32)),
+        ("INT64", np.array([-(2**63), 0, 2**63 - 1], np.int64)),
+        ("FP64", np.array([1e300, -0.0, np.inf], np.float64)),
+    ],
+)
 def test_every_datatype_decodes_from_little_endian_bytes(datatype, array):
-    request, _ = decode(one_input(array.nbytes, shape=(3,), datatype=datatype),
-                        array.astype(array.dtype.newbyteorder("<")).tobytes())
+    request, _ = decode(
+        one_input(array.nbytes, shape=(3,), datatype=datatype),
+        array.astype(array.dtype.newbyteorder("<")).tobytes(),
+    )
     np.testing.assert_array_equal(request.inputs[0].array, array)
 
 
@@ -133,8 +162,12 @@ def test_size_past_the_end_of_the_body():
 
 
 def test_second_input_past_the_end_names_that_input():
-    header = {"inputs": [one_input(16, name="first")["inputs"][0],
-                         one_input(16, name="second")["inputs"][0]]}
+    header = {
+        "inputs": [
+            one_input(16, name="first")["inputs"][0],
+            one_input(16, name="second")["inputs"][0],
+        ]
+    }
     problem = refused(header, bytes(24)).problems[0]
     assert problem.input == "second"
 
@@ -152,8 +185,19 @@ def test_huge_shape_does_not_allocate():
 
 @pytest.mark.parametrize("shape", [[-1, 4], [2.0, 2], "2,2", [True, 4], None])
 def test_shapes_that_are_not_lists_of_counts(shape):
-    problem = refused({"inputs": [{"name": "x", "shape": shape, "datatype": "FP32",
-                                   "parameters": {"binary_data_size": 16}}]}, bytes(16)).problems[0]
+    problem = refused(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": shape,
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 16},
+                }
+            ]
+        },
+        bytes(16),
+    ).problems[0]
     assert problem.input == "x" and problem.rule == "input.shape"
 
 
@@ -189,18 +233,31 @@ def test_data_and_binary_size_together_or_neither():
     assert refused(neither).problems[0].input == "x"
 
 
-@pytest.mark.parametrize("header", [
-    [], {"inputs": []}, {"inputs": "x"}, {"inputs": [5]}, {"inputs": [{"shape": [1]}]},
-    {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "id": 5},
-    {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-     "parameters": {"timeout": -5}},
-    {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-     "parameters": {"binary_data_output": "yes"}},
-    {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-     "outputs": [{"name": "y", "parameters": {"classification": 3}}]},
-    {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": {}},
-    {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1]}]},
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        [],
+        {"inputs": []},
+        {"inputs": "x"},
+        {"inputs": [5]},
+        {"inputs": [{"shape": [1]}]},
+        {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "id": 5},
+        {
+            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+            "parameters": {"timeout": -5},
+        },
+        {
+            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+            "parameters": {"binary_data_output": "yes"},
+        },
+        {
+            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+            "outputs": [{"name": "y", "parameters": {"classification": 3}}],
+        },
+        {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": {}},
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1]}]},
+    ],
+)
 def test_malformed_headers_are_invalid(header):
     refused(header)
 

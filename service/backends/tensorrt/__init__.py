@@ -1,4 +1,5 @@
 """TensorRT: engines built by Torch-TensorRT, run by the native `ethost_tensorrt` delegate."""
+
 from __future__ import annotations
 
 from service.backends.base import Backend
@@ -21,8 +22,11 @@ def _metrics():
 
 
 BACKEND = Backend(
-    name="tensorrt", id=BACKEND_ID, setup="service.backends.tensorrt.runtime:install_backend",
-    check=_check, metrics=_metrics,
+    name="tensorrt",
+    id=BACKEND_ID,
+    setup="service.backends.tensorrt.runtime:install_backend",
+    check=_check,
+    metrics=_metrics,
     description_fields={
         "engine_source": "'inline', or the .ptd file and engine_key holding the plan",
         "device_id": "the CUDA device the plan was built for",
@@ -34,4 +38,5 @@ BACKEND = Backend(
         "engine": "what TensorRT reported of the deserialized plan (weights, bindings)",
         "runnable": "false when stored unverified: the model cannot run on this host",
         "unavailable_reason": "why it cannot run here, when not runnable",
-    })
+    },
+)

@@ -12,6 +12,7 @@ such uploads are refused unless the operator explicitly allows storing them unve
 (ETRT_ALLOW_UNVERIFIED_PLANS=1 / --allow-unverified-plans); they are then kept but not runnable
 on this host.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,10 @@ from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
 
 ALIGNMENT = tensorrt_runtime.ADDRESS_ALIGNMENT
 STRIPPED_HINT = "saved without its weights; re-export with strip_engine_weights=False"
-PLANNING_HINT = ("re-export with 256-byte memory planning (ExecutorchBackendConfig("
-                 "memory_planning_pass=MemoryPlanningPass(alignment=256)))")
+PLANNING_HINT = (
+    "re-export with 256-byte memory planning (ExecutorchBackendConfig("
+    "memory_planning_pass=MemoryPlanningPass(alignment=256)))"
+)
 UNVERIFIED_OPTION = "ETRT_ALLOW_UNVERIFIED_PLANS=1 (--allow-unverified-plans)"
 
 
@@ -71,14 +74,20 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
     updated_in_place = {a["input"] for a in metadata["aliased_io"]}
     buffers = []
     copies = 0
-    for value, (name, is_input) in zip(delegate.call_args,
-                                       _argument_bindings(metadata, len(delegate.call_args))):
+    for value, (name, is_input) in zip(
+        delegate.call_args, _argument_bindings(metadata, len(delegate.call_args))
+    ):
         tensor = method.tensors.get(value)
         if tensor is None:
             continue
-        entry = {"binding": name, "is_input": is_input, "value": value,
-                 "memory_id": tensor.memory_id, "offset": tensor.memory_offset,
-                 "memory": method.planned_buffer_devices.get(tensor.memory_id, "cpu")}
+        entry = {
+            "binding": name,
+            "is_input": is_input,
+            "value": value,
+            "memory_id": tensor.memory_id,
+            "offset": tensor.memory_offset,
+            "memory": method.planned_buffer_devices.get(tensor.memory_id, "cpu"),
+        }
         if tensor.memory_offset is None:
             entry["aligned"] = None
         else:
@@ -86,15 +95,22 @@ def placement_report(method: MethodInfo, delegate: DelegateInfo, metadata: dict)
             if not entry["aligned"]:
                 copies += 2 if is_input and name in updated_in_place else 1
         buffers.append(entry)
-    report = {"buffers": buffers, "expected_staging_copies_per_call": copies,
-              "host_memory_buffers": sum(1 for b in buffers
-                                         if b["aligned"] is not None and b["memory"] == "cpu")}
+    report = {
+        "buffers": buffers,
+        "expected_staging_copies_per_call": copies,
+        "host_memory_buffers": sum(
+            1 for b in buffers if b["aligned"] is not None and b["memory"] == "cpu"
+        ),
+    }
     if copies:
-        unaligned = [b["binding"] or f"argument value {b['value']}" for b in buffers
-                     if b["aligned"] is False]
-        report["hint"] = (f"{len(unaligned)} planned buffer(s) ({', '.join(unaligned)}) are not "
-                          f"on a {ALIGNMENT}-byte boundary and are copied on every call; "
-                          f"{PLANNING_HINT}")
+        unaligned = [
+            b["binding"] or f"argument value {b['value']}" for b in buffers if b["aligned"] is False
+        ]
+        report["hint"] = (
+            f"{len(unaligned)} planned buffer(s) ({', '.join(unaligned)}) are not "
+            f"on a {ALIGNMENT}-byte boundary and are copied on every call; "
+            f"{PLANNING_HINT}"
+        )
     return report
 
 
@@ -114,8 +130,10 @@ def _binding_mismatch(metadata: dict, engine_io: list[dict]) -> str | None:
     actual = {t["name"]: t["is_input"] for t in engine_io}
     if declared == actual:
         return None
-    return (f"the blob's io_bindings {sorted(declared)} do not match the engine's I/O tensors "
-            f"{sorted(actual)} (names and directions must be the same)")
+    return (
+        f"the blob's io_bindings {sorted(declared)} do not match the engine's I/O tensors "
+        f"{sorted(actual)} (names and directions must be the same)"
+    )
 
 
 def _availability() -> tuple[bool, str]:
@@ -166,8 +184,9 @@ def verify_engine(request: dict) -> dict:
     if installed is not None and not isinstance(installed, _HandOver):
         installed = _HandOver(installed)
         ethost_tensorrt.set_engine_provider(installed)
-    provider = installed.provider if installed is not None else \
-        tensorrt_runtime.TensorRTEngineProvider()
+    provider = (
+        installed.provider if installed is not None else tensorrt_runtime.TensorRTEngineProvider()
+    )
     device = request["device_id"]
     if not 0 <= device < tensorrt_runtime.device_count():
         device = 0
@@ -184,11 +203,11 @@ def verify_engine(request: dict) -> dict:
     return {"device": device, "stats": description["stats"], "io": description["io"]}
 
 
-def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
-                        delegate: DelegateInfo, program_name: str) -> None:
+def _apply_verification(
+    answer: dict, metadata: dict, report: DelegateReport, delegate: DelegateInfo, program_name: str
+) -> None:
     if "invalid" in answer:
-        rule, message = refusal_message(answer["invalid"], answer.get("tensorrt_version"),
-                                        metadata)
+        rule, message = refusal_message(answer["invalid"], answer.get("tensorrt_version"), metadata)
         report.problems.append(Problem(program_name, rule, f"{delegate.where}: {message}"))
         return
     stats = answer["stats"]
@@ -200,24 +219,33 @@ def _apply_verification(answer: dict, metadata: dict, report: DelegateReport,
         "device": answer["device"],
         "bindings": answer["io"],
     }
-    stripped = stripped_weights_problem(stats["stripped_weights_size"],
-                                        stats["total_weights_size"])
+    stripped = stripped_weights_problem(stats["stripped_weights_size"], stats["total_weights_size"])
     if stripped:
-        report.problems.append(Problem(program_name, "tensorrt.weights_stripped",
-                                       f"{delegate.where}: the TensorRT plan was {stripped}"))
+        report.problems.append(
+            Problem(
+                program_name,
+                "tensorrt.weights_stripped",
+                f"{delegate.where}: the TensorRT plan was {stripped}",
+            )
+        )
     mismatch = _binding_mismatch(metadata, answer["io"])
     if mismatch:
-        report.problems.append(Problem(program_name, "tensorrt.bindings_mismatch",
-                                       f"{delegate.where}: {mismatch}"))
+        report.problems.append(
+            Problem(program_name, "tensorrt.bindings_mismatch", f"{delegate.where}: {mismatch}")
+        )
 
 
-def _engine_span(delegate: DelegateInfo, metadata: dict,
-                 ctx: IngestContext) -> tuple[str, int, int] | None:
+def _engine_span(
+    delegate: DelegateInfo, metadata: dict, ctx: IngestContext
+) -> tuple[str, int, int] | None:
     """(file, offset, size) of the plan: inline in the program's blob, or a .ptd entry."""
     key = metadata["engine_key"]
     if not key:
-        return (str(ctx.program_path), delegate.blob_offset + metadata["engine_offset"],
-                metadata["engine_size"])
+        return (
+            str(ctx.program_path),
+            delegate.blob_offset + metadata["engine_offset"],
+            metadata["engine_size"],
+        )
     span = ctx.named_data_span(key)
     return None if span is None else (str(span[0]), span[1], span[2] - span[1])
 
@@ -228,32 +256,48 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
     try:
         metadata = _parse(delegate.blob)
     except ImportError as exc:
-        report.problems.append(Problem(ctx.program_name, "tensorrt.backend_missing",
-                                       f"{where}: the TensorRT backend library is not installed "
-                                       f"in this server ({exc})"))
+        report.problems.append(
+            Problem(
+                ctx.program_name,
+                "tensorrt.backend_missing",
+                f"{where}: the TensorRT backend library is not installed in this server ({exc})",
+            )
+        )
         return report
     except ValueError as exc:
-        report.problems.append(Problem(ctx.program_name, "tensorrt.blob_invalid",
-                                       f"{where}: the delegate blob is invalid: {exc}"))
+        report.problems.append(
+            Problem(
+                ctx.program_name,
+                "tensorrt.blob_invalid",
+                f"{where}: the delegate blob is invalid: {exc}",
+            )
+        )
         return report
     key = metadata["engine_key"]
     source = ctx.data_file_with(key) if key else None
-    report.details.update({
-        "engine_source": {"data_file": source, "engine_key": key} if key else "inline",
-        "device_id": metadata["device_id"],
-        "hardware_compatible": metadata["hardware_compatible"],
-        "target_platform": metadata["target_platform"],
-        "aliased_io": metadata["aliased_io"],
-        "placement": placement_report(ctx.method(delegate.method), delegate, metadata),
-    })
+    report.details.update(
+        {
+            "engine_source": {"data_file": source, "engine_key": key} if key else "inline",
+            "device_id": metadata["device_id"],
+            "hardware_compatible": metadata["hardware_compatible"],
+            "target_platform": metadata["target_platform"],
+            "aliased_io": metadata["aliased_io"],
+            "placement": placement_report(ctx.method(delegate.method), delegate, metadata),
+        }
+    )
     if report.details["placement"].get("hint"):
         report.warnings.append(f"{where}: {report.details['placement']['hint']}")
     engine = _engine_span(delegate, metadata, ctx)
     if engine is None:
-        report.problems.append(Problem(ctx.program_name, "tensorrt.engine_key_missing",
-                                       f"{where} needs engine_key {key!r}, which none of the "
-                                       f"uploaded .ptd files contains; upload the .ptd file "
-                                       f"written by external_engine_data="))
+        report.problems.append(
+            Problem(
+                ctx.program_name,
+                "tensorrt.engine_key_missing",
+                f"{where} needs engine_key {key!r}, which none of the "
+                f"uploaded .ptd files contains; upload the .ptd file "
+                f"written by external_engine_data=",
+            )
+        )
         return report
     ok, reason = _availability()
     report.details["verified"] = ok
@@ -262,18 +306,27 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         report.isolated = IsolatedWork(
             "service.backends.tensorrt.checks:verify_engine",
             {"file": file, "offset": offset, "size": size, "device_id": metadata["device_id"]},
-            lambda answer: _apply_verification(answer, metadata, report, delegate,
-                                               ctx.program_name),
-            "deserializing the TensorRT plan")
+            lambda answer: _apply_verification(
+                answer, metadata, report, delegate, ctx.program_name
+            ),
+            "deserializing the TensorRT plan",
+        )
     elif ctx.allow_unverified_plans:
-        report.details.update(runnable=False, unavailable_reason=(
-            f"TensorRT plans cannot run on this host: {reason}"))
-        report.warnings.append(f"{where}: the TensorRT plan was stored without verification "
-                               f"({UNVERIFIED_OPTION} is set): {reason}")
+        report.details.update(
+            runnable=False, unavailable_reason=(f"TensorRT plans cannot run on this host: {reason}")
+        )
+        report.warnings.append(
+            f"{where}: the TensorRT plan was stored without verification "
+            f"({UNVERIFIED_OPTION} is set): {reason}"
+        )
     else:
-        report.problems.append(Problem(ctx.program_name, "tensorrt.unverifiable",
-                                       f"{where}: this host cannot verify TensorRT plans "
-                                       f"({reason}); set {UNVERIFIED_OPTION} to store the model "
-                                       f"anyway, not runnable here"))
+        report.problems.append(
+            Problem(
+                ctx.program_name,
+                "tensorrt.unverifiable",
+                f"{where}: this host cannot verify TensorRT plans "
+                f"({reason}); set {UNVERIFIED_OPTION} to store the model "
+                f"anyway, not runnable here",
+            )
+        )
     return report
-

@@ -5,6 +5,7 @@ created: the owner its creating thread set (set_instance_owner), its method, and
 the TensorRT delegates of its method instance. The owner is set to a token of the model's pool
 while the pool's instances load, so every instance is attributed to exactly one live pool.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -35,8 +36,14 @@ class StagingCounters:
             pool = open_pool()
         finally:
             trt.set_instance_owner("")
-        positions = {method: [i for i, backend in enumerate(pool.meta(method)["delegates"])
-                              if backend == BACKEND_ID] for method in pool.method_names}
+        positions = {
+            method: [
+                i
+                for i, backend in enumerate(pool.meta(method)["delegates"])
+                if backend == BACKEND_ID
+            ]
+            for method in pool.method_names
+        }
         with self._lock:
             self._models[model] = (owner, positions)
         return pool
@@ -53,10 +60,12 @@ class StagingCounters:
             "Copies through an aligned staging buffer made by TensorRT delegates, summed over a "
             "model's instances of the delegate (delegate = its index among the method's "
             "delegates); resets when the model is replaced",
-            ("model", "method", "delegate", "binding"))
+            ("model", "method", "delegate", "binding"),
+        )
         with self._lock:
-            by_owner = {owner: (model, positions)
-                        for model, (owner, positions) in self._models.items()}
+            by_owner = {
+                owner: (model, positions) for model, (owner, positions) in self._models.items()
+            }
         for entry in sys.modules["ethost_tensorrt"].staging_counters():
             found = by_owner.get(entry["owner"])
             if found is None:  # an instance of a pool being replaced or closed
@@ -66,6 +75,7 @@ class StagingCounters:
             ordinal = entry["ordinal"]
             delegate = str(places[ordinal] if ordinal < len(places) else ordinal)
             for binding in entry["bindings"]:
-                copies.add((model, entry["method"], delegate, binding["name"]),
-                           binding["staging_copies"])
+                copies.add(
+                    (model, entry["method"], delegate, binding["name"]), binding["staging_copies"]
+                )
         return [copies]

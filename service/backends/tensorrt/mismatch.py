@@ -10,6 +10,7 @@ wordings below are TensorRT's own: those of TensorRT 11 as found in the lean run
 (libnvinfer_lean.so.11), and the 8.x-10.x forms users reported, kept because the plan's builder
 may be old even where the server is not.
 """
+
 from __future__ import annotations
 
 import platform
@@ -29,7 +30,8 @@ _VERSION_SIGNS = re.compile(
     #  serializationVersion / safeSerializationVersion / verifyHeader forms of 7.x-8.x.
     r"|Version tag does not match"
     r"|kSERIALIZATION_VERSION",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 _PLATFORM_SIGNS = re.compile(
     # "The engine plan file is generated on an incompatible device, expecting compute 9.0 got
@@ -45,7 +47,8 @@ _PLATFORM_SIGNS = re.compile(
     r"|not compatible with this hardware-compatible engine"
     # "The current device only supports 78 multiprocessors but the engine file requires 132"
     r"|multiprocessors but the engine file requires",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def classify_refusal(reason: str) -> str:
@@ -82,24 +85,36 @@ def refusal_message(reason: str, tensorrt_version: str | None, blob: dict) -> tu
     rule = classify_refusal(reason)
     if rule == PLAN_INVALID:
         return rule, reason
-    runs = (f"TensorRT {tensorrt_version}" if tensorrt_version
-            else "a TensorRT whose version it cannot tell")
+    runs = (
+        f"TensorRT {tensorrt_version}"
+        if tensorrt_version
+        else "a TensorRT whose version it cannot tell"
+    )
     if rule == VERSION_MISMATCH:
-        release = (f"TensorRT {_release(tensorrt_version)}" if tensorrt_version
-                   else "the TensorRT this server runs")
+        release = (
+            f"TensorRT {_release(tensorrt_version)}"
+            if tensorrt_version
+            else "the TensorRT this server runs"
+        )
         return rule, (
             f"the TensorRT plan was built by another TensorRT release than the one this server "
             f"runs ({runs}); re-export it with the Torch-TensorRT release built on {release}, "
             f"or run the server image whose TensorRT matches the exporter's; a plan "
             f"built with version_compatible=True also loads on later TensorRT releases. "
-            f"TensorRT said: {reason}")
+            f"TensorRT said: {reason}"
+        )
     hardware_compatible = bool(blob.get("hardware_compatible"))
     # A plan already built hardware-compatible that still does not fit this GPU (older than
     # Ampere, or fewer multiprocessors) can only be rebuilt on the target.
-    alternative = ("" if hardware_compatible else ", or with hardware_compatible=True to load on "
-                   "any Ampere or newer discrete GPU of the same platform")
+    alternative = (
+        ""
+        if hardware_compatible
+        else ", or with hardware_compatible=True to load on "
+        "any Ampere or newer discrete GPU of the same platform"
+    )
     return rule, (
         f"the TensorRT plan was built for another GPU or platform than this server's (this host "
         f"is {host_platform()} with {runs}; the blob records target_platform "
         f"{blob.get('target_platform')!r}, hardware_compatible {hardware_compatible}); re-export "
-        f"it on the target GPU and platform{alternative}. TensorRT said: {reason}")
+        f"it on the target GPU and platform{alternative}. TensorRT said: {reason}"
+    )

@@ -14,6 +14,7 @@ that turns TensorRT's boolean/None failures into exceptions carrying TensorRT's 
 An execute costs one call (`execute`: new shapes, moved addresses, enqueue), plus `infer_shapes`
 under the same GIL hold when the input shapes are new to the delegate.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,8 +38,15 @@ ADDRESS_ALIGNMENT = 256
 # TensorRT DataType member names -> numpy dtype names the native host uses. INT4, FP4 and E8M0
 # have no ExecuTorch scalar type, so an engine binding them cannot be fed by a delegate call.
 _DTYPE_NAMES = {
-    "FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
-    "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8_e4m3fn",
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "BF16": "bfloat16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "FP8": "float8_e4m3fn",
 }
 
 _CUDA_SUCCESS = 0
@@ -68,7 +76,7 @@ def import_first(names) -> tuple[ModuleType | None, list[str]]:
     return None, reasons
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tensorrt() -> tuple[ModuleType | None, str]:
     module, reasons = import_first(MODULE_CANDIDATES)
     if module is None:
@@ -150,18 +158,21 @@ class _CudaDriver:
             if device_id not in self._primary:
                 device, context = ctypes.c_int(), ctypes.c_void_p()
                 self._check(self._lib.cuDeviceGet(ctypes.byref(device), device_id), "cuDeviceGet")
-                self._check(self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
-                            "cuDevicePrimaryCtxRetain")
+                self._check(
+                    self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+                    "cuDevicePrimaryCtxRetain",
+                )
                 self._primary[device_id] = context
         self._check(self._lib.cuCtxPushCurrent_v2(self._primary[device_id]), "cuCtxPushCurrent")
         try:
             yield
         finally:
-            self._check(self._lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())),
-                        "cuCtxPopCurrent")
+            self._check(
+                self._lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent"
+            )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda() -> _CudaDriver:
     return _CudaDriver()
 
@@ -224,8 +235,15 @@ def _logger(trt: ModuleType):
 
         def log(self, severity, msg):
             level = int(severity)
-            _log.log(logging.ERROR if level <= _ERROR else logging.WARNING if level == _WARNING
-                     else logging.DEBUG, "TensorRT: %s", msg)
+            _log.log(
+                logging.ERROR
+                if level <= _ERROR
+                else logging.WARNING
+                if level == _WARNING
+                else logging.DEBUG,
+                "TensorRT: %s",
+                msg,
+            )
             messages = getattr(_capture, "messages", None)
             if messages is not None and level <= _WARNING:
                 messages.append((level, msg))
@@ -256,8 +274,13 @@ def _runtime():
                     messages.append((_ERROR, str(exc)))
                     runtime = None
             failed = runtime is None or any(level <= _ERROR for level, _ in messages)
-            _runtime_state.update(runtime=runtime, logger=logger, failure=_failure(
-                "creating the TensorRT runtime failed", messages) if failed else None)
+            _runtime_state.update(
+                runtime=runtime,
+                logger=logger,
+                failure=_failure("creating the TensorRT runtime failed", messages)
+                if failed
+                else None,
+            )
         if _runtime_state["failure"] is not None:
             raise TensorRTError(str(_runtime_state["failure"]))
         return _runtime_state["runtime"]
@@ -266,6 +289,7 @@ def _runtime():
 @dataclass(frozen=True)
 class Engine:
     """A deserialized engine and the device it lives on (contexts must be made there too)."""
+
     cuda_engine: object
     device_id: int
 
@@ -291,8 +315,10 @@ class Context:
 def _dtype_name(trt_dtype, tensor: str) -> str:
     name = getattr(trt_dtype, "name", str(trt_dtype))
     if name not in _DTYPE_NAMES:
-        raise TensorRTError(f"engine tensor {tensor!r} has TensorRT dtype {name}, which an "
-                            f"ExecuTorch delegate call cannot carry")
+        raise TensorRTError(
+            f"engine tensor {tensor!r} has TensorRT dtype {name}, which an "
+            f"ExecuTorch delegate call cannot carry"
+        )
     return _DTYPE_NAMES[name]
 
 
@@ -305,8 +331,11 @@ class TensorRTEngineProvider:
             with _captured_log() as messages:
                 engine = runtime.deserialize_cuda_engine(plan)
         if engine is None:
-            raise _failure(f"TensorRT could not deserialize the plan ({len(plan)} bytes) on CUDA "
-                           f"device {device_id}", messages)
+            raise _failure(
+                f"TensorRT could not deserialize the plan ({len(plan)} bytes) on CUDA "
+                f"device {device_id}",
+                messages,
+            )
         return Engine(engine, device_id)
 
     def describe(self, engine: Engine) -> dict:
@@ -322,24 +351,33 @@ class TensorRTEngineProvider:
                 bounds = cuda_engine.get_tensor_profile_shape(name, 0)
                 if len(bounds) == 3:
                     profile_min, profile_max = list(bounds[0]), list(bounds[2])
-            io.append({
-                "name": name, "is_input": is_input,
-                "dtype": _dtype_name(cuda_engine.get_tensor_dtype(name), name),
-                "shape": list(cuda_engine.get_tensor_shape(name)),
-                "location": cuda_engine.get_tensor_location(name).name.lower(),
-                "profile_min": profile_min, "profile_max": profile_max,
-            })
+            io.append(
+                {
+                    "name": name,
+                    "is_input": is_input,
+                    "dtype": _dtype_name(cuda_engine.get_tensor_dtype(name), name),
+                    "shape": list(cuda_engine.get_tensor_shape(name)),
+                    "location": cuda_engine.get_tensor_location(name).name.lower(),
+                    "profile_min": profile_min,
+                    "profile_max": profile_max,
+                }
+            )
         memory = getattr(cuda_engine, "device_memory_size_v2", None)
         if memory is None:
             memory = cuda_engine.device_memory_size
-        return {"io": io, "stats": {
-            "stripped_weights_size": int(
-                cuda_engine.get_engine_stat(trt.EngineStat.STRIPPED_WEIGHTS_SIZE)),
-            "total_weights_size": int(
-                cuda_engine.get_engine_stat(trt.EngineStat.TOTAL_WEIGHTS_SIZE)),
-            "refittable": bool(cuda_engine.refittable),
-            "device_memory_size": int(memory),
-        }}
+        return {
+            "io": io,
+            "stats": {
+                "stripped_weights_size": int(
+                    cuda_engine.get_engine_stat(trt.EngineStat.STRIPPED_WEIGHTS_SIZE)
+                ),
+                "total_weights_size": int(
+                    cuda_engine.get_engine_stat(trt.EngineStat.TOTAL_WEIGHTS_SIZE)
+                ),
+                "refittable": bool(cuda_engine.refittable),
+                "device_memory_size": int(memory),
+            },
+        }
 
     def create_context(self, engine: Engine) -> Context:
         trt = tensorrt_module()
@@ -360,16 +398,20 @@ class TensorRTEngineProvider:
         try:
             for name, shape in zip(ctx.inputs, input_shapes, strict=True):
                 if not context.set_input_shape(name, tuple(shape)):
-                    raise _failure(f"TensorRT refused shape {list(shape)} for input {name!r}",
-                                   messages)
+                    raise _failure(
+                        f"TensorRT refused shape {list(shape)} for input {name!r}", messages
+                    )
             shapes = [list(context.get_tensor_shape(name)) for name in ctx.outputs]
         finally:
             _capture.messages = None
         for name, shape in zip(ctx.outputs, shapes):
             if any(dim < 0 for dim in shape):
-                raise _failure(f"TensorRT cannot infer the shape of output {name!r} ({shape}) "
-                               f"from the input shapes; data-dependent output shapes are not "
-                               f"supported", messages)
+                raise _failure(
+                    f"TensorRT cannot infer the shape of output {name!r} ({shape}) "
+                    f"from the input shapes; data-dependent output shapes are not "
+                    f"supported",
+                    messages,
+                )
         return shapes
 
     def execute(self, ctx: Context, input_shapes, addresses, stream: int) -> None:
@@ -383,8 +425,9 @@ class TensorRTEngineProvider:
             if input_shapes is not None:
                 for name, shape in zip(ctx.inputs, input_shapes, strict=True):
                     if not context.set_input_shape(name, tuple(shape)):
-                        raise _failure(f"TensorRT refused shape {list(shape)} for input "
-                                       f"{name!r}", messages)
+                        raise _failure(
+                            f"TensorRT refused shape {list(shape)} for input {name!r}", messages
+                        )
             if addresses is not None:
                 bound = ctx.bound
                 for i, address in enumerate(addresses):
@@ -399,8 +442,10 @@ class TensorRTEngineProvider:
 
 def _bind(context, name: str, address: int, messages) -> None:
     if address % ADDRESS_ALIGNMENT:
-        raise TensorRTError(f"address {address:#x} for tensor {name!r} is not a multiple of "
-                            f"{ADDRESS_ALIGNMENT}; TensorRT would fault or compute garbage")
+        raise TensorRTError(
+            f"address {address:#x} for tensor {name!r} is not a multiple of "
+            f"{ADDRESS_ALIGNMENT}; TensorRT would fault or compute garbage"
+        )
     if not context.set_tensor_address(name, address):
         raise _failure(f"TensorRT refused the address of tensor {name!r}", messages)
 

@@ -5,6 +5,7 @@ libexecutorch.so the native host uses, so loading it registers XnnpackBackend wi
 registry. Its delegates need no check of their own beyond the check child loading every method:
 XNNPACK validates its subgraphs when the method initializes them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,5 +38,4 @@ def install_backend() -> None:
         raise RuntimeError(f"{LIBRARY} did not register {BACKEND_ID} (registered: {added})")
 
 
-BACKEND = Backend(name="xnnpack", id=BACKEND_ID,
-                  setup="service.backends.xnnpack:install_backend")
+BACKEND = Backend(name="xnnpack", id=BACKEND_ID, setup="service.backends.xnnpack:install_backend")

@@ -5,6 +5,7 @@ program (issue 10's profile). The envelope is checked here with pydantic's own m
 rule `request.invalid`, so clients get the same 422 bodies as when pydantic checked it; schema.py
 still documents the body.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,16 @@ class _Problems(list):
     def add(self, location: str, message: str, where: str | None = None) -> None:
         self.append(Problem(None, "request.invalid", f"{location}: {message}", input=where))
 
-    def field(self, body: dict, key: str, location: str, kind: type, message: str,
-              where: str | None = None, default=_MISSING):
+    def field(
+        self,
+        body: dict,
+        key: str,
+        location: str,
+        kind: type,
+        message: str,
+        where: str | None = None,
+        default=_MISSING,
+    ):
         value = body.get(key, default)
         if value is _MISSING:
             self.add(location, _REQUIRED, where)
@@ -63,8 +72,9 @@ def _loads(body: bytes):
         return json.loads(body)
     except (ValueError, RecursionError) as exc:
         message = "body: JSON decode error" if body.strip() else "body: Field required"
-        raise Invalid("invalid request", [Problem(None, "request.invalid",
-                                                  f"{message} ({clip(str(exc))})")]) from None
+        raise Invalid(
+            "invalid request", [Problem(None, "request.invalid", f"{message} ({clip(str(exc))})")]
+        ) from None
 
 
 def parse(body: bytes) -> tuple[str, str, list[Tensor]]:
@@ -96,5 +106,10 @@ def parse(body: bytes) -> tuple[str, str, list[Tensor]]:
 
 
 def dump(model: str, method: str, outputs: list[Tensor]) -> bytes:
-    return json_tensors.dumps({"model": model, "method": method, "outputs": [
-        json_tensors.encode_numpy(t.array, t.name, t.datatype) for t in outputs]})
+    return json_tensors.dumps(
+        {
+            "model": model,
+            "method": method,
+            "outputs": [json_tensors.encode_numpy(t.array, t.name, t.datatype) for t in outputs],
+        }
+    )

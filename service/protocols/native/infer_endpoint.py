@@ -9,9 +9,10 @@ are answered with the same error_response as every other route, so no error body
 bodies are parsed and large answers written in worker processes (protocols/offload.py says why),
 so probes keep answering meanwhile.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
@@ -55,8 +56,12 @@ async def read_body(scope, receive, limit: int) -> bytes:
 
 
 class InferEndpoint:
-    def __init__(self, service: ModelService, offload: Offload,
-                 error_response: Callable[[ServiceError], Callable]):
+    def __init__(
+        self,
+        service: ModelService,
+        offload: Offload,
+        error_response: Callable[[ServiceError], Callable],
+    ):
         self.service = service
         self.offload = offload
         self.error_response = error_response
@@ -71,21 +76,28 @@ class InferEndpoint:
 
     async def _infer(self, scope, receive, send) -> None:
         settings = self.service.settings
-        body = await read_body(scope, receive,
-                               min(settings.max_json_bytes, settings.max_infer_bytes))
+        body = await read_body(
+            scope, receive, min(settings.max_json_bytes, settings.max_infer_bytes)
+        )
         if len(body) <= INLINE_JSON_BYTES:
             model, method, tensors = infer_body.parse(body)
         else:
             model, method, tensors = await self.offload.call(infer_body.parse, body)
         del body
-        response = await unless_disconnected(receive, self.service.infer(
-            InferRequest(model=model, method=method, inputs=tensors)))
+        response = await unless_disconnected(
+            receive, self.service.infer(InferRequest(model=model, method=method, inputs=tensors))
+        )
         if sum(t.array.size for t in response.outputs) <= INLINE_JSON_ELEMENTS:
             text = infer_body.dump(response.model, response.method, response.outputs)
         else:
-            text = await self.offload.call(infer_body.dump, response.model, response.method,
-                                           response.outputs)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [*_HEADERS, (b"content-length", str(len(text)).encode())]})
+            text = await self.offload.call(
+                infer_body.dump, response.model, response.method, response.outputs
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [*_HEADERS, (b"content-length", str(len(text)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": text})
-

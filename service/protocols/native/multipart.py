@@ -5,6 +5,7 @@ memory stays bounded whatever the upload size, and a size limit is enforced the 
 crossed instead of after the whole body was buffered. This module only knows the form: which
 parts are files of which role, and the 'name' and 'replace' fields.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,10 +49,16 @@ class _Receiver:
         self.finished = False
 
     def callbacks(self) -> dict:
-        return {"on_part_begin": self._begin, "on_header_field": self._on_field,
-                "on_header_value": self._on_value, "on_header_end": self._header_end,
-                "on_headers_finished": self._headers_done, "on_part_data": self._data,
-                "on_part_end": self._end, "on_end": self._finish}
+        return {
+            "on_part_begin": self._begin,
+            "on_header_field": self._on_field,
+            "on_header_value": self._on_value,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_done,
+            "on_part_data": self._data,
+            "on_part_end": self._end,
+            "on_end": self._finish,
+        }
 
     def _finish(self) -> None:
         self.finished = True
@@ -67,34 +74,37 @@ class _Receiver:
 
     def _header_end(self) -> None:
         self._headers[bytes(self._header_field).decode("latin-1").lower()] = bytes(
-            self._header_value)
+            self._header_value
+        )
         self._header_field.clear()
         self._header_value.clear()
 
     def _headers_done(self) -> None:
-        _, options = parse_options_header(self._headers.get("content-disposition", b"").decode(
-            "latin-1"))
+        _, options = parse_options_header(
+            self._headers.get("content-disposition", b"").decode("latin-1")
+        )
         field = _header_text(options.get(b"name", b""))
         filename = options.get(b"filename")
         if field in ("program", "data"):
             name = "" if filename is None else _header_text(filename)
             declared = self._declared_digests(name)
-            self._part = ("file", self.staging.open_file(field, name), declared.hashers(),
-                          declared)
+            self._part = ("file", self.staging.open_file(field, name), declared.hashers(), declared)
         elif field in ("name", "replace", "config") or field.startswith(
-                upload_digests.FIELD_PREFIX):
+            upload_digests.FIELD_PREFIX
+        ):
             digest_fields = sum(f.startswith(upload_digests.FIELD_PREFIX) for f in self.fields)
             if digest_fields > self.max_data_files:
-                raise TooLarge(f"more than {self.max_data_files + 1} digest fields in "
-                               "one upload")
+                raise TooLarge(f"more than {self.max_data_files + 1} digest fields in one upload")
             self.fields[field] = bytearray()
             self._part = ("field", field)
         else:
             # Once per name, and a bounded number of names: a body of many tiny parts must not
             # grow the answer (or memory) with it.
             reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
-            message = (f"unknown form field {clip(field)!r}; expected 'name', 'program', "
-                       "'data' and optionally 'replace', 'config' and 'sha256.<file name>'")
+            message = (
+                f"unknown form field {clip(field)!r}; expected 'name', 'program', "
+                "'data' and optionally 'replace', 'config' and 'sha256.<file name>'"
+            )
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
                 self.problems.append(Problem(None, "upload.unknown_field", message))
             self._part = ("ignored",)
@@ -142,10 +152,15 @@ class _Receiver:
         for field, value in self.fields.items():
             if not field.startswith(upload_digests.FIELD_PREFIX):
                 continue
-            file_name = field[len(upload_digests.FIELD_PREFIX):]
+            file_name = field[len(upload_digests.FIELD_PREFIX) :]
             if file_name not in by_name:
-                problems.append(Problem(file_name, "upload.digest", (
-                    f"form field {clip(field)!r} names no uploaded file")))
+                problems.append(
+                    Problem(
+                        file_name,
+                        "upload.digest",
+                        (f"form field {clip(field)!r} names no uploaded file"),
+                    )
+                )
                 continue
             try:
                 declared = upload_digests.parse_field(field, _header_text(bytes(value)))
@@ -164,28 +179,39 @@ class _Receiver:
         problems = list(self.problems) + self._digest_problems()
         name = _header_text(bytes(self.fields.get("name", b"")))
         if "name" not in self.fields:
-            problems.append(Problem(None, "upload.name_missing",
-                                    "the upload has no 'name' field (the model name)"))
+            problems.append(
+                Problem(
+                    None, "upload.name_missing", "the upload has no 'name' field (the model name)"
+                )
+            )
         replace_text = _header_text(bytes(self.fields.get("replace", b""))).strip().lower()
         if replace_text not in TRUE_WORDS | FALSE_WORDS:
-            problems.append(Problem(None, "upload.replace",
-                                    f"'replace' must be true or false, not "
-                                    f"{clip(replace_text)!r}"))
+            problems.append(
+                Problem(
+                    None,
+                    "upload.replace",
+                    f"'replace' must be true or false, not {clip(replace_text)!r}",
+                )
+            )
         config = None
         if "config" in self.fields:
             config, config_problems = decode_config(bytes(self.fields["config"]))
             problems += config_problems
-        return self.staging.commit(name, replace_query or replace_text in TRUE_WORDS, config,
-                                   problems)
+        return self.staging.commit(
+            name, replace_query or replace_text in TRUE_WORDS, config, problems
+        )
 
 
-async def receive_upload(request: Request, begin: Callable[[], Staging], max_upload_bytes: int,
-                         replace: bool) -> StagedUpload:
+async def receive_upload(
+    request: Request, begin: Callable[[], Staging], max_upload_bytes: int, replace: bool
+) -> StagedUpload:
     """`begin` starts the dataplane's staging once the body looks like an upload at all."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or not options.get(b"boundary"):
-        raise Invalid("upload refused", [Problem(None, "upload.content_type",
-                                                 "send the upload as multipart/form-data")])
+        raise Invalid(
+            "upload refused",
+            [Problem(None, "upload.content_type", "send the upload as multipart/form-data")],
+        )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_upload_bytes:
         raise TooLarge(f"the upload is {declared} bytes; the limit is {max_upload_bytes}")
@@ -203,8 +229,10 @@ async def receive_upload(request: Request, begin: Callable[[], Staging], max_upl
         return receiver.upload(replace)
     except MultipartParseError as exc:
         staging.abort()
-        raise Invalid("upload refused", [Problem(None, "upload.malformed",
-                                                 f"the multipart body is malformed: {exc}")]) from None
+        raise Invalid(
+            "upload refused",
+            [Problem(None, "upload.malformed", f"the multipart body is malformed: {exc}")],
+        ) from None
     except ClientDisconnect:
         staging.abort()
         raise Aborted("the client disconnected before the upload was complete") from None

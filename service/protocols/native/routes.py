@@ -3,6 +3,7 @@
 Every ServiceError becomes a status code here and only here (STATUS), with one error body shape,
 {"error": ..., "problems": [...]}, for every 4xx the API returns, including request validation.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,36 +15,84 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from service.dataplane.service import ModelService
-from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable)
-from service.protocols.native import infer_endpoint
-from service.protocols.http_errors import AUTH, responses
-from service.protocols.native.schema import (HealthBody, InferRequest, InferResponse,
-                                 ModelDescription)
-from service.protocols.native.multipart import receive_upload
 from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service.dataplane.service import ModelService
+from service.errors import (
+    Busy,
+    Conflict,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
+from service.protocols.http_errors import AUTH, responses
+from service.protocols.native import infer_endpoint
+from service.protocols.native.multipart import receive_upload
+from service.protocols.native.schema import (
+    HealthBody,
+    InferRequest,
+    InferResponse,
+    ModelDescription,
+)
 
-STATUS = {NotFound: 404, Conflict: 409, Invalid: 422, TooLarge: 413, Unavailable: 503,
-          Busy: 503, DeadlineExceeded: 504, Unauthorized: 401, Forbidden: 403,
-          ExecutionFailed: 500}
+STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    Invalid: 422,
+    TooLarge: 413,
+    Unavailable: 503,
+    Busy: 503,
+    DeadlineExceeded: 504,
+    Unauthorized: 401,
+    Forbidden: 403,
+    ExecutionFailed: 500,
+}
 # Every status each route can answer besides its success (401/403 from the token check, 500
 # for the server's own faults); http_errors answers 404/405 for paths and methods no route has.
 _ANY = (*AUTH, 500)
 _DEPLOY_ERRORS = responses(*_ANY, 409, 413, 422, 503)
 _MODEL_ERRORS = responses(*_ANY, 404)
 _INFER_ERRORS = responses(*_ANY, 404, 413, 422, 503, 504)
-_UPLOAD_FORM = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["name", "program"],
-    "properties": {
-        "name": {"type": "string", "description": "model name"},
-        "program": {"type": "string", "format": "binary", "description": "the .pte program"},
-        "data": {"type": "array", "items": {"type": "string", "format": "binary"},
-                 "description": "the program's .ptd data files"},
-        "replace": {"type": "boolean", "description": "replace an existing model atomically"},
-        "config": {"type": "string", "description": "model configuration, JSON with Triton's "
-                   "names: max_batch_size, dynamic_batching, instance_group"},
-    }}}}}}
+_UPLOAD_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "program"],
+                    "properties": {
+                        "name": {"type": "string", "description": "model name"},
+                        "program": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the .pte program",
+                        },
+                        "data": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "the program's .ptd data files",
+                        },
+                        "replace": {
+                            "type": "boolean",
+                            "description": "replace an existing model atomically",
+                        },
+                        "config": {
+                            "type": "string",
+                            "description": "model configuration, JSON with Triton's "
+                            "names: max_batch_size, dynamic_batching, instance_group",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
 
 router = APIRouter()
 
@@ -52,14 +101,20 @@ def _service(request: Request) -> ModelService:
     return request.app.state.service
 
 
-@router.post("/models", status_code=201, response_model=ModelDescription,
-             responses=_DEPLOY_ERRORS,
-             openapi_extra=_UPLOAD_FORM)
+@router.post(
+    "/models",
+    status_code=201,
+    response_model=ModelDescription,
+    responses=_DEPLOY_ERRORS,
+    openapi_extra=_UPLOAD_FORM,
+)
 async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
     service = _service(request)
     return await service.deploy(
-        lambda: receive_upload(request, service.begin_staging, service.settings.max_upload_bytes,
-                               replace))
+        lambda: receive_upload(
+            request, service.begin_staging, service.settings.max_upload_bytes, replace
+        )
+    )
 
 
 @router.get("/models", response_model=list[ModelDescription], responses=responses(*_ANY))
@@ -84,8 +139,14 @@ def _describes_infer(body: InferRequest) -> InferResponse:
     raise NotImplementedError
 
 
-_INFER_DOC = APIRoute("/infer", _describes_infer, methods=["POST"], name="infer",
-                      response_model=InferResponse, responses=_INFER_ERRORS)
+_INFER_DOC = APIRoute(
+    "/infer",
+    _describes_infer,
+    methods=["POST"],
+    name="infer",
+    response_model=InferResponse,
+    responses=_INFER_ERRORS,
+)
 
 
 @router.get("/health/live", response_model=HealthBody)
@@ -96,8 +157,9 @@ async def live() -> dict:
 @router.get("/health/ready", response_model=HealthBody, responses={503: {"model": HealthBody}})
 async def ready(request: Request) -> JSONResponse:
     is_ready = _service(request).ready
-    return JSONResponse({"status": "ready" if is_ready else "starting"},
-                        status_code=200 if is_ready else 503)
+    return JSONResponse(
+        {"status": "ready" if is_ready else "starting"}, status_code=200 if is_ready else 503
+    )
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
@@ -110,8 +172,11 @@ def error_response(exc: ServiceError) -> JSONResponse:
     status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
     # Retry-After takes whole seconds; rounding up never invites a retry too early.
     headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Busy) else None
-    return JSONResponse({"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
+        status_code=status,
+        headers=headers,
+    )
 
 
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -125,17 +190,26 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
         where = None
         if len(location) >= 2 and location[0] == "inputs":
             where = f"input_{location[1]}"
-        problems.append({"file": None, "rule": "request.invalid", "input": where,
-                         "message": f"{'.'.join(location) or 'body'}: {error.get('msg')}"})
+        problems.append(
+            {
+                "file": None,
+                "rule": "request.invalid",
+                "input": where,
+                "message": f"{'.'.join(location) or 'body'}: {error.get('msg')}",
+            }
+        )
     return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
 
 
 def _openapi_with_infer(app: FastAPI):
     def openapi() -> dict:
         if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(title=app.title, version=app.version,
-                                             description=app.description,
-                                             routes=[*app.routes, _INFER_DOC])
+            app.openapi_schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=[*app.routes, _INFER_DOC],
+            )
         return app.openapi_schema
 
     return openapi

@@ -1,4 +1,5 @@
 """Pydantic shapes of the HTTP API, so the OpenAPI page documents what clients send and get."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,17 +43,25 @@ class MethodModel(BaseModel):
 
 class ModelDescription(BaseModel):
     name: str
-    state: str = Field(description="ready, or unavailable when a stored model failed to load "
-                                   "or cannot run on this host")
-    runnable: bool = Field(True, description="false when ingest stored the model knowing it "
-                                             "cannot run on this host (unverified plans)")
+    state: str = Field(
+        description="ready, or unavailable when a stored model failed to load "
+        "or cannot run on this host"
+    )
+    runnable: bool = Field(
+        True,
+        description="false when ingest stored the model knowing it "
+        "cannot run on this host (unverified plans)",
+    )
     unavailable_reason: str | None = Field(None, description="why it cannot run, when not runnable")
     files: list[FileModel]
     methods: list[MethodModel]
     warnings: list[str] = []
-    config: dict[str, Any] = Field({}, description="model configuration (Triton's names: "
-                                                   "max_batch_size, dynamic_batching, "
-                                                   "instance_group); {} when none was sent")
+    config: dict[str, Any] = Field(
+        {},
+        description="model configuration (Triton's names: "
+        "max_batch_size, dynamic_batching, "
+        "instance_group); {} when none was sent",
+    )
     error: str | None = None
     config: dict | None = Field(None, description="the per-model configuration it was loaded with")
     problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")
@@ -61,8 +70,9 @@ class ModelDescription(BaseModel):
 class InferInput(BaseModel):
     name: str | None = None
     shape: list[int]
-    datatype: str = Field(description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 "
-                                      "or BF16")
+    datatype: str = Field(
+        description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BF16"
+    )
     data: list[Any]
 
 

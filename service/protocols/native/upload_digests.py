@@ -11,6 +11,7 @@ digest per file makes the server prove it stored what was sent. Two ways to decl
 - a form field `sha256.<file name>` holding the hex sha-256 of the file uploaded under that name
   (easy from a shell: `-F sha256.model.pte=$(sha256sum model.pte | cut -c1-64)`).
 """
+
 from __future__ import annotations
 
 import base64
@@ -34,11 +35,15 @@ class DigestError(ValueError):
 @dataclass
 class Declared:
     """What the client declared for one file: (hashlib name, expected bytes, where it said so)."""
+
     digests: list[tuple[str, bytes, str]] = field(default_factory=list)
 
     def hashers(self) -> dict:
-        return {algorithm: hashlib.new(algorithm) for algorithm, _, _ in self.digests
-                if algorithm != "sha256"}
+        return {
+            algorithm: hashlib.new(algorithm)
+            for algorithm, _, _ in self.digests
+            if algorithm != "sha256"
+        }
 
 
 def parse_header(header: str, value: bytes) -> list[tuple[str, bytes, str]]:
@@ -48,8 +53,9 @@ def parse_header(header: str, value: bytes) -> list[tuple[str, bytes, str]]:
     for member in text.split(","):
         match = _MEMBER.match(member.strip())
         if match is None:
-            raise DigestError(f"{header}: {clip(member.strip(), 80)!r} is not "
-                              "'<algorithm>=:<base64>:'")
+            raise DigestError(
+                f"{header}: {clip(member.strip(), 80)!r} is not '<algorithm>=:<base64>:'"
+            )
         algorithm = _ALGORITHMS.get(match.group(1))
         if algorithm is None:
             continue
@@ -58,12 +64,15 @@ def parse_header(header: str, value: bytes) -> list[tuple[str, bytes, str]]:
         except ValueError:
             raise DigestError(f"{header}: the {match.group(1)} value is not base64") from None
         if len(digest) != hashlib.new(algorithm).digest_size:
-            raise DigestError(f"{header}: the {match.group(1)} value has {len(digest)} bytes, "
-                              f"not {hashlib.new(algorithm).digest_size}")
+            raise DigestError(
+                f"{header}: the {match.group(1)} value has {len(digest)} bytes, "
+                f"not {hashlib.new(algorithm).digest_size}"
+            )
         found.append((algorithm, digest, f"its {header.title()} header"))
     if not found:
-        raise DigestError(f"{header}: no sha-256 or sha-512 digest (the algorithms this server "
-                          "checks)")
+        raise DigestError(
+            f"{header}: no sha-256 or sha-512 digest (the algorithms this server checks)"
+        )
     return found
 
 
@@ -74,14 +83,22 @@ def parse_field(name: str, value: str) -> tuple[str, bytes, str]:
     return "sha256", bytes.fromhex(text), f"the form field {clip(name)!r}"
 
 
-def mismatches(file_name: str, size: int, computed: dict[str, bytes],
-               declared: Declared) -> list[Problem]:
+def mismatches(
+    file_name: str, size: int, computed: dict[str, bytes], declared: Declared
+) -> list[Problem]:
     """A problem per declared digest the received bytes do not have."""
     problems = []
     for algorithm, expected, where in declared.digests:
         if computed[algorithm] != expected:
-            problems.append(Problem(file_name, "upload.digest_mismatch", (
-                f"file {clip(file_name)!r} arrived with {size} bytes whose {algorithm} is "
-                f"{computed[algorithm].hex()}, but {where} declares {expected.hex()}: it was "
-                "changed on the way; send it again")))
+            problems.append(
+                Problem(
+                    file_name,
+                    "upload.digest_mismatch",
+                    (
+                        f"file {clip(file_name)!r} arrived with {size} bytes whose {algorithm} is "
+                        f"{computed[algorithm].hex()}, but {where} declares {expected.hex()}: it "
+                        "was changed on the way; send it again"
+                    ),
+                )
+            )
     return problems

@@ -3,6 +3,7 @@
 An interceptor runs before any handler, so a denied call never reaches the dataplane; it answers
 UNAUTHENTICATED where HTTP answers 401 and PERMISSION_DENIED where HTTP answers 403.
 """
+
 from __future__ import annotations
 
 import grpc
@@ -19,8 +20,10 @@ def _denied(code: grpc.StatusCode, message: str, handler: grpc.RpcMethodHandler)
     if handler.request_streaming or handler.response_streaming:
         raise NotImplementedError("GRPCInferenceService has only unary calls")
     return grpc.unary_unary_rpc_method_handler(
-        abort, request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer)
+        abort,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):

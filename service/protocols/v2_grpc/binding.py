@@ -8,29 +8,46 @@ serialization), which on the loop would stall every other call, health checks in
 Every ServiceError becomes a status here and only here (STATUS), with its message as the
 details and its problems, as JSON, in the `etrt-problems` trailing metadata.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable)
+from service.errors import (
+    Busy,
+    Conflict,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
 from service.protocols.v2_grpc import messages
 
 log = logging.getLogger(__name__)
 
-STATUS = {NotFound: grpc.StatusCode.NOT_FOUND, Conflict: grpc.StatusCode.ALREADY_EXISTS,
-          Invalid: grpc.StatusCode.INVALID_ARGUMENT, TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-          Unavailable: grpc.StatusCode.UNAVAILABLE, Busy: grpc.StatusCode.UNAVAILABLE,
-          DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-          Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
-          Forbidden: grpc.StatusCode.PERMISSION_DENIED,
-          ExecutionFailed: grpc.StatusCode.INTERNAL}
+STATUS = {
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    Conflict: grpc.StatusCode.ALREADY_EXISTS,
+    Invalid: grpc.StatusCode.INVALID_ARGUMENT,
+    TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Busy: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Unauthorized: grpc.StatusCode.UNAUTHENTICATED,
+    Forbidden: grpc.StatusCode.PERMISSION_DENIED,
+    ExecutionFailed: grpc.StatusCode.INTERNAL,
+}
 # Below this many bytes a thread hop costs more than the copying it would move off the loop.
 OFF_LOOP_BYTES = 1 << 20
 # Clients refuse metadata past a limit (8 KiB by default) with an error that would hide ours.
@@ -60,8 +77,9 @@ def problems_metadata(exc: ServiceError) -> tuple:
     return (("etrt-problems", text),) if shown else ()
 
 
-def _bound(name: str, parse: Callable[[bytes], object],
-           handler: Callable[..., Awaitable]) -> Callable[..., Awaitable[bytes]]:
+def _bound(
+    name: str, parse: Callable[[bytes], object], handler: Callable[..., Awaitable]
+) -> Callable[..., Awaitable[bytes]]:
     async def call(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
             request = await off_loop(len(wire), parse, wire)
@@ -71,14 +89,19 @@ def _bound(name: str, parse: Callable[[bytes], object],
             context.set_trailing_metadata(problems_metadata(exc))
             await context.abort(_status(exc), exc.message)
         except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"the request is not a valid {name} request message")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request is not a valid {name} request message",
+            )
         except grpc.aio.AbortError:
             raise
         except Exception:
             log.exception("gRPC %s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"{name} failed inside the server; its log has the details")
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"{name} failed inside the server; its log has the details",
+            )
+
     return call
 
 
@@ -87,8 +110,10 @@ def generic_handler(servicer) -> grpc.GenericRpcHandler:
     request is parsed by servicer.PARSERS[name] if there is one, else as the RPC's message."""
     handlers = {}
     for method in messages.service_descriptor.methods:
-        parse = servicer.PARSERS.get(method.name) or messages.message(
-            method.input_type.name).FromString
+        parse = (
+            servicer.PARSERS.get(method.name) or messages.message(method.input_type.name).FromString
+        )
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _bound(method.name, parse, getattr(servicer, method.name)))
+            _bound(method.name, parse, getattr(servicer, method.name))
+        )
     return grpc.method_handlers_generic_handler(messages.SERVICE, handlers)

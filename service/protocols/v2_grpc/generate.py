@@ -9,6 +9,7 @@ the same input the *_pb2.py modules embed) in a module of its own and loads it i
 pool (messages.py), so it can run beside either client. Needs grpcio-tools (the test extra);
 the server itself only needs protobuf and grpcio.
 """
+
 from __future__ import annotations
 
 import sys
@@ -32,8 +33,9 @@ def compile_proto(proto: Path = PROTO) -> bytes:
 
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "set.bin"
-        status = protoc.main(["protoc", f"-I{proto.parent}", f"--descriptor_set_out={out}",
-                              proto.name])
+        status = protoc.main(
+            ["protoc", f"-I{proto.parent}", f"--descriptor_set_out={out}", proto.name]
+        )
         if status != 0:
             raise RuntimeError(f"protoc failed on {proto} (exit {status})")
         files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
@@ -45,7 +47,7 @@ def render(serialized: bytes) -> str:
     """descriptor.py's text: the bytes as short literals, so a schema change is a readable diff."""
     lines = [_HEADER, "FILE_DESCRIPTOR = ("]
     for start in range(0, len(serialized), 48):
-        lines.append(f"    {serialized[start:start + 48]!r}")
+        lines.append(f"    {serialized[start : start + 48]!r}")
     lines.append(")")
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@
 A private pool (not protobuf's default one) is what lets this server's `inference` package live
 in a process that also imports tritonclient.grpc or kserve; see generate.py.
 """
+
 from __future__ import annotations
 
 from google.protobuf import descriptor_pool, message_factory

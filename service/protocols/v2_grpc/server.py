@@ -4,11 +4,12 @@ It lives exactly as long as the app (its lifespan enters `grpc_listener`), so bo
 one set of models, one set of metrics and one shutdown. Interceptors (e.g. bearer tokens) are
 passed to `grpc_listener` and run before every handler.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Sequence
 
 import grpc
 
@@ -28,16 +29,22 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-async def start(service: ModelService, settings: Settings,
-                interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
-    server = grpc.aio.server(interceptors=tuple(interceptors), options=(
-        # A request message is the same thing as an /infer body, so the same limit applies;
-        # gRPC itself refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
-        ("grpc.max_receive_message_length", min(settings.max_infer_bytes, _INT32_MAX)),
-        ("grpc.max_send_message_length", -1),
-        # A second server on a busy port must fail to start, not silently share the port.
-        ("grpc.so_reuseport", 0),
-    ))
+async def start(
+    service: ModelService,
+    settings: Settings,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> grpc.aio.Server:
+    server = grpc.aio.server(
+        interceptors=tuple(interceptors),
+        options=(
+            # A request message is the same thing as an /infer body, so the same limit applies;
+            # gRPC itself refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
+            ("grpc.max_receive_message_length", min(settings.max_infer_bytes, _INT32_MAX)),
+            ("grpc.max_send_message_length", -1),
+            # A second server on a busy port must fail to start, not silently share the port.
+            ("grpc.so_reuseport", 0),
+        ),
+    )
     server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))
     address = _address(settings.host, settings.grpc_port)
     try:
@@ -50,9 +57,11 @@ async def start(service: ModelService, settings: Settings,
 
 
 @asynccontextmanager
-async def grpc_listener(service: ModelService, settings: Settings,
-                        interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
-                        ) -> AsyncIterator[None]:
+async def grpc_listener(
+    service: ModelService,
+    settings: Settings,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> AsyncIterator[None]:
     """Serves gRPC for the duration of the block; grpc_port 0 serves nothing."""
     if not settings.grpc_port:
         yield

@@ -3,6 +3,7 @@
 Handlers take parsed requests and raise ServiceErrors; binding.py turns bytes into requests,
 responses into bytes and errors into status codes.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,10 @@ PLATFORM = "executorch"
 # Extensions of the protocol this service implements, as ServerMetadata lists them.
 EXTENSIONS = ("model_repository", "statistics")
 # Request parameters this server reads itself; all others reach the dataplane unchanged.
-METHOD_PARAMETER = "method"      # which program method to run (default DEFAULT_METHOD)
+METHOD_PARAMETER = "method"  # which program method to run (default DEFAULT_METHOD)
 # The method standard clients run, and the one model metadata describes (as REST v2 does).
 DEFAULT_METHOD = "forward"
-TIMEOUT_PARAMETER = "timeout"    # microseconds the request may wait, as Triton's clients send it
+TIMEOUT_PARAMETER = "timeout"  # microseconds the request may wait, as Triton's clients send it
 # Repository load and unload parameters, as Triton's clients send them.
 CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
 READY = "READY"
@@ -55,10 +56,13 @@ def _set_parameter(target, value) -> None:
 def _timeout_s(parameters: dict, remaining_s: float | None) -> float | None:
     """The request's wait limit: its `timeout` parameter or the call's deadline, the sooner."""
     micros = parameters.pop(TIMEOUT_PARAMETER, None)
-    if micros is not None and (isinstance(micros, bool) or not isinstance(micros, int)
-                               or micros < 0):
-        raise Invalid(f"parameter 'timeout' must be a non-negative integer of microseconds, got "
-                      f"{clip(micros)!r}")
+    if micros is not None and (
+        isinstance(micros, bool) or not isinstance(micros, int) or micros < 0
+    ):
+        raise Invalid(
+            f"parameter 'timeout' must be a non-negative integer of microseconds, got "
+            f"{clip(micros)!r}"
+        )
     limits = [s for s in (micros / 1e6 if micros else None, remaining_s) if s is not None]
     return min(limits) if limits else None
 
@@ -66,8 +70,9 @@ def _timeout_s(parameters: dict, remaining_s: float | None) -> float | None:
 def _requested_outputs(outputs) -> list[str] | None:
     for output in outputs:
         if "classification" in output.parameters:
-            raise Invalid(f"output {clip(output.name)!r}: the classification extension is not "
-                          "served")
+            raise Invalid(
+                f"output {clip(output.name)!r}: the classification extension is not served"
+            )
     return [output.name for output in outputs] or None
 
 
@@ -85,20 +90,26 @@ def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | 
             try:
                 config = json.loads(value)
             except (ValueError, RecursionError) as exc:
-                raise _invalid("repository.config",
-                               f"'config' is not valid JSON: {clip(exc)}") from None
+                raise _invalid(
+                    "repository.config", f"'config' is not valid JSON: {clip(exc)}"
+                ) from None
             if not isinstance(config, dict):
                 raise _invalid("repository.config", "'config' must be a JSON object")
         elif key.startswith(FILE_PREFIX):
-            path = key[len(FILE_PREFIX):]
+            path = key[len(FILE_PREFIX) :]
             if not isinstance(value, bytes):
-                raise _invalid("repository.file", f"{clip(key)!r} must carry the file's bytes "
-                               "(bytes_param)", clip(path))
+                raise _invalid(
+                    "repository.file",
+                    f"{clip(key)!r} must carry the file's bytes (bytes_param)",
+                    clip(path),
+                )
             files[path] = value
         else:
-            raise _invalid("repository.parameter",
-                           f"unknown load parameter {clip(key)!r}; expected 'config' or "
-                           f"'{FILE_PREFIX}<version>/<filename>'")
+            raise _invalid(
+                "repository.parameter",
+                f"unknown load parameter {clip(key)!r}; expected 'config' or "
+                f"'{FILE_PREFIX}<version>/<filename>'",
+            )
     return files or None, config
 
 
@@ -112,6 +123,7 @@ def _server_version() -> str:
 @dataclass
 class ParsedInfer:
     """A ModelInferRequest with its input tensors already decoded (see parse_infer)."""
+
     request: object
     inputs: list[tuple[str, str, np.ndarray]]
 
@@ -129,15 +141,17 @@ def parse_infer(data: bytes) -> ParsedInfer:
 
 
 def _infer_response(result: InferResponse) -> bytes:
-    response = messages.ModelInferResponse(model_name=result.model,
-                                           model_version=result.version, id=result.id or "")
+    response = messages.ModelInferResponse(
+        model_name=result.model, model_version=result.version, id=result.id or ""
+    )
     for key, value in result.parameters.items():
         _set_parameter(response.parameters[key], value)
     raw = []
     for tensor in result.outputs:
         raw.append(codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
-        response.outputs.add(name=tensor.name, datatype=tensor.datatype,
-                             shape=list(tensor.array.shape))
+        response.outputs.add(
+            name=tensor.name, datatype=tensor.datatype, shape=list(tensor.array.shape)
+        )
     return wire.join_field(response.SerializeToString(), _RAW_OUTPUTS, raw)
 
 
@@ -166,19 +180,28 @@ class InferenceServicer:
         return messages.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request, context):
-        return messages.ServerMetadataResponse(name=SERVER_NAME, version=self.version,
-                                               extensions=EXTENSIONS)
+        return messages.ServerMetadataResponse(
+            name=SERVER_NAME, version=self.version, extensions=EXTENSIONS
+        )
 
     async def ModelMetadata(self, request, context):
         signature = self.service.signatures(request.name, request.version or None).get(
-            DEFAULT_METHOD)
-        response = messages.ModelMetadataResponse(name=request.name, versions=[MODEL_VERSION],
-                                                  platform=PLATFORM)
-        for specs, target in ((signature.inputs, response.inputs),
-                              (signature.outputs, response.outputs)) if signature else ():
+            DEFAULT_METHOD
+        )
+        response = messages.ModelMetadataResponse(
+            name=request.name, versions=[MODEL_VERSION], platform=PLATFORM
+        )
+        for specs, target in (
+            ((signature.inputs, response.inputs), (signature.outputs, response.outputs))
+            if signature
+            else ()
+        ):
             for spec in specs:
-                target.add(name=spec.name, datatype=spec.datatype or "UNSUPPORTED",
-                           shape=spec.published_shape)
+                target.add(
+                    name=spec.name,
+                    datatype=spec.datatype or "UNSUPPORTED",
+                    shape=spec.published_shape,
+                )
         return response
 
     async def ModelInfer(self, parsed: ParsedInfer, context):
@@ -187,14 +210,19 @@ class InferenceServicer:
         method = parameters.pop(METHOD_PARAMETER, DEFAULT_METHOD)
         if not isinstance(method, str):
             raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
-        result = await self.service.infer(InferRequest(
-            model=request.model_name, inputs=[Tensor(*item) for item in parsed.inputs],
-            method=method,
-            version=request.model_version or None, id=request.id or None,
-            outputs=_requested_outputs(request.outputs),
-            timeout_s=_timeout_s(parameters, context.time_remaining()), parameters=parameters))
-        return await off_loop(sum(t.array.nbytes for t in result.outputs), _infer_response,
-                              result)
+        result = await self.service.infer(
+            InferRequest(
+                model=request.model_name,
+                inputs=[Tensor(*item) for item in parsed.inputs],
+                method=method,
+                version=request.model_version or None,
+                id=request.id or None,
+                outputs=_requested_outputs(request.outputs),
+                timeout_s=_timeout_s(parameters, context.time_remaining()),
+                parameters=parameters,
+            )
+        )
+        return await off_loop(sum(t.array.nbytes for t in result.outputs), _infer_response, result)
 
     async def RepositoryIndex(self, request, context):
         response = messages.RepositoryIndexResponse()
@@ -211,9 +239,11 @@ class InferenceServicer:
     async def RepositoryModelUnload(self, request, context):
         unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
         if unknown:
-            raise _invalid("repository.parameter",
-                           f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
-                           f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)")
+            raise _invalid(
+                "repository.parameter",
+                f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
+                f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)",
+            )
         await self.service.unload_model(request.model_name)
         return messages.RepositoryModelUnloadResponse()
 
@@ -230,5 +260,7 @@ class InferenceServicer:
             # (memory_usage) are dropped.
             json_format.ParseDict(
                 self.service.statistics.model_stats(name, version or MODEL_VERSION),
-                response.model_stats.add(), ignore_unknown_fields=True)
+                response.model_stats.add(),
+                ignore_unknown_fields=True,
+            )
         return response

@@ -9,6 +9,7 @@ in any order. So requests are split into the tensor payloads (views into the rec
 and the rest (parsed by protobuf, small), and responses are the serialized rest followed by
 the tensor fields, joined in one copy.
 """
+
 from __future__ import annotations
 
 from google.protobuf.message import DecodeError
@@ -64,7 +65,7 @@ def split_field(wire: bytes, number: int) -> tuple[bytes, list[memoryview]]:
             if pos + length > end:
                 raise DecodeError(f"field {field} claims {length} bytes, {end - pos} remain")
             if field == number:
-                payloads.append(view[pos:pos + length])
+                payloads.append(view[pos : pos + length])
             pos += length
         else:
             raise DecodeError(f"unsupported wire type {kind} (field {field})")

@@ -7,6 +7,7 @@ body (no copy) unless the slice is misaligned for its datatype: kernels may assu
 alignment, so those few are copied. Everything here is a client's bytes: every inconsistency is an
 Invalid naming the input and the rule, never an exception the server did not mean.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,41 +24,57 @@ def _request_problem(rule: str, message: str) -> Invalid:
     return Invalid(message, [Problem(None, rule, message)])
 
 
-def split(body: bytes | bytearray, header_length: str | None) -> tuple[memoryview, memoryview | None]:
+def split(
+    body: bytes | bytearray, header_length: str | None
+) -> tuple[memoryview, memoryview | None]:
     """(JSON header, binary payload); the payload is None when the header field is absent."""
     view = memoryview(body)
     if header_length is None:
         return view, None
     text = header_length.strip()
     if not (text.isascii() and text.isdigit()):
-        raise _request_problem("binary.header_length",
-                               f"Inference-Header-Content-Length must be a non-negative integer, "
-                               f"got {clip(header_length)!r}")
+        raise _request_problem(
+            "binary.header_length",
+            f"Inference-Header-Content-Length must be a non-negative integer, "
+            f"got {clip(header_length)!r}",
+        )
     length = int(text)
     if length > len(view):
-        raise _request_problem("binary.header_length",
-                               f"Inference-Header-Content-Length {length} is larger than the "
-                               f"request body ({len(view)} bytes)")
+        raise _request_problem(
+            "binary.header_length",
+            f"Inference-Header-Content-Length {length} is larger than the "
+            f"request body ({len(view)} bytes)",
+        )
     return view[:length], view[length:]
 
 
 def _shape(label: str, shape) -> list[int]:
     if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise input_problem(label, "input.shape",
-                            f"input {label!r}: 'shape' must be a list of non-negative integers")
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise input_problem(
+            label,
+            "input.shape",
+            f"input {label!r}: 'shape' must be a list of non-negative integers",
+        )
     return shape
 
 
 def check_datatype(label: str, datatype) -> None:
     if datatype == "BYTES":
-        raise input_problem(label, "input.datatype",
-                            f"input {label!r}: datatype BYTES is not supported by this server "
-                            f"(ExecuTorch programs take numeric and BOOL tensors)")
+        raise input_problem(
+            label,
+            "input.datatype",
+            f"input {label!r}: datatype BYTES is not supported by this server "
+            f"(ExecuTorch programs take numeric and BOOL tensors)",
+        )
     if datatype not in BY_DATATYPE:
-        raise input_problem(label, "input.datatype",
-                            f"input {label!r}: unknown datatype {clip(datatype)!r}; expected one "
-                            f"of {', '.join(BY_DATATYPE)}")
+        raise input_problem(
+            label,
+            "input.datatype",
+            f"input {label!r}: unknown datatype {clip(datatype)!r}; expected one "
+            f"of {', '.join(BY_DATATYPE)}",
+        )
 
 
 def binary_size(label: str, parameters: dict) -> int | None:
@@ -66,52 +83,66 @@ def binary_size(label: str, parameters: dict) -> int | None:
         return None
     size = parameters["binary_data_size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise input_problem(label, "binary.size",
-                            f"input {label!r}: binary_data_size must be a non-negative integer, "
-                            f"got {clip(size)!r}")
+        raise input_problem(
+            label,
+            "binary.size",
+            f"input {label!r}: binary_data_size must be a non-negative integer, got {clip(size)!r}",
+        )
     return size
 
 
-def read_input(label: str, datatype: str, shape, size: int, payload: memoryview | None,
-               offset: int) -> np.ndarray:
+def read_input(
+    label: str, datatype: str, shape, size: int, payload: memoryview | None, offset: int
+) -> np.ndarray:
     """The input's array viewed at `offset` of the payload, after checking that its declared
     size, its shape and the payload agree."""
     check_datatype(label, datatype)
     shape = _shape(label, shape)
     if payload is None:
-        raise input_problem(label, "binary.header_length",
-                            f"input {label!r} has binary_data_size but the request has no "
-                            f"Inference-Header-Content-Length header")
+        raise input_problem(
+            label,
+            "binary.header_length",
+            f"input {label!r} has binary_data_size but the request has no "
+            f"Inference-Header-Content-Length header",
+        )
     remaining = len(payload) - offset
     if size > remaining:
-        raise input_problem(label, "binary.size",
-                            f"input {label!r}: binary_data_size {size} runs past the end of the "
-                            f"body ({remaining} bytes of binary data left)")
+        raise input_problem(
+            label,
+            "binary.size",
+            f"input {label!r}: binary_data_size {size} runs past the end of the "
+            f"body ({remaining} bytes of binary data left)",
+        )
     entry = BY_DATATYPE[datatype]
     count = math.prod(shape)
     if size != count * entry.itemsize:
-        raise input_problem(label, "binary.size",
-                            f"input {label!r}: binary_data_size {size} does not match shape "
-                            f"{shape} of {datatype} ({count} x {entry.itemsize} = "
-                            f"{count * entry.itemsize} bytes)")
+        raise input_problem(
+            label,
+            "binary.size",
+            f"input {label!r}: binary_data_size {size} does not match shape "
+            f"{shape} of {datatype} ({count} x {entry.itemsize} = "
+            f"{count * entry.itemsize} bytes)",
+        )
     if datatype == "BOOL":
         raw = np.frombuffer(payload, dtype=np.uint8, count=count, offset=offset)
         if count and int(raw.max()) > 1:
-            raise input_problem(label, "binary.bool",
-                                f"input {label!r}: BOOL bytes must be 0 or 1")
+            raise input_problem(label, "binary.bool", f"input {label!r}: BOOL bytes must be 0 or 1")
         array = raw.view(np.bool_)
     else:
-        array = np.frombuffer(payload, dtype=entry.carrier.newbyteorder("<"), count=count,
-                              offset=offset)
+        array = np.frombuffer(
+            payload, dtype=entry.carrier.newbyteorder("<"), count=count, offset=offset
+        )
     array = array.reshape(shape)
     return array if array.flags.aligned else array.copy()
 
 
 def check_consumed(payload: memoryview | None, offset: int) -> None:
     if payload is not None and offset != len(payload):
-        raise _request_problem("binary.size",
-                               f"{len(payload) - offset} byte(s) of binary data follow the last "
-                               f"input's; every byte must belong to an input's binary_data_size")
+        raise _request_problem(
+            "binary.size",
+            f"{len(payload) - offset} byte(s) of binary data follow the last "
+            f"input's; every byte must belong to an input's binary_data_size",
+        )
 
 
 def output_bytes(array: np.ndarray) -> memoryview:

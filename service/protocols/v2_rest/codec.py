@@ -5,6 +5,7 @@
 values so that large bodies can run them in a worker process (offload.py). This module therefore
 imports nothing heavier than numpy and the codec helpers.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,8 @@ from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
 
 # Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
-TIMEOUT = "timeout"            # microseconds, as Triton
-METHOD = "method"              # extension: run a method other than "forward"
+TIMEOUT = "timeout"  # microseconds, as Triton
+METHOD = "method"  # extension: run a method other than "forward"
 BINARY_OUTPUT = "binary_data_output"
 
 
@@ -67,11 +68,14 @@ def _flag(parameters: dict, key: str, what: str) -> bool | None:
 
 def _input(index: int, item) -> ParsedInput:
     if not isinstance(item, dict):
-        raise input_problem(f"input_{index}", "request.invalid", f"inputs[{index}] must be an object")
+        raise input_problem(
+            f"input_{index}", "request.invalid", f"inputs[{index}] must be an object"
+        )
     name = item.get("name")
     if not isinstance(name, str) or not name:
-        raise input_problem(f"input_{index}", "input.name",
-                            f"inputs[{index}] needs a 'name' (a string)")
+        raise input_problem(
+            f"input_{index}", "input.name", f"inputs[{index}] needs a 'name' (a string)"
+        )
     label = clip(name)
     datatype = item.get("datatype")
     binary.check_datatype(label, datatype)
@@ -80,12 +84,14 @@ def _input(index: int, item) -> ParsedInput:
     shape = item.get("shape")
     if size is not None:
         if "data" in item:
-            raise input_problem(label, "input.data",
-                                f"input {label!r} has both 'data' and binary_data_size")
+            raise input_problem(
+                label, "input.data", f"input {label!r} has both 'data' and binary_data_size"
+            )
         return ParsedInput(name, datatype, shape, size, None)
     if "data" not in item:
-        raise input_problem(label, "input.data",
-                            f"input {label!r} has neither 'data' nor binary_data_size")
+        raise input_problem(
+            label, "input.data", f"input {label!r} has neither 'data' nor binary_data_size"
+        )
     try:
         array = json_tensors.decode(datatype, shape, item["data"], f"input {label!r}")
     except json_tensors.CodecError as exc:
@@ -105,8 +111,9 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
         label = f"output {clip(item['name'])!r}"
         parameters = _object(item.get("parameters"), f"{label} 'parameters'")
         if parameters.get("classification") is not None:
-            raise _invalid("output.classification",
-                           f"{label}: the classification extension is not supported")
+            raise _invalid(
+                "output.classification", f"{label}: the classification extension is not supported"
+            )
         outputs.append((item["name"], _flag(parameters, "binary_data", label)))
     return outputs
 
@@ -120,8 +127,7 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         try:  # NaN/Infinity literals and integers past 64 bits, which orjson refuses
             header = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise _invalid("request.json",
-                           f"the request is not valid JSON: {clip(exc)}") from None
+            raise _invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(header, dict):
         raise _invalid("request.invalid", "the request must be a JSON object")
     request_id = header.get("id")
@@ -131,13 +137,19 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise _invalid("request.invalid", "'inputs' must be a non-empty list")
-    parsed = ParsedRequest(request_id, parameters, [_input(i, item) for i, item in enumerate(inputs)],
-                           _outputs(header.get("outputs")))
+    parsed = ParsedRequest(
+        request_id,
+        parameters,
+        [_input(i, item) for i, item in enumerate(inputs)],
+        _outputs(header.get("outputs")),
+    )
     timeout = parameters.get(TIMEOUT)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
-            raise _invalid("request.parameter",
-                           "parameter 'timeout' must be a non-negative integer (microseconds)")
+            raise _invalid(
+                "request.parameter",
+                "parameter 'timeout' must be a non-negative integer (microseconds)",
+            )
         parsed.timeout_s = timeout / 1e6 if timeout else None
     method = parameters.get(METHOD, "forward")
     if not isinstance(method, str):
@@ -147,27 +159,36 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     return parsed
 
 
-def to_request(model: str, version: str | None, parsed: ParsedRequest,
-               payload: memoryview | None) -> InferRequest:
+def to_request(
+    model: str, version: str | None, parsed: ParsedRequest, payload: memoryview | None
+) -> InferRequest:
     """The dataplane request, binary inputs viewed in `payload` in header order."""
     offset = 0
     tensors = []
     for item in parsed.inputs:
         array = item.array
         if array is None:
-            array = binary.read_input(clip(item.name), item.datatype, item.shape,
-                                      item.binary_size, payload, offset)
+            array = binary.read_input(
+                clip(item.name), item.datatype, item.shape, item.binary_size, payload, offset
+            )
             offset += item.binary_size
         tensors.append(Tensor(item.name, item.datatype, array))
     binary.check_consumed(payload, offset)
-    return InferRequest(model=model, inputs=tensors, method=parsed.method, version=version,
-                        id=parsed.id,
-                        outputs=None if parsed.outputs is None else [n for n, _ in parsed.outputs],
-                        parameters=parsed.parameters, timeout_s=parsed.timeout_s)
+    return InferRequest(
+        model=model,
+        inputs=tensors,
+        method=parsed.method,
+        version=version,
+        id=parsed.id,
+        outputs=None if parsed.outputs is None else [n for n, _ in parsed.outputs],
+        parameters=parsed.parameters,
+        timeout_s=parsed.timeout_s,
+    )
 
 
-def response_header(response: InferResponse, parsed: ParsedRequest
-                    ) -> tuple[dict, list[tuple[int, Tensor]], list[memoryview]]:
+def response_header(
+    response: InferResponse, parsed: ParsedRequest
+) -> tuple[dict, list[tuple[int, Tensor]], list[memoryview]]:
     """(header without JSON tensor data, outputs to encode as JSON by index, binary parts)."""
     wanted = dict(parsed.outputs or [])
     header = {"model_name": response.model, "model_version": response.version}
@@ -177,8 +198,11 @@ def response_header(response: InferResponse, parsed: ParsedRequest
         header["parameters"] = {METHOD: response.method}
     outputs, as_json, parts = [], [], []
     for index, tensor in enumerate(response.outputs):
-        entry = {"name": tensor.name, "datatype": tensor.datatype,
-                 "shape": list(tensor.array.shape)}
+        entry = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.array.shape),
+        }
         as_binary = wanted.get(tensor.name)
         if as_binary is None:
             as_binary = parsed.binary_output

@@ -6,6 +6,7 @@ errors, malformed requests, bugs, unknown paths and wrong methods. The route cla
 each v2 route, so the native API keeps its own codes (it answers 422 where this protocol says
 400) from the app-level handlers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,19 +19,43 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
-from service.errors import (Busy, Conflict, DeadlineExceeded, ExecutionFailed, Forbidden, Invalid,
-                            NotFound, ServiceError, TooLarge, Unauthorized, Unavailable, clip)
+from service.errors import (
+    Busy,
+    Conflict,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    clip,
+)
 
 log = logging.getLogger(__name__)
 
-STATUS = {Invalid: 400, NotFound: 404, Conflict: 409, TooLarge: 413, Unavailable: 503, Busy: 503,
-          DeadlineExceeded: 504, Unauthorized: 401, Forbidden: 403, ExecutionFailed: 500}
+STATUS = {
+    Invalid: 400,
+    NotFound: 404,
+    Conflict: 409,
+    TooLarge: 413,
+    Unavailable: 503,
+    Busy: 503,
+    DeadlineExceeded: 504,
+    Unauthorized: 401,
+    Forbidden: 403,
+    ExecutionFailed: 500,
+}
 
 
-def error_response(status: int, message: str, problems: list | None = None,
-                   headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "problems": problems or []}, status_code=status,
-                        headers=headers)
+def error_response(
+    status: int, message: str, problems: list | None = None, headers: dict | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": message, "problems": problems or []}, status_code=status, headers=headers
+    )
 
 
 def service_error_response(exc: ServiceError) -> JSONResponse:
@@ -41,17 +66,21 @@ def service_error_response(exc: ServiceError) -> JSONResponse:
     return error_response(status, exc.message, [p.as_dict() for p in exc.problems], headers)
 
 
-async def guarded(handler: Callable[[Request], Awaitable[Response]],
-                  request: Request) -> Response:
+async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Request) -> Response:
     """What `handler` answers, or its error in this protocol's codes and shape."""
     try:
         return await handler(request)
     except ServiceError as exc:
         return service_error_response(exc)
     except RequestValidationError as exc:
-        problems = [{"file": None, "rule": "request.invalid",
-                     "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}"}
-                    for e in exc.errors()]
+        problems = [
+            {
+                "file": None,
+                "rule": "request.invalid",
+                "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}",
+            }
+            for e in exc.errors()
+        ]
         return error_response(400, "invalid request", problems)
     except Exception:
         log.exception("%s %s failed", request.method, clip(request.url.path))
@@ -72,10 +101,19 @@ class V2Route(APIRoute):
 
 def unmatched(routes: list, scope: dict) -> JSONResponse:
     """404 for a path no v2 route has, 405 (with Allow) for a known path and a wrong method."""
-    allowed = sorted({method for route in routes if isinstance(route, APIRoute)
-                      and route.matches(scope)[0] == Match.PARTIAL for method in route.methods})
+    allowed = sorted(
+        {
+            method
+            for route in routes
+            if isinstance(route, APIRoute) and route.matches(scope)[0] == Match.PARTIAL
+            for method in route.methods
+        }
+    )
     path = clip(scope["path"])
     if allowed:
-        return error_response(405, f"method {scope['method']} is not allowed on {path}; use "
-                                   f"{', '.join(allowed)}", headers={"Allow": ", ".join(allowed)})
+        return error_response(
+            405,
+            f"method {scope['method']} is not allowed on {path}; use {', '.join(allowed)}",
+            headers={"Allow": ", ".join(allowed)},
+        )
     return error_response(404, f"no such endpoint: {scope['method']} {path}")

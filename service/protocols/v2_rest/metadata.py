@@ -5,6 +5,7 @@ clients run; programs often have more methods, so every method's signature is al
 `methods` (an addition to the protocol that clients ignore), and the request parameter `method`
 runs one of them.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -29,26 +30,37 @@ def _version(distribution: str) -> str | None:
 def server_metadata() -> dict:
     """Also names the runtimes (executorch_version, tensorrt_version where installed): a client
     choosing what to export with needs both."""
-    body = {"name": SERVER_NAME, "version": _version(SERVER_NAME) or "unknown",
-            "extensions": EXTENSIONS}
-    body.update({f"{runtime}_version": version
-                 for runtime, version in runtime_versions().items()})
+    body = {
+        "name": SERVER_NAME,
+        "version": _version(SERVER_NAME) or "unknown",
+        "extensions": EXTENSIONS,
+    }
+    body.update({f"{runtime}_version": version for runtime, version in runtime_versions().items()})
     return body
 
 
 def _tensor(spec: TensorSpec) -> dict:
-    return {"name": spec.name, "datatype": spec.datatype or "UNSUPPORTED",
-            "shape": spec.published_shape}
+    return {
+        "name": spec.name,
+        "datatype": spec.datatype or "UNSUPPORTED",
+        "shape": spec.published_shape,
+    }
 
 
 def _method(signature: MethodSignature) -> dict:
-    return {"inputs": [_tensor(s) for s in signature.inputs],
-            "outputs": [_tensor(s) for s in signature.outputs]}
+    return {
+        "inputs": [_tensor(s) for s in signature.inputs],
+        "outputs": [_tensor(s) for s in signature.outputs],
+    }
 
 
 def model_metadata(service: ModelService, name: str, version: str | None) -> dict:
     signatures = service.signatures(name, version)
     forward = signatures.get(DEFAULT_METHOD)
-    return {"name": name, "versions": [MODEL_VERSION], "platform": PLATFORM,
-            **(_method(forward) if forward else {"inputs": [], "outputs": []}),
-            "methods": {method: _method(sig) for method, sig in signatures.items()}}
+    return {
+        "name": name,
+        "versions": [MODEL_VERSION],
+        "platform": PLATFORM,
+        **(_method(forward) if forward else {"inputs": [], "outputs": []}),
+        "methods": {method: _method(sig) for method, sig in signatures.items()},
+    }

@@ -6,6 +6,7 @@ POST /models, with the same rules and refusals, and replaces a model of that nam
 parameter is a JSON string of the model configuration. Without files, `load` serves a stored
 model again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,9 @@ from service.protocols.v2_rest.transport import read_body
 
 FILE_PREFIX = "file:"
 
-router = APIRouter(prefix="/v2/repository", route_class=V2Route,
-                   tags=["v2 (Open Inference Protocol)"])
+router = APIRouter(
+    prefix="/v2/repository", route_class=V2Route, tags=["v2 (Open Inference Protocol)"]
+)
 
 
 def _invalid(rule: str, message: str, file: str | None = None) -> Invalid:
@@ -53,28 +55,32 @@ def _load_arguments(body: bytes) -> tuple[dict[str, bytes] | None, dict | None]:
     config = None
     for key, value in parameters.items():
         if key.startswith(FILE_PREFIX):
-            path = key[len(FILE_PREFIX):]
+            path = key[len(FILE_PREFIX) :]
             if not isinstance(value, str):
                 raise _invalid("repository.file", f"{clip(key)!r} must be base64 text", path)
             try:
                 files[path] = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
-                raise _invalid("repository.file", f"{clip(key)!r} is not valid base64",
-                               clip(path)) from None
+                raise _invalid(
+                    "repository.file", f"{clip(key)!r} is not valid base64", clip(path)
+                ) from None
         elif key == "config":
             if not isinstance(value, str):
                 raise _invalid("repository.config", "'config' must be a JSON string")
             try:
                 config = json.loads(value)
             except (ValueError, RecursionError) as exc:
-                raise _invalid("repository.config",
-                               f"'config' is not valid JSON: {clip(exc)}") from None
+                raise _invalid(
+                    "repository.config", f"'config' is not valid JSON: {clip(exc)}"
+                ) from None
             if not isinstance(config, dict):
                 raise _invalid("repository.config", "'config' must be a JSON object")
         else:
-            raise _invalid("repository.parameter",
-                           f"unknown load parameter {clip(key)!r}; expected 'config' or "
-                           f"'file:<version>/<filename>'")
+            raise _invalid(
+                "repository.parameter",
+                f"unknown load parameter {clip(key)!r}; expected 'config' or "
+                f"'file:<version>/<filename>'",
+            )
     return files or None, config
 
 

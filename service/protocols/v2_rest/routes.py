@@ -5,6 +5,7 @@ become this protocol's codes in V2Route. Large bodies are decoded away from the 
 (offload.py says why threads are not enough for JSON), so health probes keep answering while a
 100 MB request is decoded.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,10 +17,14 @@ from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.errors import TooLarge, Unavailable, clip
+from service.protocols.offload import (
+    INLINE_BINARY_BYTES,
+    INLINE_JSON_BYTES,
+    INLINE_JSON_ELEMENTS,
+    Offload,
+)
 from service.protocols.v2_rest import binary, codec, metadata, repository
 from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
-from service.protocols.offload import (INLINE_BINARY_BYTES, INLINE_JSON_BYTES,
-                                               INLINE_JSON_ELEMENTS, Offload)
 from service.protocols.v2_rest.transport import PartsResponse, read_body
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
@@ -51,14 +56,20 @@ async def live() -> dict:
 @router.get("/health/ready")
 async def ready(request: Request) -> JSONResponse:
     is_ready = _service(request).ready
-    return JSONResponse({"ready": is_ready} if is_ready else
-                        {"ready": False, "error": "the server is starting or stopping"},
-                        status_code=200 if is_ready else 503)
+    return JSONResponse(
+        {"ready": is_ready}
+        if is_ready
+        else {"ready": False, "error": "the server is starting or stopping"},
+        status_code=200 if is_ready else 503,
+    )
 
 
 def _stats(service: ModelService, names: list[str], version: str | None) -> dict:
-    return {"model_stats": [service.statistics.model_stats(name, version or MODEL_VERSION)
-                            for name in names]}
+    return {
+        "model_stats": [
+            service.statistics.model_stats(name, version or MODEL_VERSION) for name in names
+        ]
+    }
 
 
 @router.get("/models/stats")
@@ -109,8 +120,12 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     if header_length is None:
         body = await read_body(request, max_json, "a JSON inference request body")
     else:
-        body = await read_body(request, service.settings.max_infer_bytes,
-                               "a binary inference request body", _header_length(header_length))
+        body = await read_body(
+            request,
+            service.settings.max_infer_bytes,
+            "a binary inference request body",
+            _header_length(header_length),
+        )
     header, payload = binary.split(body, header_length)
     if header.nbytes > max_json:
         raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
@@ -118,19 +133,26 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     parsed = await _run(offload, len(text) <= INLINE_JSON_BYTES, codec.parse_header, text)
     del text, header
     if payload is not None and payload.nbytes > INLINE_BINARY_BYTES:
-        dataplane_request = await asyncio.to_thread(codec.to_request, model, version, parsed,
-                                                    payload)
+        dataplane_request = await asyncio.to_thread(
+            codec.to_request, model, version, parsed, payload
+        )
     else:
         dataplane_request = codec.to_request(model, version, parsed, payload)
     response = await service.infer(dataplane_request)
     head, as_json, parts = codec.response_header(response, parsed)
     elements = sum(tensor.array.size for _, tensor in as_json)
-    text = await _run(offload, elements <= INLINE_JSON_ELEMENTS, codec.dump_response, head,
-                      [(i, t.array, t.datatype) for i, t in as_json])
+    text = await _run(
+        offload,
+        elements <= INLINE_JSON_ELEMENTS,
+        codec.dump_response,
+        head,
+        [(i, t.array, t.datatype) for i, t in as_json],
+    )
     if not parts:
         return Response(text, media_type="application/json")
-    return PartsResponse([text, *parts], "application/octet-stream",
-                         {binary.HEADER: str(len(text))})
+    return PartsResponse(
+        [text, *parts], "application/octet-stream", {binary.HEADER: str(len(text))}
+    )
 
 
 # The infer route's paths, for ServerApp (service/app.py), which calls infer_endpoint directly.
@@ -141,8 +163,9 @@ async def infer_endpoint(scope, receive, send) -> None:
     """The infer route as a bare ASGI app, for a path INFER_PATH matches: the same handler and
     error answers as through the router, without FastAPI's per-request work."""
     model, version = INFER_PATH.fullmatch(scope["path"]).groups()
-    response = await guarded(lambda request: infer(request, model, version),
-                             Request(scope, receive))
+    response = await guarded(
+        lambda request: infer(request, model, version), Request(scope, receive)
+    )
     await response(scope, receive, send)
 
 

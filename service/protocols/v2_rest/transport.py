@@ -4,10 +4,11 @@ A body is read into one buffer (binary inputs are numpy views of it, so it is th
 request's tensors), and refused with 413 as soon as it crosses the limit, declared or streamed.
 With a declared Content-Length, a binary body is placed in its buffer so that the tensor data
 after the JSON header starts on a 64-byte boundary: otherwise the header's arbitrary length would
-leave inputs misaligned, and they would have to be copied. A response's binary outputs are sent from the result arrays
-themselves in slices, so a 100 MB output is never joined into a second 100 MB string and no
-single send holds the event loop for long.
+leave inputs misaligned, and they would have to be copied. A response's binary outputs are sent
+from the result arrays themselves in slices, so a 100 MB output is never joined into a second
+100 MB string and no single send holds the event loop for long.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,9 @@ def _too_large(limit: int, what: str) -> TooLarge:
     return TooLarge(message, [Problem(None, "request.too_large", message)])
 
 
-async def read_body(request: Request, limit: int, what: str,
-                    align_at: int | None = None) -> bytearray | memoryview:
+async def read_body(
+    request: Request, limit: int, what: str, align_at: int | None = None
+) -> bytearray | memoryview:
     """The whole body; with `align_at`, a view whose byte `align_at` is 64-byte aligned where the
     length is declared."""
     declared = request.headers.get("content-length")
@@ -42,12 +44,12 @@ async def read_body(request: Request, limit: int, what: str,
         return body
     buffer = bytearray(declared + ALIGNMENT)  # zero pages: no cost until written
     start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
-    body = memoryview(buffer)[start:start + declared]
+    body = memoryview(buffer)[start : start + declared]
     filled = 0
     async for chunk in request.stream():
         if filled + len(chunk) > declared:
             raise Invalid(f"{what} is longer than its Content-Length")
-        body[filled:filled + len(chunk)] = chunk
+        body[filled : filled + len(chunk)] = chunk
         filled += len(chunk)
     if filled != declared:
         raise Invalid(f"{what} is shorter than its Content-Length")
@@ -64,11 +66,17 @@ class PartsResponse(Response):
         self.headers["content-length"] = str(length)
 
     async def __call__(self, scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         for part in self.parts:
             view = memoryview(part)
             for start in range(0, view.nbytes, _SLICE):
-                await send({"type": "http.response.body",
-                            "body": bytes(view[start:start + _SLICE]), "more_body": True})
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": bytes(view[start : start + _SLICE]),
+                        "more_body": True,
+                    }
+                )
         await send({"type": "http.response.body", "body": b"", "more_body": False})
