@@ -63,7 +63,6 @@ class ModelDescription(BaseModel):
         "instance_group); {} when none was sent",
     )
     error: str | None = None
-    config: dict | None = Field(None, description="the per-model configuration it was loaded with")
     problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")
 
 
