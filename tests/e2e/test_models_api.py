@@ -258,8 +258,10 @@ def test_request_over_the_total_limit_is_413(start_server):
     assert stored_files(server.artifacts) == ["registry.sqlite3"]
 
 
-def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_relu_program):
-    server = start_server("--max-infer-bytes", "4096")
+@pytest.mark.parametrize("limit", ["--max-infer-bytes", "--max-json-bytes"])
+def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_relu_program, limit):
+    """JSON bodies are bounded by their own limit and by the limit of every inference body."""
+    server = start_server(limit, "4096")
     x = np.ones((2, 4), np.float32)
     with server.client() as client:
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201
@@ -271,6 +273,7 @@ def test_infer_body_over_the_limit_is_413_before_parsing(start_server, linear_re
         declared = client.post("/infer", json=big)
         assert declared.status_code == 413
         assert declared.json()["problems"][0]["rule"] == "request.too_large"
+        assert "limit of 4096 bytes" in declared.json()["error"]
 
         def chunks():  # no Content-Length: the limit must hold for a streamed body too
             payload = json.dumps(big).encode()
