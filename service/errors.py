@@ -101,3 +101,8 @@ class ExecutionFailed(ServiceError):
 
 def input_problem(label: str | None, rule: str, message: str) -> Invalid:
     return Invalid(message, [Problem(None, rule, message, input=label)])
+
+
+def invalid(rule: str, message: str, file: str | None = None) -> Invalid:
+    """A refusal with one problem, whose message is also the error's."""
+    return Invalid(message, [Problem(file, rule, message)])

@@ -8,6 +8,7 @@ repository `load`, a model directory at start -- goes through the same staging a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.signature import signature_of
 from service.dataplane.types import MethodSignature
-from service.errors import ServiceError, Unavailable
+from service.errors import ServiceError, Unavailable, clip, invalid
 from service.ingest.model_dirs import stage_folder, unchanged
 from service.ingest.staging import stage_files, stage_stored
 from service.store.records import StoredModel
@@ -33,6 +34,20 @@ class Served:
     pool: ModelPool
     signatures: dict[str, MethodSignature]
     schedulers: dict = field(default_factory=dict)  # method -> its Scheduler, made on first use
+
+
+def load_config(value) -> dict:
+    """The `config` parameter of a repository load: JSON text holding the model configuration,
+    as the REST and gRPC protocols both carry it. Its content is checked by the ingest."""
+    if not isinstance(value, str):
+        raise invalid("repository.config", "'config' must be a string of JSON")
+    try:
+        config = json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        raise invalid("repository.config", f"'config' is not valid JSON: {clip(exc)}") from None
+    if not isinstance(config, dict):
+        raise invalid("repository.config", "'config' must be a JSON object")
+    return config
 
 
 def serve(stored: StoredModel, pool: ModelPool) -> Served:

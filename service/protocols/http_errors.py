@@ -1,7 +1,7 @@
-"""HTTP answers that no route writes itself, in the one error shape {"error", "problems"}.
+"""HTTP error answers, in the one error shape {"error", "problems"}, for every HTTP protocol.
 
-Routes turn ServiceErrors into statuses (protocols/native/routes.py). What is left is answered
-here, for every HTTP protocol of the app alike: unknown paths and wrong methods (Starlette's own
+ServiceErrors become statuses here (service_error_response, called by each protocol's routes).
+So are the answers no route writes itself: unknown paths and wrong methods (Starlette's own
 HTTPException), the server's own faults, and clients that go away mid-request. An unexpected
 exception is answered 500 here instead of escaping to the ASGI server, because uvicorn closes the
 keep-alive connection of a request whose application raised; a client must be able to go on
@@ -15,13 +15,27 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from service.errors import clip
+from service.errors import (
+    Busy,
+    Conflict,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    clip,
+)
 from service.protocols.native.schema import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -43,6 +57,41 @@ _DESCRIPTIONS = {
 # can answer 401 and 403; a route's own table lists what else it can answer.
 AUTH = (401, 403)
 _RULES = {404: "request.route", 405: "request.method"}
+
+
+# HTTP status per kind of ServiceError, for every HTTP protocol of the app; a refused request
+# (Invalid) is 422 on the server's own API and 400 in the Open Inference Protocol (Triton's
+# invalid argument), so service_error_response takes that one from its caller.
+STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    TooLarge: 413,
+    Unavailable: 503,
+    Busy: 503,
+    DeadlineExceeded: 504,
+    Unauthorized: 401,
+    Forbidden: 403,
+    ExecutionFailed: 500,
+}
+
+
+def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSONResponse:
+    """The error in the shared body shape, with Retry-After when the model is busy."""
+    if isinstance(exc, Invalid):
+        status = invalid_status
+    else:
+        status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    # Retry-After takes whole seconds; rounding up never invites a retry too early.
+    headers = (
+        {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+        if isinstance(exc, Busy)
+        else None
+    )
+    return JSONResponse(
+        {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def responses(*codes: int) -> dict:

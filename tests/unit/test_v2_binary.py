@@ -9,7 +9,7 @@ import pytest
 from service.errors import Invalid
 from service.protocols.json_tensors import bf16_bits_to_float32, float32_to_bf16_bits
 from service.protocols.v2_rest import binary, codec
-from service.protocols.v2_rest.errors import STATUS
+from service.protocols.v2_rest.errors import service_error_response
 
 
 def body_of(header, payload: bytes = b"") -> tuple[bytearray, str]:
@@ -41,7 +41,7 @@ def one_input(size, shape=(2, 2), datatype="FP32", name="x", **extra) -> dict:
 def refused(header, payload: bytes = b"", header_length: str | None = None) -> Invalid:
     with pytest.raises(Invalid) as caught:
         decode(header, payload, header_length)
-    assert STATUS[Invalid] == 400
+    assert service_error_response(caught.value).status_code == 400
     return caught.value
 
 

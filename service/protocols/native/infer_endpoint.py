@@ -5,19 +5,18 @@ pydantic validation of every tensor value in and out, a second serialization) co
 the inference of a small program. So this endpoint reads the body under its limit, parses it with
 orjson (infer_body.py keeps the 422s pydantic gave) and writes the answer with orjson, and the app
 (service/app.py) calls it directly, behind only the token check and the 500 guard. ServiceErrors
-are answered with the same error_response as every other route, so no error body differs. Large
-bodies are parsed and large answers written in worker processes (protocols/offload.py says why),
-so probes keep answering meanwhile.
+are answered by http_errors.service_error_response like every other route's, so no error body
+differs. Large bodies are parsed and large answers written in worker processes
+(protocols/offload.py says why), so probes keep answering meanwhile.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
 from service.errors import Problem, ServiceError, TooLarge
 from service.protocols.disconnect import ClientDisconnected, unless_disconnected
+from service.protocols.http_errors import service_error_response
 from service.protocols.native import infer_body
 from service.protocols.offload import INLINE_JSON_BYTES, INLINE_JSON_ELEMENTS, Offload
 
@@ -56,21 +55,15 @@ async def read_body(scope, receive, limit: int) -> bytes:
 
 
 class InferEndpoint:
-    def __init__(
-        self,
-        service: ModelService,
-        offload: Offload,
-        error_response: Callable[[ServiceError], Callable],
-    ):
+    def __init__(self, service: ModelService, offload: Offload):
         self.service = service
         self.offload = offload
-        self.error_response = error_response
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await self._infer(scope, receive, send)
         except ServiceError as exc:
-            await self.error_response(exc)(scope, receive, send)
+            await service_error_response(exc)(scope, receive, send)
         except ClientDisconnected:
             pass  # nobody reads an answer
 

@@ -1,12 +1,11 @@
 """HTTP routes: thin translations between requests and the ModelService dataplane.
 
-Every ServiceError becomes a status code here and only here (STATUS), with one error body shape,
-{"error": ..., "problems": [...]}, for every 4xx the API returns, including request validation.
+Every ServiceError becomes a status code through http_errors.service_error_response, with one
+error body shape, {"error": ..., "problems": [...]}, for every 4xx the API returns, including
+request validation.
 """
 
 from __future__ import annotations
-
-import math
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -18,19 +17,9 @@ from starlette.routing import Route
 from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.dataplane.service import ModelService
 from service.errors import (
-    Busy,
-    Conflict,
-    DeadlineExceeded,
-    ExecutionFailed,
-    Forbidden,
-    Invalid,
-    NotFound,
     ServiceError,
-    TooLarge,
-    Unauthorized,
-    Unavailable,
 )
-from service.protocols.http_errors import AUTH, responses
+from service.protocols.http_errors import AUTH, responses, service_error_response
 from service.protocols.native import infer_endpoint
 from service.protocols.native.multipart import receive_upload
 from service.protocols.native.schema import (
@@ -40,18 +29,6 @@ from service.protocols.native.schema import (
     ModelDescription,
 )
 
-STATUS = {
-    NotFound: 404,
-    Conflict: 409,
-    Invalid: 422,
-    TooLarge: 413,
-    Unavailable: 503,
-    Busy: 503,
-    DeadlineExceeded: 504,
-    Unauthorized: 401,
-    Forbidden: 403,
-    ExecutionFailed: 500,
-}
 # Every status each route can answer besides its success (401/403 from the token check, 500
 # for the server's own faults); http_errors answers 404/405 for paths and methods no route has.
 _ANY = (*AUTH, 500)
@@ -168,19 +145,8 @@ async def metrics(request: Request) -> Response:
     return Response(_service(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
-    status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
-    # Retry-After takes whole seconds; rounding up never invites a retry too early.
-    headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Busy) else None
-    return JSONResponse(
-        {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
-        status_code=status,
-        headers=headers,
-    )
-
-
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-    return error_response(exc)
+    return service_error_response(exc)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -217,7 +183,7 @@ def _openapi_with_infer(app: FastAPI):
 
 def install(app: FastAPI) -> infer_endpoint.InferEndpoint:
     """Adds the routes; returns the /infer endpoint, which ServerApp also calls directly."""
-    endpoint = infer_endpoint.InferEndpoint(app.state.service, app.state.offload, error_response)
+    endpoint = infer_endpoint.InferEndpoint(app.state.service, app.state.offload)
     # Ahead of every route; it answers other methods on /infer with 405.
     app.router.routes.insert(0, Route("/infer", endpoint, methods=["POST"]))
     app.include_router(router)

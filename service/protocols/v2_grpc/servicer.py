@@ -6,16 +6,16 @@ responses into bytes and errors into status codes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
 from google.protobuf import json_format
 
+from service.dataplane.repository import load_config
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import InferRequest, InferResponse, Tensor
-from service.errors import Invalid, NotFound, Problem, clip
+from service.errors import Invalid, NotFound, clip, invalid
 from service.protocols.v2_grpc import codec, messages, wire
 from service.protocols.v2_grpc.binding import off_loop
 
@@ -76,36 +76,23 @@ def _requested_outputs(outputs) -> list[str] | None:
     return [output.name for output in outputs] or None
 
 
-def _invalid(rule: str, message: str, file: str | None = None) -> Invalid:
-    return Invalid(message, [Problem(file, rule, message)])
-
-
 def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | None]:
     """A repository load's files ({"<version>/<filename>": bytes}) and model configuration."""
     files, config = {}, None
     for key, value in parameters.items():
         if key == CONFIG:
-            if not isinstance(value, str):
-                raise _invalid("repository.config", "'config' must be a string of JSON")
-            try:
-                config = json.loads(value)
-            except (ValueError, RecursionError) as exc:
-                raise _invalid(
-                    "repository.config", f"'config' is not valid JSON: {clip(exc)}"
-                ) from None
-            if not isinstance(config, dict):
-                raise _invalid("repository.config", "'config' must be a JSON object")
+            config = load_config(value)
         elif key.startswith(FILE_PREFIX):
             path = key[len(FILE_PREFIX) :]
             if not isinstance(value, bytes):
-                raise _invalid(
+                raise invalid(
                     "repository.file",
                     f"{clip(key)!r} must carry the file's bytes (bytes_param)",
                     clip(path),
                 )
             files[path] = value
         else:
-            raise _invalid(
+            raise invalid(
                 "repository.parameter",
                 f"unknown load parameter {clip(key)!r}; expected 'config' or "
                 f"'{FILE_PREFIX}<version>/<filename>'",
@@ -239,7 +226,7 @@ class InferenceServicer:
     async def RepositoryModelUnload(self, request, context):
         unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
         if unknown:
-            raise _invalid(
+            raise invalid(
                 "repository.parameter",
                 f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
                 f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)",

@@ -15,13 +15,9 @@ import math
 import numpy as np
 
 from service.dtypes import BY_DATATYPE
-from service.errors import Invalid, Problem, clip, input_problem
+from service.errors import clip, input_problem, invalid
 
 HEADER = "inference-header-content-length"
-
-
-def _request_problem(rule: str, message: str) -> Invalid:
-    return Invalid(message, [Problem(None, rule, message)])
 
 
 def split(
@@ -33,14 +29,14 @@ def split(
         return view, None
     text = header_length.strip()
     if not (text.isascii() and text.isdigit()):
-        raise _request_problem(
+        raise invalid(
             "binary.header_length",
             f"Inference-Header-Content-Length must be a non-negative integer, "
             f"got {clip(header_length)!r}",
         )
     length = int(text)
     if length > len(view):
-        raise _request_problem(
+        raise invalid(
             "binary.header_length",
             f"Inference-Header-Content-Length {length} is larger than the "
             f"request body ({len(view)} bytes)",
@@ -138,7 +134,7 @@ def read_input(
 
 def check_consumed(payload: memoryview | None, offset: int) -> None:
     if payload is not None and offset != len(payload):
-        raise _request_problem(
+        raise invalid(
             "binary.size",
             f"{len(payload) - offset} byte(s) of binary data follow the last "
             f"input's; every byte must belong to an input's binary_data_size",

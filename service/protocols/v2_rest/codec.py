@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from service.dataplane.types import InferRequest, InferResponse, Tensor
-from service.errors import Invalid, Problem, clip, input_problem
+from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
 
@@ -47,22 +47,18 @@ class ParsedRequest:
     extra: dict = field(default_factory=dict)
 
 
-def _invalid(rule: str, message: str) -> Invalid:
-    return Invalid(message, [Problem(None, rule, message)])
-
-
 def _object(value, what: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _invalid("request.invalid", f"{what} must be a JSON object")
+        raise invalid("request.invalid", f"{what} must be a JSON object")
     return value
 
 
 def _flag(parameters: dict, key: str, what: str) -> bool | None:
     value = parameters.get(key)
     if value is not None and not isinstance(value, bool):
-        raise _invalid("request.parameter", f"{what}: parameter {key!r} must be true or false")
+        raise invalid("request.parameter", f"{what}: parameter {key!r} must be true or false")
     return value
 
 
@@ -103,15 +99,15 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise _invalid("request.invalid", "'outputs' must be a list")
+        raise invalid("request.invalid", "'outputs' must be a list")
     outputs = []
     for index, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise _invalid("request.invalid", f"outputs[{index}] needs a 'name' (a string)")
+            raise invalid("request.invalid", f"outputs[{index}] needs a 'name' (a string)")
         label = f"output {clip(item['name'])!r}"
         parameters = _object(item.get("parameters"), f"{label} 'parameters'")
         if parameters.get("classification") is not None:
-            raise _invalid(
+            raise invalid(
                 "output.classification", f"{label}: the classification extension is not supported"
             )
         outputs.append((item["name"], _flag(parameters, "binary_data", label)))
@@ -127,16 +123,16 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         try:  # NaN/Infinity literals and integers past 64 bits, which orjson refuses
             header = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise _invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+            raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(header, dict):
-        raise _invalid("request.invalid", "the request must be a JSON object")
+        raise invalid("request.invalid", "the request must be a JSON object")
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise _invalid("request.invalid", "'id' must be a string")
+        raise invalid("request.invalid", "'id' must be a string")
     parameters = _object(header.get("parameters"), "'parameters'")
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
-        raise _invalid("request.invalid", "'inputs' must be a non-empty list")
+        raise invalid("request.invalid", "'inputs' must be a non-empty list")
     parsed = ParsedRequest(
         request_id,
         parameters,
@@ -146,14 +142,14 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     timeout = parameters.get(TIMEOUT)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
-            raise _invalid(
+            raise invalid(
                 "request.parameter",
                 "parameter 'timeout' must be a non-negative integer (microseconds)",
             )
         parsed.timeout_s = timeout / 1e6 if timeout else None
     method = parameters.get(METHOD, "forward")
     if not isinstance(method, str):
-        raise _invalid("request.parameter", "parameter 'method' must be a string")
+        raise invalid("request.parameter", "parameter 'method' must be a string")
     parsed.method = method
     parsed.binary_output = bool(_flag(parameters, BINARY_OUTPUT, "request"))
     return parsed

@@ -10,7 +10,6 @@ each v2 route, so the native API keeps its own codes (it answers 422 where this 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
@@ -20,34 +19,12 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 
 from service.errors import (
-    Busy,
-    Conflict,
-    DeadlineExceeded,
-    ExecutionFailed,
-    Forbidden,
-    Invalid,
-    NotFound,
     ServiceError,
-    TooLarge,
-    Unauthorized,
-    Unavailable,
     clip,
 )
+from service.protocols import http_errors
 
 log = logging.getLogger(__name__)
-
-STATUS = {
-    Invalid: 400,
-    NotFound: 404,
-    Conflict: 409,
-    TooLarge: 413,
-    Unavailable: 503,
-    Busy: 503,
-    DeadlineExceeded: 504,
-    Unauthorized: 401,
-    Forbidden: 403,
-    ExecutionFailed: 500,
-}
 
 
 def error_response(
@@ -59,11 +36,7 @@ def error_response(
 
 
 def service_error_response(exc: ServiceError) -> JSONResponse:
-    status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
-    headers = None
-    if isinstance(exc, Busy):
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
-    return error_response(status, exc.message, [p.as_dict() for p in exc.problems], headers)
+    return http_errors.service_error_response(exc, invalid_status=400)
 
 
 async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Request) -> Response:

@@ -17,7 +17,8 @@ import json
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from service.errors import Invalid, Problem, clip
+from service.dataplane.repository import load_config
+from service.errors import clip, invalid
 from service.protocols.v2_rest.errors import V2Route
 from service.protocols.v2_rest.transport import read_body
 
@@ -28,10 +29,6 @@ router = APIRouter(
 )
 
 
-def _invalid(rule: str, message: str, file: str | None = None) -> Invalid:
-    return Invalid(message, [Problem(file, rule, message)])
-
-
 def _parameters(body: bytes) -> dict:
     """The request's `parameters` object; an empty body means none."""
     if not body.strip():
@@ -39,12 +36,12 @@ def _parameters(body: bytes) -> dict:
     try:
         request = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise _invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+        raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(request, dict):
-        raise _invalid("request.invalid", "the request must be a JSON object")
+        raise invalid("request.invalid", "the request must be a JSON object")
     parameters = request.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise _invalid("request.invalid", "'parameters' must be a JSON object")
+        raise invalid("request.invalid", "'parameters' must be a JSON object")
     return parameters
 
 
@@ -57,26 +54,17 @@ def _load_arguments(body: bytes) -> tuple[dict[str, bytes] | None, dict | None]:
         if key.startswith(FILE_PREFIX):
             path = key[len(FILE_PREFIX) :]
             if not isinstance(value, str):
-                raise _invalid("repository.file", f"{clip(key)!r} must be base64 text", path)
+                raise invalid("repository.file", f"{clip(key)!r} must be base64 text", path)
             try:
                 files[path] = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
-                raise _invalid(
+                raise invalid(
                     "repository.file", f"{clip(key)!r} is not valid base64", clip(path)
                 ) from None
         elif key == "config":
-            if not isinstance(value, str):
-                raise _invalid("repository.config", "'config' must be a JSON string")
-            try:
-                config = json.loads(value)
-            except (ValueError, RecursionError) as exc:
-                raise _invalid(
-                    "repository.config", f"'config' is not valid JSON: {clip(exc)}"
-                ) from None
-            if not isinstance(config, dict):
-                raise _invalid("repository.config", "'config' must be a JSON object")
+            config = load_config(value)
         else:
-            raise _invalid(
+            raise invalid(
                 "repository.parameter",
                 f"unknown load parameter {clip(key)!r}; expected 'config' or "
                 f"'file:<version>/<filename>'",
@@ -93,7 +81,7 @@ async def index(request: Request) -> list[dict]:
         try:
             ready_only = json.loads(body).get("ready") is True
         except (ValueError, RecursionError, AttributeError):
-            raise _invalid("request.json", "the index request must be a JSON object") from None
+            raise invalid("request.json", "the index request must be a JSON object") from None
     entries = request.app.state.service.repository_index()
     return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
