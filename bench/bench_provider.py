@@ -20,9 +20,7 @@ GIL entries per delegate execute come from ethost_tensorrt.provider_gil_entries(
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import ethost_tensorrt
@@ -31,48 +29,10 @@ from ethost_tensorrt import testing as T
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+from delegate_timing import NullEngineProvider, per_call_us  # noqa: E402
 from service.backends.tensorrt import runtime as tensorrt_runtime  # noqa: E402
 from support.test_engine_provider import TestEngineProvider  # noqa: E402  (test helpers)
 from support.trt_blob import io, make_blob, metadata, plan_blob  # noqa: E402
-
-
-def per_call_us(fn, iters):
-    for _ in range(max(10, iters // 10)):
-        fn()
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        samples.append((time.perf_counter() - t0) / iters * 1e6)
-    return statistics.median(samples)
-
-
-class NullEngineProvider:
-    """Deserializes a JSON I/O list and computes nothing: only the delegate's cost remains."""
-
-    def deserialize(self, plan, device_id):
-        return json.loads(bytes(plan))
-
-    def describe(self, engine):
-        return {
-            "io": engine,
-            "stats": {
-                "stripped_weights_size": -1,
-                "total_weights_size": 0,
-                "refittable": False,
-                "device_memory_size": 0,
-            },
-        }
-
-    def create_context(self, engine):
-        return engine
-
-    def infer_shapes(self, ctx, input_shapes):
-        return [list(input_shapes[0]) for t in ctx if not t["is_input"]]
-
-    def execute(self, ctx, input_shapes, addresses, stream):
-        pass
 
 
 class StandInContext:

@@ -12,9 +12,7 @@ bytes through libcudart directly. `--memory host` runs the same code on the host
 import argparse
 import ctypes
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import ethost_tensorrt
@@ -22,36 +20,10 @@ import numpy as np
 from ethost_tensorrt import testing as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from delegate_timing import NullEngineProvider, per_call_us  # noqa: E402
 from support.trt_blob import make_blob, metadata  # noqa: E402  (test helpers live under tests/)
 
 SIZES = {"1 MiB": 1 << 20, "64 MiB": 64 << 20}
-
-
-class NullEngineProvider:
-    """Deserializes a JSON I/O list and computes nothing: only the delegate's cost remains."""
-
-    def deserialize(self, plan, device_id):
-        return json.loads(bytes(plan))
-
-    def describe(self, engine):
-        return {
-            "io": engine,
-            "stats": {
-                "stripped_weights_size": -1,
-                "total_weights_size": 0,
-                "refittable": False,
-                "device_memory_size": 0,
-            },
-        }
-
-    def create_context(self, engine):
-        return {}
-
-    def infer_shapes(self, ctx, input_shapes):
-        return [list(input_shapes[0])]
-
-    def execute(self, ctx, input_shapes, addresses, stream):
-        pass
 
 
 def blob_for(n_floats):
@@ -74,18 +46,6 @@ def blob_for(n_floats):
         },
     ]
     return make_blob(metadata([("x", True), ("y", False)]), json.dumps(io).encode())
-
-
-def per_call_us(fn, iters):
-    for _ in range(max(3, iters // 10)):
-        fn()
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        samples.append((time.perf_counter() - t0) / iters * 1e6)
-    return statistics.median(samples)
 
 
 class BareCopy:
