@@ -103,6 +103,11 @@ def input_problem(label: str | None, rule: str, message: str) -> Invalid:
     return Invalid(message, [Problem(None, rule, message, input=label)])
 
 
+def too_large(what: str, limit: int) -> TooLarge:
+    message = f"{what} is larger than the limit of {limit} bytes"
+    return TooLarge(message, [Problem(None, "request.too_large", message)])
+
+
 def invalid(rule: str, message: str, file: str | None = None) -> Invalid:
     """A refusal with one problem, whose message is also the error's."""
     return Invalid(message, [Problem(file, rule, message)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
-from service.errors import Problem, ServiceError, TooLarge
+from service.errors import ServiceError, too_large
 from service.protocols.disconnect import ClientDisconnected, unless_disconnected
 from service.protocols.http_errors import service_error_response
 from service.protocols.native import infer_body
@@ -23,23 +23,20 @@ from service.protocols.offload import INLINE_JSON_BYTES, INLINE_JSON_ELEMENTS, O
 _HEADERS = [(b"content-type", b"application/json")]
 
 
-def _too_large(limit: int) -> TooLarge:
-    message = f"request body is larger than the limit of {limit} bytes"
-    return TooLarge(message, [Problem(None, "request.too_large", message)])
-
-
 async def read_body(scope, receive, limit: int) -> bytes:
     """The whole body, refused as soon as it (declared or streamed) passes `limit`."""
     for key, value in scope["headers"]:
         if key == b"content-length":
             if value.isdigit() and int(value) > limit:
-                raise _too_large(limit)
+                raise too_large("request body", limit)
             break
     message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnected()
     body = message.get("body", b"")
-    if not message.get("more_body", False) and message["type"] == "http.request":
+    if not message.get("more_body", False):
         if len(body) > limit:
-            raise _too_large(limit)
+            raise too_large("request body", limit)
         return body
     chunks, size = [body], len(body)
     while message.get("more_body", False):
@@ -49,7 +46,7 @@ async def read_body(scope, receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large("request body", limit)
         chunks.append(chunk)
     return b"".join(chunks)
 

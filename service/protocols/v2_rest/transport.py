@@ -15,15 +15,10 @@ import numpy as np
 from fastapi import Request
 from starlette.responses import Response
 
-from service.errors import Invalid, Problem, TooLarge
+from service.errors import Invalid, too_large
 
 _SLICE = 4 * 1024 * 1024
 ALIGNMENT = 64
-
-
-def _too_large(limit: int, what: str) -> TooLarge:
-    message = f"{what} is larger than the limit of {limit} bytes"
-    return TooLarge(message, [Problem(None, "request.too_large", message)])
 
 
 async def read_body(
@@ -34,12 +29,12 @@ async def read_body(
     declared = request.headers.get("content-length")
     declared = int(declared) if declared is not None and declared.isdigit() else None
     if declared is not None and declared > limit:
-        raise _too_large(limit, what)
+        raise too_large(what, limit)
     if declared is None or align_at is None:
         body = bytearray()
         async for chunk in request.stream():
             if len(body) + len(chunk) > limit:
-                raise _too_large(limit, what)
+                raise too_large(what, limit)
             body += chunk
         return body
     buffer = bytearray(declared + ALIGNMENT)  # zero pages: no cost until written
