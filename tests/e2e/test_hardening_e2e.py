@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from support.load_check_faults import spawn_hanging_load_check
 from support.program_fixtures import linear_relu_program, mix_of_ops_program  # noqa: F401
 from support.prometheus import parse, value
-from support.server import REPO, TESTS, ServerProcess, registry_rows, stored_files, tensor, upload
+from support.server import ServerProcess, registry_rows, stored_files, tensor, upload
 
 HANG = "support.load_check_faults:hang_in_load_check"
 
@@ -336,27 +337,7 @@ def test_a_killed_server_takes_its_hanging_load_check_child_with_it(
 def _spawn_load_check_child(artifacts: Path, program: Path) -> tuple[subprocess.Popen, Path]:
     """A hanging load-check child as a server would have started it, left behind in staging."""
     staging = (artifacts / "staging" / "left-behind").resolve()
-    staging.mkdir(parents=True)
-    report = staging / ".load_check.json"
-    pid_file = staging / ".load_check.json.child-pid"
-    request = {
-        "program": str(program),
-        "data": [],
-        "backend_setup": [HANG],
-        "report": str(report),
-        "load_methods": True,
-        "parent": os.getpid(),
-        "pid_file": str(pid_file),
-    }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
-        env=env,
-        cwd=REPO,
-        start_new_session=True,
-    )
-    _wait_for(pid_file.exists, 30, "the child's pid file")
-    return child, pid_file
+    return spawn_hanging_load_check(staging, str(program))
 
 
 def test_stale_load_check_children_are_killed_at_start_and_nothing_else(

@@ -5,9 +5,14 @@ The setup hooks act only inside the load-check child (`python -m service.ingest.
 server started with one of them still runs; only its uploads' isolated checks misbehave.
 """
 
+import json
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _in_load_check_child() -> bool:
@@ -48,3 +53,33 @@ def abort_in_work(request: dict) -> dict:
 
 def hang_in_work(request: dict) -> dict:
     time.sleep(3600)
+
+
+def spawn_hanging_load_check(staging: Path, program: str) -> tuple[subprocess.Popen, Path]:
+    """A load-check child hanging in `staging` (created here) as a server would have started it,
+    in a session of its own; returned once it has written its pid file."""
+    staging.mkdir(parents=True)
+    pid_file = staging / ".load_check.json.child-pid"
+    request = {
+        "program": program,
+        "data": [],
+        "backend_setup": ["support.load_check_faults:hang_in_load_check"],
+        "report": str(staging / ".load_check.json"),
+        "load_methods": True,
+        "parent": os.getpid(),
+        "pid_file": str(pid_file),
+    }
+    path = os.pathsep.join([str(_REPO), str(_REPO / "tests")])
+    child = subprocess.Popen(
+        [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=_REPO,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not pid_file.exists():
+        if time.monotonic() > deadline:
+            child.kill()
+            raise TimeoutError(f"the load-check child wrote no pid file in {staging}")
+        time.sleep(0.02)
+    return child, pid_file

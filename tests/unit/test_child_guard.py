@@ -1,6 +1,5 @@
 """Load-check children die with their parent, and only recorded load-check children are reaped."""
 
-import json
 import os
 import subprocess
 import sys
@@ -9,7 +8,8 @@ import time
 from pathlib import Path
 
 from service.ingest import child_guard
-from support.server import REPO, TESTS
+from support.load_check_faults import spawn_hanging_load_check
+from support.server import REPO
 
 # A parent that starts a child calling die_with_parent, prints the child's pid and exits at once.
 _PARENT = textwrap.dedent("""
@@ -102,27 +102,8 @@ def test_reaping_spares_processes_that_are_not_the_recorded_child(tmp_path):
 
 def test_reaping_kills_the_recorded_load_check_child(tmp_path):
     staging = (tmp_path / "staging" / "upload").resolve()
-    staging.mkdir(parents=True)
-    pid_file = staging / ".load_check.json.child-pid"
-    request = {
-        "program": "unused.pte",
-        "data": [],
-        "report": str(staging / ".load_check.json"),
-        "backend_setup": ["support.load_check_faults:hang_in_load_check"],
-        "load_methods": True,
-        "parent": os.getpid(),
-        "pid_file": str(pid_file),
-    }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "service.ingest.load_check", json.dumps(request)],
-        env=env,
-        start_new_session=True,
-    )
+    child, pid_file = spawn_hanging_load_check(staging, "unused.pte")
     try:
-        deadline = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
         assert int(pid_file.read_text()) == child.pid
         assert child_guard.reap_stale(tmp_path) == 1
         assert child.wait(timeout=5) < 0
