@@ -386,6 +386,10 @@ class ModelService(Repository):
             },
         )
 
+    def arena_usage(self, front: int, in_use: int, size: int) -> None:
+        """A front's report of its arena (service/engine/client.py), for /metrics."""
+        self.metrics.arena_usage(front, in_use, size)
+
     def record_refused(self, model: str, method: str, outcome: str, elapsed_s: float) -> None:
         """Counts a request a front refused before it crossed (as infer() counts its own)."""
         model_label = model if self._exists(model) else UNKNOWN
@@ -498,7 +502,10 @@ class ModelService(Repository):
             )
         signature = served.signatures[method]
         mark = time.perf_counter_ns()
-        arrays = bind_inputs(request.inputs, signature)
+        if request.checked_at == self.generation:  # a front checked them against this signature
+            arrays = [tensor.array for tensor in request.inputs]
+        else:
+            arrays = bind_inputs(request.inputs, signature)
         selected = select_outputs(signature, request.outputs)
         phases["input"] = time.perf_counter_ns() - mark
 

@@ -35,6 +35,9 @@ class InferRequest:
     # The shared-memory slot the protocol received the tensors into, if any (service/ipc/arena.py):
     # whoever sends the request on holds it until the engine is done with them.
     memory: object | None = None
+    # The model-table generation at which a front checked the inputs against the method's
+    # signature and put them in its order (service/engine/client.py); None: not checked.
+    checked_at: int | None = None
 
 
 @dataclass

@@ -26,6 +26,10 @@ async def _serve(settings, ready_fd: int | None) -> None:
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
+    if hasattr(asyncio, "eager_task_factory"):  # Python 3.12+
+        # A request that can run at once (a small program, a free instance) then completes
+        # inside the message that brought it, without a trip through the event loop.
+        loop.set_task_factory(asyncio.eager_task_factory)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     server.open()
     await service.start()

@@ -43,6 +43,7 @@ from service.store.storage import StagingArea
 log = logging.getLogger(__name__)
 _GENERATION = struct.Struct("<QQ")  # generation, ready
 _RECONNECT_S = 0.2
+_REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
 
 
@@ -161,15 +162,24 @@ class EngineClient:
             self._link.protocol.transport.close()
 
     async def _keep_connected(self) -> None:
+        """Connects (again, after the engine restarted) and reports the arena's usage."""
         loop = asyncio.get_running_loop()
+        reported = None
         while not self._closing:
-            if self._link is None:
+            link = self._link
+            if link is None:
+                reported = None
                 try:
                     await self._connect(loop)
                     self._connected.set()
                 except (OSError, handshake.HandshakeError) as exc:
                     log.debug("engine not reachable yet: %s", exc)
-            await asyncio.sleep(_RECONNECT_S)
+            else:
+                usage = (link.arena.in_use, link.arena.size)
+                if usage != reported:
+                    self._note("arena_usage", self._front_id, *usage)
+                    reported = usage
+            await asyncio.sleep(_RECONNECT_S if link is None else _REPORT_S)
 
     async def _connect(self, loop) -> None:
         arena = Arena(self.settings.arena_bytes)
@@ -179,6 +189,7 @@ class EngineClient:
         arena.pinned = pinned
         link = _Link(self, arena, control)
         await loop.connect_accepted_socket(lambda: link.protocol, sock)
+        self._table = ModelTable(-1, {})  # another engine's generations mean nothing here
         self._link = link
         log.info("front %d connected to the engine", self._front_id)
 
@@ -296,7 +307,7 @@ class EngineClient:
         entry = table.models.get(request.model)
         signature = None if entry is None else entry.signatures.get(request.method)
         inputs = [(t.name, t.datatype, t.array) for t in request.inputs]
-        capacity = 0
+        capacity, checked_at = 0, None
         if signature is not None and request.version in (None, "", "1"):
             try:
                 arrays = bind_inputs(request.inputs, signature)
@@ -317,9 +328,12 @@ class EngineClient:
             if entry.max_batch and arrays and arrays[0].ndim:
                 rows = arrays[0].shape[0]
             capacity = _output_bytes(entry, request.method, rows)
-        return await self._send(link, request, inputs, capacity)
+            checked_at = table.generation
+        return await self._send(link, request, inputs, capacity, checked_at)
 
-    async def _send(self, link: _Link, request: InferRequest, inputs, capacity) -> InferResponse:
+    async def _send(
+        self, link: _Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
+    ) -> InferResponse:
         region = link.arena.region
         placed, copies, size = [], [], 0
         held = request.memory
@@ -361,6 +375,7 @@ class EngineClient:
                 request.timeout_s,
                 request.id,
                 pickle.dumps(request.parameters) if request.parameters else None,
+                checked_at,
             )
         )
         try:

@@ -37,7 +37,7 @@ from service.ipc.arena import Region, align_up
 log = logging.getLogger(__name__)
 _CONTROL = struct.Struct("<QQ")
 # Fire-and-forget notes the fronts send (counts of what they refused themselves).
-_NOTES = frozenset({"record_refused", "upload_refused"})
+_NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
 # Coroutines of ModelService that fronts must not call by name.
 _NOT_CALLS = frozenset({"start", "stop", "deploy", "infer"})
 
@@ -70,6 +70,7 @@ class _Front:
     def _received(self, message: tuple) -> None:
         kind = message[0]
         if kind == frames.INFER:
+            self.server.service.metrics.front_request(self.front_id)
             task = asyncio.get_running_loop().create_task(self.server.infer(self, message))
             self.tasks[message[1]] = task
             task.add_done_callback(lambda _, key=message[1]: self.tasks.pop(key, None))
@@ -163,7 +164,7 @@ class EngineServer:
         (_, key, model, version, method, inputs, outputs, out_at, out_room, timeout_s) = message[
             :10
         ]
-        request_id, parameters = message[10:12]
+        request_id, parameters, checked_at = message[10:13]
         try:
             request = InferRequest(
                 model=model,
@@ -174,6 +175,7 @@ class EngineServer:
                 outputs=outputs,
                 parameters=pickle.loads(parameters) if parameters else {},
                 timeout_s=timeout_s,
+                checked_at=checked_at,
             )
             response = await self.service.infer(request)
             placed = _place(front.region, response.outputs, out_at, out_room)
