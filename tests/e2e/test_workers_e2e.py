@@ -15,44 +15,12 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from support.processes import children, role_pids
 from support.program_fixtures import dynamic_batch_program, linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
 from support.server import tensor, upload
 
 FRONTS = 2
-
-
-def children(pid: int) -> list[int]:
-    """Every live descendant of `pid`, from /proc."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, its_parent in parents.items():
-            if its_parent == parent:
-                found.append(child)
-                frontier.append(child)
-    return found
-
-
-def role_pids(server, role: str) -> list[int]:
-    """Pids of the server's processes running `python -m service.<role>`."""
-    pids = []
-    for pid in children(server.process.pid):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"service.{role}".encode() in argv:
-            pids.append(pid)
-    return pids
 
 
 def alive(pid: int) -> bool:
