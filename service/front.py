@@ -18,6 +18,7 @@ from service.app import create_app
 from service.config import decode_settings
 from service.engine.client import EngineClient
 from service.ingest import child_guard
+from service.ipc.gc_tuning import tune_for_serving
 
 
 def main() -> None:
@@ -35,6 +36,7 @@ def main() -> None:
     offload_workers = max(1, min(4, (os.cpu_count() or 1) // settings.workers))
     app = create_app(settings, client, offload_workers)
     listener = socket.socket(fileno=int(os.environ["ETRT_HTTP_FD"]))
+    tune_for_serving()
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -17,6 +17,7 @@ from service.config import decode_settings
 from service.dataplane.service import ModelService
 from service.engine.server import EngineServer
 from service.ingest import child_guard
+from service.ipc.gc_tuning import tune_for_serving
 
 
 async def _serve(settings, ready_fd: int | None) -> None:
@@ -33,6 +34,8 @@ async def _serve(settings, ready_fd: int | None) -> None:
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     server.open()
     await service.start()
+    server.start_serving()
+    tune_for_serving()
     if ready_fd is not None:
         # Tells the supervisor the store opened (a failure before this is a fatal start error).
         os.write(ready_fd, b"R")

@@ -41,7 +41,7 @@ from service.ipc.arena import Arena, ArenaFull, Lease, align_up
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
-_GENERATION = struct.Struct("<QQ")  # generation, ready
+_CONTROL = struct.Struct("<QQQ")  # generation, ready, serving (service/engine/server.py)
 _RECONNECT_S = 0.2
 _REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
@@ -81,8 +81,11 @@ class _Link:
         self.alive = True
 
     def generation(self) -> tuple[int, bool]:
-        generation, ready = _GENERATION.unpack_from(self.control, 0)
+        generation, ready, _ = _CONTROL.unpack_from(self.control, 0)
         return generation, bool(ready)
+
+    def serving(self) -> bool:
+        return bool(_CONTROL.unpack_from(self.control, 0)[2])
 
     def _received(self, message: tuple) -> None:
         kind, key = message[0], message[1]
@@ -206,8 +209,9 @@ class EngineClient:
         return link is not None and link.generation()[1]
 
     def _require(self) -> _Link:
+        """The link to an engine that has its stored models open again, else EngineDown."""
         link = self._link
-        if link is None or not link.alive:
+        if link is None or not link.alive or not link.serving():
             raise _down()
         return link
 

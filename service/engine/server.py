@@ -35,7 +35,7 @@ from service.ipc import frames
 from service.ipc.arena import Region, align_up
 
 log = logging.getLogger(__name__)
-_CONTROL = struct.Struct("<QQ")
+_CONTROL = struct.Struct("<QQQ")  # generation, ready, serving
 # Fire-and-forget notes the fronts send (counts of what they refused themselves).
 _NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
 # Coroutines of ModelService that fronts must not call by name.
@@ -107,10 +107,22 @@ class EngineServer:
         self._control = mmap.mmap(self._control_fd, handshake.CONTROL_BYTES)
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # False until the stored models are open again: before, every model would look unknown.
+        self.serving = False
         service.on_change(self._publish)
 
     def _publish(self) -> None:
-        _CONTROL.pack_into(self._control, 0, self.service.generation, int(self.service.ready))
+        _CONTROL.pack_into(
+            self._control,
+            0,
+            self.service.generation,
+            int(self.service.ready),
+            int(self.serving),
+        )
+
+    def start_serving(self) -> None:
+        self.serving = True
+        self._publish()
 
     # -- fronts joining ------------------------------------------------------------------------
 

@@ -21,8 +21,9 @@ class ClientDisconnected(Exception):
 
 
 # A request still running after this long gets a watcher for its client's disconnect; shorter
-# ones (a small program's round trip to the engine) never pay for one.
-WATCH_AFTER_S = 0.002
+# ones (a small program's round trip to the engine, even under load) never pay for one, and a
+# request queued longer is still dropped long before its turn comes.
+WATCH_AFTER_S = 0.05
 
 
 async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
