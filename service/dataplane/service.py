@@ -288,7 +288,9 @@ class ModelService(Repository):
             return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description.view("ready")
+            view = served.stored.description.view("ready")
+            view["memory"] = served.pool.memory().to_json()
+            return view
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
             return stored.description.view("unavailable", reason)
