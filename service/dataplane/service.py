@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from service.backends.host import import_host
 from service.backends.registry import enabled
 from service.config import Settings
+from service.dataplane import residency
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.repository import (
@@ -283,12 +284,15 @@ class ModelService(Repository):
                 await asyncio.to_thread(self.storage.reinstate, replaced, stored)
             raise Unavailable(f"model {stored.name!r} could not be opened: {exc}") from None
 
-    def _description(self, name: str) -> dict:
+    def _description(self, name: str, files: dict[str, int] | None = None) -> dict:
+        """`files`: residency.mapped_files(), when several models are described at once."""
         if name in self._refused:
             return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description.view("ready")
+            view = served.stored.description.view("ready")
+            view["memory"] = served.pool.memory(files).to_json()
+            return view
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
             return stored.description.view("unavailable", reason)
@@ -298,7 +302,8 @@ class ModelService(Repository):
     # front processes, hence coroutines even where the answer is at hand.
 
     async def list_models(self) -> list[dict]:
-        return [self._description(name) for name in self._names()]
+        files = residency.mapped_files()  # read once for all of them
+        return [self._description(name, files) for name in self._names()]
 
     async def describe(self, name: str) -> dict:
         return self._description(name)
