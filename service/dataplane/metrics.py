@@ -10,6 +10,7 @@ UNKNOWN, never under the client's string. Deleting a model removes its series.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import threading
@@ -123,9 +124,7 @@ class Histogram(Family):
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         # Per bucket (non-cumulative), then +Inf, sum and count.
         state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
-        index = next(
-            (i for i, bound in enumerate(self.buckets) if value <= bound), len(self.buckets)
-        )
+        index = bisect.bisect_left(self.buckets, value)  # the first bound >= value
         state[index] += 1
         state[-2] += value
         state[-1] += 1

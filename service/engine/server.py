@@ -17,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import mmap
 import os
 import pickle
 import socket
 import struct
 import threading
-
-import numpy as np
 
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, Tensor
@@ -230,7 +229,7 @@ def _view(region: Region, name: str, datatype: str, shape, offset: int) -> Tenso
     dtype = BY_DATATYPE.get(datatype)
     if dtype is None:
         raise invalid("input.datatype", f"input {name!r}: unknown datatype {datatype!r}")
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if offset < 0 or offset + count * dtype.itemsize > region.size:
         raise invalid("input.shape", f"input {name!r} lies outside its shared memory slot")
     return Tensor(name, datatype, region.array(offset, dtype.carrier, tuple(shape)))
