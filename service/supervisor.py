@@ -39,6 +39,9 @@ _DRAIN_S = 30.0
 # A child that dies within this many seconds of its start counts as crashing at start.
 _EARLY_S = 5.0
 _MAX_BACKOFF_S = 10.0
+# A child that keeps dying at start this many times in a row stops the server: restarting it
+# cannot help (a port taken, a broken environment), and the operator must see it.
+_MAX_EARLY_FAILURES = 5
 
 
 class StartError(Exception):
@@ -81,8 +84,9 @@ def _listen_http(settings: Settings) -> socket.socket:
 
 def _check_grpc_port(settings: Settings) -> None:
     """The fronts bind the gRPC port with SO_REUSEPORT, which would also join another server's
-    group on it: make sure nobody holds it first."""
-    if not settings.grpc_port or settings.workers == 1:
+    group on it: make sure nobody holds it first (and fail here, not in a front that would be
+    started again and again)."""
+    if not settings.grpc_port:
         return
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -193,6 +197,13 @@ class Supervisor:
         code = child.process.returncode
         early = time.monotonic() - child.started < _EARLY_S
         child.failures = child.failures + 1 if early else 1
+        if child.failures >= _MAX_EARLY_FAILURES:
+            self.fatal = (
+                f"{child.role} exited at start {child.failures} times in a row (last with "
+                f"{code}); its log above says why"
+            )
+            self.stopping = True
+            return
         backoff = min(_MAX_BACKOFF_S, 0.5 * 2 ** (child.failures - 1)) if early else 0.0
         log.error(
             "%s exited with %s; starting it again%s",

@@ -331,7 +331,9 @@ class EngineClient:
             rows = None
             if entry.max_batch and arrays and arrays[0].ndim:
                 rows = arrays[0].shape[0]
-            capacity = _output_bytes(entry, request.method, rows)
+            # Upper bounds can be far above what a request produces: an output that outgrows
+            # its room comes back inline instead, so the room never crowds out other requests.
+            capacity = min(_output_bytes(entry, request.method, rows), link.arena.size // 4)
             checked_at = table.generation
         return await self._send(link, request, inputs, capacity, checked_at)
 

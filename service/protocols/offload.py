@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from service.errors import Unavailable
+from service.ingest import child_guard
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,11 @@ INLINE_JSON_ELEMENTS = 32 * 1024
 INLINE_BINARY_BYTES = 1024 * 1024
 
 
-def _ignore_interrupts() -> None:
+def _worker_setup() -> None:
     """The server's own shutdown closes the pool; a Ctrl-C sent to the process group must not
-    print a traceback from every worker."""
+    print a traceback from every worker, and a front killed outright takes its workers along."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child_guard.die_with_parent(os.getppid())
 
 
 class Offload:
@@ -50,7 +52,7 @@ class Offload:
             self._pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_ignore_interrupts,
+                initializer=_worker_setup,
             )
         return self._pool
 

@@ -216,6 +216,24 @@ def test_sigterm_stops_every_process_of_the_server(fronted, linear_relu_program)
     wait_for(lambda: not any(alive(pid) for pid in processes), 10, "every child gone")
 
 
+def test_a_supervisor_killed_outright_takes_every_process_along(fronted, linear_relu_program):
+    server = fronted
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        big = np.zeros((1, 4), np.float32)
+        body = {"model": "lin", "inputs": [tensor(big)], "pad": "x" * (400 * 1024)}
+        client.post("/infer", json=body)  # starts a front's JSON decoding workers
+    processes = children(server.process.pid)
+    assert len(processes) > FRONTS + 1, processes  # the workers of one front at least
+    server.process.kill()
+    server.process.wait(10)
+    wait_for(lambda: not any(alive(pid) for pid in processes), 15, "every child gone")
+    # The store is intact: the next server on it serves the model.
+    server.start()
+    with server.client() as client:
+        assert client.get("/models/lin").json()["state"] == "ready"
+
+
 def test_hostile_and_oversized_bodies_leave_nothing_in_the_arenas(
     start_server, linear_relu_program
 ):
