@@ -154,7 +154,10 @@ class EngineClient:
     # -- connection ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Returns once joined to the engine: a front takes no connection before (the app's
+        startup waits for this, and the HTTP socket is served only after it)."""
         self._connector = asyncio.get_running_loop().create_task(self._keep_connected())
+        await self._connected.wait()
 
     async def stop(self) -> None:
         self._closing = True

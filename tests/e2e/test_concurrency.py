@@ -9,6 +9,7 @@ import torch
 
 from support import programs
 from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.prometheus import parse, value
 from support.server import registry_rows, stored_files, tensor, upload
 
 ROUNDS, SIZE = 300, 40_000  # roughly 0.1-0.2 s of kernel work per execute here
@@ -75,8 +76,16 @@ def test_delete_waits_for_running_predictions(start_server, heavy_program):
             return client.post("/infer", json=body)
 
     threads, results, _ = run_in_threads(6, heavy)
-    time.sleep(0.3)
     with server.client() as client:
+        # The delete comes once predictions are running (their bodies take a while to parse).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = value(
+                parse(client.get("/metrics").text), "etrt_inflight_requests", model="heavy"
+            )
+            if running:
+                break
+            time.sleep(0.02)
         deleted = client.delete("/models/heavy")
     for thread in threads:
         thread.join()
