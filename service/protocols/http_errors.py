@@ -36,6 +36,7 @@ from service.errors import (
     Unavailable,
     clip,
 )
+from service.protocols.disconnect import ClientDisconnected, log_aborted
 from service.protocols.native.schema import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,17 @@ STATUS = {
 }
 
 
+class ErrorResponse(JSONResponse):
+    """A JSON error answer that can always be written: messages echo client strings, and one
+    decoded from JSON may hold a lone surrogate, which UTF-8 cannot encode (it becomes U+FFFD
+    here rather than a second fault while answering the first)."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "replace"
+        )
+
+
 def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSONResponse:
     """The error in the shared body shape, with Retry-After when the model is busy."""
     if isinstance(exc, Invalid):
@@ -87,7 +99,7 @@ def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSON
         if isinstance(exc, Busy)
         else None
     )
-    return JSONResponse(
+    return ErrorResponse(
         {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
         status_code=status,
         headers=headers,
@@ -106,6 +118,11 @@ def error_body(message: str, rule: str) -> dict:
     return {"error": message, "problems": [{"file": None, "rule": rule, "message": message}]}
 
 
+def internal_error_response() -> JSONResponse:
+    """The one answer to a fault of the server's own, on every HTTP route."""
+    return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
+
+
 async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     path = clip(request.url.path)
     if exc.status_code == 404:
@@ -115,7 +132,7 @@ async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:
         message = clip(exc.detail)
-    return JSONResponse(
+    return ErrorResponse(
         error_body(message, _RULES.get(exc.status_code, "request.http")),
         status_code=exc.status_code,
         headers=exc.headers,
@@ -142,24 +159,13 @@ class UnexpectedErrors:
 
         try:
             await self.app(scope, receive, tracked)
-        except ClientDisconnect:
-            log.info("client disconnected during %s %s", scope["method"], clip(scope["path"]))
+        except (ClientDisconnect, ClientDisconnected):
+            log_aborted(scope)
         except Exception:
             if started:  # half an answer is on the wire: only closing the connection is honest
                 raise
             log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
-            payload = json.dumps(error_body("internal server error", "server.internal")).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
+            await internal_error_response()(scope, receive, send)
 
 
 class _ClipArguments(logging.Filter):

@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from service.errors import (
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 def error_response(
     status: int, message: str, problems: list | None = None, headers: dict | None = None
 ) -> JSONResponse:
-    return JSONResponse(
+    return http_errors.ErrorResponse(
         {"error": message, "problems": problems or []}, status_code=status, headers=headers
     )
 
@@ -55,9 +56,11 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
             for e in exc.errors()
         ]
         return error_response(400, "invalid request", problems)
+    except ClientDisconnect:
+        raise  # nobody reads an answer; http_errors.UnexpectedErrors logs it
     except Exception:
         log.exception("%s %s failed", request.method, clip(request.url.path))
-        return error_response(500, "internal error; the server log has the details")
+        return http_errors.internal_error_response()
 
 
 class V2Route(APIRoute):
