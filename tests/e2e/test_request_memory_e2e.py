@@ -1,5 +1,6 @@
 """Request memory against a real server process: what a request costs grows with what it keeps,
-not with the size of what it sends (issue 20).
+not with the size of what it sends (issue 20): a repository load streams into staging, refused
+gRPC messages are released at once, and one without credentials is never received.
 
 Peaks are the kernel's own high-water mark of resident memory (VmHWM), reset before each
 measurement through /proc/<pid>/clear_refs, so a short spike between two samples is not missed.
@@ -9,9 +10,13 @@ import base64
 import os
 from pathlib import Path
 
+import grpc
 import httpx
+import pytest
+from tritonclient.grpc import service_pb2
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.server import ServerProcess
 
 MiB = 1 << 20
 
@@ -61,3 +66,65 @@ def test_a_150_mb_repository_load_peaks_under_100_mib_above_baseline(
     assert peak - baseline < 100 * MiB, (
         f"peak {peak / MiB:.0f} MiB, baseline {baseline / MiB:.0f} MiB"
     )
+
+
+def _model_infer_message(size: int) -> bytes:
+    request = service_pb2.ModelInferRequest(model_name="nope")
+    request.inputs.add(name="input_0", datatype="UINT8", shape=[size])
+    request.raw_input_contents.append(os.urandom(MiB) * (size // MiB))
+    return request.SerializeToString()
+
+
+def _model_infer(server, metadata=()):
+    channel = grpc.insecure_channel(server.grpc_url, options=[("grpc.max_send_message_length", -1)])
+    call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+    return channel, lambda message: call(message, timeout=120, metadata=metadata)
+
+
+def test_refused_grpc_messages_leave_no_memory_behind(shared_server):
+    pid = shared_server.process.pid
+    channel, infer = _model_infer(shared_server)
+    message = _model_infer_message(64 * MiB)
+    with channel:
+        with pytest.raises(grpc.RpcError):  # warm: first-use allocations are not counted
+            infer(_model_infer_message(MiB))
+        baseline = _status(pid)["VmRSS"]
+        for _ in range(8):
+            with pytest.raises(grpc.RpcError) as refused:
+                infer(message)
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    after = _status(pid)["VmRSS"]
+    assert after <= baseline * 1.1, f"{baseline / MiB:.0f} -> {after / MiB:.0f} MiB"
+
+
+def test_a_grpc_message_without_credentials_is_refused_before_it_is_received(tmp_path):
+    tokens = {"ETRT_ADMIN_TOKEN": "admin-5e1f0c9a7b", "ETRT_INFER_TOKEN": "infer-3b7d2a6c1e"}
+    with ServerProcess(tmp_path / "artifacts", env=tokens) as server:
+        pid = server.process.pid
+        message = _model_infer_message(200 * MiB)
+        for metadata, code in (
+            ((), grpc.StatusCode.UNAUTHENTICATED),
+            ((("authorization", "Bearer wrong-token"),), grpc.StatusCode.UNAUTHENTICATED),
+            (
+                (("authorization", f"Bearer {tokens['ETRT_ADMIN_TOKEN']}"),),
+                grpc.StatusCode.PERMISSION_DENIED,
+            ),
+        ):
+            channel, infer = _model_infer(server, metadata)
+            with channel:
+                baseline = _status(pid)["VmRSS"]
+                _reset_peak(pid)
+                with pytest.raises(grpc.RpcError) as refused:
+                    infer(message)
+                peak = _status(pid)["VmHWM"]
+            assert refused.value.code() == code, refused.value
+            assert peak - baseline < 32 * MiB, (
+                f"{metadata}: peak +{(peak - baseline) / MiB:.0f} MiB"
+            )
+        # The right token still reaches the dataplane.
+        channel, infer = _model_infer(
+            server, (("authorization", f"Bearer {tokens['ETRT_INFER_TOKEN']}"),)
+        )
+        with channel, pytest.raises(grpc.RpcError) as refused:
+            infer(_model_infer_message(MiB))
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
