@@ -19,8 +19,10 @@ import math
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from service.errors import (
     Busy,
@@ -123,19 +125,36 @@ def internal_error_response() -> JSONResponse:
     return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
 
 
+def allowed_methods(routes, scope: dict) -> list[str]:
+    """Every method the documented routes serve on this path. Starlette's own 405 names only
+    the first route that matches the path, so GET and POST /models, two routes, said POST."""
+    return sorted(
+        {
+            method
+            for route in routes
+            if isinstance(route, APIRoute)
+            and route.include_in_schema
+            and route.matches(scope)[0] != Match.NONE
+            for method in route.methods
+        }
+    )
+
+
 async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     path = clip(request.url.path)
+    headers = exc.headers
     if exc.status_code == 404:
         message = f"no route {request.method} {path}"
     elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        allowed = ", ".join(allowed_methods(request.app.routes, request.scope))
+        headers = {**(headers or {}), "Allow": allowed}
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:
         message = clip(exc.detail)
     return ErrorResponse(
         error_body(message, _RULES.get(exc.status_code, "request.http")),
         status_code=exc.status_code,
-        headers=exc.headers,
+        headers=headers,
     )
 
 
@@ -186,7 +205,8 @@ def clip_access_log() -> None:
 def _schema_with_one_error_shape(app: FastAPI):
     """FastAPI documents request validation failures with its own `HTTPValidationError` body;
     this app answers them in the shared error shape (routes._validation_error), so the schema
-    says that instead."""
+    says that instead. A route that declares 400 (the Open Inference Protocol's) answers
+    malformed requests with it, never with FastAPI's 422, so its 422 goes."""
     generate = app.openapi
 
     def openapi() -> dict:
@@ -195,6 +215,8 @@ def _schema_with_one_error_shape(app: FastAPI):
             error_ref = {"$ref": "#/components/schemas/ErrorBody"}
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
+                    if "400" in operation.get("responses", {}):
+                        operation["responses"].pop("422", None)
                     invalid = operation.get("responses", {}).get("422", {})
                     for content in invalid.get("content", {}).values():
                         if (

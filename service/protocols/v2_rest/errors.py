@@ -17,7 +17,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
-from starlette.routing import Match
 
 from service.errors import (
     ServiceError,
@@ -77,14 +76,7 @@ class V2Route(APIRoute):
 
 def unmatched(routes: list, scope: dict) -> JSONResponse:
     """404 for a path no v2 route has, 405 (with Allow) for a known path and a wrong method."""
-    allowed = sorted(
-        {
-            method
-            for route in routes
-            if isinstance(route, APIRoute) and route.matches(scope)[0] == Match.PARTIAL
-            for method in route.methods
-        }
-    )
+    allowed = http_errors.allowed_methods(routes, scope)
     path = clip(scope["path"])
     if allowed:
         return error_response(

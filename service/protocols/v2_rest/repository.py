@@ -22,6 +22,7 @@ from service.errors import Aborted, clip, invalid, too_large
 from service.ingest.staging import StagedUpload
 from service.protocols.v2_rest.errors import V2Route
 from service.protocols.v2_rest.load_body import LoadBody
+from service.protocols.v2_rest.schema import LOAD_ANSWERS, REPOSITORY_ANSWERS, UNLOAD_ANSWERS
 from service.protocols.v2_rest.transport import read_body
 
 router = APIRouter(
@@ -45,7 +46,7 @@ def _parameters(body: bytes) -> dict:
     return parameters
 
 
-@router.post("/index")
+@router.post("/index", responses=REPOSITORY_ANSWERS)
 async def index(request: Request) -> list[dict]:
     """Every stored model with its state; `{"ready": true}` lists only the ready ones."""
     body = await read_body(request, 64 * 1024, "a repository index request")
@@ -72,7 +73,7 @@ async def _chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
         yield chunk
 
 
-@router.post("/models/{model}/load")
+@router.post("/models/{model}/load", responses=LOAD_ANSWERS)
 async def load(request: Request, model: str) -> Response:
     """Files are decoded into the dataplane's staging as the body arrives (load_body.py), under
     the limits of POST /models; the staging begins, inside deploy(), at the first file."""
@@ -107,7 +108,7 @@ async def load(request: Request, model: str) -> Response:
     return Response(status_code=200)
 
 
-@router.post("/models/{model}/unload")
+@router.post("/models/{model}/unload", responses=UNLOAD_ANSWERS)
 async def unload(request: Request, model: str) -> Response:
     service = request.app.state.service
     body = await read_body(request, 64 * 1024, "a repository unload request")
