@@ -13,16 +13,17 @@ can carry a name of any length.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from starlette.routing import Match
+from starlette.routing import compile_path
 
 from service.errors import (
     Busy,
@@ -125,17 +126,21 @@ def internal_error_response() -> JSONResponse:
     return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
 
 
-def allowed_methods(routes, scope: dict) -> list[str]:
-    """Every method the documented routes serve on this path. Starlette's own 405 names only
-    the first route that matches the path, so GET and POST /models, two routes, said POST."""
+@functools.cache
+def _template(path: str) -> re.Pattern:
+    return compile_path(path)[0]
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method the OpenAPI schema documents on this path, for a 405's Allow. Starlette's
+    own 405 names only the first route that matches the path, so GET and POST /models, two
+    routes, said POST; the schema is also what clients (and schemathesis) compare Allow with."""
     return sorted(
         {
-            method
-            for route in routes
-            if isinstance(route, APIRoute)
-            and route.include_in_schema
-            and route.matches(scope)[0] != Match.NONE
-            for method in route.methods
+            method.upper()
+            for template, operations in app.openapi().get("paths", {}).items()
+            if _template(template).match(path)
+            for method in operations
         }
     )
 
@@ -146,7 +151,9 @@ async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     if exc.status_code == 404:
         message = f"no route {request.method} {path}"
     elif exc.status_code == 405:
-        allowed = ", ".join(allowed_methods(request.app.routes, request.scope))
+        allowed = ", ".join(allowed_methods(request.app, request.url.path)) or (
+            (headers or {}).get("Allow", "")
+        )
         headers = {**(headers or {}), "Allow": allowed}
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:

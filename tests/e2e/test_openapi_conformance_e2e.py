@@ -81,3 +81,18 @@ def test_every_operation_conforms_to_the_openapi_schema(shared_server, tmp_path)
     report = result.stdout[-6000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
     assert "No issues found" in result.stdout or " passed" in result.stdout, report
+
+
+def test_a_405_allows_every_method_the_path_has(shared_server):
+    """Starlette names only the first route of a path; GET and POST /models are two."""
+    with shared_server.client() as client:
+        for path, allowed in (
+            ("/models", "GET, POST"),
+            ("/models/x", "DELETE, GET"),
+            ("/v2/models/x/infer", "POST"),
+            ("/v2/repository/index", "POST"),
+        ):
+            answer = client.request("PUT", path)
+            assert answer.status_code == 405, answer.text
+            assert answer.headers["allow"] == allowed, (path, answer.headers)
+            assert allowed in answer.json()["error"]

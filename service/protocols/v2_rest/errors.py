@@ -74,14 +74,14 @@ class V2Route(APIRoute):
         return route_handler
 
 
-def unmatched(routes: list, scope: dict) -> JSONResponse:
+def unmatched(request: Request) -> JSONResponse:
     """404 for a path no v2 route has, 405 (with Allow) for a known path and a wrong method."""
-    allowed = http_errors.allowed_methods(routes, scope)
-    path = clip(scope["path"])
+    allowed = http_errors.allowed_methods(request.app, request.url.path)
+    path = clip(request.url.path)
     if allowed:
         return error_response(
             405,
-            f"method {scope['method']} is not allowed on {path}; use {', '.join(allowed)}",
+            f"method {request.method} is not allowed on {path}; use {', '.join(allowed)}",
             headers={"Allow": ", ".join(allowed)},
         )
-    return error_response(404, f"no such endpoint: {scope['method']} {path}")
+    return error_response(404, f"no such endpoint: {request.method} {path}")

@@ -199,14 +199,10 @@ async def infer_endpoint(scope, receive, send) -> None:
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-async def _unmatched(request: Request) -> Response:
-    return unmatched([*router.routes, *repository.router.routes], request.scope)
-
-
 def install(app: FastAPI) -> None:
     """Mounts /v2 on the app (whose state holds the shared `offload`)."""
     app.include_router(router)
     app.include_router(repository.router)
     # Last, so only paths under /v2 that no route has (or wrong methods) reach them.
     for path in ("/v2", "/v2/{rest:path}"):
-        app.add_api_route(path, _unmatched, include_in_schema=False, methods=_ALL_METHODS)
+        app.add_api_route(path, unmatched, include_in_schema=False, methods=_ALL_METHODS)
