@@ -166,40 +166,44 @@ def _role(filename: str) -> str | None:
     return "program" if filename.endswith(".pte") else "data" if filename.endswith(".ptd") else None
 
 
+def file_role(key: str, version: str = "1") -> tuple[str, str] | Problem:
+    """(role, filename) of a file keyed as a model repository lays it out ("<version>/<filename>",
+    as the v2 repository `load` overrides them): the .pte is the program, .ptd files its data;
+    a Problem for any other key."""
+    folder, _, filename = key.rpartition("/")
+    role = _role(filename)
+    if folder not in ("", version):
+        return Problem(
+            clip(key),
+            "load.file_path",
+            f"file {clip(key)!r} must be '<version>/<filename>' with "
+            f"version {version!r} (the model's only version)",
+        )
+    if role is None:
+        return Problem(
+            clip(key),
+            "load.file_kind",
+            f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
+        )
+    return role, filename
+
+
 def stage_files(
     staging: Staging,
     model_name: str,
     files: dict[str, bytes],
     config: dict | None,
-    version: str = "1",
 ) -> StagedUpload:
-    """Stages files keyed as a model repository lays them out ("<version>/<filename>", as the
-    v2 repository `load` overrides them): the one .pte is the program, .ptd files its data.
-    The model is replaced if it exists, as a repository load does."""
+    """Stages files keyed as file_role reads them. The model is replaced if it exists, as a
+    repository load does."""
     problems = []
     try:
         for key, content in files.items():
-            folder, _, filename = key.rpartition("/")
-            role = _role(filename)
-            if folder not in ("", version):
-                problems.append(
-                    Problem(
-                        clip(key),
-                        "load.file_path",
-                        f"file {clip(key)!r} must be '<version>/<filename>' with "
-                        f"version {version!r} (the model's only version)",
-                    )
-                )
-            elif role is None:
-                problems.append(
-                    Problem(
-                        clip(key),
-                        "load.file_kind",
-                        f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
-                    )
-                )
+            role = file_role(key)
+            if isinstance(role, Problem):
+                problems.append(role)
             else:
-                staging.add_file(role, filename, [content])
+                staging.add_file(*role, [content])
         return staging.commit(model_name, True, config, problems)
     except BaseException:
         staging.abort()

@@ -10,10 +10,14 @@ a cancelled request out of its queue before it executes).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from service.errors import clip
+
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class ClientDisconnected(Exception):
@@ -24,6 +28,15 @@ class ClientDisconnected(Exception):
 # ones (a small program's round trip to the engine, even under load) never pay for one, and a
 # request queued longer is still dropped long before its turn comes.
 WATCH_AFTER_S = 0.05
+
+
+def log_aborted(scope: dict) -> None:
+    """The one log line of a request whose client went away: the client's doing, so INFO."""
+    log.info(
+        "request method=%s path=%s outcome=aborted (the client disconnected)",
+        scope.get("method"),
+        clip(scope.get("path", "")),
+    )
 
 
 async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:

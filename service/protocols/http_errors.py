@@ -13,14 +13,17 @@ can carry a name of any length.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import compile_path
 
 from service.errors import (
     Busy,
@@ -36,6 +39,7 @@ from service.errors import (
     Unavailable,
     clip,
 )
+from service.protocols.disconnect import ClientDisconnected, log_aborted
 from service.protocols.native.schema import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,17 @@ STATUS = {
 }
 
 
+class ErrorResponse(JSONResponse):
+    """A JSON error answer that can always be written: messages echo client strings, and one
+    decoded from JSON may hold a lone surrogate, which UTF-8 cannot encode (it becomes U+FFFD
+    here rather than a second fault while answering the first)."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "replace"
+        )
+
+
 def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSONResponse:
     """The error in the shared body shape, with Retry-After when the model is busy."""
     if isinstance(exc, Invalid):
@@ -87,7 +102,7 @@ def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSON
         if isinstance(exc, Busy)
         else None
     )
-    return JSONResponse(
+    return ErrorResponse(
         {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
         status_code=status,
         headers=headers,
@@ -106,19 +121,47 @@ def error_body(message: str, rule: str) -> dict:
     return {"error": message, "problems": [{"file": None, "rule": rule, "message": message}]}
 
 
+def internal_error_response() -> JSONResponse:
+    """The one answer to a fault of the server's own, on every HTTP route."""
+    return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
+
+
+@functools.cache
+def _template(path: str) -> re.Pattern:
+    return compile_path(path)[0]
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method the OpenAPI schema documents on this path, for a 405's Allow. Starlette's
+    own 405 names only the first route that matches the path, so GET and POST /models, two
+    routes, said POST; the schema is also what clients (and schemathesis) compare Allow with."""
+    return sorted(
+        {
+            method.upper()
+            for template, operations in app.openapi().get("paths", {}).items()
+            if _template(template).match(path)
+            for method in operations
+        }
+    )
+
+
 async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     path = clip(request.url.path)
+    headers = exc.headers
     if exc.status_code == 404:
         message = f"no route {request.method} {path}"
     elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        allowed = ", ".join(allowed_methods(request.app, request.url.path)) or (
+            (headers or {}).get("Allow", "")
+        )
+        headers = {**(headers or {}), "Allow": allowed}
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:
         message = clip(exc.detail)
-    return JSONResponse(
+    return ErrorResponse(
         error_body(message, _RULES.get(exc.status_code, "request.http")),
         status_code=exc.status_code,
-        headers=exc.headers,
+        headers=headers,
     )
 
 
@@ -142,24 +185,13 @@ class UnexpectedErrors:
 
         try:
             await self.app(scope, receive, tracked)
-        except ClientDisconnect:
-            log.info("client disconnected during %s %s", scope["method"], clip(scope["path"]))
+        except (ClientDisconnect, ClientDisconnected):
+            log_aborted(scope)
         except Exception:
             if started:  # half an answer is on the wire: only closing the connection is honest
                 raise
             log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
-            payload = json.dumps(error_body("internal server error", "server.internal")).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(payload)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": payload})
+            await internal_error_response()(scope, receive, send)
 
 
 class _ClipArguments(logging.Filter):
@@ -180,7 +212,8 @@ def clip_access_log() -> None:
 def _schema_with_one_error_shape(app: FastAPI):
     """FastAPI documents request validation failures with its own `HTTPValidationError` body;
     this app answers them in the shared error shape (routes._validation_error), so the schema
-    says that instead."""
+    says that instead. A route that declares 400 (the Open Inference Protocol's) answers
+    malformed requests with it, never with FastAPI's 422, so its 422 goes."""
     generate = app.openapi
 
     def openapi() -> dict:
@@ -189,6 +222,8 @@ def _schema_with_one_error_shape(app: FastAPI):
             error_ref = {"$ref": "#/components/schemas/ErrorBody"}
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
+                    if "400" in operation.get("responses", {}):
+                        operation["responses"].pop("422", None)
                     invalid = operation.get("responses", {}).get("422", {})
                     for content in invalid.get("content", {}).values():
                         if (

@@ -52,7 +52,9 @@ def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     )
 
 
-def _check_shape(shape, label: str) -> None:
+def check_shape(shape, label: str) -> None:
+    """Shapes within ExecuTorch's limits, so numpy and the native host never see one that
+    they would fail on."""
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise CodecError(f"{label}: 'shape' must be a list of non-negative integers")
     if len(shape) > MAX_DIMS:
@@ -163,7 +165,7 @@ def decode(datatype: str, shape, data, label: str) -> np.ndarray:
             f"{label}: unknown datatype {clip(repr(datatype))}; expected one of "
             f"{', '.join(DATATYPES)}"
         )
-    _check_shape(shape, label)
+    check_shape(shape, label)
     values = _flat_values(data, shape, label)
     count = math.prod(shape)
     if len(values) != count:

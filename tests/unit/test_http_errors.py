@@ -53,7 +53,7 @@ def test_a_client_that_went_away_gets_no_answer_and_an_info_line(caplog):
     async def gone(scope, receive, send):
         raise ClientDisconnect()
 
-    with caplog.at_level(logging.INFO, "service.protocols.http_errors"):
+    with caplog.at_level(logging.INFO, "service.protocols.disconnect"):
         assert call(gone) == []
     [record] = caplog.records
-    assert record.levelno == logging.INFO and "client disconnected" in record.getMessage()
+    assert record.levelno == logging.INFO and "outcome=aborted" in record.getMessage()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
 from service.errors import ServiceError, too_large
-from service.protocols.disconnect import ClientDisconnected, unless_disconnected
+from service.protocols.disconnect import ClientDisconnected, log_aborted, unless_disconnected
 from service.protocols.http_errors import service_error_response
 from service.protocols.native import infer_body
 from service.protocols.offload import INLINE_JSON_BYTES, INLINE_JSON_ELEMENTS, Offload
@@ -62,7 +62,7 @@ class InferEndpoint:
         except ServiceError as exc:
             await service_error_response(exc)(scope, receive, send)
         except ClientDisconnected:
-            pass  # nobody reads an answer
+            log_aborted(scope)  # nobody reads an answer
 
     async def _infer(self, scope, receive, send) -> None:
         settings = self.service.settings

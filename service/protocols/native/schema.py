@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from service.dtypes import DATATYPES
+
 
 class ProblemModel(BaseModel):
     file: str | None = Field(None, description="the uploaded file the problem is about, if any")
@@ -91,7 +93,8 @@ class InferInput(BaseModel):
     name: str | None = None
     shape: list[int]
     datatype: str = Field(
-        description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BF16"
+        description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BF16",
+        json_schema_extra={"enum": list(DATATYPES)},
     )
     data: list[Any]
 

@@ -2,6 +2,12 @@
 
 An interceptor runs before any handler, so a denied call never reaches the dataplane; it answers
 UNAUTHENTICATED where HTTP answers 401 and PERMISSION_DENIED where HTTP answers 403.
+
+grpcio's server hands the interceptor the call's metadata before it has received the request
+message, and receives the message only when the handler asks for it: a unary handler asks
+first thing, a request-streaming one when it iterates. So a denied call gets a request-streaming
+handler that answers without iterating, and its message (a 200 MB one, say) is never assembled
+in this process; the client, whatever it sent, reads the status as for a unary call.
 """
 
 from __future__ import annotations
@@ -14,16 +20,14 @@ _CODES = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_
 
 
 def _denied(code: grpc.StatusCode, message: str, handler: grpc.RpcMethodHandler):
-    async def abort(_request, context):
-        await context.abort(code, message)
+    async def deny(_unread_requests, context) -> bytes:
+        context.set_code(code)
+        context.set_details(message)
+        return b""  # a non-OK call's response is discarded
 
     if handler.request_streaming or handler.response_streaming:
         raise NotImplementedError("GRPCInferenceService has only unary calls")
-    return grpc.unary_unary_rpc_method_handler(
-        abort,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return grpc.stream_unary_rpc_method_handler(deny)
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):

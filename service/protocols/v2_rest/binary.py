@@ -16,6 +16,7 @@ import numpy as np
 
 from service.dtypes import BY_DATATYPE
 from service.errors import clip, input_problem, invalid
+from service.protocols import json_tensors
 
 HEADER = "inference-header-content-length"
 
@@ -44,19 +45,22 @@ def split(
     return view[:length], view[length:]
 
 
-def _shape(label: str, shape) -> list[int]:
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise input_problem(
-            label,
-            "input.shape",
-            f"input {label!r}: 'shape' must be a list of non-negative integers",
-        )
+def check_shape(label: str, shape) -> list[int]:
+    try:
+        json_tensors.check_shape(shape, f"input {label!r}")
+    except json_tensors.CodecError as exc:
+        raise input_problem(label, "input.shape", str(exc)) from None
     return shape
 
 
 def check_datatype(label: str, datatype) -> None:
+    if not isinstance(datatype, str):
+        raise input_problem(
+            label,
+            "input.datatype",
+            f"input {label!r}: 'datatype' must be a string such as \"FP32\", got "
+            f"{type(datatype).__name__}",
+        )
     if datatype == "BYTES":
         raise input_problem(
             label,
@@ -93,7 +97,7 @@ def read_input(
     """The input's array viewed at `offset` of the payload, after checking that its declared
     size, its shape and the payload agree."""
     check_datatype(label, datatype)
-    shape = _shape(label, shape)
+    shape = check_shape(label, shape)
     if payload is None:
         raise input_problem(
             label,

@@ -47,11 +47,45 @@ class ParsedRequest:
     extra: dict = field(default_factory=dict)
 
 
-def _object(value, what: str) -> dict:
+def _unicode_error(value: str) -> UnicodeEncodeError | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc
+    return None
+
+
+def _text(value: str, what: str, input_label: str | None = None) -> str:
+    """`value`, refused when it holds a lone surrogate (JSON's "\\ud800" escapes allow one):
+    such a string cannot be echoed in an answer or written to a log as UTF-8."""
+    error = _unicode_error(value)
+    if error is None:
+        return value
+    message = f"{what} is not valid Unicode: a lone surrogate at character {error.start}"
+    if input_label is None:
+        raise invalid("request.unicode", message)
+    raise input_problem(input_label, "request.unicode", message)
+
+
+def _check_texts(value, what: str, input_label: str | None = None) -> None:
+    """Every key and string in a (small) parameters object, as _text checks them."""
+    if isinstance(value, str):
+        _text(value, what, input_label)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _text(key, f"{what}: a key", input_label)
+            _check_texts(item, f"{what} {clip(key)!r}", input_label)
+    elif isinstance(value, list):
+        for item in value:
+            _check_texts(item, what, input_label)
+
+
+def _object(value, what: str, input_label: str | None = None) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise invalid("request.invalid", f"{what} must be a JSON object")
+    _check_texts(value, what, input_label)
     return value
 
 
@@ -72,10 +106,11 @@ def _input(index: int, item) -> ParsedInput:
         raise input_problem(
             f"input_{index}", "input.name", f"inputs[{index}] needs a 'name' (a string)"
         )
+    _text(name, f"inputs[{index}] 'name'", f"input_{index}")
     label = clip(name)
     datatype = item.get("datatype")
     binary.check_datatype(label, datatype)
-    parameters = _object(item.get("parameters"), f"input {label!r} 'parameters'")
+    parameters = _object(item.get("parameters"), f"input {label!r} 'parameters'", label)
     size = binary.binary_size(label, parameters)
     shape = item.get("shape")
     if size is not None:
@@ -83,7 +118,7 @@ def _input(index: int, item) -> ParsedInput:
             raise input_problem(
                 label, "input.data", f"input {label!r} has both 'data' and binary_data_size"
             )
-        return ParsedInput(name, datatype, shape, size, None)
+        return ParsedInput(name, datatype, binary.check_shape(label, shape), size, None)
     if "data" not in item:
         raise input_problem(
             label, "input.data", f"input {label!r} has neither 'data' nor binary_data_size"
@@ -104,6 +139,7 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
     for index, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid("request.invalid", f"outputs[{index}] needs a 'name' (a string)")
+        _text(item["name"], f"outputs[{index}] 'name'")
         label = f"output {clip(item['name'])!r}"
         parameters = _object(item.get("parameters"), f"{label} 'parameters'")
         if parameters.get("classification") is not None:
@@ -127,8 +163,10 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     if not isinstance(header, dict):
         raise invalid("request.invalid", "the request must be a JSON object")
     request_id = header.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise invalid("request.invalid", "'id' must be a string")
+    if request_id is not None:
+        if not isinstance(request_id, str):
+            raise invalid("request.invalid", "'id' must be a string")
+        _text(request_id, "'id'")
     parameters = _object(header.get("parameters"), "'parameters'")
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:

@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from starlette.routing import Match
+from starlette.requests import ClientDisconnect
 
 from service.errors import (
     ServiceError,
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def error_response(
     status: int, message: str, problems: list | None = None, headers: dict | None = None
 ) -> JSONResponse:
-    return JSONResponse(
+    return http_errors.ErrorResponse(
         {"error": message, "problems": problems or []}, status_code=status, headers=headers
     )
 
@@ -55,9 +55,11 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
             for e in exc.errors()
         ]
         return error_response(400, "invalid request", problems)
+    except ClientDisconnect:
+        raise  # nobody reads an answer; http_errors.UnexpectedErrors logs it
     except Exception:
         log.exception("%s %s failed", request.method, clip(request.url.path))
-        return error_response(500, "internal error; the server log has the details")
+        return http_errors.internal_error_response()
 
 
 class V2Route(APIRoute):
@@ -72,21 +74,14 @@ class V2Route(APIRoute):
         return route_handler
 
 
-def unmatched(routes: list, scope: dict) -> JSONResponse:
+def unmatched(request: Request) -> JSONResponse:
     """404 for a path no v2 route has, 405 (with Allow) for a known path and a wrong method."""
-    allowed = sorted(
-        {
-            method
-            for route in routes
-            if isinstance(route, APIRoute) and route.matches(scope)[0] == Match.PARTIAL
-            for method in route.methods
-        }
-    )
-    path = clip(scope["path"])
+    allowed = http_errors.allowed_methods(request.app, request.url.path)
+    path = clip(request.url.path)
     if allowed:
         return error_response(
             405,
-            f"method {scope['method']} is not allowed on {path}; use {', '.join(allowed)}",
+            f"method {request.method} is not allowed on {path}; use {', '.join(allowed)}",
             headers={"Allow": ", ".join(allowed)},
         )
-    return error_response(404, f"no such endpoint: {scope['method']} {path}")
+    return error_response(404, f"no such endpoint: {request.method} {path}")

@@ -1,8 +1,9 @@
 """The model repository extension: index, load (with Triton's file overrides) and unload.
 
 `load` with `"file:<version>/<filename>"` parameters (base64 content, as tritonclient's
-load_model(name, files=...) sends them) is an upload: the dataplane runs the same ingest as
-POST /models, with the same rules and refusals, and replaces a model of that name. The `config`
+load_model(name, files=...) sends them) is an upload, decoded into staging as it arrives
+(load_body.py): the dataplane runs the same ingest as POST /models, with the same limits, rules
+and refusals, and replaces a model of that name. The `config`
 parameter is a JSON string of the model configuration. Without files, `load` serves a stored
 model again.
 """
@@ -10,19 +11,19 @@ model again.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
-from service.dataplane.repository import load_config
-from service.errors import clip, invalid
+from service.errors import Aborted, clip, invalid, too_large
+from service.ingest.staging import StagedUpload
 from service.protocols.v2_rest.errors import V2Route
+from service.protocols.v2_rest.load_body import LoadBody
+from service.protocols.v2_rest.schema import LOAD_ANSWERS, REPOSITORY_ANSWERS, UNLOAD_ANSWERS
 from service.protocols.v2_rest.transport import read_body
-
-FILE_PREFIX = "file:"
 
 router = APIRouter(
     prefix="/v2/repository", route_class=V2Route, tags=["v2 (Open Inference Protocol)"]
@@ -45,34 +46,7 @@ def _parameters(body: bytes) -> dict:
     return parameters
 
 
-def _load_arguments(body: bytes) -> tuple[dict[str, bytes] | None, dict | None]:
-    """(files by "<version>/<filename>", config) from a load request's parameters."""
-    parameters = _parameters(body)
-    files: dict[str, bytes] = {}
-    config = None
-    for key, value in parameters.items():
-        if key.startswith(FILE_PREFIX):
-            path = key[len(FILE_PREFIX) :]
-            if not isinstance(value, str):
-                raise invalid("repository.file", f"{clip(key)!r} must be base64 text", path)
-            try:
-                files[path] = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                raise invalid(
-                    "repository.file", f"{clip(key)!r} is not valid base64", clip(path)
-                ) from None
-        elif key == "config":
-            config = load_config(value)
-        else:
-            raise invalid(
-                "repository.parameter",
-                f"unknown load parameter {clip(key)!r}; expected 'config' or "
-                f"'file:<version>/<filename>'",
-            )
-    return files or None, config
-
-
-@router.post("/index")
+@router.post("/index", responses=REPOSITORY_ANSWERS)
 async def index(request: Request) -> list[dict]:
     """Every stored model with its state; `{"ready": true}` lists only the ready ones."""
     body = await read_body(request, 64 * 1024, "a repository index request")
@@ -86,18 +60,55 @@ async def index(request: Request) -> list[dict]:
     return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
 
-@router.post("/models/{model}/load")
+async def _chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The body as it arrives, refused once it (declared or streamed) passes `limit`."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_large("a repository load request", limit)
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise too_large("a repository load request", limit)
+        yield chunk
+
+
+@router.post("/models/{model}/load", responses=LOAD_ANSWERS)
 async def load(request: Request, model: str) -> Response:
+    """Files are decoded into the dataplane's staging as the body arrives (load_body.py), under
+    the limits of POST /models; the staging begins, inside deploy(), at the first file."""
     service = request.app.state.service
-    body = await read_body(request, service.settings.max_upload_bytes, "a repository load request")
-    # base64 text of large programs: decoding takes a while and must not stop the event loop.
-    files, config = await asyncio.to_thread(_load_arguments, body)
-    del body
-    await service.load_model(model, files, config)
+    body = LoadBody(service.settings.max_json_bytes)
+    chunks = _chunks(request, service.settings.max_upload_bytes)
+    async for chunk in chunks:
+        await asyncio.to_thread(body.feed, chunk)
+        if body.needs_staging:
+            break
+    else:
+        body.end()
+        await service.load_model(model, None, body.config)
+        return Response(status_code=200)
+
+    async def receive() -> StagedUpload:
+        body.staging, body.needs_staging = service.begin_staging(), False
+        try:
+            await asyncio.to_thread(body.feed, b"")
+            async for chunk in chunks:
+                await asyncio.to_thread(body.feed, chunk)
+            body.end()
+            return body.upload(model)
+        except ClientDisconnect:
+            body.staging.abort()
+            raise Aborted("the client disconnected before the load request was complete") from None
+        except BaseException:
+            body.staging.abort()
+            raise
+
+    await service.deploy(receive)
     return Response(status_code=200)
 
 
-@router.post("/models/{model}/unload")
+@router.post("/models/{model}/unload", responses=UNLOAD_ANSWERS)
 async def unload(request: Request, model: str) -> Response:
     service = request.app.state.service
     body = await read_body(request, 64 * 1024, "a repository unload request")

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import ModelService
 from service.errors import TooLarge, Unavailable, clip
+from service.protocols.http_errors import responses
 from service.protocols.offload import (
     INLINE_BINARY_BYTES,
     INLINE_JSON_BYTES,
@@ -25,6 +26,14 @@ from service.protocols.offload import (
 )
 from service.protocols.v2_rest import binary, codec, metadata, repository
 from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
+from service.protocols.v2_rest.schema import (
+    ANSWERS,
+    INFER_ANSWERS,
+    INFER_BODY,
+    MODEL_ANSWERS,
+    READY_ANSWERS,
+    SERVER_READY_ANSWERS,
+)
 from service.protocols.v2_rest.transport import PartsResponse, read_aligned_body, read_body
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
@@ -43,17 +52,17 @@ def _max_json(service: ModelService) -> int:
     return min(service.settings.max_json_bytes, service.settings.max_infer_bytes)
 
 
-@router.get("")
+@router.get("", responses=ANSWERS)
 async def server_metadata() -> dict:
     return await asyncio.to_thread(metadata.server_metadata)
 
 
-@router.get("/health/live")
+@router.get("/health/live", responses=responses(500))
 async def live() -> dict:
     return {"live": True}
 
 
-@router.get("/health/ready")
+@router.get("/health/ready", responses=SERVER_READY_ANSWERS)
 async def ready(request: Request) -> JSONResponse:
     is_ready = _service(request).ready
     return JSONResponse(
@@ -64,26 +73,26 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/models/stats")
+@router.get("/models/stats", responses=ANSWERS)
 async def all_stats(request: Request) -> dict:
     return {"model_stats": await _service(request).model_stats(None)}
 
 
-@router.get("/models/{model}/stats")
-@router.get("/models/{model}/versions/{version}/stats")
+@router.get("/models/{model}/stats", responses=MODEL_ANSWERS)
+@router.get("/models/{model}/versions/{version}/stats", responses=MODEL_ANSWERS)
 async def model_stats(request: Request, model: str, version: str | None = None) -> dict:
     # 404 for an unknown model or version
     return {"model_stats": await _service(request).model_stats(model, version)}
 
 
-@router.get("/models/{model}")
-@router.get("/models/{model}/versions/{version}")
+@router.get("/models/{model}", responses=MODEL_ANSWERS)
+@router.get("/models/{model}/versions/{version}", responses=MODEL_ANSWERS)
 async def model_metadata(request: Request, model: str, version: str | None = None) -> dict:
     return await metadata.model_metadata(_service(request), model, version)
 
 
-@router.get("/models/{model}/ready")
-@router.get("/models/{model}/versions/{version}/ready")
+@router.get("/models/{model}/ready", responses=READY_ANSWERS)
+@router.get("/models/{model}/versions/{version}/ready", responses=READY_ANSWERS)
 async def model_ready(request: Request, model: str, version: str | None = None) -> dict:
     if not await _service(request).model_ready(model, version):
         raise Unavailable(f"model {clip(model)!r} is not ready")
@@ -100,8 +109,12 @@ async def _run(offload: Offload, inline: bool, function: Callable, *args):
     return function(*args) if inline else await offload.call(function, *args)
 
 
-@router.post("/models/{model}/infer")
-@router.post("/models/{model}/versions/{version}/infer")
+@router.post("/models/{model}/infer", responses=INFER_ANSWERS, openapi_extra=INFER_BODY)
+@router.post(
+    "/models/{model}/versions/{version}/infer",
+    responses=INFER_ANSWERS,
+    openapi_extra=INFER_BODY,
+)
 async def infer(request: Request, model: str, version: str | None = None) -> Response:
     service, offload = _service(request), _offload(request)
     header_length = request.headers.get(binary.HEADER)
@@ -186,14 +199,10 @@ async def infer_endpoint(scope, receive, send) -> None:
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-async def _unmatched(request: Request) -> Response:
-    return unmatched([*router.routes, *repository.router.routes], request.scope)
-
-
 def install(app: FastAPI) -> None:
     """Mounts /v2 on the app (whose state holds the shared `offload`)."""
     app.include_router(router)
     app.include_router(repository.router)
     # Last, so only paths under /v2 that no route has (or wrong methods) reach them.
     for path in ("/v2", "/v2/{rest:path}"):
-        app.add_api_route(path, _unmatched, include_in_schema=False, methods=_ALL_METHODS)
+        app.add_api_route(path, unmatched, include_in_schema=False, methods=_ALL_METHODS)
