@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from service.backends.host import import_host
 from service.backends.registry import enabled
 from service.config import Settings
+from service.dataplane import triton_config
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.repository import (
@@ -298,6 +299,18 @@ class ModelService(Repository):
         stored = self._stored(name)
         self._check_version(name, version)
         return {m["name"]: signature_of(m) for m in stored.description.methods}
+
+    def model_config(self, name: str, version: str | None = None) -> dict:
+        """The model's configuration as Triton's ModelConfig (service.dataplane.triton_config),
+        also of unavailable models, described from the file."""
+        stored = self._stored(name)
+        self._check_version(name, version)
+        description = stored.description
+        return triton_config.model_config(
+            description,
+            instance_count(description.config, self.settings.instances_per_model),
+            frozenset(b.id for b in self.backends if b.device == "gpu"),
+        )
 
     def model_names(self) -> list[str]:
         return sorted({*self._models, *self._unavailable, *self._refused})

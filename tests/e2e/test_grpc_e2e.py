@@ -250,7 +250,7 @@ def test_typed_contents_are_served_too(stub, linear_relu_program):
 
 
 def test_rpcs_this_server_does_not_serve_are_unimplemented(stub):
-    error = rpc_error(stub.ModelConfig, service_pb2.ModelConfigRequest(name="linear"))
+    error = rpc_error(stub.TraceSetting, service_pb2.TraceSettingRequest(model_name="linear"))
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

@@ -92,6 +92,13 @@ async def model_metadata(request: Request, model: str, version: str | None = Non
     return metadata.model_metadata(_service(request), model, version)
 
 
+@router.get("/models/{model}/config")
+@router.get("/models/{model}/versions/{version}/config")
+async def model_config(request: Request, model: str, version: str | None = None) -> dict:
+    """Triton's ModelConfig of the model (service.dataplane.triton_config)."""
+    return _service(request).model_config(model, version)
+
+
 @router.get("/models/{model}/ready")
 @router.get("/models/{model}/versions/{version}/ready")
 async def model_ready(request: Request, model: str, version: str | None = None) -> dict:
