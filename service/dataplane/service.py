@@ -46,6 +46,7 @@ from service.errors import (
     Unavailable,
     clip,
     input_problem,
+    refused,
 )
 from service.ingest import child_guard
 from service.ingest.model_config import instance_count
@@ -184,10 +185,8 @@ class ModelService(Repository):
                 description = await asyncio.get_running_loop().run_in_executor(
                     self._ingest, run_ingest, upload, self.settings
                 )
-            except IngestRefused as refused:
-                raise Invalid(
-                    f"upload refused: {len(refused.problems)} problem(s)", refused.problems
-                ) from None
+            except IngestRefused as refusal:
+                raise refused("upload refused", refusal.problems) from None
             async with self._lock(upload.model_name):
                 return await self._commit(upload, description)
         finally:

@@ -295,6 +295,13 @@ def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
     rules = {p["rule"] for p in json.loads(dict(error.trailing_metadata())["etrt-problems"])}
     assert rules == {"external.missing_key"}
+    assert "external.missing_key: method 'forward' needs external data" in error.details()
+    # tritonclient shows the status details only, so they carry the reason.
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model(
+            "half", files={"file:1/model.pte": request.parameters["file:1/model.pte"].bytes_param}
+        )
+    assert "upload refused: external.missing_key: method 'forward'" in caught.value.message()
     assert client.get_model_repository_index() == before
     assert not client.is_model_ready("half")
     for key, value in (("config", "{not json"), ("colour", "red")):
