@@ -30,7 +30,12 @@ from service.dataplane.repository import (
     serve,
 )
 from service.dataplane.scheduler import Scheduler
-from service.dataplane.signature import bind_inputs, select_outputs, signature_of
+from service.dataplane.signature import (
+    bind_inputs,
+    published_method,
+    select_outputs,
+    signature_of,
+)
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (
@@ -233,11 +238,13 @@ class ModelService(Repository):
             return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description.view("ready")
-        if name in self._unavailable:
+            view = served.stored.description.view("ready")
+        elif name in self._unavailable:
             stored, reason = self._unavailable[name]
-            return stored.description.view("unavailable", reason)
-        raise NotFound(f"model {clip(name)!r} not found")
+            view = stored.description.view("unavailable", reason)
+        else:
+            raise NotFound(f"model {clip(name)!r} not found")
+        return {**view, "methods": [published_method(m) for m in view["methods"]]}
 
     def list_models(self) -> list[dict]:
         return [self._description(name) for name in self.model_names()]

@@ -44,6 +44,23 @@ def signature_of(meta: dict) -> MethodSignature:
     )
 
 
+def _published_tensor(spec: TensorSpec, tensor: dict) -> dict:
+    rest = {k: v for k, v in tensor.items() if k not in ("name", "dtype")}
+    return {"name": spec.name, "datatype": spec.datatype or "UNSUPPORTED", **rest}
+
+
+def published_method(meta: dict) -> dict:
+    """A stored method description with each tensor named and typed as requests name them
+    (`input_0`, `FP32`), not as the program and host spell them (`input 0`, `float32`): the
+    description is where clients look up what to send."""
+    signature = signature_of(meta)
+    return {
+        **meta,
+        "inputs": [_published_tensor(s, t) for s, t in zip(signature.inputs, meta["inputs"])],
+        "outputs": [_published_tensor(s, t) for s, t in zip(signature.outputs, meta["outputs"])],
+    }
+
+
 def _label(index: int, tensor: Tensor) -> str:
     return clip(tensor.name) if tensor.name is not None else f"input_{index}"
 
