@@ -23,12 +23,13 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.dataplane.statistics import Statistics
 from service.errors import Busy, DeadlineExceeded, ExecutionFailed, input_problem
 
 
@@ -43,42 +44,6 @@ class _Queued:
     timer: asyncio.TimerHandle | None = None
 
 
-@dataclass
-class _SizeStats:
-    count: int = 0
-    compute_input_ns: int = 0
-    compute_infer_ns: int = 0
-    compute_output_ns: int = 0
-
-
-@dataclass
-class MethodStats:
-    """What Triton's statistics extension reports per model: executes, the requests they
-    served, and per batch size the time spent building, running and splitting batches."""
-
-    execution_count: int = 0
-    inference_count: int = 0
-    batch_stats: dict[int, _SizeStats] = field(default_factory=dict)
-
-    def record(
-        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        self.execution_count += 1
-        self.inference_count += requests
-        size = self.batch_stats.setdefault(rows, _SizeStats())
-        size.count += 1
-        size.compute_input_ns += input_ns
-        size.compute_infer_ns += infer_ns
-        size.compute_output_ns += output_ns
-
-    def as_dict(self) -> dict:
-        return {
-            "execution_count": self.execution_count,
-            "inference_count": self.inference_count,
-            "batch_stats": {size: vars(s).copy() for size, s in sorted(self.batch_stats.items())},
-        }
-
-
 class Scheduler:
     """One model method's queue. Lives as long as the model's pool; created on first use."""
 
@@ -90,10 +55,16 @@ class Scheduler:
         config: dict,
         executor: Executor,
         metrics: Metrics,
+        statistics: Statistics,
+        version: str,
     ):
         self.model, self.method, self.pool = model, method, pool
         self._executor = executor
         self._metrics = metrics
+        # Executes are counted here, where they happen: a request does not know how many
+        # others shared its execute.
+        self._statistics = statistics
+        self.version = version
         batching = config.get("dynamic_batching")
         policy = (batching or {}).get("default_queue_policy", {})
         self.max_batch = config.get("max_batch_size", 0)
@@ -102,7 +73,6 @@ class Scheduler:
         self.default_timeout_s = policy.get("default_timeout_microseconds", 0) / 1e6 or None
         self.delay_s = (batching or {}).get("max_queue_delay_microseconds", 0) / 1e6
         self.preferred = set((batching or {}).get("preferred_batch_size", []))
-        self.stats = MethodStats()
         self._queue: list[_Queued] = []
         self._arrived = asyncio.Event()
         self._free = asyncio.Semaphore(pool.instance_count(method))
@@ -151,8 +121,8 @@ class Scheduler:
         timeout_s = self._timeout(timeout_s)
         if self.batching:
             return await self._batched(arrays, timeout_s, acquired)
-        if self.max_batch:  # batches the client made itself are bounded too
-            self._rows(arrays)
+        # Batches the client made itself are bounded too, and counted by their rows.
+        rows = self._rows(arrays) if self.max_batch else 1
         started = []
 
         def on_instance(waited_s: float) -> None:
@@ -166,13 +136,15 @@ class Scheduler:
             )
         except TimeoutError:
             raise self._expired(timeout_s) from None
-        self._record(1, 1, 0, time.perf_counter_ns() - started[0], 0)
+        self._record(rows, 0, time.perf_counter_ns() - started[0], 0)
         return outputs
 
-    def _record(
-        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        self.stats.record(rows, requests, input_ns, infer_ns, output_ns)
+    def _record(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One successful execute of `rows` rows (Triton's batch size: the requests' rows
+        together where the model batches, else 1 per request)."""
+        self._statistics.record_execution(
+            self.model, self.version, rows, input_ns, infer_ns, output_ns
+        )
         self._recent_execute_s = infer_ns / 1e9
         self._metrics.batch_executed(self.model, self.method, rows)
 
@@ -313,9 +285,7 @@ class Scheduler:
                 if not item.future.done():
                     item.future.set_result([o[offset : offset + item.rows] for o in outputs])
                 offset += item.rows
-            self._record(
-                rows, len(batch), started - begun, ended - started, time.perf_counter_ns() - ended
-            )
+            self._record(rows, started - begun, ended - started, time.perf_counter_ns() - ended)
         except Exception as exc:
             for item in batch:
                 if not item.future.done():

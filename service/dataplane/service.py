@@ -333,17 +333,19 @@ class ModelService(Repository):
                 served.stored.description.config or {},
                 self._executor,
                 self.metrics,
+                self.statistics,
+                MODEL_VERSION,
             )
         return scheduler
 
-    def batch_stats(self, name: str) -> dict[str, dict]:
-        """Per method: execution_count, inference_count and batch_stats ({rows: {count,
-        compute_input_ns, compute_infer_ns, compute_output_ns}}) since the model was loaded;
-        {} for a model that is not served."""
-        served = self._models.get(name)
-        if served is None:
-            return {}
-        return {m: self._scheduler_for(served, m).stats.as_dict() for m in served.pool.method_names}
+    def model_stats(self, names: list[str] | None, version: str | None = None) -> list[dict]:
+        """Triton's ModelStatistics of each model named (every model for None); an unknown
+        model or version raises NotFound."""
+        if names is None:
+            names = self.model_names()
+        for name in names:
+            self.signatures(name, version)
+        return [self.statistics.model_stats(name, version or MODEL_VERSION) for name in names]
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""

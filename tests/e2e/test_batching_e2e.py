@@ -8,6 +8,8 @@ import httpx
 import numpy as np
 import pytest
 import torch
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 
 from support import programs
 from support.program_fixtures import (
@@ -158,6 +160,25 @@ def test_concurrent_requests_are_batched_and_each_gets_the_unbatched_answer(
         parsed, "etrt_batch_size_count", **labels
     )  # no batch past max_batch_size
     assert value(parsed, "etrt_queue_depth", **labels) == 0
+    # The statistics extension counts the same executes, as Triton does: each execute once,
+    # under the batch size it ran with; every row an inference; every request its phases.
+    with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
+        [stats] = triton.get_inference_statistics("b")["model_stats"]
+    with triton_grpc.InferenceServerClient(server.grpc_url) as triton:
+        [over_grpc] = triton.get_inference_statistics("b", as_json=True)["model_stats"]
+    rows = sum(len(x) for x in inputs)
+    assert stats["inference_count"] == rows
+    assert stats["execution_count"] == value(parsed, "etrt_batch_size_count", **labels)
+    assert stats["execution_count"] < len(inputs) < stats["inference_count"]
+    batches = stats["batch_stats"]
+    assert sum(b["compute_infer"]["count"] for b in batches) == stats["execution_count"]
+    assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in batches) == rows
+    assert max(b["batch_size"] for b in batches) <= 16
+    phases = stats["inference_stats"]
+    for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert phases[phase]["count"] == len(inputs), phase
+    assert int(over_grpc["execution_count"]) == stats["execution_count"]
+    assert int(over_grpc["inference_count"]) == rows
 
 
 def test_a_flood_on_a_bounded_queue_gets_quick_503s_with_retry_after(start_server, wide_program):

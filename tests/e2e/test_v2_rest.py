@@ -279,7 +279,11 @@ def test_statistics_count_successes_failures_and_phases(shared_server, client, l
     assert phases["fail"]["count"] - before["inference_stats"]["fail"]["count"] == 1
     for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
         assert phases[phase]["ns"] > before["inference_stats"][phase]["ns"], phase
-    assert model["last_inference"] > 0 and model["batch_stats"] == []
+    assert model["last_inference"] > 0
+    # An unbatched model executes each request alone, as batch size 1.
+    [ones] = model["batch_stats"]
+    earlier = {b["batch_size"]: b["compute_infer"]["count"] for b in before["batch_stats"]}
+    assert ones["batch_size"] == 1 and ones["compute_infer"]["count"] - earlier.get(1, 0) == 3
     every = client.get_inference_statistics()["model_stats"]
     assert "counted" in {m["name"] for m in every}
     assert client.get_inference_statistics("counted", "1") == stats

@@ -243,19 +243,10 @@ class InferenceServicer:
         return messages.RepositoryModelUnloadResponse()
 
     async def ModelStatistics(self, request, context):
-        version = request.version or None
-        if request.name:
-            self.service.signatures(request.name, version)  # NOT_FOUND: unknown model or version
-            names = [request.name]
-        else:
-            names = self.service.model_names()
+        names = [request.name] if request.name else None
         response = messages.ModelStatisticsResponse()
-        for name in names:
+        for stats in self.service.model_stats(names, request.version or None):
             # The dataplane's dict has Triton's field names; fields this schema leaves out
             # (memory_usage) are dropped.
-            json_format.ParseDict(
-                self.service.statistics.model_stats(name, version or MODEL_VERSION),
-                response.model_stats.add(),
-                ignore_unknown_fields=True,
-            )
+            json_format.ParseDict(stats, response.model_stats.add(), ignore_unknown_fields=True)
         return response

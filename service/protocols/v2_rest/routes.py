@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.errors import TooLarge, Unavailable, clip
 from service.protocols.offload import (
     INLINE_BINARY_BYTES,
@@ -64,26 +64,15 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-def _stats(service: ModelService, names: list[str], version: str | None) -> dict:
-    return {
-        "model_stats": [
-            service.statistics.model_stats(name, version or MODEL_VERSION) for name in names
-        ]
-    }
-
-
 @router.get("/models/stats")
 async def all_stats(request: Request) -> dict:
-    service = _service(request)
-    return _stats(service, service.model_names(), None)
+    return {"model_stats": _service(request).model_stats(None)}
 
 
 @router.get("/models/{model}/stats")
 @router.get("/models/{model}/versions/{version}/stats")
 async def model_stats(request: Request, model: str, version: str | None = None) -> dict:
-    service = _service(request)
-    service.signatures(model, version)  # 404 for an unknown model or version
-    return _stats(service, [model], version)
+    return {"model_stats": _service(request).model_stats([model], version)}
 
 
 @router.get("/models/{model}")
