@@ -151,6 +151,11 @@ class ModelPool:
         future.add_done_callback(release)
         return await asyncio.shield(future)
 
+    def readmit(self) -> None:
+        """One more admission for a request already admitted and not yet done (a batch run
+        again in parts): never refused while closing, since close() waits for that request."""
+        self._enter()
+
     def withdraw(self) -> None:
         """Ends an admission that will not run (dropped from a queue, merged into a batch)."""
         self._leave()

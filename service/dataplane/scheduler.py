@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.statistics import Statistics
@@ -257,47 +258,75 @@ class Scheduler:
         return []
 
     async def _execute(self, batch: list[_Queued]) -> None:
-        rows = sum(item.rows for item in batch)
-        for _ in batch[1:]:  # the batch runs on the first request's admission
+        # The batch runs on the first request's admission; the second one's is held until the
+        # batch is settled, so the re-runs that look for a culprit count as in flight too.
+        for _ in batch[2:]:
             self.pool.withdraw()
         try:
-            begun = time.perf_counter_ns()
-            inputs = (
-                batch[0].arrays
-                if len(batch) == 1
-                else [
-                    np.concatenate([item.arrays[i] for item in batch])
-                    for i in range(len(batch[0].arrays))
-                ]
-            )
-            started = time.perf_counter_ns()
-            outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
-            ended = time.perf_counter_ns()
-            for index, output in enumerate(outputs):
-                if output.ndim == 0 or output.shape[0] != rows:
-                    raise RuntimeError(
-                        f"output {index} has shape {list(output.shape)}, not "
-                        f"{rows} rows: the program does not keep the batch "
-                        "dimension, so it cannot be batched"
-                    )
-            offset = 0
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_result([o[offset : offset + item.rows] for o in outputs])
-                offset += item.rows
-            self._record(rows, started - begun, ended - started, time.perf_counter_ns() - ended)
+            await self._settle(batch, admitted=True)
+        finally:
+            if len(batch) > 1:
+                self.pool.withdraw()
+            self._free.release()
+
+    async def _settle(self, batch: list[_Queued], admitted: bool) -> None:
+        """Runs the batch and hands each request its rows. An execute the kernels refuse as
+        the inputs' fault is run again in halves, down to the requests that cause it, so one
+        bad request fails alone (with ExecuTorch's reason) and its batch-mates still get
+        their answers."""
+        try:
+            outputs = await self._run(batch, admitted)
         except Exception as exc:
+            if len(batch) > 1 and is_input_fault(exc):
+                half = len(batch) // 2
+                await self._settle(batch[:half], admitted=False)
+                await self._settle(batch[half:], admitted=False)
+                return
+            rows = sum(item.rows for item in batch)
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(self._failure(exc, len(batch), rows))
-        finally:
-            self._free.release()
+            return
+        offset = 0
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result([o[offset : offset + item.rows] for o in outputs])
+            offset += item.rows
+
+    async def _run(self, batch: list[_Queued], admitted: bool) -> list[np.ndarray]:
+        rows = sum(item.rows for item in batch)
+        if not admitted:
+            self.pool.readmit()
+        begun = time.perf_counter_ns()
+        inputs = (
+            batch[0].arrays
+            if len(batch) == 1
+            else [
+                np.concatenate([item.arrays[i] for item in batch])
+                for i in range(len(batch[0].arrays))
+            ]
+        )
+        started = time.perf_counter_ns()
+        outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
+        ended = time.perf_counter_ns()
+        for index, output in enumerate(outputs):
+            if output.ndim == 0 or output.shape[0] != rows:
+                raise RuntimeError(
+                    f"output {index} has shape {list(output.shape)}, not "
+                    f"{rows} rows: the program does not keep the batch "
+                    "dimension, so it cannot be batched"
+                )
+        self._record(rows, started - begun, ended - started, time.perf_counter_ns() - ended)
+        return outputs
 
     def _failure(self, exc: Exception, requests: int, rows: int) -> Exception:
-        """A fresh error for each request of a failed batch, naming what failed."""
+        """A fresh error for each request of a failed batch, naming what failed; a request
+        whose own inputs the kernels refused gets that refusal, as if it had run alone."""
         if isinstance(exc, PoolClosed):
             return PoolClosed(self.model)
+        if requests == 1 and is_input_fault(exc):
+            return exc
         return ExecutionFailed(
             f"executing {self.model!r} method {self.method!r} on a batch of "
-            f"{requests} request(s), {rows} row(s), failed: {exc}"
+            f"{requests} request(s), {rows} row(s), failed: {kernel_reason(exc)}"
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from service.backends.host import import_host
 from service.backends.registry import enabled
 from service.config import Settings
 from service.dataplane import triton_config
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.repository import (
@@ -438,16 +438,18 @@ class ModelService(Repository):
             label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
             raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
-            if getattr(exc, "error_name", None) in _INPUT_FAULTS:
+            if is_input_fault(exc):
                 raise input_problem(
                     None,
                     "input.rejected",
                     (
                         f"model {model!r} method {method!r} rejected the inputs while executing: "
-                        f"{_kernel_reason(exc)}"
+                        f"{kernel_reason(exc)}"
                     ),
                 ) from None
-            raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
+            raise ExecutionFailed(
+                f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}"
+            ) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
         outputs = []
@@ -456,21 +458,6 @@ class ModelService(Repository):
             outputs.append(Tensor(spec.name, spec.datatype, results[index]))
         phases["output"] = time.perf_counter_ns() - mark
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
-
-
-# ExecuTorch errors that kernels return for values they refuse (an embedding index out of range,
-# a negative index) once the host has checked count, dtype and shape: the request's fault, 4xx.
-_INPUT_FAULTS = frozenset({"InvalidArgument"})
-# The runtime logs the failing call's argument type ids after the kernel's reason: noise to a
-# client.
-_ARGUMENT_NOISE = re.compile(r"^arg \d+ with type id \d+$")
-
-
-def _kernel_reason(exc: BaseException) -> str:
-    """ExecuTorch's own reason without the server's file paths (exc's message has them)."""
-    context = getattr(exc, "context", "") or ""
-    reason = "; ".join(part for part in context.split("; ") if not _ARGUMENT_NOISE.match(part))
-    return clip(reason or f"{exc.error_name} ({exc.code:#04x})", 1000)
 
 
 _INFER_OUTCOMES = (

@@ -14,6 +14,7 @@ import tritonclient.http as triton_http
 from support import programs
 from support.program_fixtures import (
     dynamic_batch_program,
+    dynamic_lookup_program,
     linear_relu_program,  # noqa: F401
     weight_bound_program,
 )
@@ -304,3 +305,51 @@ def test_the_configuration_may_be_sent_as_a_file_part(start_server, dynamic_batc
         )
         assert response.status_code == 201, response.text
         assert response.json()["config"]["max_batch_size"] == 4
+
+
+def test_one_bad_request_in_a_batch_fails_alone_and_its_batch_mates_get_answers(
+    start_server, dynamic_lookup_program
+):
+    server = start_server()
+    config = {
+        "max_batch_size": programs.LOOKUP_MAX_BATCH,
+        "dynamic_batching": {"max_queue_delay_microseconds": 300_000},
+        "instance_group": [{"count": 1}],
+    }
+    with server.client() as client:
+        created = upload(client, "lookup", dynamic_lookup_program.pte, fields=configured(config))
+        assert created.status_code == 201, created.text
+    rng = np.random.default_rng(11)
+    ids = [rng.integers(0, programs.LOOKUP_TABLE, (1, 3)).astype(np.int64) for _ in range(12)]
+    ids[5] = np.array([[1, 42, 3]], np.int64)  # past the 10-row table: the kernel refuses it
+
+    def call(index):
+        with server.client() as client:
+            return client.post("/infer", json={"model": "lookup", "inputs": [tensor(ids[index])]})
+
+    responses = concurrently(len(ids), call)
+    bad = responses[5]
+    assert bad.status_code == 422, bad.text
+    [problem] = bad.json()["problems"]
+    assert problem["rule"] == "input.rejected" and "42" in problem["message"], problem
+    assert "embedding" in problem["message"]
+    for index, response in enumerate(responses):
+        assert "/" + str(server.artifacts).strip("/") not in response.text
+        assert ".cpp" not in response.text and "/work/" not in response.text
+        if index == 5:
+            continue
+        assert response.status_code == 200, response.text
+        [output] = response.json()["outputs"]
+        expected = dynamic_lookup_program.module(torch.from_numpy(ids[index])).detach().numpy()
+        np.testing.assert_allclose(
+            np.array(output["data"], np.float32).reshape(output["shape"]),
+            expected,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+    with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
+        [stats] = triton.get_inference_statistics("lookup")["model_stats"]
+    # They were merged (the 11 good ones in fewer executes), and only the 11 are inferences.
+    assert stats["inference_count"] == 11
+    assert stats["execution_count"] < 11
+    assert stats["inference_stats"]["fail"]["count"] == 1

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from service.backends.host import import_host
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.scheduler import Scheduler
 from service.dataplane.statistics import Statistics
-from service.errors import Busy, DeadlineExceeded, ExecutionFailed, Invalid
+from service.errors import Busy, DeadlineExceeded, Invalid
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 
@@ -133,24 +134,31 @@ def test_mixed_trailing_shapes_are_never_merged(lookup_program):
     )
 
 
-def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_runs(lookup_program):
-    good = [np.array([[i % 10, 1]], np.int64) for i in range(3)]
+def test_a_request_the_kernel_refuses_fails_alone_and_its_batch_mates_are_answered(
+    lookup_program,
+):
+    good = [np.array([[i % 10, 1]], np.int64) for i in range(6)]
     bad = np.array([[42, 1]], np.int64)  # past the 10-row table: the kernel refuses it
+    worse = np.array([[77, 1]], np.int64)
 
     async def scenario(scheduler, _):
         first = await asyncio.gather(
-            *[scheduler.submit([ids]) for ids in [*good, bad]], return_exceptions=True
+            *[scheduler.submit([ids]) for ids in [*good[:3], bad, *good[3:], worse]],
+            return_exceptions=True,
         )
         second = await asyncio.gather(*[scheduler.submit([ids]) for ids in good])
-        return first, second, counted(scheduler)
+        return first, second, counted(scheduler), scheduler.pool._in_flight
 
-    first, second, stats = run(lookup_program, batching(4, delay_us=500_000), scenario)
-    assert all(isinstance(r, ExecutionFailed) for r in first), first
-    assert all("batch of 4 request(s)" in r.message and "42" in r.message for r in first)
-    assert len({id(r) for r in first}) == 4  # each request gets its own error
-    for ids, [output] in zip(good, second):
+    first, second, stats, in_flight = run(lookup_program, batching(8, delay_us=500_000), scenario)
+    refused = [first[3], first[7]]
+    assert all(is_input_fault(r) for r in refused), first
+    assert "42" in kernel_reason(refused[0]) and "77" in kernel_reason(refused[1])
+    answered = first[:3] + first[4:7]
+    for ids, [output] in zip(good + good, answered + [o for o in second]):
         np.testing.assert_allclose(output, eager(lookup_program, ids), rtol=1e-5, atol=1e-6)
-    assert stats["execution_count"] == 1  # only successful executes count
+    # The 8 were merged; only successful executes count, each by its rows.
+    assert stats["inference_count"] == 12 and in_flight == 0
+    assert stats["execution_count"] < 12
 
 
 def test_preferred_batch_size_is_sent_without_waiting_for_the_delay(batch_program):
