@@ -66,6 +66,8 @@ class ModelPool:
                 instance.kernel_threadpool = kernel_threadpool
             self._methods[name] = _MethodSlots(instances)
             self._metas[name] = instances[0].meta
+        # Seconds the model's warmups took before it served (service.dataplane.warmup).
+        self.warmup_s: float | None = None
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -77,6 +79,13 @@ class ModelPool:
 
     def meta(self, method: str) -> dict:
         return self._metas[method]
+
+    def warm_up(self, method: str, inputs: list[np.ndarray], times: int) -> None:
+        """Executes every instance of the method `times` times, before the pool serves (so no
+        request holds an instance meanwhile); blocks: run it in a worker thread."""
+        for instance in self._methods[method].free:
+            for _ in range(times):
+                instance.execute(inputs)
 
     def waiting(self, method: str) -> int:
         """Requests to the method waiting for a free instance."""

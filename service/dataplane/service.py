@@ -38,6 +38,7 @@ from service.dataplane.signature import (
 )
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.dataplane.warmup import WarmupFailed, run_warmups
 from service.errors import (
     Aborted,
     Busy,
@@ -130,7 +131,9 @@ class ModelService(Repository):
         self._ingest.shutdown(wait=True)
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        return self.metrics.open_pool(
+        """Opens the model's instances and runs its warmups on them (WarmupFailed if one
+        fails): a model serves only warmed."""
+        pool = self.metrics.open_pool(
             stored.name,
             lambda: ModelPool(
                 stored,
@@ -140,6 +143,8 @@ class ModelService(Repository):
                 self.settings.inline_execute_us * 1e-6,
             ),
         )
+        pool.warmup_s = run_warmups(pool, stored.description.config)
+        return pool
 
     def begin_staging(self) -> Staging:
         """Where a transport puts an upload's files before handing it to deploy()."""
@@ -206,7 +211,12 @@ class ModelService(Repository):
         except NameTaken:
             raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
         reason = not_runnable(stored)
-        pool = await self._open_committed(stored, replaced) if reason is None else None
+        pool = None
+        if reason is None:
+            try:
+                pool = await self._open_committed(stored, replaced)
+            except WarmupFailed as failed:  # stored, and unavailable with why
+                reason = str(failed)
         previous = self._models.pop(name, None)
         self._refused.pop(name, None)
         if pool is None:
@@ -224,6 +234,8 @@ class ModelService(Repository):
         """Opens a just-committed model; if it cannot be, the commit is undone before raising."""
         try:
             return await asyncio.to_thread(self._open_pool, stored)
+        except WarmupFailed:
+            raise
         except Exception as exc:
             log.exception("model %s passed the load check but could not be opened", stored.name)
             if replaced is None:
@@ -239,6 +251,8 @@ class ModelService(Repository):
         served = self._models.get(name)
         if served is not None:
             view = served.stored.description.view("ready")
+            if served.pool.warmup_s is not None:
+                view["warmup_s"] = served.pool.warmup_s
         elif name in self._unavailable:
             stored, reason = self._unavailable[name]
             view = stored.description.view("unavailable", reason)

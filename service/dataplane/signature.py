@@ -1,27 +1,14 @@
 """Method signatures with stable tensor names, and request tensors checked against them.
 
-ExecuTorch programs do not keep the argument names of the exported function, so every input and
-output gets a positional name, `input_<i>` / `output_<i>`: stable across re-exports of the same
-signature and across protocols. A program that does carry a (unique) tensor name keeps that one.
+Tensors are named by service.tensor_names (`input_<i>` / `output_<i>`).
 """
 
 from __future__ import annotations
 
-import re
-
 from service.dataplane.types import MethodSignature, Tensor, TensorSpec
 from service.dtypes import datatype_of
 from service.errors import Invalid, Problem, clip, input_problem
-
-_NAME = re.compile(r"\('([A-Za-z_][A-Za-z0-9_.]*)'\)")
-
-
-def _names(specs: list[dict], role: str) -> list[str]:
-    found = [_NAME.search(spec.get("name", "")) for spec in specs]
-    names = [m.group(1) if m else f"{role}_{i}" for i, m in enumerate(found)]
-    if len(set(names)) != len(names):
-        return [f"{role}_{i}" for i in range(len(specs))]
-    return names
+from service.tensor_names import tensor_names
 
 
 def _spec(name: str, spec: dict) -> TensorSpec:
@@ -39,8 +26,8 @@ def signature_of(meta: dict) -> MethodSignature:
     inputs, outputs = meta.get("inputs", []), meta.get("outputs", [])
     return MethodSignature(
         meta["name"],
-        [_spec(n, s) for n, s in zip(_names(inputs, "input"), inputs)],
-        [_spec(n, s) for n, s in zip(_names(outputs, "output"), outputs)],
+        [_spec(n, s) for n, s in zip(tensor_names(inputs, "input"), inputs)],
+        [_spec(n, s) for n, s in zip(tensor_names(outputs, "output"), outputs)],
     )
 
 

@@ -15,20 +15,11 @@ from __future__ import annotations
 
 from service.dataplane.signature import signature_of
 from service.dataplane.types import TensorSpec
+from service.dtypes import triton_type
 from service.store.records import ModelDescription
 
 PLATFORM = "executorch"
 DEFAULT_METHOD = "forward"
-# Triton's data types are the protocol's with a prefix, except BYTES (Triton's STRING).
-_TYPE_NAMES = {"BYTES": "TYPE_STRING"}
-INVALID_TYPE = "TYPE_INVALID"
-
-
-def data_type(datatype: str | None) -> str:
-    """TYPE_FP32 and so on; TYPE_INVALID for a dtype no protocol datatype exists for."""
-    if datatype is None:
-        return INVALID_TYPE
-    return _TYPE_NAMES.get(datatype, f"TYPE_{datatype}")
 
 
 def _dims(spec: TensorSpec, batched: bool) -> list[int]:
@@ -39,7 +30,7 @@ def _dims(spec: TensorSpec, batched: bool) -> list[int]:
 def _input(spec: TensorSpec, batched: bool) -> dict:
     return {
         "name": spec.name,
-        "data_type": data_type(spec.datatype),
+        "data_type": triton_type(spec.datatype),
         "format": "FORMAT_NONE",
         "dims": _dims(spec, batched),
         "is_shape_tensor": False,
@@ -51,7 +42,7 @@ def _input(spec: TensorSpec, batched: bool) -> dict:
 def _output(spec: TensorSpec, batched: bool) -> dict:
     return {
         "name": spec.name,
-        "data_type": data_type(spec.datatype),
+        "data_type": triton_type(spec.datatype),
         "dims": _dims(spec, batched),
         "label_filename": "",
         "is_shape_tensor": False,
@@ -114,7 +105,7 @@ def model_config(
             }
         ],
         "parameters": {},
-        "model_warmup": [],
+        "model_warmup": list(config.get("model_warmup", [])),
     }
     if "dynamic_batching" in config:
         answer["dynamic_batching"] = _dynamic_batching(config["dynamic_batching"])
