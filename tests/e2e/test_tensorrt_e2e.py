@@ -141,6 +141,9 @@ def test_inline_engines_are_verified_described_and_served(trt_server, mixed_16):
         [method] = description["methods"]
         meta = method_meta(inspect_program(mixed_16.pte).methods[0])
         assert method["inputs"] == published_method(meta)["inputs"]
+        # Triton's tools see a GPU model: its instance group is KIND_GPU.
+        [group] = client.get("/v2/models/mixed16/config").json()["instance_group"]
+        assert group["kind"] == "KIND_GPU"
         for delegate in method["delegates"]:
             details = delegate["details"]
             assert details["verified"] is True and details["engine_source"] == "inline"
