@@ -11,8 +11,13 @@ refuses at once (Busy, with a retry hint from the recent execute time), and a re
 deadline passes while queued is dropped unexecuted (DeadlineExceeded). A request whose awaiting
 task is cancelled (its client went away) leaves the queue before it can be executed.
 
-Models without dynamic batching keep one execute per request on N instances (ModelPool), with
-the same queue bound and deadline.
+With priority levels (dynamic_batching.priority_levels) the queue is taken highest level first,
+arrival order within a level; each level has its own bound and deadline, so a full low level
+never refuses a high one, and a request past a DELAY deadline goes behind all the others instead
+of being refused. A model with levels but no batching queues here too, one request per execute.
+
+Models without dynamic batching or levels keep one execute per request on N instances
+(ModelPool), with the same queue bound and deadline.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.statistics import Statistics
-from service.errors import Busy, DeadlineExceeded, ExecutionFailed, input_problem
+from service.errors import Busy, DeadlineExceeded, ExecutionFailed, clip, input_problem, invalid
 
 
 @dataclass(eq=False)
@@ -42,7 +47,26 @@ class _Queued:
     future: asyncio.Future
     enqueued: float
     acquired: Callable[[float], None] | None
+    level: int = 0  # priority level: lower is taken first (0: the model has no levels)
+    delayed: bool = False  # timed out under timeout_action DELAY: behind every other request
     timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """A queue policy: of the model, or of one priority level."""
+
+    max_queue: int
+    timeout_s: float | None
+    delay: bool = False  # past the timeout: DELAY (move behind) instead of REJECT
+
+    @classmethod
+    def of(cls, policy: dict) -> _Policy:
+        return cls(
+            policy.get("max_queue_size", 0),
+            policy.get("default_timeout_microseconds", 0) / 1e6 or None,
+            policy.get("timeout_action", "REJECT") == "DELAY",
+        )
 
 
 class Scheduler:
@@ -66,13 +90,22 @@ class Scheduler:
         # others shared its execute.
         self._statistics = statistics
         self.version = version
-        batching = config.get("dynamic_batching")
-        policy = (batching or {}).get("default_queue_policy", {})
+        batching = config.get("dynamic_batching") or {}
         self.max_batch = config.get("max_batch_size", 0)
-        self.batching = batching is not None and self.max_batch > 0
-        self.max_queue = policy.get("max_queue_size", 0)
-        self.default_timeout_s = policy.get("default_timeout_microseconds", 0) / 1e6 or None
-        self.delay_s = (batching or {}).get("max_queue_delay_microseconds", 0) / 1e6
+        self.batching = "dynamic_batching" in config and self.max_batch > 0
+        self.policy = _Policy.of(batching.get("default_queue_policy", {}))
+        # Priority levels 1..N, each with its own policy (the default one where none is set).
+        self.levels = batching.get("priority_levels", 0)
+        self.default_level = batching.get("default_priority_level", 0)
+        per_level = batching.get("priority_queue_policy", {})
+        self._policies = {
+            level: _Policy.of(per_level[str(level)]) if str(level) in per_level else self.policy
+            for level in range(1, self.levels + 1)
+        }
+        # Requests wait in this scheduler's queue (rather than for an instance of the pool)
+        # when they may be merged or must be taken in priority order.
+        self.queued = self.batching or self.levels > 0
+        self.delay_s = batching.get("max_queue_delay_microseconds", 0) / 1e6
         self.preferred = set((batching or {}).get("preferred_batch_size", []))
         self._queue: list[_Queued] = []
         self._arrived = asyncio.Event()
@@ -88,20 +121,44 @@ class Scheduler:
     @property
     def depth(self) -> int:
         """Requests waiting: queued for a batch, or for a free instance."""
-        return len(self._queue) if self.batching else self.pool.waiting(self.method)
+        return len(self._queue) if self.queued else self.pool.waiting(self.method)
 
-    def _busy(self) -> Busy:
+    def _waiting(self, level: int) -> int:
+        """Requests queued at this priority level (all of them without levels)."""
+        if not self.levels:
+            return self.depth
+        return sum(1 for item in self._queue if item.level == level)
+
+    def _busy(self, level: int, policy: _Policy) -> Busy:
         instances = self.pool.instance_count(self.method)
         per_batch = max(self.max_batch, 1) if self.batching else 1
         drain_s = self._recent_execute_s * math.ceil(self.depth / per_batch / instances)
+        at = f" at priority level {level}" if self.levels else ""
         return Busy(
-            f"model {self.model!r} method {self.method!r} has {self.depth} requests "
-            f"queued (max_queue_size {self.max_queue}); retry later",
+            f"model {self.model!r} method {self.method!r} has {self._waiting(level)} requests "
+            f"queued{at} (max_queue_size {policy.max_queue}); retry later",
             retry_after_s=max(1.0, drain_s),
         )
 
-    def _timeout(self, timeout_s: float | None) -> float | None:
-        return timeout_s if timeout_s is not None else self.default_timeout_s
+    def _level(self, priority) -> int:
+        """The request's level: its `priority` parameter, 0 or absent for the default one."""
+        if not self.levels:
+            return 0  # as in Triton, a model without levels ignores the parameter
+        if priority is None or priority == 0:
+            return self.default_level
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise invalid(
+                "request.priority",
+                f"parameter 'priority' must be an integer, 0 to {self.levels}, not "
+                f"{clip(priority)!r}",
+            )
+        if priority > self.levels:
+            raise invalid(
+                "request.priority",
+                f"model {self.model!r} has priority levels 1 to {self.levels}; "
+                f"the request asks for {priority}",
+            )
+        return priority
 
     def _expired(self, timeout_s: float) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -114,14 +171,18 @@ class Scheduler:
         arrays: list[np.ndarray],
         timeout_s: float | None = None,
         acquired: Callable[[float], None] | None = None,
+        priority=None,
     ) -> list[np.ndarray]:
         """The method's outputs for these inputs. `timeout_s` (the request's own, else the
-        configured default) bounds the time spent queued, not the execute."""
-        if self.max_queue and self.depth >= self.max_queue:
-            raise self._busy()
-        timeout_s = self._timeout(timeout_s)
-        if self.batching:
-            return await self._batched(arrays, timeout_s, acquired)
+        configured default) bounds the time spent queued, not the execute; `priority` is the
+        request's parameter of that name (a level 1..priority_levels, 0: the default)."""
+        level = self._level(priority)
+        policy = self._policies[level] if self.levels else self.policy
+        if policy.max_queue and self._waiting(level) >= policy.max_queue:
+            raise self._busy(level, policy)
+        timeout_s = timeout_s if timeout_s is not None else policy.timeout_s
+        if self.queued:
+            return await self._enqueue(arrays, timeout_s, acquired, level, policy.delay)
         # Batches the client made itself are bounded too, and counted by their rows.
         rows = self._rows(arrays) if self.max_batch else 1
         started = []
@@ -166,14 +227,15 @@ class Scheduler:
             )
         return rows
 
-    async def _batched(self, arrays, timeout_s, acquired) -> list[np.ndarray]:
-        rows = self._rows(arrays)
+    async def _enqueue(self, arrays, timeout_s, acquired, level, delay) -> list[np.ndarray]:
+        # Without batching a request is an execute of its own: one row, never merged.
+        rows = self._rows(arrays) if self.batching else 1
         loop = asyncio.get_running_loop()
         self.pool.admit()
         key = tuple((a.dtype.str, a.shape[1:]) for a in arrays)
-        item = _Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired)
+        item = _Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired, level)
         if timeout_s is not None:
-            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s)
+            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s, delay)
         self._queue.append(item)
         self._arrived.set()
         if self._dispatcher is None or self._dispatcher.done():
@@ -195,7 +257,11 @@ class Scheduler:
         self._arrived.set()  # the batch being gathered may have changed
         return True
 
-    def _expire(self, item: _Queued, timeout_s: float) -> None:
+    def _expire(self, item: _Queued, timeout_s: float, delay: bool) -> None:
+        if delay:
+            item.delayed = True
+            self._arrived.set()  # the order changed
+            return
         if self._drop(item) and not item.future.done():
             item.future.set_exception(self._expired(timeout_s))
 
@@ -212,11 +278,15 @@ class Scheduler:
             task.add_done_callback(self._running.discard)
 
     def _candidates(self) -> tuple[list[_Queued], bool]:
-        """The oldest request and the compatible ones after it that fit, in arrival order;
-        and whether the batch is full (the next compatible one would not fit)."""
-        head = self._queue[0]
+        """The first request (the oldest of the highest priority level, timed-out DELAY ones
+        last) and the compatible ones after it that fit, in that order; and whether the batch
+        is full (the next compatible one would not fit)."""
+        order = sorted(self._queue, key=lambda item: (item.delayed, item.level))  # stable
+        head = order[0]
+        if not self.batching:
+            return [head], True
         picked, rows = [], 0
-        for item in self._queue:
+        for item in order:
             if item.key != head.key:
                 continue
             if rows + item.rows > self.max_batch:
@@ -239,7 +309,7 @@ class Scheduler:
         while self._queue:
             picked, full = self._candidates()
             rows = sum(item.rows for item in picked)
-            due = self._queue[0].enqueued + self.delay_s
+            due = picked[0].enqueued + self.delay_s
             largest_preferred = max(self.preferred, default=math.inf)
             if full or rows >= largest_preferred or loop.time() >= due:
                 batch = self._preferred_prefix(picked) if self.preferred else picked
@@ -287,6 +357,10 @@ class Scheduler:
                 if not item.future.done():
                     item.future.set_exception(self._failure(exc, len(batch), rows))
             return
+        if len(batch) == 1:
+            if not batch[0].future.done():
+                batch[0].future.set_result(outputs)
+            return
         offset = 0
         for item in batch:
             if not item.future.done():
@@ -309,7 +383,7 @@ class Scheduler:
         started = time.perf_counter_ns()
         outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
         ended = time.perf_counter_ns()
-        for index, output in enumerate(outputs):
+        for index, output in enumerate(outputs if self.batching else ()):
             if output.ndim == 0 or output.shape[0] != rows:
                 raise RuntimeError(
                     f"output {index} has shape {list(output.shape)}, not "

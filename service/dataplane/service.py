@@ -444,7 +444,7 @@ class ModelService(Repository):
 
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started
+                arrays, request.timeout_s, started, request.parameters.get(PRIORITY_PARAMETER)
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
@@ -474,6 +474,8 @@ class ModelService(Repository):
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 
+# The request parameter naming a priority level, as Triton's clients send it (REST and gRPC).
+PRIORITY_PARAMETER = "priority"
 _INFER_OUTCOMES = (
     (Unavailable, "unavailable"),
     (Busy, "busy"),

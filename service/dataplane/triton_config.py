@@ -49,21 +49,27 @@ def _output(spec: TensorSpec, batched: bool) -> dict:
     }
 
 
+def _queue_policy(policy: dict) -> dict:
+    return {
+        "timeout_action": policy.get("timeout_action", "REJECT"),
+        "default_timeout_microseconds": policy["default_timeout_microseconds"],
+        "allow_timeout_override": True,
+        "max_queue_size": policy["max_queue_size"],
+    }
+
+
 def _dynamic_batching(batching: dict) -> dict:
-    policy = batching["default_queue_policy"]
     return {
         "preferred_batch_size": list(batching["preferred_batch_size"]),
         "max_queue_delay_microseconds": batching["max_queue_delay_microseconds"],
         "preserve_ordering": False,
-        "priority_levels": 0,
-        "default_priority_level": 0,
-        "default_queue_policy": {
-            "timeout_action": "REJECT",
-            "default_timeout_microseconds": policy["default_timeout_microseconds"],
-            "allow_timeout_override": True,
-            "max_queue_size": policy["max_queue_size"],
+        "priority_levels": batching.get("priority_levels", 0),
+        "default_priority_level": batching.get("default_priority_level", 0),
+        "default_queue_policy": _queue_policy(batching["default_queue_policy"]),
+        "priority_queue_policy": {
+            level: _queue_policy(policy)
+            for level, policy in batching.get("priority_queue_policy", {}).items()
         },
-        "priority_queue_policy": {},
     }
 
 

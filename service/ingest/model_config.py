@@ -16,13 +16,21 @@ import json
 
 from service.errors import Problem
 from service.ingest.config_checks import TOP, Checker, problem
+from service.ingest.priority_config import parse_priorities
 from service.ingest.warmup_config import check_warmups, parse_warmups
 
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
 _TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup")
-_BATCHING = ("max_queue_delay_microseconds", "preferred_batch_size", "default_queue_policy")
+_BATCHING = (
+    "max_queue_delay_microseconds",
+    "preferred_batch_size",
+    "default_queue_policy",
+    "priority_levels",
+    "default_priority_level",
+    "priority_queue_policy",
+)
 _POLICY = ("max_queue_size", "default_timeout_microseconds")
 _GROUP = ("count",)
 
@@ -129,6 +137,7 @@ def _batching(check: Checker, value, max_batch: int, given) -> dict:
             )
             or 0,
         },
+        **parse_priorities(check, batching),
     }
 
 

@@ -254,3 +254,64 @@ def test_a_warmup_that_does_not_fit_the_method_names_the_warmup_and_the_input():
         0, warmup("m", input_0=zero(dims=[2, 4])), metas=(meta(([2, 4], False), name="encode"),)
     )
     assert "no method 'forward'" in other[0].message
+
+
+def test_priority_levels_are_normalized_with_a_policy_per_level():
+    config, problems = parse_model_config(
+        {
+            "dynamic_batching": {
+                "priority_levels": 3,
+                "priority_queue_policy": {
+                    "1": {"max_queue_size": 4, "timeout_action": "DELAY"},
+                    "3": {"default_timeout_microseconds": 500},
+                },
+            }
+        }
+    )
+    assert problems == []
+    batching = config["dynamic_batching"]
+    assert (batching["priority_levels"], batching["default_priority_level"]) == (3, 3)
+    assert batching["priority_queue_policy"] == {
+        "1": {"max_queue_size": 4, "default_timeout_microseconds": 0, "timeout_action": "DELAY"},
+        "3": {"max_queue_size": 0, "default_timeout_microseconds": 500, "timeout_action": "REJECT"},
+    }
+    assert parse_model_config(config) == (config, [])
+    plain, _ = parse_model_config({"dynamic_batching": {}})
+    assert "priority_levels" not in plain["dynamic_batching"]  # no levels: no priority fields
+
+
+@pytest.mark.parametrize(
+    "batching, rule, words",
+    [
+        ({"priority_levels": -1}, "config.range", "priority_levels"),
+        ({"priority_levels": 65}, "config.range", "priority_levels"),
+        ({"priority_levels": "2"}, "config.type", "priority_levels"),
+        ({"default_priority_level": 1}, "config.priority", "needs dynamic_batching.priority_lev"),
+        ({"priority_queue_policy": {}}, "config.priority", "priority_queue_policy needs"),
+        ({"priority_levels": 2, "default_priority_level": 3}, "config.range", "default_priority"),
+        ({"priority_levels": 2, "default_priority_level": 0}, "config.range", "default_priority"),
+        ({"priority_levels": 2, "priority_queue_policy": []}, "config.type", "level -> policy"),
+        ({"priority_levels": 2, "priority_queue_policy": {"3": {}}}, "config.priority", "1 to"),
+        ({"priority_levels": 2, "priority_queue_policy": {"x": {}}}, "config.priority", "1 to"),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"1": {"size": 1}}},
+            "config.unknown_key",
+            "priority_queue_policy['1'].size",
+        ),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"1": {"timeout_action": "DROP"}}},
+            "config.type",
+            "REJECT or DELAY",
+        ),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"2": {"max_queue_size": -1}}},
+            "config.range",
+            "max_queue_size",
+        ),
+    ],
+)
+def test_impossible_priorities_are_refused_with_a_rule(batching, rule, words):
+    config, problems = parse_model_config({"dynamic_batching": batching})
+    assert config is None
+    assert rule in rules(problems), problems
+    assert any(words in p.message for p in problems if p.rule == rule), problems

@@ -345,3 +345,97 @@ def test_without_dynamic_batching_each_request_is_an_execute_of_its_own_rows(bat
         "inference_count": 2,
         "batch_stats": {1: {"count": 2}},
     }
+
+
+def prioritized(per_level=None, levels=2, default=2):
+    return {
+        "dynamic_batching": {
+            "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0},
+            "priority_levels": levels,
+            "default_priority_level": default,
+            "priority_queue_policy": {
+                str(level): {
+                    "max_queue_size": 0,
+                    "default_timeout_microseconds": 0,
+                    "timeout_action": "REJECT",
+                    **policy,
+                }
+                for level, policy in (per_level or {}).items()
+            },
+        }
+    }
+
+
+def test_a_higher_priority_is_taken_first_on_a_saturated_instance(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    finished = []
+
+    async def scenario(scheduler, _):
+        async def call(tag, priority):
+            await scheduler.submit([x], priority=priority)
+            finished.append(tag)
+
+        running = [asyncio.create_task(call("first", 0))]
+        await asyncio.sleep(0.02)  # it executes; the rest queue
+        running += [asyncio.create_task(call(f"low{i}", 2)) for i in range(3)]
+        await asyncio.sleep(0.01)
+        running += [asyncio.create_task(call("high", 1)), asyncio.create_task(call("dflt", 0))]
+        await asyncio.gather(*running)
+        return counted(scheduler)
+
+    stats = run(heavy_program, prioritized(), scenario)
+    assert finished[0] == "first" and finished[1] == "high", finished
+    # The default level (2 here) keeps arrival order with the other level-2 requests.
+    assert finished[2:] == ["low0", "low1", "low2", "dflt"], finished
+    assert stats["execution_count"] == 6 and stats["batch_stats"] == {1: {"count": 6}}
+
+
+def test_a_full_level_refuses_only_its_own_requests(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+
+    async def scenario(scheduler, _):
+        running = [asyncio.create_task(scheduler.submit([x], priority=1))]
+        await asyncio.sleep(0.02)
+        running.append(asyncio.create_task(scheduler.submit([x], priority=2)))
+        await asyncio.sleep(0)
+        with pytest.raises(Busy) as busy:
+            await scheduler.submit([x], priority=2)
+        high = asyncio.create_task(scheduler.submit([x], priority=1))
+        await asyncio.gather(*running, high)
+        return busy.value
+
+    busy = run(heavy_program, prioritized({2: {"max_queue_size": 1}}), scenario)
+    assert "at priority level 2 (max_queue_size 1)" in busy.message
+
+
+def test_past_its_timeout_a_delay_request_goes_behind_later_ones(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    finished = []
+
+    async def scenario(scheduler, _):
+        async def call(tag, priority):
+            await scheduler.submit([x], priority=priority)
+            finished.append(tag)
+
+        running = [asyncio.create_task(call("first", 2))]
+        await asyncio.sleep(0.02)
+        running.append(asyncio.create_task(call("delayed", 1)))
+        await asyncio.sleep(0.05)  # past level 1's 10 ms: delayed, not refused
+        running.append(asyncio.create_task(call("later", 2)))
+        await asyncio.gather(*running)
+
+    config = prioritized({1: {"default_timeout_microseconds": 10_000, "timeout_action": "DELAY"}})
+    run(heavy_program, config, scenario)
+    assert finished == ["first", "later", "delayed"]
+
+
+def test_a_priority_past_the_levels_is_refused(batch_program):
+    async def scenario(scheduler, _):
+        refusals = []
+        for priority in (3, -1, "high", True):
+            with pytest.raises(Invalid) as refused:
+                await scheduler.submit([np.ones((1, 4), np.float32)], priority=priority)
+            refusals.append(refused.value.problems[0].rule)
+        return refusals
+
+    assert run(batch_program, prioritized(), scenario) == ["request.priority"] * 4
