@@ -184,6 +184,16 @@ class Metrics:
             ("model", "method"),
             BATCH_SIZE_BUCKETS,
         )
+        self.fronts = Counter(
+            "etrt_front_requests_total",
+            "Inference requests each protocol front process sent to the engine",
+            ("front",),
+        )
+        self.arenas = Gauge(
+            "etrt_arena_bytes",
+            "Shared memory of each front's arena for request tensors: in_use now, and size",
+            ("front", "state"),
+        )
         self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
         # (model, method) -> the scheduler's current queue depth, read when rendering.
@@ -213,6 +223,15 @@ class Metrics:
             self.duration.observe((model, method), total_s)
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
+
+    def front_request(self, front: int) -> None:
+        with self._lock:
+            self.fronts.add((str(front),))
+
+    def arena_usage(self, front: int, in_use: int, size: int) -> None:
+        with self._lock:
+            self.arenas.samples[(str(front), "in_use")] = in_use
+            self.arenas.samples[(str(front), "size")] = size
 
     def batch_executed(self, model: str, method: str, rows: int) -> None:
         with self._lock:
@@ -279,6 +298,8 @@ class Metrics:
                 states,
                 self.batch_size,
                 self._queue_depths(),
+                self.fronts,
+                self.arenas,
             ]
             families += [f for backend in self.backends for f in backend.families()]
             lines = [line for family in families if family is not None for line in family.render()]
