@@ -49,3 +49,20 @@ def datatype_of(dtype_name: str) -> str | None:
 
 def carrier_of(datatype: str) -> np.dtype:
     return BY_DATATYPE[datatype].carrier
+
+
+# Triton's model configuration names datatypes TYPE_<datatype>, except BYTES (TYPE_STRING).
+_TRITON_NAMES = {"BYTES": "TYPE_STRING"}
+TRITON_INVALID = "TYPE_INVALID"
+
+
+def triton_type(datatype: str | None) -> str:
+    """TYPE_FP32 and so on; TYPE_INVALID for a dtype no protocol datatype exists for."""
+    if datatype is None:
+        return TRITON_INVALID
+    return _TRITON_NAMES.get(datatype, f"TYPE_{datatype}")
+
+
+def datatype_of_triton(name: str) -> str | None:
+    """The protocol datatype of a Triton TYPE_ name this server serves; None otherwise."""
+    return next((d for d in DATATYPES if triton_type(d) == name), None)

@@ -31,13 +31,16 @@ class Problem:
     input: str | None = None
 
     def as_dict(self) -> dict:
+        """A problem about a request input names the input; any other names its file (None
+        where the problem is about the request as a whole)."""
         # File and input names come from the client; messages clip what they quote themselves.
-        shown = {
+        if self.input is not None:
+            return {"input": clip(self.input), "rule": self.rule, "message": self.message}
+        return {
             "file": None if self.file is None else clip(self.file),
             "rule": self.rule,
             "message": self.message,
         }
-        return shown if self.input is None else {**shown, "input": clip(self.input)}
 
 
 class ServiceError(Exception):
@@ -97,6 +100,19 @@ class Forbidden(ServiceError):
 
 class ExecutionFailed(ServiceError):
     """The program failed for a reason that is not the request's fault (the server's own)."""
+
+
+SHOWN_PROBLEMS = 3  # in a refusal's error string; the problems list has every one
+
+
+def refused(what: str, problems: list[Problem]) -> Invalid:
+    """A refusal whose error string carries the first problems themselves (rule and message):
+    clients such as tritonclient and curl show that string, not the problems list."""
+    shown = "; ".join(f"{p.rule}: {p.message}" for p in problems[:SHOWN_PROBLEMS])
+    more = len(problems) - SHOWN_PROBLEMS
+    if more > 0:
+        shown += f"; and {more} more problem(s)"
+    return Invalid(f"{what}: {shown}" if shown else what, list(problems))
 
 
 def input_problem(label: str | None, rule: str, message: str) -> Invalid:

@@ -36,6 +36,7 @@ class Backend:
     name: str
     id: str
     setup: str
+    device: str = "cpu"  # where its delegates execute ("cpu" or "gpu"), as Triton's kinds say
     check: Callable[[], Callable | None] = lambda: None
     metrics: Callable[[], BackendMetrics | None] = lambda: None
     description_fields: dict[str, str] = field(default_factory=dict)

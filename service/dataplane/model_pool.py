@@ -75,6 +75,8 @@ class ModelPool:
                 ]
             self._methods[name] = _MethodSlots(instances)
             self._metas[name] = instances[0].meta
+        # Seconds the model's warmups took before it served (service.dataplane.warmup).
+        self.warmup_s: float | None = None
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -94,6 +96,13 @@ class ModelPool:
         return residency.measure(
             paths, self._arenas, residency.mapped_files() if files is None else files
         )
+
+    def warm_up(self, method: str, inputs: list[np.ndarray], times: int) -> None:
+        """Executes every instance of the method `times` times, before the pool serves (so no
+        request holds an instance meanwhile); blocks: run it in a worker thread."""
+        for instance in self._methods[method].free:
+            for _ in range(times):
+                instance.execute(inputs)
 
     def waiting(self, method: str) -> int:
         """Requests to the method waiting for a free instance."""
@@ -167,6 +176,11 @@ class ModelPool:
         )
         future.add_done_callback(release)
         return await asyncio.shield(future)
+
+    def readmit(self) -> None:
+        """One more admission for a request already admitted and not yet done (a batch run
+        again in parts): never refused while closing, since close() waits for that request."""
+        self._enter()
 
     def withdraw(self) -> None:
         """Ends an admission that will not run (dropped from a queue, merged into a batch)."""

@@ -11,8 +11,13 @@ refuses at once (Busy, with a retry hint from the recent execute time), and a re
 deadline passes while queued is dropped unexecuted (DeadlineExceeded). A request whose awaiting
 task is cancelled (its client went away) leaves the queue before it can be executed.
 
-Models without dynamic batching keep one execute per request on N instances (ModelPool), with
-the same queue bound and deadline.
+With priority levels (dynamic_batching.priority_levels) the queue is taken highest level first,
+arrival order within a level; each level has its own bound and deadline, so a full low level
+never refuses a high one, and a request past a DELAY deadline goes behind all the others instead
+of being refused. A model with levels but no batching queues here too, one request per execute.
+
+Models without dynamic batching or levels keep one execute per request on N instances
+(ModelPool), with the same queue bound and deadline.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
-from service.errors import Busy, DeadlineExceeded, ExecutionFailed, input_problem
+from service.dataplane.statistics import Statistics
+from service.errors import Busy, DeadlineExceeded, ExecutionFailed, clip, input_problem, invalid
 
 
 @dataclass(eq=False)
@@ -40,43 +47,26 @@ class _Queued:
     future: asyncio.Future
     enqueued: float
     acquired: Callable[[float], None] | None
+    level: int = 0  # priority level: lower is taken first (0: the model has no levels)
+    delayed: bool = False  # timed out under timeout_action DELAY: behind every other request
     timer: asyncio.TimerHandle | None = None
 
 
-@dataclass
-class _SizeStats:
-    count: int = 0
-    compute_input_ns: int = 0
-    compute_infer_ns: int = 0
-    compute_output_ns: int = 0
+@dataclass(frozen=True)
+class _Policy:
+    """A queue policy: of the model, or of one priority level."""
 
+    max_queue: int
+    timeout_s: float | None
+    delay: bool = False  # past the timeout: DELAY (move behind) instead of REJECT
 
-@dataclass
-class MethodStats:
-    """What Triton's statistics extension reports per model: executes, the requests they
-    served, and per batch size the time spent building, running and splitting batches."""
-
-    execution_count: int = 0
-    inference_count: int = 0
-    batch_stats: dict[int, _SizeStats] = field(default_factory=dict)
-
-    def record(
-        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        self.execution_count += 1
-        self.inference_count += requests
-        size = self.batch_stats.setdefault(rows, _SizeStats())
-        size.count += 1
-        size.compute_input_ns += input_ns
-        size.compute_infer_ns += infer_ns
-        size.compute_output_ns += output_ns
-
-    def as_dict(self) -> dict:
-        return {
-            "execution_count": self.execution_count,
-            "inference_count": self.inference_count,
-            "batch_stats": {size: vars(s).copy() for size, s in sorted(self.batch_stats.items())},
-        }
+    @classmethod
+    def of(cls, policy: dict) -> _Policy:
+        return cls(
+            policy.get("max_queue_size", 0),
+            policy.get("default_timeout_microseconds", 0) / 1e6 or None,
+            policy.get("timeout_action", "REJECT") == "DELAY",
+        )
 
 
 class Scheduler:
@@ -90,19 +80,33 @@ class Scheduler:
         config: dict,
         executor: Executor,
         metrics: Metrics,
+        statistics: Statistics,
+        version: str,
     ):
         self.model, self.method, self.pool = model, method, pool
         self._executor = executor
         self._metrics = metrics
-        batching = config.get("dynamic_batching")
-        policy = (batching or {}).get("default_queue_policy", {})
+        # Executes are counted here, where they happen: a request does not know how many
+        # others shared its execute.
+        self._statistics = statistics
+        self.version = version
+        batching = config.get("dynamic_batching") or {}
         self.max_batch = config.get("max_batch_size", 0)
-        self.batching = batching is not None and self.max_batch > 0
-        self.max_queue = policy.get("max_queue_size", 0)
-        self.default_timeout_s = policy.get("default_timeout_microseconds", 0) / 1e6 or None
-        self.delay_s = (batching or {}).get("max_queue_delay_microseconds", 0) / 1e6
+        self.batching = "dynamic_batching" in config and self.max_batch > 0
+        self.policy = _Policy.of(batching.get("default_queue_policy", {}))
+        # Priority levels 1..N, each with its own policy (the default one where none is set).
+        self.levels = batching.get("priority_levels", 0)
+        self.default_level = batching.get("default_priority_level", 0)
+        per_level = batching.get("priority_queue_policy", {})
+        self._policies = {
+            level: _Policy.of(per_level[str(level)]) if str(level) in per_level else self.policy
+            for level in range(1, self.levels + 1)
+        }
+        # Requests wait in this scheduler's queue (rather than for an instance of the pool)
+        # when they may be merged or must be taken in priority order.
+        self.queued = self.batching or self.levels > 0
+        self.delay_s = batching.get("max_queue_delay_microseconds", 0) / 1e6
         self.preferred = set((batching or {}).get("preferred_batch_size", []))
-        self.stats = MethodStats()
         self._queue: list[_Queued] = []
         self._arrived = asyncio.Event()
         self._free = asyncio.Semaphore(pool.instance_count(method))
@@ -117,20 +121,44 @@ class Scheduler:
     @property
     def depth(self) -> int:
         """Requests waiting: queued for a batch, or for a free instance."""
-        return len(self._queue) if self.batching else self.pool.waiting(self.method)
+        return len(self._queue) if self.queued else self.pool.waiting(self.method)
 
-    def _busy(self) -> Busy:
+    def _waiting(self, level: int) -> int:
+        """Requests queued at this priority level (all of them without levels)."""
+        if not self.levels:
+            return self.depth
+        return sum(1 for item in self._queue if item.level == level)
+
+    def _busy(self, level: int, policy: _Policy) -> Busy:
         instances = self.pool.instance_count(self.method)
         per_batch = max(self.max_batch, 1) if self.batching else 1
         drain_s = self._recent_execute_s * math.ceil(self.depth / per_batch / instances)
+        at = f" at priority level {level}" if self.levels else ""
         return Busy(
-            f"model {self.model!r} method {self.method!r} has {self.depth} requests "
-            f"queued (max_queue_size {self.max_queue}); retry later",
+            f"model {self.model!r} method {self.method!r} has {self._waiting(level)} requests "
+            f"queued{at} (max_queue_size {policy.max_queue}); retry later",
             retry_after_s=max(1.0, drain_s),
         )
 
-    def _timeout(self, timeout_s: float | None) -> float | None:
-        return timeout_s if timeout_s is not None else self.default_timeout_s
+    def _level(self, priority) -> int:
+        """The request's level: its `priority` parameter, 0 or absent for the default one."""
+        if not self.levels:
+            return 0  # as in Triton, a model without levels ignores the parameter
+        if priority is None or priority == 0:
+            return self.default_level
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise invalid(
+                "request.priority",
+                f"parameter 'priority' must be an integer, 0 to {self.levels}, not "
+                f"{clip(priority)!r}",
+            )
+        if priority > self.levels:
+            raise invalid(
+                "request.priority",
+                f"model {self.model!r} has priority levels 1 to {self.levels}; "
+                f"the request asks for {priority}",
+            )
+        return priority
 
     def _expired(self, timeout_s: float) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -143,16 +171,20 @@ class Scheduler:
         arrays: list[np.ndarray],
         timeout_s: float | None = None,
         acquired: Callable[[float], None] | None = None,
+        priority=None,
     ) -> list[np.ndarray]:
         """The method's outputs for these inputs. `timeout_s` (the request's own, else the
-        configured default) bounds the time spent queued, not the execute."""
-        if self.max_queue and self.depth >= self.max_queue:
-            raise self._busy()
-        timeout_s = self._timeout(timeout_s)
-        if self.batching:
-            return await self._batched(arrays, timeout_s, acquired)
-        if self.max_batch:  # batches the client made itself are bounded too
-            self._rows(arrays)
+        configured default) bounds the time spent queued, not the execute; `priority` is the
+        request's parameter of that name (a level 1..priority_levels, 0: the default)."""
+        level = self._level(priority)
+        policy = self._policies[level] if self.levels else self.policy
+        if policy.max_queue and self._waiting(level) >= policy.max_queue:
+            raise self._busy(level, policy)
+        timeout_s = timeout_s if timeout_s is not None else policy.timeout_s
+        if self.queued:
+            return await self._enqueue(arrays, timeout_s, acquired, level, policy.delay)
+        # Batches the client made itself are bounded too, and counted by their rows.
+        rows = self._rows(arrays) if self.max_batch else 1
         started = []
 
         def on_instance(waited_s: float) -> None:
@@ -166,13 +198,15 @@ class Scheduler:
             )
         except TimeoutError:
             raise self._expired(timeout_s) from None
-        self._record(1, 1, 0, time.perf_counter_ns() - started[0], 0)
+        self._record(rows, 0, time.perf_counter_ns() - started[0], 0)
         return outputs
 
-    def _record(
-        self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        self.stats.record(rows, requests, input_ns, infer_ns, output_ns)
+    def _record(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One successful execute of `rows` rows (Triton's batch size: the requests' rows
+        together where the model batches, else 1 per request)."""
+        self._statistics.record_execution(
+            self.model, self.version, rows, input_ns, infer_ns, output_ns
+        )
         self._recent_execute_s = infer_ns / 1e9
         self._metrics.batch_executed(self.model, self.method, rows)
 
@@ -193,14 +227,15 @@ class Scheduler:
             )
         return rows
 
-    async def _batched(self, arrays, timeout_s, acquired) -> list[np.ndarray]:
-        rows = self._rows(arrays)
+    async def _enqueue(self, arrays, timeout_s, acquired, level, delay) -> list[np.ndarray]:
+        # Without batching a request is an execute of its own: one row, never merged.
+        rows = self._rows(arrays) if self.batching else 1
         loop = asyncio.get_running_loop()
         self.pool.admit()
         key = tuple((a.dtype.str, a.shape[1:]) for a in arrays)
-        item = _Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired)
+        item = _Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired, level)
         if timeout_s is not None:
-            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s)
+            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s, delay)
         self._queue.append(item)
         self._arrived.set()
         if self._dispatcher is None or self._dispatcher.done():
@@ -222,7 +257,11 @@ class Scheduler:
         self._arrived.set()  # the batch being gathered may have changed
         return True
 
-    def _expire(self, item: _Queued, timeout_s: float) -> None:
+    def _expire(self, item: _Queued, timeout_s: float, delay: bool) -> None:
+        if delay:
+            item.delayed = True
+            self._arrived.set()  # the order changed
+            return
         if self._drop(item) and not item.future.done():
             item.future.set_exception(self._expired(timeout_s))
 
@@ -239,11 +278,15 @@ class Scheduler:
             task.add_done_callback(self._running.discard)
 
     def _candidates(self) -> tuple[list[_Queued], bool]:
-        """The oldest request and the compatible ones after it that fit, in arrival order;
-        and whether the batch is full (the next compatible one would not fit)."""
-        head = self._queue[0]
+        """The first request (the oldest of the highest priority level, timed-out DELAY ones
+        last) and the compatible ones after it that fit, in that order; and whether the batch
+        is full (the next compatible one would not fit)."""
+        order = sorted(self._queue, key=lambda item: (item.delayed, item.level))  # stable
+        head = order[0]
+        if not self.batching:
+            return [head], True
         picked, rows = [], 0
-        for item in self._queue:
+        for item in order:
             if item.key != head.key:
                 continue
             if rows + item.rows > self.max_batch:
@@ -266,7 +309,7 @@ class Scheduler:
         while self._queue:
             picked, full = self._candidates()
             rows = sum(item.rows for item in picked)
-            due = self._queue[0].enqueued + self.delay_s
+            due = picked[0].enqueued + self.delay_s
             largest_preferred = max(self.preferred, default=math.inf)
             if full or rows >= largest_preferred or loop.time() >= due:
                 batch = self._preferred_prefix(picked) if self.preferred else picked
@@ -285,49 +328,79 @@ class Scheduler:
         return []
 
     async def _execute(self, batch: list[_Queued]) -> None:
-        rows = sum(item.rows for item in batch)
-        for _ in batch[1:]:  # the batch runs on the first request's admission
+        # The batch runs on the first request's admission; the second one's is held until the
+        # batch is settled, so the re-runs that look for a culprit count as in flight too.
+        for _ in batch[2:]:
             self.pool.withdraw()
         try:
-            begun = time.perf_counter_ns()
-            inputs = (
-                batch[0].arrays
-                if len(batch) == 1
-                else [
-                    np.concatenate([item.arrays[i] for item in batch])
-                    for i in range(len(batch[0].arrays))
-                ]
-            )
-            started = time.perf_counter_ns()
-            outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
-            ended = time.perf_counter_ns()
-            for index, output in enumerate(outputs):
-                if output.ndim == 0 or output.shape[0] != rows:
-                    raise RuntimeError(
-                        f"output {index} has shape {list(output.shape)}, not "
-                        f"{rows} rows: the program does not keep the batch "
-                        "dimension, so it cannot be batched"
-                    )
-            offset = 0
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_result([o[offset : offset + item.rows] for o in outputs])
-                offset += item.rows
-            self._record(
-                rows, len(batch), started - begun, ended - started, time.perf_counter_ns() - ended
-            )
+            await self._settle(batch, admitted=True)
+        finally:
+            if len(batch) > 1:
+                self.pool.withdraw()
+            self._free.release()
+
+    async def _settle(self, batch: list[_Queued], admitted: bool) -> None:
+        """Runs the batch and hands each request its rows. An execute the kernels refuse as
+        the inputs' fault is run again in halves, down to the requests that cause it, so one
+        bad request fails alone (with ExecuTorch's reason) and its batch-mates still get
+        their answers."""
+        try:
+            outputs = await self._run(batch, admitted)
         except Exception as exc:
+            if len(batch) > 1 and is_input_fault(exc):
+                half = len(batch) // 2
+                await self._settle(batch[:half], admitted=False)
+                await self._settle(batch[half:], admitted=False)
+                return
+            rows = sum(item.rows for item in batch)
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(self._failure(exc, len(batch), rows))
-        finally:
-            self._free.release()
+            return
+        if len(batch) == 1:
+            if not batch[0].future.done():
+                batch[0].future.set_result(outputs)
+            return
+        offset = 0
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result([o[offset : offset + item.rows] for o in outputs])
+            offset += item.rows
+
+    async def _run(self, batch: list[_Queued], admitted: bool) -> list[np.ndarray]:
+        rows = sum(item.rows for item in batch)
+        if not admitted:
+            self.pool.readmit()
+        begun = time.perf_counter_ns()
+        inputs = (
+            batch[0].arrays
+            if len(batch) == 1
+            else [
+                np.concatenate([item.arrays[i] for item in batch])
+                for i in range(len(batch[0].arrays))
+            ]
+        )
+        started = time.perf_counter_ns()
+        outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
+        ended = time.perf_counter_ns()
+        for index, output in enumerate(outputs if self.batching else ()):
+            if output.ndim == 0 or output.shape[0] != rows:
+                raise RuntimeError(
+                    f"output {index} has shape {list(output.shape)}, not "
+                    f"{rows} rows: the program does not keep the batch "
+                    "dimension, so it cannot be batched"
+                )
+        self._record(rows, started - begun, ended - started, time.perf_counter_ns() - ended)
+        return outputs
 
     def _failure(self, exc: Exception, requests: int, rows: int) -> Exception:
-        """A fresh error for each request of a failed batch, naming what failed."""
+        """A fresh error for each request of a failed batch, naming what failed; a request
+        whose own inputs the kernels refused gets that refusal, as if it had run alone."""
         if isinstance(exc, PoolClosed):
             return PoolClosed(self.model)
+        if requests == 1 and is_input_fault(exc):
+            return exc
         return ExecutionFailed(
             f"executing {self.model!r} method {self.method!r} on a batch of "
-            f"{requests} request(s), {rows} row(s), failed: {exc}"
+            f"{requests} request(s), {rows} row(s), failed: {kernel_reason(exc)}"
         )

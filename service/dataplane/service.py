@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from service.backends.host import import_host
 from service.backends.registry import enabled
 from service.config import Settings
-from service.dataplane import residency
+from service.dataplane import residency, triton_config
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.repository import (
@@ -30,7 +30,12 @@ from service.dataplane.repository import (
     serve,
 )
 from service.dataplane.scheduler import Scheduler
-from service.dataplane.signature import bind_inputs, select_outputs, signature_of
+from service.dataplane.signature import (
+    bind_inputs,
+    published_method,
+    select_outputs,
+    signature_of,
+)
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import (
     InferRequest,
@@ -40,6 +45,7 @@ from service.dataplane.types import (
     ModelTable,
     Tensor,
 )
+from service.dataplane.warmup import WarmupFailed, run_warmups
 from service.errors import (
     Aborted,
     Busy,
@@ -53,6 +59,7 @@ from service.errors import (
     Unavailable,
     clip,
     input_problem,
+    refused,
 )
 from service.ingest import child_guard
 from service.ingest.model_config import instance_count
@@ -157,7 +164,9 @@ class ModelService(Repository):
         self._ingest.shutdown(wait=True)
 
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        return self.metrics.open_pool(
+        """Opens the model's instances and runs its warmups on them (WarmupFailed if one
+        fails): a model serves only warmed."""
+        pool = self.metrics.open_pool(
             stored.name,
             lambda: ModelPool(
                 stored,
@@ -167,6 +176,8 @@ class ModelService(Repository):
                 self.settings.inline_execute_us * 1e-6,
             ),
         )
+        pool.warmup_s = run_warmups(pool, stored.description.config)
+        return pool
 
     def body_buffer(self, nbytes: int) -> tuple[memoryview, None]:
         """Memory a protocol receives a request body into (a front's engine client gives a slot
@@ -238,10 +249,8 @@ class ModelService(Repository):
                 description = await asyncio.get_running_loop().run_in_executor(
                     self._ingest, run_ingest, upload, self.settings
                 )
-            except IngestRefused as refused:
-                raise Invalid(
-                    f"upload refused: {len(refused.problems)} problem(s)", refused.problems
-                ) from None
+            except IngestRefused as refusal:
+                raise refused("upload refused", refusal.problems) from None
             async with self._lock(upload.model_name):
                 return await self._commit(upload, description)
         finally:
@@ -256,7 +265,12 @@ class ModelService(Repository):
         except NameTaken:
             raise Conflict(f"model {name!r} exists; send replace=true to replace it") from None
         reason = not_runnable(stored)
-        pool = await self._open_committed(stored, replaced) if reason is None else None
+        pool = None
+        if reason is None:
+            try:
+                pool = await self._open_committed(stored, replaced)
+            except WarmupFailed as failed:  # stored, and unavailable with why
+                reason = str(failed)
         previous = self._models.pop(name, None)
         self._refused.pop(name, None)
         if pool is None:
@@ -275,6 +289,8 @@ class ModelService(Repository):
         """Opens a just-committed model; if it cannot be, the commit is undone before raising."""
         try:
             return await asyncio.to_thread(self._open_pool, stored)
+        except WarmupFailed:
+            raise
         except Exception as exc:
             log.exception("model %s passed the load check but could not be opened", stored.name)
             if replaced is None:
@@ -292,11 +308,14 @@ class ModelService(Repository):
         if served is not None:
             view = served.stored.description.view("ready")
             view["memory"] = served.pool.memory(files).to_json()
-            return view
-        if name in self._unavailable:
+            if served.pool.warmup_s is not None:
+                view["warmup_s"] = served.pool.warmup_s
+        elif name in self._unavailable:
             stored, reason = self._unavailable[name]
-            return stored.description.view("unavailable", reason)
-        raise NotFound(f"model {clip(name)!r} not found")
+            view = stored.description.view("unavailable", reason)
+        else:
+            raise NotFound(f"model {clip(name)!r} not found")
+        return {**view, "methods": [published_method(m) for m in view["methods"]]}
 
     # Protocols call these (and every public coroutine here) through an engine client in the
     # front processes, hence coroutines even where the answer is at hand.
@@ -363,6 +382,18 @@ class ModelService(Repository):
         self._check_version(name, version)
         return {m["name"]: signature_of(m) for m in stored.description.methods}
 
+    async def model_config(self, name: str, version: str | None = None) -> dict:
+        """The model's configuration as Triton's ModelConfig (service.dataplane.triton_config),
+        also of unavailable models, described from the file."""
+        stored = self._stored(name)
+        self._check_version(name, version)
+        description = stored.description
+        return triton_config.model_config(
+            description,
+            instance_count(description.config, self.settings.instances_per_model),
+            frozenset(b.id for b in self.backends if b.device == "gpu"),
+        )
+
     async def model_names(self) -> list[str]:
         return self._names()
 
@@ -420,17 +451,10 @@ class ModelService(Repository):
                 served.stored.description.config or {},
                 self._executor,
                 self.metrics,
+                self.statistics,
+                MODEL_VERSION,
             )
         return scheduler
-
-    def batch_stats(self, name: str) -> dict[str, dict]:
-        """Per method: execution_count, inference_count and batch_stats ({rows: {count,
-        compute_input_ns, compute_infer_ns, compute_output_ns}}) since the model was loaded;
-        {} for a model that is not served."""
-        served = self._models.get(name)
-        if served is None:
-            return {}
-        return {m: self._scheduler_for(served, m).stats.as_dict() for m in served.pool.method_names}
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""
@@ -521,7 +545,7 @@ class ModelService(Repository):
 
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started
+                arrays, request.timeout_s, started, request.parameters.get(PRIORITY_PARAMETER)
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
@@ -529,16 +553,18 @@ class ModelService(Repository):
             label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
             raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
-            if getattr(exc, "error_name", None) in _INPUT_FAULTS:
+            if is_input_fault(exc):
                 raise input_problem(
                     None,
                     "input.rejected",
                     (
                         f"model {model!r} method {method!r} rejected the inputs while executing: "
-                        f"{_kernel_reason(exc)}"
+                        f"{kernel_reason(exc)}"
                     ),
                 ) from None
-            raise ExecutionFailed(f"executing {model!r} method {method!r} failed: {exc}") from None
+            raise ExecutionFailed(
+                f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}"
+            ) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
         outputs = []
@@ -549,21 +575,8 @@ class ModelService(Repository):
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 
-# ExecuTorch errors that kernels return for values they refuse (an embedding index out of range,
-# a negative index) once the host has checked count, dtype and shape: the request's fault, 4xx.
-_INPUT_FAULTS = frozenset({"InvalidArgument"})
-# The runtime logs the failing call's argument type ids after the kernel's reason: noise to a
-# client.
-_ARGUMENT_NOISE = re.compile(r"^arg \d+ with type id \d+$")
-
-
-def _kernel_reason(exc: BaseException) -> str:
-    """ExecuTorch's own reason without the server's file paths (exc's message has them)."""
-    context = getattr(exc, "context", "") or ""
-    reason = "; ".join(part for part in context.split("; ") if not _ARGUMENT_NOISE.match(part))
-    return clip(reason or f"{exc.error_name} ({exc.code:#04x})", 1000)
-
-
+# The request parameter naming a priority level, as Triton's clients send it (REST and gRPC).
+PRIORITY_PARAMETER = "priority"
 _INFER_OUTCOMES = (
     (Unavailable, "unavailable"),
     (Busy, "busy"),

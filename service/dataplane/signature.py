@@ -1,27 +1,14 @@
 """Method signatures with stable tensor names, and request tensors checked against them.
 
-ExecuTorch programs do not keep the argument names of the exported function, so every input and
-output gets a positional name, `input_<i>` / `output_<i>`: stable across re-exports of the same
-signature and across protocols. A program that does carry a (unique) tensor name keeps that one.
+Tensors are named by service.tensor_names (`input_<i>` / `output_<i>`).
 """
 
 from __future__ import annotations
 
-import re
-
 from service.dataplane.types import MethodSignature, Tensor, TensorSpec
 from service.dtypes import datatype_of
 from service.errors import Invalid, Problem, clip, input_problem
-
-_NAME = re.compile(r"\('([A-Za-z_][A-Za-z0-9_.]*)'\)")
-
-
-def _names(specs: list[dict], role: str) -> list[str]:
-    found = [_NAME.search(spec.get("name", "")) for spec in specs]
-    names = [m.group(1) if m else f"{role}_{i}" for i, m in enumerate(found)]
-    if len(set(names)) != len(names):
-        return [f"{role}_{i}" for i in range(len(specs))]
-    return names
+from service.tensor_names import tensor_names
 
 
 def _spec(name: str, spec: dict) -> TensorSpec:
@@ -39,9 +26,26 @@ def signature_of(meta: dict) -> MethodSignature:
     inputs, outputs = meta.get("inputs", []), meta.get("outputs", [])
     return MethodSignature(
         meta["name"],
-        [_spec(n, s) for n, s in zip(_names(inputs, "input"), inputs)],
-        [_spec(n, s) for n, s in zip(_names(outputs, "output"), outputs)],
+        [_spec(n, s) for n, s in zip(tensor_names(inputs, "input"), inputs)],
+        [_spec(n, s) for n, s in zip(tensor_names(outputs, "output"), outputs)],
     )
+
+
+def _published_tensor(spec: TensorSpec, tensor: dict) -> dict:
+    rest = {k: v for k, v in tensor.items() if k not in ("name", "dtype")}
+    return {"name": spec.name, "datatype": spec.datatype or "UNSUPPORTED", **rest}
+
+
+def published_method(meta: dict) -> dict:
+    """A stored method description with each tensor named and typed as requests name them
+    (`input_0`, `FP32`), not as the program and host spell them (`input 0`, `float32`): the
+    description is where clients look up what to send."""
+    signature = signature_of(meta)
+    return {
+        **meta,
+        "inputs": [_published_tensor(s, t) for s, t in zip(signature.inputs, meta["inputs"])],
+        "outputs": [_published_tensor(s, t) for s, t in zip(signature.outputs, meta["outputs"])],
+    }
 
 
 def _label(index: int, tensor: Tensor) -> str:

@@ -2,9 +2,11 @@
 
 Kept beside the Prometheus metrics rather than derived from them: the statistics extension wants
 cumulative counts and nanoseconds per phase for one model, which clients (perf_analyzer,
-tritonclient's get_inference_statistics) subtract between two reads. Requests are recorded by
-ModelService.infer; a scheduler that batches requests reports each execution with record_batch.
-Recording may happen from worker threads, hence the lock.
+tritonclient's get_inference_statistics) subtract between two reads. Counted as Triton counts
+them, because users tune batching by these numbers: each request's outcome and phases
+(record_request, by ModelService.infer), and each execute with its batch size (record_execution,
+by the scheduler that ran it), so 64 requests merged into 4 executes are 4 executions and 64
+inferences. Recording may happen from worker threads, hence the lock.
 """
 
 from __future__ import annotations
@@ -63,32 +65,34 @@ class Statistics:
         input_ns: int | None = None,
         infer_ns: int | None = None,
         output_ns: int | None = None,
-        executions: int = 1,
     ) -> None:
         """One request's outcome and phase durations (None: the request never reached that
-        phase). `executions` is 0 where a scheduler reports the executions through record_batch."""
+        phase). A request in a batch has the batch's compute time as its own, as in Triton."""
         with self._lock:
             model = self._model(name, version)
             model.last_inference_ms = int(time.time() * 1000)
             if not ok:
                 model.add("fail", total_ns)
                 return
-            model.inference_count += 1
-            model.execution_count += executions
             model.add("success", total_ns)
             model.add("queue", queue_ns)
             model.add("compute_input", input_ns)
             model.add("compute_infer", infer_ns)
             model.add("compute_output", output_ns)
 
-    def record_batch(self, name: str, size: int, ns: int, version: str = "1") -> None:
-        """One execution of `size` batched requests that took `ns` nanoseconds to compute."""
+    def record_execution(
+        self, name: str, version: str, size: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """One successful execute of batch size `size`: building its inputs, running it and
+        splitting its outputs took these nanoseconds. Each of its rows is an inference."""
         with self._lock:
             model = self._model(name, version)
             model.execution_count += 1
+            model.inference_count += size
             phases = model.batches.setdefault(size, {p: [0, 0] for p in BATCH_PHASES})
-            phases["compute_infer"][0] += 1
-            phases["compute_infer"][1] += int(ns)
+            for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
+                phases[phase][0] += 1
+                phases[phase][1] += int(ns)
 
     def forget(self, name: str) -> None:
         with self._lock:

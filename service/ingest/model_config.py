@@ -15,58 +15,24 @@ from __future__ import annotations
 import json
 
 from service.errors import Problem
+from service.ingest.config_checks import TOP, Checker, problem
+from service.ingest.priority_config import parse_priorities
+from service.ingest.warmup_config import check_warmups, parse_warmups
 
-CONFIG_FILE = "config"  # the `file` of config problems: the upload part / parameter / config.json
-_LIMIT = 2**53  # JSON integers past this are not exact in every client
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
-_TOP = ("max_batch_size", "dynamic_batching", "instance_group")
-_BATCHING = ("max_queue_delay_microseconds", "preferred_batch_size", "default_queue_policy")
+_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup")
+_BATCHING = (
+    "max_queue_delay_microseconds",
+    "preferred_batch_size",
+    "default_queue_policy",
+    "priority_levels",
+    "default_priority_level",
+    "priority_queue_policy",
+)
 _POLICY = ("max_queue_size", "default_timeout_microseconds")
 _GROUP = ("count",)
-
-
-def _problem(rule: str, message: str) -> Problem:
-    return Problem(CONFIG_FILE, rule, message)
-
-
-class _Checker:
-    def __init__(self):
-        self.problems: list[Problem] = []
-
-    def known(self, value, where: str, keys: tuple[str, ...]) -> dict:
-        if not isinstance(value, dict):
-            self.problems.append(_problem("config.type", f"{where} must be a JSON object"))
-            return {}
-        for key in value:
-            if key not in keys:
-                self.problems.append(
-                    _problem(
-                        "config.unknown_key",
-                        f"unknown key {_path(where, key)!r}; {where} takes {', '.join(keys)}",
-                    )
-                )
-        return value
-
-    def integer(self, value, where: str, low: int, high: int = _LIMIT) -> int | None:
-        # bool is an int in Python but `true` is no batch size in JSON.
-        if not isinstance(value, int) or isinstance(value, bool):
-            shown = json.dumps(value)[:40]
-            self.problems.append(
-                _problem("config.type", f"{where} must be an integer, not {shown}")
-            )
-            return None
-        if not low <= value <= high:
-            self.problems.append(
-                _problem("config.range", f"{where} must be between {low} and {high}, not {value}")
-            )
-            return None
-        return value
-
-
-def _path(where: str, key: str) -> str:
-    return key if where == "the configuration" else f"{where}.{key}"
 
 
 def decode_config(text: str | bytes) -> tuple[object, list[Problem]]:
@@ -75,7 +41,7 @@ def decode_config(text: str | bytes) -> tuple[object, list[Problem]]:
     try:
         return json.loads(text), []
     except (ValueError, UnicodeDecodeError) as exc:
-        return None, [_problem("config.json", f"the model configuration is not JSON: {exc}")]
+        return None, [problem("config.json", f"the model configuration is not JSON: {exc}")]
 
 
 def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, list[Problem]]:
@@ -90,8 +56,8 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
             return None, problems
     if source is None:
         return None, []
-    check = _Checker()
-    top = check.known(source, "the configuration", _TOP)
+    check = Checker()
+    top = check.known(source, TOP, _TOP)
     config: dict = {}
     max_batch = 0
     if "max_batch_size" in top:
@@ -103,10 +69,12 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
         )
     if "instance_group" in top:
         config["instance_group"] = _groups(check, top["instance_group"])
+    if "model_warmup" in top:
+        config["model_warmup"] = parse_warmups(check, top["model_warmup"], max_batch)
     return (None if check.problems else config), check.problems
 
 
-def _batching(check: _Checker, value, max_batch: int, given) -> dict:
+def _batching(check: Checker, value, max_batch: int, given) -> dict:
     batching = check.known(value, "dynamic_batching", _BATCHING)
     # Without max_batch_size (absent or 0) requests are never merged: dynamic_batching then only
     # carries the queue policy, and merging settings would be believed in and never applied.
@@ -117,7 +85,7 @@ def _batching(check: _Checker, value, max_batch: int, given) -> dict:
     ]
     if merging and given == 0 and not isinstance(given, bool):  # a wrong type is reported once
         check.problems.append(
-            _problem(
+            problem(
                 "config.batching_without_batch",
                 f"dynamic_batching.{merging[0]} needs "
                 "max_batch_size of 1 or more (the most rows one execute may take); without it "
@@ -134,7 +102,7 @@ def _batching(check: _Checker, value, max_batch: int, given) -> dict:
     sizes = []
     if not isinstance(preferred, list):
         check.problems.append(
-            _problem(
+            problem(
                 "config.type", "dynamic_batching.preferred_batch_size must be a list of integers"
             )
         )
@@ -143,7 +111,7 @@ def _batching(check: _Checker, value, max_batch: int, given) -> dict:
         size = check.integer(size, "dynamic_batching.preferred_batch_size[]", 1)
         if size is not None and max_batch and size > max_batch:
             check.problems.append(
-                _problem(
+                problem(
                     "config.preferred_batch_size",
                     f"preferred batch size {size} is larger than max_batch_size {max_batch}",
                 )
@@ -169,13 +137,14 @@ def _batching(check: _Checker, value, max_batch: int, given) -> dict:
             )
             or 0,
         },
+        **parse_priorities(check, batching),
     }
 
 
-def _groups(check: _Checker, value) -> list[dict]:
+def _groups(check: Checker, value) -> list[dict]:
     if not isinstance(value, list) or not value:
         check.problems.append(
-            _problem(
+            problem(
                 "config.type",
                 'instance_group must be a non-empty list of objects like {"count": 2}',
             )
@@ -190,7 +159,7 @@ def _groups(check: _Checker, value) -> list[dict]:
         groups.append({"count": count or 1})
     if sum(g["count"] for g in groups) > _MAX_INSTANCES:
         check.problems.append(
-            _problem(
+            problem(
                 "config.range",
                 f"instance_group counts add up to more than {_MAX_INSTANCES} instances",
             )
@@ -200,9 +169,12 @@ def _groups(check: _Checker, value) -> list[dict]:
 
 def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Problem]:
     """Problems of a parsed configuration with this program's methods (metas as the host or
-    service.ingest.inspection describe them).
+    service.ingest.inspection describe them): batching, and warmups that do not fit."""
+    return _batchable(config, methods_meta) + check_warmups(config or {}, methods_meta)
 
-    Batching concatenates requests along dim 0 and slices every output along dim 0, so every
+
+def _batchable(config: dict | None, methods_meta: list[dict]) -> list[Problem]:
+    """Batching concatenates requests along dim 0 and slices every output along dim 0, so every
     input and output of every method must be a tensor whose shape may vary, with room for
     max_batch_size rows. Program metadata marks a tensor dynamic as a whole, not per dimension:
     a program whose dynamic dimension is not the first one passes here and fails its batches.
@@ -218,7 +190,7 @@ def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Pr
                 shape = spec.get("shape", [])
                 if spec.get("tag", "Tensor") != "Tensor" or not shape:
                     problems.append(
-                        _problem(
+                        problem(
                             "config.not_batchable",
                             (
                                 f"max_batch_size {max_batch}: {where} is not a tensor with a "
@@ -228,7 +200,7 @@ def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Pr
                     )
                 elif not spec.get("dynamic"):
                     problems.append(
-                        _problem(
+                        problem(
                             "config.not_batchable",
                             (
                                 f"max_batch_size {max_batch}: {where} has the static shape "
@@ -239,7 +211,7 @@ def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Pr
                     )
                 elif shape[0] < max_batch:
                     problems.append(
-                        _problem(
+                        problem(
                             "config.max_batch_size",
                             (
                                 f"max_batch_size {max_batch} is larger than the upper bound "

@@ -180,8 +180,13 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
 
 
 def _external_data_problems(
-    program_name: str, program: ProgramInfo, data_files: dict[str, DataFileInfo]
+    program_name: str,
+    program: ProgramInfo,
+    data_files: dict[str, DataFileInfo],
+    unreadable: list[str],
 ) -> list[Problem]:
+    """`unreadable`: the uploaded data files that are no valid data file (refused already), so a
+    missing key points at them rather than at the files that were read."""
     problems = []
     owners: dict[str, str] = {}
     for name, info in data_files.items():
@@ -200,7 +205,15 @@ def _external_data_problems(
     for method in program.methods:
         missing = [key for key in method.external_keys if key not in owners]
         if missing:
-            where = "uploaded data files" if data_files else "upload (no data files were uploaded)"
+            if unreadable:
+                where = (
+                    f"data files that could be read; {', '.join(repr(clip(n)) for n in unreadable)}"
+                    " could not be (data.invalid)"
+                )
+            elif data_files:
+                where = "uploaded data files"
+            else:
+                where = "upload (no data files were uploaded)"
             problems.append(
                 Problem(
                     program_name,
@@ -405,7 +418,8 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
         raise IngestRefused(problems)
     problems += check_model_config(config, [method_meta(m) for m in program.methods])
     program_name = upload.program.name
-    problems += _external_data_problems(program_name, program, data_files)
+    unreadable = [d.name for d in upload.data if d.name not in data_files]
+    problems += _external_data_problems(program_name, program, data_files, unreadable)
     context = IngestContext(
         settings,
         program_name,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from service.config import Settings
-from service.errors import Invalid, Problem, TooLarge, clip
+from service.errors import Problem, TooLarge, clip, refused
 from service.store.storage import StagingArea
 
 ROLES = ("program", "data")
@@ -141,7 +141,7 @@ class Staging:
         problems = list(problems) + [p for p in self.program_count_problems() if p not in problems]
         if problems:
             self.abort()
-            raise Invalid("upload refused", problems)
+            raise refused("upload refused", problems)
         return StagedUpload(
             model_name,
             replace,

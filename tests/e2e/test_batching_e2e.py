@@ -8,10 +8,13 @@ import httpx
 import numpy as np
 import pytest
 import torch
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 
 from support import programs
 from support.program_fixtures import (
     dynamic_batch_program,
+    dynamic_lookup_program,
     linear_relu_program,  # noqa: F401
     weight_bound_program,
 )
@@ -158,6 +161,25 @@ def test_concurrent_requests_are_batched_and_each_gets_the_unbatched_answer(
         parsed, "etrt_batch_size_count", **labels
     )  # no batch past max_batch_size
     assert value(parsed, "etrt_queue_depth", **labels) == 0
+    # The statistics extension counts the same executes, as Triton does: each execute once,
+    # under the batch size it ran with; every row an inference; every request its phases.
+    with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
+        [stats] = triton.get_inference_statistics("b")["model_stats"]
+    with triton_grpc.InferenceServerClient(server.grpc_url) as triton:
+        [over_grpc] = triton.get_inference_statistics("b", as_json=True)["model_stats"]
+    rows = sum(len(x) for x in inputs)
+    assert stats["inference_count"] == rows
+    assert stats["execution_count"] == value(parsed, "etrt_batch_size_count", **labels)
+    assert stats["execution_count"] < len(inputs) < stats["inference_count"]
+    batches = stats["batch_stats"]
+    assert sum(b["compute_infer"]["count"] for b in batches) == stats["execution_count"]
+    assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in batches) == rows
+    assert max(b["batch_size"] for b in batches) <= 16
+    phases = stats["inference_stats"]
+    for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert phases[phase]["count"] == len(inputs), phase
+    assert int(over_grpc["execution_count"]) == stats["execution_count"]
+    assert int(over_grpc["inference_count"]) == rows
 
 
 def test_a_flood_on_a_bounded_queue_gets_quick_503s_with_retry_after(start_server, wide_program):
@@ -283,3 +305,51 @@ def test_the_configuration_may_be_sent_as_a_file_part(start_server, dynamic_batc
         )
         assert response.status_code == 201, response.text
         assert response.json()["config"]["max_batch_size"] == 4
+
+
+def test_one_bad_request_in_a_batch_fails_alone_and_its_batch_mates_get_answers(
+    start_server, dynamic_lookup_program
+):
+    server = start_server()
+    config = {
+        "max_batch_size": programs.LOOKUP_MAX_BATCH,
+        "dynamic_batching": {"max_queue_delay_microseconds": 300_000},
+        "instance_group": [{"count": 1}],
+    }
+    with server.client() as client:
+        created = upload(client, "lookup", dynamic_lookup_program.pte, fields=configured(config))
+        assert created.status_code == 201, created.text
+    rng = np.random.default_rng(11)
+    ids = [rng.integers(0, programs.LOOKUP_TABLE, (1, 3)).astype(np.int64) for _ in range(12)]
+    ids[5] = np.array([[1, 42, 3]], np.int64)  # past the 10-row table: the kernel refuses it
+
+    def call(index):
+        with server.client() as client:
+            return client.post("/infer", json={"model": "lookup", "inputs": [tensor(ids[index])]})
+
+    responses = concurrently(len(ids), call)
+    bad = responses[5]
+    assert bad.status_code == 422, bad.text
+    [problem] = bad.json()["problems"]
+    assert problem["rule"] == "input.rejected" and "42" in problem["message"], problem
+    assert "embedding" in problem["message"]
+    for index, response in enumerate(responses):
+        assert "/" + str(server.artifacts).strip("/") not in response.text
+        assert ".cpp" not in response.text and "/work/" not in response.text
+        if index == 5:
+            continue
+        assert response.status_code == 200, response.text
+        [output] = response.json()["outputs"]
+        expected = dynamic_lookup_program.module(torch.from_numpy(ids[index])).detach().numpy()
+        np.testing.assert_allclose(
+            np.array(output["data"], np.float32).reshape(output["shape"]),
+            expected,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+    with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
+        [stats] = triton.get_inference_statistics("lookup")["model_stats"]
+    # They were merged (the 11 good ones in fewer executes), and only the 11 are inferences.
+    assert stats["inference_count"] == 11
+    assert stats["execution_count"] < 11
+    assert stats["inference_stats"]["fail"]["count"] == 1

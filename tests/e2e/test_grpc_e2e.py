@@ -250,7 +250,7 @@ def test_typed_contents_are_served_too(stub, linear_relu_program):
 
 
 def test_rpcs_this_server_does_not_serve_are_unimplemented(stub):
-    error = rpc_error(stub.ModelConfig, service_pb2.ModelConfigRequest(name="linear"))
+    error = rpc_error(stub.TraceSetting, service_pb2.TraceSettingRequest(model_name="linear"))
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -295,6 +295,13 @@ def test_a_refused_repository_load_names_the_rule_and_leaves_nothing(
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
     rules = {p["rule"] for p in json.loads(dict(error.trailing_metadata())["etrt-problems"])}
     assert rules == {"external.missing_key"}
+    assert "external.missing_key: method 'forward' needs external data" in error.details()
+    # tritonclient shows the status details only, so they carry the reason.
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model(
+            "half", files={"file:1/model.pte": request.parameters["file:1/model.pte"].bytes_param}
+        )
+    assert "upload refused: external.missing_key: method 'forward'" in caught.value.message()
     assert client.get_model_repository_index() == before
     assert not client.is_model_ready("half")
     for key, value in (("config", "{not json"), ("colour", "red")):

@@ -52,6 +52,18 @@ def test_program_without_external_data(shared_server, linear_relu_program):
         assert program_file["bytes"] == linear_relu_program.pte.stat().st_size
         [method] = description["methods"]
         assert method["name"] == "forward" and method["inputs"][0]["shape"] == [2, 4]
+        # Named and typed exactly as /infer takes them.
+        [spec] = method["inputs"]
+        assert (spec["name"], spec["datatype"], "dtype" in spec) == ("input_0", "FP32", False)
+        assert [(o["name"], o["datatype"]) for o in method["outputs"]] == [("output_0", "FP32")]
+        named = client.post(
+            "/infer",
+            json={
+                "model": "linear",
+                "inputs": [tensor(np.zeros((2, 4), np.float32), spec["name"], spec["datatype"])],
+            },
+        )
+        assert named.status_code == 200, named.text
         x = torch.randn(2, 4)
         result = predict(client, "linear", [x])
         assert result["model"] == "linear" and result["method"] == "forward"

@@ -12,6 +12,7 @@ import pytest
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.checks import PLANNING_HINT, STRIPPED_HINT
+from service.dataplane.signature import published_method
 from service.ingest.inspection import inspect_data_file, inspect_program, method_meta
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 from support.server import ServerProcess, registry_rows, stored_files, tensor, upload
@@ -138,7 +139,11 @@ def test_inline_engines_are_verified_described_and_served(trt_server, mixed_16):
         description = response.json()
         assert description["state"] == "ready" and description["runnable"] is True
         [method] = description["methods"]
-        assert method["inputs"] == method_meta(inspect_program(mixed_16.pte).methods[0])["inputs"]
+        meta = method_meta(inspect_program(mixed_16.pte).methods[0])
+        assert method["inputs"] == published_method(meta)["inputs"]
+        # Triton's tools see a GPU model: its instance group is KIND_GPU.
+        [group] = client.get("/v2/models/mixed16/config").json()["instance_group"]
+        assert group["kind"] == "KIND_GPU"
         for delegate in method["delegates"]:
             details = delegate["details"]
             assert details["verified"] is True and details["engine_source"] == "inline"

@@ -74,3 +74,24 @@ def test_a_full_request_crosses_between_the_two_schemas_unchanged():
     assert parsed.parameters["priority"].uint64_param == 2**63
     assert list(parsed.inputs[0].contents.fp32_contents) == [1.5, 2.5]
     assert triton.ModelInferRequest.FromString(parsed.SerializeToString()) == request
+
+
+def test_every_enum_has_tritonclients_values():
+    """The model configuration's enums (DataType, kinds, formats) travel as numbers."""
+    from tritonclient.grpc import model_config_pb2
+
+    file = messages._pool.FindFileByName(ours().name)
+    enums = list(file.enum_types_by_name.values())
+    enums += [
+        e
+        for top in file.message_types_by_name.values()
+        for m in _messages(top)
+        for e in m.enum_types
+    ]
+    for enum in enums:
+        theirs = model_config_pb2.DESCRIPTOR.pool.FindEnumTypeByName(enum.full_name)
+        values = {v.name: v.number for v in enum.values}
+        assert values == {v.name: v.number for v in theirs.values if v.name in values}, (
+            enum.full_name
+        )
+    assert len(enums) >= 4

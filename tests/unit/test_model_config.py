@@ -151,3 +151,167 @@ def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_r
         served = app.state.service._models
         assert served["three"].pool.instance_count("forward") == 3
         assert served["default"].pool.instance_count("forward") == 2
+
+
+def warmup(name="w", batch_size=None, count=None, **inputs):
+    sample = {"name": name, "inputs": inputs}
+    if batch_size is not None:
+        sample["batch_size"] = batch_size
+    if count is not None:
+        sample["count"] = count
+    return sample
+
+
+def zero(data_type="TYPE_FP32", dims=(4,)):
+    return {"data_type": data_type, "dims": list(dims), "zero_data": True}
+
+
+def test_a_warmup_is_normalized_with_every_field():
+    random = {"data_type": "TYPE_FP32", "dims": [4], "random_data": True}
+    config, problems = parse_model_config(
+        {
+            "max_batch_size": 8,
+            "model_warmup": [
+                warmup(input_0=zero()),
+                warmup("r", batch_size=4, count=3, input_0=random),
+            ],
+        }
+    )
+    assert problems == []
+    assert config["model_warmup"] == [
+        {"name": "w", "batch_size": 1, "inputs": {"input_0": zero()}, "count": 0},
+        {"name": "r", "batch_size": 4, "inputs": {"input_0": random}, "count": 3},
+    ]
+    assert parse_model_config(config) == (config, [])  # stored form parses to itself
+    assert check_model_config(config, [meta(([8, 4], True))]) == []
+
+
+@pytest.mark.parametrize(
+    "warmups, rule, words",
+    [
+        ({"name": "w"}, "config.type", "list of objects"),
+        ([warmup(input_0=zero()) | {"colour": 1}], "config.unknown_key", "colour"),
+        ([warmup(input_0=zero() | {"shape": [4]})], "config.unknown_key", "shape"),
+        ([warmup("", input_0=zero())], "config.type", "name"),
+        ([warmup(7, input_0=zero())], "config.type", "name"),
+        ([warmup(input_0=zero()), warmup(input_0=zero())], "config.warmup", "two warmups"),
+        ([warmup(batch_size=9, input_0=zero())], "config.range", "warmup 'w'.batch_size"),
+        ([warmup(batch_size=0, input_0=zero())], "config.range", "batch_size"),
+        ([warmup(batch_size="2", input_0=zero())], "config.type", "batch_size"),
+        ([warmup(count=-1, input_0=zero())], "config.range", "count"),
+        ([warmup(count=10_000, input_0=zero())], "config.range", "count"),
+        ([warmup()], "config.type", "inputs"),
+        ([warmup(input_0=zero("FP32"))], "config.type", "TYPE_FP32"),
+        ([warmup(input_0=zero(dims=[0]))], "config.range", "dims"),
+        ([warmup(input_0=zero(dims=[-1]))], "config.range", "dims"),
+        ([warmup(input_0=zero() | {"dims": 4})], "config.type", "dims"),
+        ([warmup(input_0=zero() | {"random_data": True})], "config.warmup", "exactly one"),
+        ([warmup(input_0={"data_type": "TYPE_FP32", "dims": [4]})], "config.warmup", "one of"),
+        ([warmup(input_0=zero() | {"zero_data": "yes"})], "config.type", "must be true"),
+        (
+            [warmup(input_0={"data_type": "TYPE_FP32", "dims": [4], "input_data_file": "raw"})],
+            "config.warmup_data_file",
+            "warmup 'w' input 'input_0': input_data_file",
+        ),
+        ([warmup(input_0=zero(dims=[1 << 13, 1 << 12]))], "config.warmup", "elements"),
+        ([warmup(str(i), input_0=zero()) for i in range(17)], "config.range", "at most 16"),
+    ],
+)
+def test_impossible_warmups_are_refused_naming_the_warmup(warmups, rule, words):
+    config, problems = parse_model_config({"max_batch_size": 8, "model_warmup": warmups})
+    assert config is None
+    assert rule in rules(problems), problems
+    assert any(words in p.message for p in problems if p.rule == rule), problems
+
+
+def test_a_warmup_that_does_not_fit_the_method_names_the_warmup_and_the_input():
+    two = meta(([8, 4], True), ([8, 4], True))
+
+    def check(max_batch, *samples, metas=(two,)):
+        config, problems = parse_model_config(
+            {"max_batch_size": max_batch, "model_warmup": list(samples)}
+        )
+        assert problems == []
+        return check_model_config(config, list(metas))
+
+    missing = check(8, warmup("only", input_0=zero()))
+    assert rules(missing) == ["config.warmup"]
+    assert "warmup 'only' gives no input 'input_1'" in missing[0].message
+    unknown = check(8, warmup("x", input_0=zero(), input_1=zero(), extra=zero()))
+    assert "warmup 'x' input 'extra' is unknown" in unknown[0].message
+    typed = check(8, warmup("t", input_0=zero("TYPE_INT64"), input_1=zero()))
+    assert "warmup 't' input 'input_0' is TYPE_INT64; the method takes TYPE_FP32" in (
+        typed[0].message
+    )
+    # batch_size joins dims in front when the model batches; the bound is the program's.
+    wide = check(8, warmup("b", batch_size=8, input_0=zero(dims=[5]), input_1=zero()))
+    assert "warmup 'b' input 'input_0' has the shape [8, 5]" in wide[0].message
+    static = meta(([2, 4], False))
+    assert check(0, warmup("s", input_0=zero(dims=[2, 4])), metas=(static,)) == []
+    shaped = check(0, warmup("s", input_0=zero(dims=[3, 4])), metas=(static,))
+    assert "has the shape [3, 4] (dims); the method takes exactly [2, 4]" in shaped[0].message
+    other = check(
+        0, warmup("m", input_0=zero(dims=[2, 4])), metas=(meta(([2, 4], False), name="encode"),)
+    )
+    assert "no method 'forward'" in other[0].message
+
+
+def test_priority_levels_are_normalized_with_a_policy_per_level():
+    config, problems = parse_model_config(
+        {
+            "dynamic_batching": {
+                "priority_levels": 3,
+                "priority_queue_policy": {
+                    "1": {"max_queue_size": 4, "timeout_action": "DELAY"},
+                    "3": {"default_timeout_microseconds": 500},
+                },
+            }
+        }
+    )
+    assert problems == []
+    batching = config["dynamic_batching"]
+    assert (batching["priority_levels"], batching["default_priority_level"]) == (3, 3)
+    assert batching["priority_queue_policy"] == {
+        "1": {"max_queue_size": 4, "default_timeout_microseconds": 0, "timeout_action": "DELAY"},
+        "3": {"max_queue_size": 0, "default_timeout_microseconds": 500, "timeout_action": "REJECT"},
+    }
+    assert parse_model_config(config) == (config, [])
+    plain, _ = parse_model_config({"dynamic_batching": {}})
+    assert "priority_levels" not in plain["dynamic_batching"]  # no levels: no priority fields
+
+
+@pytest.mark.parametrize(
+    "batching, rule, words",
+    [
+        ({"priority_levels": -1}, "config.range", "priority_levels"),
+        ({"priority_levels": 65}, "config.range", "priority_levels"),
+        ({"priority_levels": "2"}, "config.type", "priority_levels"),
+        ({"default_priority_level": 1}, "config.priority", "needs dynamic_batching.priority_lev"),
+        ({"priority_queue_policy": {}}, "config.priority", "priority_queue_policy needs"),
+        ({"priority_levels": 2, "default_priority_level": 3}, "config.range", "default_priority"),
+        ({"priority_levels": 2, "default_priority_level": 0}, "config.range", "default_priority"),
+        ({"priority_levels": 2, "priority_queue_policy": []}, "config.type", "level -> policy"),
+        ({"priority_levels": 2, "priority_queue_policy": {"3": {}}}, "config.priority", "1 to"),
+        ({"priority_levels": 2, "priority_queue_policy": {"x": {}}}, "config.priority", "1 to"),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"1": {"size": 1}}},
+            "config.unknown_key",
+            "priority_queue_policy['1'].size",
+        ),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"1": {"timeout_action": "DROP"}}},
+            "config.type",
+            "REJECT or DELAY",
+        ),
+        (
+            {"priority_levels": 2, "priority_queue_policy": {"2": {"max_queue_size": -1}}},
+            "config.range",
+            "max_queue_size",
+        ),
+    ],
+)
+def test_impossible_priorities_are_refused_with_a_rule(batching, rule, words):
+    config, problems = parse_model_config({"dynamic_batching": batching})
+    assert config is None
+    assert rule in rules(problems), problems
+    assert any(words in p.message for p in problems if p.rule == rule), problems

@@ -240,3 +240,17 @@ def test_isolated_work_that_hangs_is_stopped_at_the_time_limit(tmp_path, program
         )
     [problem] = refused.value.problems
     assert problem.rule == "delegate.check_timeout" and "within 2 s" in problem.message
+
+
+def test_a_missing_key_names_the_uploaded_data_files_that_could_not_be_read(
+    tmp_path, external_weights_program
+):
+    garbage = tmp_path / "garbage.ptd"
+    garbage.write_bytes(b"garbage" * 10)
+    upload = stage(tmp_path, external_weights_program.pte, [("weights.ptd", garbage)])
+    with pytest.raises(IngestRefused) as refused:
+        run_ingest(upload, Settings())
+    by_rule = {p.rule: p for p in refused.value.problems}
+    assert set(by_rule) == {"data.invalid", "external.missing_key"}
+    message = by_rule["external.missing_key"].message
+    assert "'weights.ptd' could not be" in message and "no data files were uploaded" not in message

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from service.backends.host import import_host
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.scheduler import Scheduler
-from service.errors import Busy, DeadlineExceeded, ExecutionFailed, Invalid
+from service.dataplane.statistics import Statistics
+from service.errors import Busy, DeadlineExceeded, Invalid
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 
@@ -59,13 +61,31 @@ def run(exported, config, scenario, instances=1):
         with ThreadPoolExecutor(4) as executor:
             pool = ModelPool(_stored(exported), import_host(), instances)
             metrics = Metrics()
-            scheduler = Scheduler("m", "forward", pool, config, executor, metrics)
+            scheduler = Scheduler(
+                "m", "forward", pool, config, executor, metrics, Statistics(), "1"
+            )
             try:
                 return await scenario(scheduler, metrics)
             finally:
                 await pool.close()
 
     return asyncio.run(main())
+
+
+def counted(scheduler) -> dict:
+    """The statistics the scheduler recorded: execution_count, inference_count and
+    batch_stats as {batch size: {"count": executes}}."""
+    stats = scheduler._statistics.model_stats("m", "1")
+    sizes = {}
+    for entry in stats["batch_stats"]:
+        phases = {entry[p]["count"] for p in ("compute_input", "compute_infer", "compute_output")}
+        assert len(phases) == 1, entry  # every phase of every execute is counted
+        sizes[entry["batch_size"]] = {"count": phases.pop()}
+    return {
+        "execution_count": stats["execution_count"],
+        "inference_count": stats["inference_count"],
+        "batch_stats": sizes,
+    }
 
 
 def eager(exported, array):
@@ -80,7 +100,7 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_rows(batch_program
 
     async def scenario(scheduler, _):
         results = await asyncio.gather(*[scheduler.submit([x]) for x in requests])
-        return results, scheduler.stats.as_dict()
+        return results, counted(scheduler)
 
     results, stats = run(batch_program, batching(8, delay_us=20_000), scenario)
     for x, [output] in zip(requests, results):
@@ -89,7 +109,8 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_rows(batch_program
     sizes = stats["batch_stats"]
     assert max(sizes) <= 8
     assert sum(size * s["count"] for size, s in sizes.items()) == sum(len(x) for x in requests)
-    assert stats["inference_count"] == 40
+    # Triton counts every row of a batch as an inference.
+    assert stats["inference_count"] == sum(len(x) for x in requests)
     assert stats["execution_count"] == sum(s["count"] for s in sizes.values())
     assert stats["execution_count"] < 40, "nothing was merged"
 
@@ -99,9 +120,9 @@ def test_mixed_trailing_shapes_are_never_merged(lookup_program):
     requests = [rng.integers(0, 10, (1, 3 if i % 2 else 5)).astype(np.int64) for i in range(16)]
 
     async def scenario(scheduler, _):
-        return await asyncio.gather(
-            *[scheduler.submit([ids]) for ids in requests]
-        ), scheduler.stats.as_dict()
+        return await asyncio.gather(*[scheduler.submit([ids]) for ids in requests]), counted(
+            scheduler
+        )
 
     results, stats = run(lookup_program, batching(16, delay_us=50_000), scenario)
     for ids, [output] in zip(requests, results):
@@ -113,24 +134,31 @@ def test_mixed_trailing_shapes_are_never_merged(lookup_program):
     )
 
 
-def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_runs(lookup_program):
-    good = [np.array([[i % 10, 1]], np.int64) for i in range(3)]
+def test_a_request_the_kernel_refuses_fails_alone_and_its_batch_mates_are_answered(
+    lookup_program,
+):
+    good = [np.array([[i % 10, 1]], np.int64) for i in range(6)]
     bad = np.array([[42, 1]], np.int64)  # past the 10-row table: the kernel refuses it
+    worse = np.array([[77, 1]], np.int64)
 
     async def scenario(scheduler, _):
         first = await asyncio.gather(
-            *[scheduler.submit([ids]) for ids in [*good, bad]], return_exceptions=True
+            *[scheduler.submit([ids]) for ids in [*good[:3], bad, *good[3:], worse]],
+            return_exceptions=True,
         )
         second = await asyncio.gather(*[scheduler.submit([ids]) for ids in good])
-        return first, second, scheduler.stats.as_dict()
+        return first, second, counted(scheduler), scheduler.pool._in_flight
 
-    first, second, stats = run(lookup_program, batching(4, delay_us=500_000), scenario)
-    assert all(isinstance(r, ExecutionFailed) for r in first), first
-    assert all("batch of 4 request(s)" in r.message and "42" in r.message for r in first)
-    assert len({id(r) for r in first}) == 4  # each request gets its own error
-    for ids, [output] in zip(good, second):
+    first, second, stats, in_flight = run(lookup_program, batching(8, delay_us=500_000), scenario)
+    refused = [first[3], first[7]]
+    assert all(is_input_fault(r) for r in refused), first
+    assert "42" in kernel_reason(refused[0]) and "77" in kernel_reason(refused[1])
+    answered = first[:3] + first[4:7]
+    for ids, [output] in zip(good + good, answered + [o for o in second]):
         np.testing.assert_allclose(output, eager(lookup_program, ids), rtol=1e-5, atol=1e-6)
-    assert stats["execution_count"] == 1  # only successful executes count
+    # The 8 were merged; only successful executes count, each by its rows.
+    assert stats["inference_count"] == 12 and in_flight == 0
+    assert stats["execution_count"] < 12
 
 
 def test_preferred_batch_size_is_sent_without_waiting_for_the_delay(batch_program):
@@ -140,7 +168,7 @@ def test_preferred_batch_size_is_sent_without_waiting_for_the_delay(batch_progra
         loop = asyncio.get_running_loop()
         begun = loop.time()
         await asyncio.gather(*[scheduler.submit([x]) for _ in range(4)])
-        return loop.time() - begun, scheduler.stats.as_dict()
+        return loop.time() - begun, counted(scheduler)
 
     elapsed, stats = run(batch_program, batching(8, delay_us=2_000_000, preferred=[4]), scenario)
     assert elapsed < 1.0
@@ -152,7 +180,7 @@ def test_a_batch_never_exceeds_max_batch_size_rows(batch_program):
 
     async def scenario(scheduler, _):
         await asyncio.gather(*[scheduler.submit([x]) for _ in range(10)])
-        return scheduler.stats.as_dict()
+        return counted(scheduler)
 
     stats = run(batch_program, batching(8, delay_us=50_000), scenario)
     assert set(stats["batch_stats"]) == {6}  # two 3-row requests fit in 8, three do not
@@ -211,7 +239,7 @@ def test_the_deadline_passes_while_waiting_for_an_instance_and_it_is_never_execu
         results = await asyncio.gather(
             *[scheduler.submit([x]) for _ in range(3)], return_exceptions=True
         )
-        return results, scheduler.stats.as_dict()
+        return results, counted(scheduler)
 
     results, stats = run(heavy_program, config, scenario)
     assert sum(isinstance(r, DeadlineExceeded) for r in results) == 2
@@ -228,7 +256,7 @@ def test_a_request_timeout_overrides_the_default_and_expires_in_the_batch_queue(
             await scheduler.submit([x], timeout_s=0.05)
         waited = loop.time() - begun
         await asyncio.sleep(0.3)
-        return waited, scheduler.stats.as_dict(), scheduler.pool._in_flight
+        return waited, counted(scheduler), scheduler.pool._in_flight
 
     waited, stats, in_flight = run(
         batch_program, batching(8, delay_us=1_000_000, timeout_us=5_000_000), scenario
@@ -246,7 +274,7 @@ def test_a_cancelled_request_leaves_the_queue_before_it_executes(batch_program):
         assert scheduler.depth == 1
         task.cancel()
         await asyncio.sleep(0.4)  # past the delay: it would have been executed by now
-        return scheduler.depth, scheduler.stats.as_dict(), scheduler.pool._in_flight
+        return scheduler.depth, counted(scheduler), scheduler.pool._in_flight
 
     depth, stats, in_flight = run(batch_program, batching(8, delay_us=200_000), scenario)
     assert depth == 0 and stats["execution_count"] == 0 and in_flight == 0
@@ -297,3 +325,117 @@ def test_a_replaced_models_queue_gauge_does_not_keep_its_scheduler_alive(batch_p
     gc.collect()
     assert gone() is None
     assert 'etrt_queue_depth{model="m",method="forward"} 0' in metrics.render({})
+
+
+def test_without_dynamic_batching_each_request_is_an_execute_of_its_own_rows(batch_program):
+    x = np.ones((3, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        await asyncio.gather(*[scheduler.submit([x]) for _ in range(2)])
+        return counted(scheduler)
+
+    # A model that takes client-made batches counts their rows; one that does not, 1.
+    assert run(batch_program, {"max_batch_size": 8}, scenario) == {
+        "execution_count": 2,
+        "inference_count": 6,
+        "batch_stats": {3: {"count": 2}},
+    }
+    assert run(batch_program, {}, scenario) == {
+        "execution_count": 2,
+        "inference_count": 2,
+        "batch_stats": {1: {"count": 2}},
+    }
+
+
+def prioritized(per_level=None, levels=2, default=2):
+    return {
+        "dynamic_batching": {
+            "default_queue_policy": {"max_queue_size": 0, "default_timeout_microseconds": 0},
+            "priority_levels": levels,
+            "default_priority_level": default,
+            "priority_queue_policy": {
+                str(level): {
+                    "max_queue_size": 0,
+                    "default_timeout_microseconds": 0,
+                    "timeout_action": "REJECT",
+                    **policy,
+                }
+                for level, policy in (per_level or {}).items()
+            },
+        }
+    }
+
+
+def test_a_higher_priority_is_taken_first_on_a_saturated_instance(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    finished = []
+
+    async def scenario(scheduler, _):
+        async def call(tag, priority):
+            await scheduler.submit([x], priority=priority)
+            finished.append(tag)
+
+        running = [asyncio.create_task(call("first", 0))]
+        await asyncio.sleep(0.02)  # it executes; the rest queue
+        running += [asyncio.create_task(call(f"low{i}", 2)) for i in range(3)]
+        await asyncio.sleep(0.01)
+        running += [asyncio.create_task(call("high", 1)), asyncio.create_task(call("dflt", 0))]
+        await asyncio.gather(*running)
+        return counted(scheduler)
+
+    stats = run(heavy_program, prioritized(), scenario)
+    assert finished[0] == "first" and finished[1] == "high", finished
+    # The default level (2 here) keeps arrival order with the other level-2 requests.
+    assert finished[2:] == ["low0", "low1", "low2", "dflt"], finished
+    assert stats["execution_count"] == 6 and stats["batch_stats"] == {1: {"count": 6}}
+
+
+def test_a_full_level_refuses_only_its_own_requests(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+
+    async def scenario(scheduler, _):
+        running = [asyncio.create_task(scheduler.submit([x], priority=1))]
+        await asyncio.sleep(0.02)
+        running.append(asyncio.create_task(scheduler.submit([x], priority=2)))
+        await asyncio.sleep(0)
+        with pytest.raises(Busy) as busy:
+            await scheduler.submit([x], priority=2)
+        high = asyncio.create_task(scheduler.submit([x], priority=1))
+        await asyncio.gather(*running, high)
+        return busy.value
+
+    busy = run(heavy_program, prioritized({2: {"max_queue_size": 1}}), scenario)
+    assert "at priority level 2 (max_queue_size 1)" in busy.message
+
+
+def test_past_its_timeout_a_delay_request_goes_behind_later_ones(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    finished = []
+
+    async def scenario(scheduler, _):
+        async def call(tag, priority):
+            await scheduler.submit([x], priority=priority)
+            finished.append(tag)
+
+        running = [asyncio.create_task(call("first", 2))]
+        await asyncio.sleep(0.02)
+        running.append(asyncio.create_task(call("delayed", 1)))
+        await asyncio.sleep(0.05)  # past level 1's 10 ms: delayed, not refused
+        running.append(asyncio.create_task(call("later", 2)))
+        await asyncio.gather(*running)
+
+    config = prioritized({1: {"default_timeout_microseconds": 10_000, "timeout_action": "DELAY"}})
+    run(heavy_program, config, scenario)
+    assert finished == ["first", "later", "delayed"]
+
+
+def test_a_priority_past_the_levels_is_refused(batch_program):
+    async def scenario(scheduler, _):
+        refusals = []
+        for priority in (3, -1, "high", True):
+            with pytest.raises(Invalid) as refused:
+                await scheduler.submit([np.ones((1, 4), np.float32)], priority=priority)
+            refusals.append(refused.value.problems[0].rule)
+        return refusals
+
+    assert run(batch_program, prioritized(), scenario) == ["request.priority"] * 4

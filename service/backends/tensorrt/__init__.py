@@ -25,6 +25,7 @@ BACKEND = Backend(
     name="tensorrt",
     id=BACKEND_ID,
     setup="service.backends.tensorrt.runtime:install_backend",
+    device="gpu",
     check=_check,
     metrics=_metrics,
     description_fields={

@@ -16,7 +16,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from service.config import FALSE_WORDS, TRUE_WORDS
-from service.errors import Aborted, Invalid, Problem, TooLarge, clip
+from service.errors import Aborted, Problem, TooLarge, clip, refused
 from service.ingest.model_config import decode_config
 from service.ingest.staging import StagedFile, StagedUpload, Staging
 from service.protocols.native import upload_digests
@@ -208,7 +208,7 @@ async def receive_upload(
     """`begin` starts the dataplane's staging once the body looks like an upload at all."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or not options.get(b"boundary"):
-        raise Invalid(
+        raise refused(
             "upload refused",
             [Problem(None, "upload.content_type", "send the upload as multipart/form-data")],
         )
@@ -229,7 +229,7 @@ async def receive_upload(
         return receiver.upload(replace)
     except MultipartParseError as exc:
         staging.abort()
-        raise Invalid(
+        raise refused(
             "upload refused",
             [Problem(None, "upload.malformed", f"the multipart body is malformed: {exc}")],
         ) from None

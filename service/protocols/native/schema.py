@@ -77,7 +77,12 @@ class ModelDescription(BaseModel):
         {},
         description="model configuration (Triton's names: "
         "max_batch_size, dynamic_batching, "
-        "instance_group); {} when none was sent",
+        "instance_group, model_warmup); {} when none was sent",
+    )
+    warmup_s: float | None = Field(
+        None,
+        description="seconds the configuration's model_warmup took, on every instance, "
+        "before the model served",
     )
     memory: MemoryModel | None = Field(
         None,

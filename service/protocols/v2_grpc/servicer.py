@@ -22,7 +22,7 @@ from service.protocols.v2_grpc.binding import off_loop
 SERVER_NAME = "etrt-server"
 PLATFORM = "executorch"
 # Extensions of the protocol this service implements, as ServerMetadata lists them.
-EXTENSIONS = ("model_repository", "statistics")
+EXTENSIONS = ("model_configuration", "model_repository", "statistics")
 # Request parameters this server reads itself; all others reach the dataplane unchanged.
 METHOD_PARAMETER = "method"  # which program method to run (default DEFAULT_METHOD)
 # The method standard clients run, and the one model metadata describes (as REST v2 does).
@@ -188,6 +188,15 @@ class InferenceServicer:
                     datatype=spec.datatype or "UNSUPPORTED",
                     shape=spec.published_shape,
                 )
+        return response
+
+    async def ModelConfig(self, request, context):
+        # The dataplane's dict has model_config.proto's field names and enum value names.
+        response = messages.ModelConfigResponse()
+        json_format.ParseDict(
+            await self.service.model_config(request.name, request.version or None),
+            response.config,
+        )
         return response
 
     async def ModelInfer(self, parsed: ParsedInfer, context):

@@ -15,7 +15,7 @@ from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
 
 SERVER_NAME = "etrt-server"
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
 PLATFORM = "executorch"
 DEFAULT_METHOD = "forward"
 

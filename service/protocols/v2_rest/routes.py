@@ -91,6 +91,13 @@ async def model_metadata(request: Request, model: str, version: str | None = Non
     return await metadata.model_metadata(_service(request), model, version)
 
 
+@router.get("/models/{model}/config", responses=MODEL_ANSWERS)
+@router.get("/models/{model}/versions/{version}/config", responses=MODEL_ANSWERS)
+async def model_config(request: Request, model: str, version: str | None = None) -> dict:
+    """Triton's ModelConfig of the model (service.dataplane.triton_config)."""
+    return await _service(request).model_config(model, version)
+
+
 @router.get("/models/{model}/ready", responses=READY_ANSWERS)
 @router.get("/models/{model}/versions/{version}/ready", responses=READY_ANSWERS)
 async def model_ready(request: Request, model: str, version: str | None = None) -> dict:

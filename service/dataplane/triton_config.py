@@ -1,0 +1,118 @@
+"""A served model's configuration in the shape of Triton's ModelConfig (the model configuration
+extension: GET /v2/models/{m}/config, gRPC ModelConfig).
+
+Triton's tools (perf_analyzer, model_analyzer) read it before anything else: max_batch_size
+decides whether they strip a batch dimension from the metadata shapes, `dynamic_batching` marks a
+batching scheduler, and every input and output named here must be one the metadata lists. So the
+tensors are the "forward" method's (the one model metadata publishes), named as /infer accepts
+them, and `dims` leave out the batch dimension when max_batch_size > 0, as Triton's do.
+
+The answer is plain JSON values under model_config.proto's field names, so the REST route can
+send it as it is and the gRPC servicer can parse it into its ModelConfig message.
+"""
+
+from __future__ import annotations
+
+from service.dataplane.signature import signature_of
+from service.dataplane.types import TensorSpec
+from service.dtypes import triton_type
+from service.store.records import ModelDescription
+
+PLATFORM = "executorch"
+DEFAULT_METHOD = "forward"
+
+
+def _dims(spec: TensorSpec, batched: bool) -> list[int]:
+    shape = spec.published_shape
+    return shape[1:] if batched else shape
+
+
+def _input(spec: TensorSpec, batched: bool) -> dict:
+    return {
+        "name": spec.name,
+        "data_type": triton_type(spec.datatype),
+        "format": "FORMAT_NONE",
+        "dims": _dims(spec, batched),
+        "is_shape_tensor": False,
+        "allow_ragged_batch": False,
+        "optional": False,
+    }
+
+
+def _output(spec: TensorSpec, batched: bool) -> dict:
+    return {
+        "name": spec.name,
+        "data_type": triton_type(spec.datatype),
+        "dims": _dims(spec, batched),
+        "label_filename": "",
+        "is_shape_tensor": False,
+    }
+
+
+def _queue_policy(policy: dict) -> dict:
+    return {
+        "timeout_action": policy.get("timeout_action", "REJECT"),
+        "default_timeout_microseconds": policy["default_timeout_microseconds"],
+        "allow_timeout_override": True,
+        "max_queue_size": policy["max_queue_size"],
+    }
+
+
+def _dynamic_batching(batching: dict) -> dict:
+    return {
+        "preferred_batch_size": list(batching["preferred_batch_size"]),
+        "max_queue_delay_microseconds": batching["max_queue_delay_microseconds"],
+        "preserve_ordering": False,
+        "priority_levels": batching.get("priority_levels", 0),
+        "default_priority_level": batching.get("default_priority_level", 0),
+        "default_queue_policy": _queue_policy(batching["default_queue_policy"]),
+        "priority_queue_policy": {
+            level: _queue_policy(policy)
+            for level, policy in batching.get("priority_queue_policy", {}).items()
+        },
+    }
+
+
+def _kind(description: ModelDescription, gpu_backends: frozenset[str]) -> str:
+    backends = {
+        delegate.get("backend") if isinstance(delegate, dict) else delegate
+        for method in description.methods
+        for delegate in method.get("delegates", [])
+    }
+    return "KIND_GPU" if backends & gpu_backends else "KIND_CPU"
+
+
+def model_config(
+    description: ModelDescription, instances: int, gpu_backends: frozenset[str]
+) -> dict:
+    """The ModelConfig of a stored model; `instances` per method, `gpu_backends` the delegate
+    ids that run on the GPU (their models' instance groups are KIND_GPU)."""
+    config = description.config or {}
+    max_batch = config.get("max_batch_size", 0)
+    forward = next((m for m in description.methods if m["name"] == DEFAULT_METHOD), None)
+    signature = signature_of(forward) if forward is not None else None
+    answer = {
+        "name": description.name,
+        "platform": PLATFORM,
+        "backend": PLATFORM,
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": max_batch,
+        "input": [_input(s, max_batch > 0) for s in signature.inputs] if signature else [],
+        "output": [_output(s, max_batch > 0) for s in signature.outputs] if signature else [],
+        "instance_group": [
+            {
+                "name": f"{description.name}_0",
+                "kind": _kind(description, gpu_backends),
+                "count": instances,
+                "gpus": [],
+                "profile": [],
+                "passive": False,
+                "host_policy": "",
+            }
+        ],
+        "parameters": {},
+        "model_warmup": list(config.get("model_warmup", [])),
+    }
+    if "dynamic_batching" in config:
+        answer["dynamic_batching"] = _dynamic_batching(config["dynamic_batching"])
+    return answer
