@@ -213,7 +213,7 @@ def test_sigterm_stops_every_process_of_the_server(fronted, linear_relu_program)
     assert len(processes) >= FRONTS + 1
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(60) == 0
-    wait_for(lambda: not any(alive(pid) for pid in processes), 10, "every child gone")
+    wait_for(lambda: not any(alive(pid) for pid in processes), 30, "every child gone")
 
 
 def test_a_supervisor_killed_outright_takes_every_process_along(fronted, linear_relu_program):
