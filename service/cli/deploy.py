@@ -44,8 +44,9 @@ def deploy(
     finally:
         if body.progress is not None:
             body.progress.close()
-    output.line("checking done: the server ran every ingest rule")
-    return checked(response).json()
+    model = checked(response).json()
+    output.line("accepted: the server's ingest checks passed")
+    return model
 
 
 def wait_ready(server: Server, name: str, version: str, timeout: float) -> bool:
