@@ -22,7 +22,7 @@ _token = click.option(
 
 def _fail(exc: ServerError, code: int = 1):
     output.error(str(exc))
-    output.problems(exc.problems)
+    output.problems(exc.problems, err=True)
     sys.exit(code)
 
 

@@ -34,11 +34,15 @@ def error(text: str) -> None:
     click.echo(f"error: {text}", err=True)
 
 
-def problems(problems: list[dict]) -> None:
+def problems(problems: list[dict], err: bool = False) -> None:
+    """One line per problem; with err, on stderr beside the error line (a failed command)."""
     for problem in problems:
         where = problem.get("input") or problem.get("file")
-        prefix = f"{where}: " if where else ""
-        line(f"  {problem['rule']}  {prefix}{problem['message']}", "red")
+        text = f"  {problem['rule']}  {f'{where}: ' if where else ''}{problem['message']}"
+        if err:
+            click.echo(text, err=True)
+        else:
+            line(text, "red")
 
 
 def _spec(spec: dict) -> str:
