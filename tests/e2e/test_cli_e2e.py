@@ -26,6 +26,7 @@ from support.program_fixtures import (
     split_weights_program,
 )
 from support.server import REPO, ServerProcess, free_port, upload
+from support.trt_program_fixtures import mixed_16
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +258,10 @@ def test_check_gives_the_problems_a_server_answers(
         response = upload(client, "m", program, data, program_name=program.name, fields=fields)
     assert response.status_code == 422, response.text
     assert checked.json()["problems"] == response.json()["problems"]
+
+
+def test_a_model_stored_but_not_runnable_there_exits_2(start_server, mixed_16):
+    staging = start_server("--allow-unverified-plans")
+    run = etrt("deploy", "unverified", mixed_16.pte, "--url", staging.url)
+    assert run.code == 2, run.out + run.err
+    assert "model 'unverified': unavailable" in run.out and "not runnable here" in run.out
