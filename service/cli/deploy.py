@@ -14,7 +14,7 @@ import httpx
 
 from service.cli import output
 from service.cli.client import Server, ServerError, checked
-from service.cli.upload import FilePart, UploadBody
+from service.cli.upload import FilePart, Progress, UploadBody
 
 
 def deploy(
@@ -24,9 +24,13 @@ def deploy(
     data: list[Path],
     config: str | None,
     replace: bool,
+    quiet_stdout: bool = False,
 ) -> dict:
-    """Uploads and returns the model description; raises ServerError on a refusal."""
-    output.line(f"hashing {1 + len(data)} file(s) (sha-256, sent as Content-Digest)")
+    """Uploads and returns the model description; raises ServerError on a refusal.
+    With quiet_stdout (--json) the progress goes to stderr, so stdout is only the answer."""
+    output.status(
+        f"hashing {1 + len(data)} file(s) (sha-256, sent as Content-Digest)", quiet_stdout
+    )
     files = [FilePart.of("program", program)] + [FilePart.of("data", p) for p in data]
     fields = {}
     if replace:
@@ -34,6 +38,7 @@ def deploy(
     if config is not None:
         fields["config"] = config
     body = UploadBody(name, files, fields)
+    body.progress = Progress(body.length, to_stderr=quiet_stdout)
     headers = {**server.headers, "Content-Type": body.content_type}
     headers["Content-Length"] = str(body.length)
     try:
@@ -45,7 +50,7 @@ def deploy(
         if body.progress is not None:
             body.progress.close()
     model = checked(response).json()
-    output.line("accepted: the server's ingest checks passed")
+    output.status("accepted: the server's ingest checks passed", quiet_stdout)
     return model
 
 

@@ -83,9 +83,8 @@ def deploy(name, program, data, config, replace, version, wait, as_json, url, to
 
     server = Server(url, token)
     try:
-        model = upload(
-            server, name, program, list(data), config.read_text() if config else None, replace
-        )
+        text = config.read_text() if config else None
+        model = upload(server, name, program, list(data), text, replace, quiet_stdout=as_json)
     except ServerError as exc:
         _fail(exc)
     if model.get("runnable", True) and not wait_ready(server, name, version, wait):

@@ -30,6 +30,14 @@ def line(text: str, style: str | None = None) -> None:
         click.echo(text)
 
 
+def status(text: str, to_stderr: bool) -> None:
+    """What a command is doing; on stderr when stdout carries its JSON answer."""
+    if to_stderr:
+        click.echo(text, err=True)
+    else:
+        line(text)
+
+
 def error(text: str) -> None:
     click.echo(f"error: {text}", err=True)
 

@@ -59,13 +59,14 @@ def _field(boundary: str, name: str, value: str) -> bytes:
 class Progress:
     """Bytes sent: a rich bar (bytes, rate, ETA) on a terminal, a plain line per 10% otherwise."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, to_stderr: bool = False):
         self.total = total
+        self._to_stderr = to_stderr
         self.sent = 0
         self._started = time.monotonic()
         self._next_percent = 10
         self._bar = None
-        if output.is_tty():
+        if output.is_tty() and not to_stderr:
             from rich.progress import (
                 BarColumn,
                 DownloadColumn,
@@ -95,7 +96,8 @@ class Progress:
             elapsed = max(time.monotonic() - self._started, 1e-6)
             click.echo(
                 f"uploading: {self.sent} of {self.total} bytes ({percent}%), "
-                f"{self.sent / elapsed / 2**20:.1f} MiB/s"
+                f"{self.sent / elapsed / 2**20:.1f} MiB/s",
+                err=self._to_stderr,
             )
             self._next_percent = percent // 10 * 10 + 10
 

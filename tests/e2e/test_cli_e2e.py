@@ -140,7 +140,8 @@ def test_deploy_with_a_configuration_file(server, linear_relu_program, tmp_path)
         "--url", server.url,
     )  # fmt: skip
     assert run.code == 0, run.err
-    described = json.loads(run.out[run.out.index("{") :])
+    described = run.json()  # stdout is only the answer; the progress went to stderr
+    assert "uploading: " in run.err
     assert described["config"]["instance_group"] == [{"count": 3}]
 
 

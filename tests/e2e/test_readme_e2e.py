@@ -37,7 +37,7 @@ def test_the_first_model_recipe_deploys_and_predicts_as_the_readme_says(
     assert etrt("check", tmp_path / "model.pte").code == 0
     deployed = etrt("deploy", "mymodel", tmp_path / "model.pte", "--json", env=env)
     assert deployed.code == 0, deployed.err
-    described = json.loads(deployed.out[deployed.out.index("{") :])
+    described = deployed.json()
     assert [d["backend"] for d in described["methods"][0]["delegates"]] == ["XnnpackBackend"]
     # `etrt infer mymodel --input x.json` with the README's x.json
     (tmp_path / "x.json").write_text(json.dumps([[1, 2, 3, 4]]))
