@@ -184,7 +184,14 @@ def _milliseconds(text: str) -> float:
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
-def wrk(url: str, request: Request, connections: int, seconds: float, scratch: Path) -> Load:
+def wrk(
+    url: str,
+    request: Request,
+    connections: int,
+    seconds: float,
+    scratch: Path,
+    threads: int = 1,
+) -> Load:
     body_file = scratch / f"body-{abs(hash(request.body))}.bin"
     body_file.write_bytes(request.body)
     lines = [
@@ -200,7 +207,7 @@ def wrk(url: str, request: Request, connections: int, seconds: float, scratch: P
     result = subprocess.run(
         [
             "wrk",
-            "-t1",
+            f"-t{threads}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
             "--latency",
@@ -229,14 +236,21 @@ def wrk(url: str, request: Request, connections: int, seconds: float, scratch: P
 class Baseline:
     """One of http_baseline_apps.py in its own process, ready once it answers `request`."""
 
-    def __init__(self, kind: str, pte: Path, request: Request, log: Path):
+    def __init__(
+        self,
+        kind: str,
+        pte: Path,
+        request: Request,
+        log: Path,
+        workers: int = 1,
+        ready_within_s: float = 180,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, str(APPS), kind, str(pte), str(self.port), str(workers)]
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, str(APPS), kind, str(pte), str(self.port)], stdout=out, stderr=out
-            )
-        deadline = time.monotonic() + 180
+            self.process = subprocess.Popen(command, stdout=out, stderr=out)
+        deadline = time.monotonic() + ready_within_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{kind} exited; see {log}")
@@ -245,7 +259,7 @@ class Baseline:
                     self.url + request.path,
                     content=request.body,
                     timeout=5,
-                    headers={"content-type": request.content_type},
+                    headers={"content-type": request.content_type, **request.headers},
                 )
                 if answer.status_code == 200:
                     return

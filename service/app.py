@@ -37,10 +37,12 @@ class ServerApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings) -> FastAPI:
-    service = ModelService(settings)
+def create_app(settings: Settings, service=None, offload_workers: int | None = None) -> FastAPI:
+    """`service`: the dataplane the protocols call; a front process passes its engine client
+    (service/engine/client.py), and without one the app runs its own ModelService in-process."""
+    service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
-    offload = Offload()
+    offload = Offload(offload_workers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -7,17 +7,31 @@ while an operator still overrides one setting on the command line.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 MiB = 1024 * 1024
 
 
+def default_workers(cores: int | None = None) -> int:
+    """One front per core up to 8 on a host of at least 4 cores; else 1 (the engine and the
+    protocol front then share the few cores there are)."""
+    cores = cores or os.cpu_count() or 1
+    return min(cores, 8) if cores >= 4 else 1
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # Protocol front processes sharing the ports, over one engine process (service/supervisor.py).
+    workers: int = 1
+    # Shared memory per front for the tensors of its requests in flight (service/ipc/arena.py);
+    # pinned for the GPU on CUDA hosts, so it is committed memory there.
+    arena_bytes: int = 512 * MiB
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001
     artifacts: Path = Path("artifacts")
@@ -103,6 +117,22 @@ def _paths(text: str) -> tuple[Path, ...]:
 _OPTIONS = (
     ("--host", "ETRT_HOST", "host", str, "address to listen on"),
     ("--port", "ETRT_PORT", "port", int, "TCP port"),
+    (
+        "--workers",
+        "ETRT_WORKERS",
+        "workers",
+        int,
+        "protocol front processes sharing the ports over one engine process (default: one per "
+        "core up to 8 on a host with at least 4 cores, else 1)",
+    ),
+    (
+        "--arena-bytes",
+        "ETRT_ARENA_BYTES",
+        "arena_bytes",
+        int,
+        "shared memory per front process for the tensors of requests in flight (pinned on CUDA "
+        "hosts); a request needing more is refused with 413",
+    ),
     (
         "--grpc-port",
         "ETRT_GRPC_PORT",
@@ -292,6 +322,7 @@ def parse_settings(
                 parser.error(f"{env}={environ[env]!r}: {exc}")
         if value is not None:
             values[attr] = tuple(value) if isinstance(value, list) else value
+    values.setdefault("workers", default_workers())
     settings = Settings(**values)
     if settings.model_name is not None and len(settings.model_dirs) != 1:
         parser.error("--model-name serves one --model-dir as that model: give exactly one")
@@ -312,9 +343,21 @@ def parse_settings(
         "infer_threads",
         "load_check_timeout_s",
         "max_concurrent_ingests",
+        "workers",
+        "arena_bytes",
     ):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")
     if settings.inline_execute_us < 0:
         parser.error("inline_execute_us must be 0 or more")
     return settings
+
+
+def encode_settings(settings: Settings) -> str:
+    """For the supervisor's children (service/supervisor.py), which take the parsed settings
+    rather than parsing flags and the environment again."""
+    return base64.b64encode(pickle.dumps(settings)).decode()
+
+
+def decode_settings(text: str) -> Settings:
+    return pickle.loads(base64.b64decode(text))

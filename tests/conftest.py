@@ -21,3 +21,13 @@ def programs_dir(tmp_path_factory) -> Path:
         Path(kept).mkdir(parents=True, exist_ok=True)
         return Path(kept)
     return tmp_path_factory.mktemp("programs")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks `slow` every test that exports programs (it takes the programs_dir fixture, directly
+    or through another): torch's exporter costs seconds per program on a small machine. With the
+    `e2e` mark (tests/e2e/conftest.py) and the modules marked `slow` themselves, this is what the
+    quick lane, `pytest -m "not e2e and not slow"`, leaves out."""
+    for item in items:
+        if "programs_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -37,6 +37,8 @@ struct CudaApi {
   int (*pointer_get_attributes)(CudaPointerAttributes*, const void*);
   int (*get_last_error)();
   const char* (*get_error_string)(int);
+  int (*host_register)(void*, size_t, unsigned);
+  int (*host_unregister)(void*);
 };
 
 template <typename F>
@@ -77,7 +79,9 @@ Outcome<const CudaApi*> load_cudart() {
               bind(lib, "cudaStreamDestroy", &api.stream_destroy) &&
               bind(lib, "cudaPointerGetAttributes", &api.pointer_get_attributes) &&
               bind(lib, "cudaGetLastError", &api.get_last_error) &&
-              bind(lib, "cudaGetErrorString", &api.get_error_string);
+              bind(lib, "cudaGetErrorString", &api.get_error_string) &&
+              bind(lib, "cudaHostRegister", &api.host_register) &&
+              bind(lib, "cudaHostUnregister", &api.host_unregister);
     if (!ok) failure = "the CUDA runtime found lacks an entry point this module needs";
   });
   if (!failure.empty()) return Status(Error::NotSupported, failure);
@@ -140,6 +144,18 @@ class CudaMemory final : public DeviceMemory {
   void destroy_stream(StreamHandle stream) override {
     check(api_->stream_destroy(reinterpret_cast<void*>(stream)), "cudaStreamDestroy",
           Error::Internal);
+  }
+
+  Status pin_host(void* p, size_t nbytes) override {
+    if (pageable_) {
+      return Status(Error::NotSupported, "this GPU reads pageable host memory directly");
+    }
+    ETHOST_RETURN_IF_ERROR(check(api_->set_device(device_), "cudaSetDevice", Error::Internal));
+    return check(api_->host_register(p, nbytes, 0), "cudaHostRegister", Error::Internal);
+  }
+
+  Status unpin_host(void* p) override {
+    return check(api_->host_unregister(p), "cudaHostUnregister", Error::Internal);
   }
 
  private:

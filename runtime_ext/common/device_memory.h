@@ -44,6 +44,18 @@ class DeviceMemory {
   virtual Outcome<StreamHandle> create_stream() = 0;
   virtual Status synchronize(StreamHandle stream) = 0;
   virtual void destroy_stream(StreamHandle stream) = 0;
+
+  // Page-locks host memory that stays the caller's (cudaHostRegister), so copies between it and
+  // the device run at the link's full speed. NotSupported where nothing would gain from it.
+  virtual Status pin_host(void* p, size_t nbytes) {
+    (void)p;
+    (void)nbytes;
+    return Status(Error::NotSupported, std::string(kind()) + " memory has nothing to pin");
+  }
+  virtual Status unpin_host(void* p) {
+    (void)p;
+    return Status();
+  }
 };
 
 // CUDA runtime loaded with dlopen; fails (NotSupported) with a readable reason on a host

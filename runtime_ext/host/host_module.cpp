@@ -2,6 +2,7 @@
 // exceptions, specs become dicts, and the GIL is released around every ExecuTorch call that
 // can take long (file verification, method load, execute).
 #include "backend_loader.h"
+#include "device_memory.h"
 #include "errors_module.h"
 #include "executorch_log.h"
 #include "method_instance.h"
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -223,6 +225,32 @@ NB_MODULE(ethost, m) {
       .def("instances", &PyProgram::instances, "name"_a, "n"_a,
            "n independent instances sharing this program's mapped files.");
 
+  m.def(
+      "pin_host_memory",
+      [](uintptr_t address, size_t nbytes) {
+        auto memory = ethost_device::active_memory();
+        if (!memory.ok()) return false;  // no CUDA here: nothing to pin for
+        Status pinned;
+        {
+          nb::gil_scoped_release released;
+          pinned = memory.value()->pin_host(reinterpret_cast<void*>(address), nbytes);
+        }
+        if (pinned.code == Error::NotSupported) return false;
+        if (!pinned.ok()) throw std::runtime_error(pinned.reason);
+        return true;
+      },
+      "address"_a, "nbytes"_a,
+      "Page-locks host memory for the GPU (cudaHostRegister) so that copies to and from it run "
+      "at full speed; False where that gains nothing (no CUDA, a GPU reading pageable memory).");
+  m.def(
+      "unpin_host_memory",
+      [](uintptr_t address) {
+        auto memory = ethost_device::active_memory();
+        if (!memory.ok()) return;
+        Status unpinned = memory.value()->unpin_host(reinterpret_cast<void*>(address));
+        if (!unpinned.ok()) throw std::runtime_error(unpinned.reason);
+      },
+      "address"_a);
   m.def("registered_backends", &registered_backends);
   m.def("load_backend_library", &load_backend_library_py, "path"_a);
   m.def(

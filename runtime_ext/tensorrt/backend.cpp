@@ -157,9 +157,3 @@ const char* registration_error() {
 }
 
 }  // namespace ethost_trt
-
-// Visible on purpose: lets a test ask a second copy of this library, loaded with dlopen beside
-// the first, what its own registration found, without importing it as a Python module.
-extern "C" __attribute__((visibility("default"))) const char* ethost_tensorrt_registration_error() {
-  return ethost_trt::registration_error();
-}

@@ -17,6 +17,7 @@ inline nanobind::list counters_list(const std::vector<BindingCounters>& counters
     d["name"] = c.name;
     d["is_input"] = c.is_input;
     d["staging_copies"] = c.staging_copies;
+    d["misaligned_copies"] = c.misaligned_copies;
     d["staged_calls"] = c.staged_calls;
     d["direct_calls"] = c.direct_calls;
     d["stage_address"] = c.stage_address;

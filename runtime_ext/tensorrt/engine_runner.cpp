@@ -321,7 +321,11 @@ Status EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<i
     counters_[e].stage_capacity = stages_[e].capacity;
   }
   for (const auto* list : {&plan.before, &plan.after}) {
-    for (const auto& c : *list) ++counters_[c.counted_binding].staging_copies;
+    for (const auto& c : *list) {
+      BindingCounters& counted = counters_[c.counted_binding];
+      ++counted.staging_copies;
+      if (facts[c.counted_binding].address % kBindingAlignment != 0) ++counted.misaligned_copies;
+    }
   }
   return Status();
 }

@@ -30,6 +30,9 @@ struct BindingCounters {
   std::string name;
   bool is_input = false;
   uint64_t staging_copies = 0;
+  // Of those, the copies of a buffer off the 256-byte boundary: what 256-byte planning (or an
+  // aligned request slot) would save. A host buffer on a discrete GPU is copied anyway.
+  uint64_t misaligned_copies = 0;
   uint64_t staged_calls = 0;
   uint64_t direct_calls = 0;
   uintptr_t stage_address = 0;

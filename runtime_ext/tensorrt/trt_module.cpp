@@ -151,3 +151,10 @@ NB_MODULE(ethost_tensorrt, m) {
 
   m.def("__getattr__", [m](const std::string& name) { return module_getattr(m, name); });
 }
+
+// Visible on purpose: lets a test ask a second copy of this module, loaded with dlopen beside the
+// first, what its own registration found, without importing it as a Python module. Defined here,
+// not in backend.cpp: --exclude-libs hides whatever comes from a static archive.
+extern "C" __attribute__((visibility("default"))) const char* ethost_tensorrt_registration_error() {
+  return ethost_trt::registration_error();
+}

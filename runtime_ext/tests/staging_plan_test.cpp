@@ -111,3 +111,58 @@ TEST(an_elided_in_place_output_adds_no_copy) {
   CHECK(!plan.bound[2].stage && plan.bound[2].binding == 0);
   CHECK(plan.before.empty() && plan.after.empty());
 }
+
+TEST(an_empty_binding_list_plans_nothing) {
+  auto plan = plan_staging({}, false);
+  CHECK(plan.placement.empty() && plan.bound.empty() && plan.before.empty() && plan.after.empty());
+}
+
+TEST(a_buffer_without_an_address_gets_a_placeholder_whatever_its_size) {
+  // The runner refuses a null buffer that claims bytes before planning; the plan itself never
+  // copies from address 0.
+  auto plan = plan_staging({device_buffer(true, 0, 64), device_buffer(false, 0x20000)}, false);
+  CHECK(plan.placement[0] == Placement::Placeholder && plan.before.empty());
+}
+
+TEST(an_unaligned_host_output_is_copied_back_to_the_host) {
+  auto plan = plan_staging({host_buffer(true, 0x10000), host_buffer(false, 0x20080, 96)}, true);
+  CHECK(plan.placement[0] == Placement::Direct && plan.placement[1] == Placement::Staged);
+  CHECK(plan.reason[1] == StageReason::Unaligned && plan.stage_bytes[1] == 96);
+  CHECK(plan.after.size() == 1 && plan.after[0].kind == CopyKind::DeviceToHost);
+  CHECK(plan.after[0].nbytes == 96);
+}
+
+TEST(a_host_in_place_input_is_copied_in_and_back_and_into_its_separate_output) {
+  BindingFacts cache = host_buffer(true, 0x10000, 256);
+  cache.updated_in_place = true;
+  BindingFacts out = host_buffer(false, 0x30000, 256);
+  out.alias_input = 0;
+  auto plan = plan_staging({cache, out}, false);
+  CHECK(plan.placement[0] == Placement::Staged && plan.placement[1] == Placement::AliasOfInput);
+  CHECK(plan.before.size() == 1 && plan.before[0].kind == CopyKind::HostToDevice);
+  CHECK(plan.after.size() == 2);
+  CHECK(plan.after[0].kind == CopyKind::DeviceToHost && plan.after[0].dst.binding == 0);
+  CHECK(plan.after[1].kind == CopyKind::DeviceToHost && plan.after[1].src.stage);
+  CHECK(plan.after[1].dst.binding == 1 && !plan.after[1].dst.stage);
+  CHECK(plan.stage_bytes[1] == 0);  // the output has no stage of its own
+}
+
+TEST(an_in_place_output_passed_at_its_inputs_address_adds_no_copy) {
+  BindingFacts cache = device_buffer(true, 0x10000);
+  cache.updated_in_place = true;
+  BindingFacts out = device_buffer(false, 0x10000);
+  out.alias_input = 0;
+  auto plan = plan_staging({cache, out}, false);
+  CHECK(plan.placement[1] == Placement::AliasOfInput && plan.after.empty());
+}
+
+TEST(an_in_place_output_of_an_empty_input_adds_no_copy) {
+  BindingFacts cache = device_buffer(true, 0, 0);
+  cache.updated_in_place = true;
+  BindingFacts out = device_buffer(false, 0x30000, 0);
+  out.alias_input = 0;
+  auto plan = plan_staging({cache, out}, false);
+  CHECK(plan.placement[0] == Placement::Placeholder);
+  CHECK(plan.bound[1].stage && plan.bound[1].binding == 0);  // bound to the input's placeholder
+  CHECK(plan.before.empty() && plan.after.empty());
+}

@@ -13,7 +13,10 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import weakref
 from collections.abc import Callable
+
+from service.dataplane import residency
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
@@ -184,10 +187,23 @@ class Metrics:
             ("model", "method"),
             BATCH_SIZE_BUCKETS,
         )
+        self.fronts = Counter(
+            "etrt_front_requests_total",
+            "Inference requests each protocol front process sent to the engine",
+            ("front",),
+        )
+        self.arenas = Gauge(
+            "etrt_arena_bytes",
+            "Shared memory of each front's arena for request tensors: in_use now, and size",
+            ("front", "state"),
+        )
         self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
         # (model, method) -> the scheduler's current queue depth, read when rendering.
         self._queues: dict[tuple[str, str], Callable[[], int]] = {}
+        # model -> its serving pool, whose memory is measured when rendering (weak: a replaced
+        # or deleted model's pool must not be kept alive by its metrics).
+        self._pools: dict[str, weakref.ref] = {}
 
     def request_started(self, model: str) -> object:
         """Returns a token for request_finished; a model deleted meanwhile invalidates it."""
@@ -213,6 +229,15 @@ class Metrics:
             self.duration.observe((model, method), total_s)
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
+
+    def front_request(self, front: int) -> None:
+        with self._lock:
+            self.fronts.add((str(front),))
+
+    def arena_usage(self, front: int, in_use: int, size: int) -> None:
+        with self._lock:
+            self.arenas.samples[(str(front), "in_use")] = in_use
+            self.arenas.samples[(str(front), "size")] = size
 
     def batch_executed(self, model: str, method: str, rows: int) -> None:
         with self._lock:
@@ -243,7 +268,10 @@ class Metrics:
         """Runs open_pool() so that each backend can count the delegates it creates for `model`."""
         for backend in self.backends:
             open_pool = functools.partial(backend.open, model, open_pool)
-        return open_pool()
+        pool = open_pool()
+        with self._lock:
+            self._pools[model] = weakref.ref(pool)
+        return pool
 
     def forget_model(self, model: str) -> None:
         with self._lock:
@@ -257,8 +285,37 @@ class Metrics:
             ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
+            self._pools.pop(model, None)
             for backend in self.backends:
                 backend.forget(model)
+
+    def _memory(self) -> list[Gauge]:
+        """Measured now, outside the lock (it reads /proc): see service.dataplane.residency."""
+        resident = Gauge(
+            "etrt_model_resident_bytes",
+            "Bytes of a model resident in the engine process: pages of its mapped .pte/.ptd files "
+            "(memory=files) and the written part of its instances' planned arenas "
+            "(memory=planned_arenas)",
+            ("model", "memory"),
+        )
+        planned = Gauge(
+            "etrt_model_planned_arena_bytes",
+            "Host memory allocated for the planned arenas of a model's method instances",
+            ("model",),
+        )
+        with self._lock:
+            pools = [(model, ref()) for model, ref in self._pools.items()]
+        files = residency.mapped_files()
+        for model, pool in pools:
+            if pool is None:
+                continue
+            memory = pool.memory(files)
+            if memory.files_bytes is not None:
+                resident.add((model, "files"), memory.files_bytes)
+            if memory.arena_resident_bytes is not None:
+                resident.add((model, "planned_arenas"), memory.arena_resident_bytes)
+            planned.add((model,), memory.arena_bytes)
+        return [resident, planned]
 
     def render(self, models_by_state: dict[str, int]) -> str:
         states = Gauge(
@@ -268,6 +325,7 @@ class Metrics:
         )
         for state, count in models_by_state.items():
             states.add((state,), count)
+        memory = self._memory()
         with self._lock:
             families = [
                 self.requests,
@@ -279,6 +337,9 @@ class Metrics:
                 states,
                 self.batch_size,
                 self._queue_depths(),
+                self.fronts,
+                self.arenas,
+                *memory,
             ]
             families += [f for backend in self.backends for f in backend.families()]
             lines = [line for family in families if family is not None for line in family.render()]

@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
+from service.dataplane import residency
 from service.store.records import StoredModel
 
 
@@ -60,10 +61,18 @@ class ModelPool:
         # Read from an instance: Program.method_meta would load one more instance of the method
         # (and initialize its delegates: TensorRT contexts, device buffers) just to describe it.
         self._metas = {}
+        # (address, size) of every instance's host arenas, for memory(): fixed while it lives.
+        self._arenas: list[tuple[int, int]] = []
         for name in self.program.method_names:
             instances = self.program.instances(name, instances_per_method)
             for instance in instances:
                 instance.kernel_threadpool = kernel_threadpool
+                buffers = instance.meta["planned_buffers"]
+                self._arenas += [
+                    (address, buffer["size"])
+                    for address, buffer in zip(instance.arena_addresses(), buffers, strict=True)
+                    if buffer["device"] == "cpu"
+                ]
             self._methods[name] = _MethodSlots(instances)
             self._metas[name] = instances[0].meta
         self._in_flight = 0
@@ -77,6 +86,14 @@ class ModelPool:
 
     def meta(self, method: str) -> dict:
         return self._metas[method]
+
+    def memory(self, files: dict[str, int] | None = None) -> residency.ModelMemory:
+        """What of the model this process holds in RAM now; `files`: residency.mapped_files(),
+        read once when several models are reported together."""
+        paths = [self.model.program_path, *self.model.data_paths]
+        return residency.measure(
+            paths, self._arenas, residency.mapped_files() if files is None else files
+        )
 
     def waiting(self, method: str) -> int:
         """Requests to the method waiting for a free instance."""

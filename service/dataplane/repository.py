@@ -35,6 +35,10 @@ class Served:
     signatures: dict[str, MethodSignature]
     schedulers: dict = field(default_factory=dict)  # method -> its Scheduler, made on first use
 
+    @property
+    def max_batch(self) -> int:
+        return (self.stored.description.config or {}).get("max_batch_size", 0)
+
 
 def load_config(value) -> dict:
     """The `config` parameter of a repository load: JSON text holding the model configuration,
@@ -108,6 +112,7 @@ class Repository:
                     raise Unavailable(f"model {name!r} could not be opened: {exc}") from None
                 self._models[name] = serve(stored, pool)
                 self._unavailable.pop(name, None)
+                self._changed()
                 await asyncio.to_thread(self.storage.set_unloaded, name, False)
             return self._description(name)
 
@@ -119,12 +124,13 @@ class Repository:
             served = self._models.pop(name, None)
             if served is not None:
                 self._unavailable[name] = (served.stored, UNLOADED)
+                self._changed()
                 await asyncio.to_thread(self.storage.set_unloaded, name, True)
                 await served.pool.close()
 
-    def repository_index(self) -> list[dict]:
+    async def repository_index(self) -> list[dict]:
         index = []
-        for name in self.model_names():
+        for name in self._names():
             if name in self._refused:
                 reason = self._refused[name].message
             else:
@@ -172,4 +178,6 @@ class Repository:
             served = self._models.pop(name, None)
             if served is not None:
                 self._unavailable[name] = (served.stored, error.message)
+            self._changed()
+            if served is not None:
                 await served.pool.close()

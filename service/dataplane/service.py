@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from service.backends.host import import_host
 from service.backends.registry import enabled
 from service.config import Settings
+from service.dataplane import residency
 from service.dataplane.metrics import UNKNOWN, Metrics
 from service.dataplane.model_pool import ModelPool, PoolClosed
 from service.dataplane.repository import (
@@ -31,7 +32,14 @@ from service.dataplane.repository import (
 from service.dataplane.scheduler import Scheduler
 from service.dataplane.signature import bind_inputs, select_outputs, signature_of
 from service.dataplane.statistics import Statistics
-from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.dataplane.types import (
+    InferRequest,
+    InferResponse,
+    MethodSignature,
+    ModelEntry,
+    ModelTable,
+    Tensor,
+)
 from service.errors import (
     Aborted,
     Busy,
@@ -62,8 +70,11 @@ def _outcome(exc: BaseException, outcomes: tuple) -> str:
 
 
 class ModelService(Repository):
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, keep_staging: bool = False):
+        """`keep_staging`: an engine restarted under running fronts leaves the staging area to
+        the uploads they are receiving."""
         self.settings = settings
+        self._keep_staging = keep_staging
         self.storage: Storage | None = None
         self._ethost = None
         self._models: dict[str, Served] = {}
@@ -84,8 +95,30 @@ class ModelService(Repository):
         self.backends = enabled(settings.backends)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
-        self.ready = False
+        self._ready = False
         self._loading: asyncio.Task | None = None
+        # Bumped on every change to what is served; engine fronts compare it with the model
+        # table they cached (service/engine/) before trusting it.
+        self.generation = 0
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self._ready = value
+        self._changed()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs after every change to readiness or to what is served."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self.generation += 1
+        for listener in self._listeners:
+            listener()
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
@@ -93,7 +126,8 @@ class ModelService(Repository):
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         unloaded = await asyncio.to_thread(self.storage.unloaded)
-        for stored in await asyncio.to_thread(self.storage.reconcile):
+        reconciled = await asyncio.to_thread(self.storage.reconcile, not self._keep_staging)
+        for stored in reconciled:
             reason = UNLOADED if stored.name in unloaded else not_runnable(stored)
             if reason is not None:
                 self._unavailable[stored.name] = (stored, reason)
@@ -134,6 +168,11 @@ class ModelService(Repository):
             ),
         )
 
+    def body_buffer(self, nbytes: int) -> tuple[memoryview, None]:
+        """Memory a protocol receives a request body into (a front's engine client gives a slot
+        of shared memory instead)."""
+        return memoryview(bytearray(nbytes)), None
+
     def begin_staging(self) -> Staging:
         """Where a transport puts an upload's files before handing it to deploy()."""
         return Staging(self.storage, self.settings)
@@ -145,16 +184,39 @@ class ModelService(Repository):
         return name in self._models or name in self._unavailable or name in self._refused
 
     async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
-        """Receives, checks, stores and starts serving an upload, then counts and logs the outcome.
-
-        Receiving belongs here so that uploads refused while they arrive (too large, a malformed
-        form) are counted like the ones ingest refuses.
-        """
+        """Receives an upload (the transport's part: a form, a repository load, a folder), then
+        deploys it. Receiving belongs here so that uploads refused while they arrive (too large,
+        a malformed form) are counted like the ones ingest refuses."""
         begun = time.perf_counter()
-        name, outcome, rules = None, "error", []
         try:
             upload = await receive()
-            name = upload.model_name
+        except ServiceError as exc:
+            self.upload_refused(None, exc, time.perf_counter() - begun)
+            raise
+        return await self.deploy_staged(upload, time.perf_counter() - begun)
+
+    def upload_refused(self, name: str | None, error: ServiceError, elapsed_s: float) -> None:
+        """Counts and logs an upload that was refused before it was staged whole."""
+        self._upload_finished(
+            name, _outcome(error, _UPLOAD_OUTCOMES), [p.rule for p in error.problems], elapsed_s
+        )
+
+    def _upload_finished(self, name, outcome: str, rules: list[str], elapsed_s: float) -> None:
+        self.metrics.upload_finished(outcome, rules)
+        log.info(
+            "upload model=%r outcome=%s problems=%d duration_s=%.6f",
+            None if name is None else clip(name),
+            outcome,
+            len(rules),
+            elapsed_s,
+        )
+
+    async def deploy_staged(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
+        """Checks, stores and starts serving a staged upload (whose directory it consumes), then
+        counts and logs the outcome; `received_s` is how long receiving it took."""
+        begun = time.perf_counter() - received_s
+        outcome, rules = "error", []
+        try:
             description = await self._deploy(upload)
             outcome = "accepted"
             return description
@@ -163,14 +225,7 @@ class ModelService(Repository):
             rules = [problem.rule for problem in exc.problems]
             raise
         finally:
-            self.metrics.upload_finished(outcome, rules)
-            log.info(
-                "upload model=%r outcome=%s problems=%d duration_s=%.6f",
-                None if name is None else clip(name),
-                outcome,
-                len(rules),
-                time.perf_counter() - begun,
-            )
+            self._upload_finished(upload.model_name, outcome, rules, time.perf_counter() - begun)
 
     async def _deploy(self, upload: StagedUpload) -> dict:
         """The staging directory is always consumed."""
@@ -211,6 +266,7 @@ class ModelService(Repository):
             self._unavailable.pop(name, None)
         if previous is not None:
             await previous.pool.close()
+        self._changed()
         if replaced is not None:
             await asyncio.to_thread(self.storage.remove_directory, replaced)
         return self._description(name)
@@ -228,21 +284,28 @@ class ModelService(Repository):
                 await asyncio.to_thread(self.storage.reinstate, replaced, stored)
             raise Unavailable(f"model {stored.name!r} could not be opened: {exc}") from None
 
-    def _description(self, name: str) -> dict:
+    def _description(self, name: str, files: dict[str, int] | None = None) -> dict:
+        """`files`: residency.mapped_files(), when several models are described at once."""
         if name in self._refused:
             return refused_view(name, self._refused[name])
         served = self._models.get(name)
         if served is not None:
-            return served.stored.description.view("ready")
+            view = served.stored.description.view("ready")
+            view["memory"] = served.pool.memory(files).to_json()
+            return view
         if name in self._unavailable:
             stored, reason = self._unavailable[name]
             return stored.description.view("unavailable", reason)
         raise NotFound(f"model {clip(name)!r} not found")
 
-    def list_models(self) -> list[dict]:
-        return [self._description(name) for name in self.model_names()]
+    # Protocols call these (and every public coroutine here) through an engine client in the
+    # front processes, hence coroutines even where the answer is at hand.
 
-    def describe(self, name: str) -> dict:
+    async def list_models(self) -> list[dict]:
+        files = residency.mapped_files()  # read once for all of them
+        return [self._description(name, files) for name in self._names()]
+
+    async def describe(self, name: str) -> dict:
         return self._description(name)
 
     async def delete(self, name: str) -> None:
@@ -257,6 +320,7 @@ class ModelService(Repository):
             self._unavailable.pop(name, None)
             self._refused.pop(name, None)
             stored = await asyncio.to_thread(self.storage.unregister, name)
+            self._changed()
             if served is not None:
                 await served.pool.close()
             if stored is not None:
@@ -273,7 +337,7 @@ class ModelService(Repository):
             return self._unavailable[name][0]
         raise NotFound(f"model {clip(name)!r} not found")
 
-    def metrics_text(self) -> str:
+    async def metrics_text(self) -> str:
         return self.metrics.render(
             {"ready": len(self._models), "unavailable": len(self._unavailable) + len(self._refused)}
         )
@@ -286,21 +350,63 @@ class ModelService(Repository):
                 f"model {clip(name)!r} has no version {clip(version)!r} (versions: {MODEL_VERSION})"
             )
 
-    def model_ready(self, name: str, version: str | None = None) -> bool:
+    async def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model (and version) exists and can serve now; unknown ones raise."""
         self._description(name)
         self._check_version(name, version)
         return name in self._models
 
-    def signatures(self, name: str, version: str | None = None) -> dict[str, MethodSignature]:
+    async def signatures(self, name: str, version: str | None = None) -> dict[str, MethodSignature]:
         """Each method's signature with its published tensor names (also of unavailable models,
         described from the file)."""
         stored = self._stored(name)
         self._check_version(name, version)
         return {m["name"]: signature_of(m) for m in stored.description.methods}
 
-    def model_names(self) -> list[str]:
+    async def model_names(self) -> list[str]:
+        return self._names()
+
+    def _names(self) -> list[str]:
         return sorted({*self._models, *self._unavailable, *self._refused})
+
+    async def model_stats(self, name: str | None, version: str | None = None) -> list[dict]:
+        """The statistics extension's entries: of one model (NotFound for an unknown model or
+        version), or of every model when `name` is None."""
+        if name is None:
+            names = self._names()
+        else:
+            self._stored(name)
+            self._check_version(name, version)
+            names = [name]
+        return [self.statistics.model_stats(n, version or MODEL_VERSION) for n in names]
+
+    async def table(self) -> ModelTable:
+        """What a front needs to check requests before they cross to the engine: the ready
+        models' method signatures, as of `generation`."""
+        return ModelTable(
+            self.generation,
+            {
+                name: ModelEntry(dict(served.signatures), served.max_batch)
+                for name, served in self._models.items()
+            },
+        )
+
+    def arena_usage(self, front: int, in_use: int, size: int) -> None:
+        """A front's report of its arena (service/engine/client.py), for /metrics."""
+        self.metrics.arena_usage(front, in_use, size)
+
+    def record_refused(self, model: str, method: str, outcome: str, elapsed_s: float) -> None:
+        """Counts a request a front refused before it crossed (as infer() counts its own)."""
+        model_label = model if self._exists(model) else UNKNOWN
+        served = self._models.get(model)
+        method_label = (
+            method if served is not None and method in served.pool.method_names else UNKNOWN
+        )
+        token = self.metrics.request_started(model_label)
+        self.metrics.request_finished(token, model_label, method_label, outcome, None, elapsed_s)
+        if model_label != UNKNOWN:
+            self.statistics.record_request(model, MODEL_VERSION, False, int(elapsed_s * 1e9))
+        self._log_infer(model, method, outcome, elapsed_s)
 
     # -- inference ------------------------------------------------------------------------------
 
@@ -365,14 +471,17 @@ class ModelService(Repository):
                     phases.get("infer"),
                     phases.get("output"),
                 )
-            if self.settings.access_log:
-                log.info(
-                    "infer model=%r method=%r outcome=%s duration_s=%.6f",
-                    clip(model),
-                    clip(method),
-                    outcome,
-                    elapsed,
-                )
+            self._log_infer(model, method, outcome, elapsed)
+
+    def _log_infer(self, model: str, method: str, outcome: str, elapsed_s: float) -> None:
+        if self.settings.access_log:
+            log.info(
+                "infer model=%r method=%r outcome=%s duration_s=%.6f",
+                clip(model),
+                clip(method),
+                outcome,
+                elapsed_s,
+            )
 
     async def _infer(
         self,
@@ -398,7 +507,10 @@ class ModelService(Repository):
             )
         signature = served.signatures[method]
         mark = time.perf_counter_ns()
-        arrays = bind_inputs(request.inputs, signature)
+        if request.checked_at == self.generation:  # a front checked them against this signature
+            arrays = [tensor.array for tensor in request.inputs]
+        else:
+            arrays = bind_inputs(request.inputs, signature)
         selected = select_outputs(signature, request.outputs)
         phases["input"] = time.perf_counter_ns() - mark
 

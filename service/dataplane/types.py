@@ -7,6 +7,7 @@ the method's signature and runs them. BF16 tensors carry uint16 bit patterns (se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,12 @@ class InferRequest:
     parameters: dict = field(default_factory=dict)
     # Seconds the request may wait for an instance before it is dropped unexecuted.
     timeout_s: float | None = None
+    # The shared-memory slot the protocol received the tensors into, if any (service/ipc/arena.py):
+    # whoever sends the request on holds it until the engine is done with them.
+    memory: object | None = None
+    # The model-table generation at which a front checked the inputs against the method's
+    # signature and put them in its order (service/engine/client.py); None: not checked.
+    checked_at: int | None = None
 
 
 @dataclass
@@ -41,6 +48,14 @@ class InferResponse:
     id: str | None
     outputs: list[Tensor]
     parameters: dict = field(default_factory=dict)
+    # Frees the memory the output arrays view (a front's arena slot); protocols call release()
+    # once the answer is sent, and must not touch the arrays after.
+    on_release: Callable[[], None] | None = None
+
+    def release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
+            self.on_release = None
 
 
 @dataclass(frozen=True)
@@ -70,3 +85,19 @@ class MethodSignature:
 
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A ready model as a front sees it: enough to refuse a bad request before it crosses."""
+
+    signatures: dict[str, MethodSignature]
+    max_batch: int  # > 0: dim 0 of every input and output is the batch
+
+
+@dataclass(frozen=True)
+class ModelTable:
+    """The ready models as of one `generation` of the engine's model state."""
+
+    generation: int
+    models: dict[str, ModelEntry]

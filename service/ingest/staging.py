@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from service.config import Settings
 from service.errors import Invalid, Problem, TooLarge, clip
-from service.store.storage import Storage
+from service.store.storage import StagingArea
 
 ROLES = ("program", "data")
 
@@ -77,7 +77,7 @@ class StagedWriter:
 class Staging:
     """begin (the constructor) -> open_file/add_file per file -> commit or abort."""
 
-    def __init__(self, storage: Storage, settings: Settings):
+    def __init__(self, storage: StagingArea, settings: Settings):
         self._storage = storage
         self._settings = settings
         self.directory = storage.new_staging_dir()

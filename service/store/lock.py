@@ -35,6 +35,11 @@ class StoreLock:
         self.path = path
         self._fd = fd
 
+    def fileno(self) -> int:
+        """The locked descriptor; the engine process inherits it (service/supervisor.py), and
+        the lock is held for as long as any holder of it lives."""
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor releases the flock

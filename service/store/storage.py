@@ -60,11 +60,27 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-class Storage:
+class StagingArea:
+    """The staging directories of uploads being received, which the protocol fronts write into
+    without opening the registry (the engine process owns that)."""
+
     def __init__(self, root: Path):
+        self.staging_dir = Path(root).resolve() / "staging"
+
+    def new_staging_dir(self) -> Path:
+        path = self.staging_dir / uuid.uuid4().hex
+        path.mkdir(parents=True)
+        return path
+
+    def discard(self, path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Storage(StagingArea):
+    def __init__(self, root: Path):
+        super().__init__(root)
         self.root = Path(root).resolve()
         self.models_dir = self.root / "models"
-        self.staging_dir = self.root / "staging"
         self._lock = threading.Lock()
         for directory in (self.root, self.models_dir, self.staging_dir):
             directory.mkdir(parents=True, exist_ok=True)
@@ -75,14 +91,6 @@ class Storage:
         db = sqlite3.connect(self.root / REGISTRY, timeout=30, isolation_level=None)
         db.execute("PRAGMA synchronous=FULL")
         return _Transaction(db)
-
-    def new_staging_dir(self) -> Path:
-        path = self.staging_dir / uuid.uuid4().hex
-        path.mkdir()
-        return path
-
-    def discard(self, path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
 
     def get(self, name: str) -> StoredModel | None:
         with self._connect() as db:
@@ -170,9 +178,12 @@ class Storage:
         shutil.rmtree(model.directory, ignore_errors=True)
         fsync_directory(self.models_dir)
 
-    def reconcile(self) -> list[StoredModel]:
-        """Brings disk and registry back in agreement after a crash; returns the models to serve."""
-        for leftover in self.staging_dir.iterdir():
+    def reconcile(self, clear_staging: bool = True) -> list[StoredModel]:
+        """Brings disk and registry back in agreement after a crash; returns the models to serve.
+
+        `clear_staging` False keeps the staging area: an engine restarted under running fronts
+        must not delete the uploads they are receiving (the next full start clears it)."""
+        for leftover in self.staging_dir.iterdir() if clear_staging else ():
             log.info("removing unfinished upload %s", leftover.name)
             self.discard(leftover)
         kept = []

@@ -1,5 +1,7 @@
 """End-to-end fixtures: real server processes over their own artifacts directories."""
 
+from pathlib import Path
+
 import pytest
 
 from support.server import ServerProcess
@@ -27,3 +29,12 @@ def shared_server(tmp_path_factory):
     server = ServerProcess(tmp_path_factory.mktemp("shared") / "artifacts").start()
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks every test under tests/e2e `e2e` (each starts real server processes), so the quick
+    lane can leave them out: `pytest -m "not e2e and not slow"` (README, Development)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)

@@ -142,6 +142,14 @@ def _export(
         for name, (module, inputs) in methods.items()
     }
     config_kwargs = dict(config_kwargs or {})
+    if config_kwargs.pop("fold_constants", False):
+        # Decomposed first, so that what ExecuTorch's lowering would compute from constants
+        # (nn.Linear's permute_copy of its weight) is there to be folded into new constants.
+        from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+
+        exported = {
+            name: constant_prop_pass(ep.run_decompositions()) for name, ep in exported.items()
+        }
     alignment = config_kwargs.pop("memory_planning_alignment", None)
     if alignment is not None:
         # Imported only when exporting: reading cached files must work without the exporter.
@@ -215,6 +223,28 @@ def export_external_weights(out_dir: Path) -> ExportedProgram:
         Path(out_dir) / "external_weights",
         {"forward": (module, inputs)},
         {"external_constants": True},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
+LARGE_WEIGHTS_WIDTH = 4096  # one [4096, 4096] FP32 weight: 64 MiB
+
+
+def export_large_weights(out_dir: Path, fold_constants: bool) -> ExportedProgram:
+    """nn.Linear(4096, 4096) with its 64 MiB of weights in `_default_external_constant.ptd`.
+
+    ExecuTorch lowers nn.Linear to permute_copy(weight) + addmm. Without fold_constants the
+    transposed weight is a memory-planned tensor the program writes at every execute, so the
+    weight is resident twice (mapped from the .ptd, copied in the arena). With it, constant
+    propagation stores the weight transposed in the .ptd and the kernel reads it where it is
+    mapped."""
+    torch = _seeded()
+    module = torch.nn.Linear(LARGE_WEIGHTS_WIDTH, LARGE_WEIGHTS_WIDTH)
+    inputs = (torch.randn(1, LARGE_WEIGHTS_WIDTH),)
+    pte, ptds = _export(
+        Path(out_dir) / ("large_weights_folded" if fold_constants else "large_weights"),
+        {"forward": (module, inputs)},
+        {"external_constants": True, "fold_constants": fold_constants},
     )
     return ExportedProgram(pte, ptds, module, inputs)
 

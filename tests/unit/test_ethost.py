@@ -19,6 +19,10 @@ from support.program_fixtures import (  # noqa: F401  (fixtures)
     two_methods_program,
 )
 
+# slow (left out of the quick lane, README Development): exports programs, picked by fixture
+# name in parametrized tests
+pytestmark = pytest.mark.slow
+
 
 def eager(module, inputs):
     with torch.no_grad():

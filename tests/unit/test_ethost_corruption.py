@@ -22,6 +22,10 @@ import pytest
 
 from support.program_fixtures import external_weights_program, mix_of_ops_program  # noqa: F401
 
+# slow (left out of the quick lane, README Development): loads hundreds of corrupted files, each in
+# a child process
+pytestmark = pytest.mark.slow
+
 CHILD = Path(__file__).parent.parent / "support" / "corruption_child.py"
 ALLOWED = {"ok", "ExecuTorchError", "InputError"}
 

@@ -17,6 +17,10 @@ from support.program_fixtures import (
     two_methods_program,
 )
 
+# slow (left out of the quick lane, README Development): exports programs (fixtures picked by name
+# in parametrized tests)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="session")
 def xnnpack_program(programs_dir):

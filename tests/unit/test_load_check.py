@@ -3,10 +3,16 @@
 import os
 import signal
 
+import pytest
+
 from service.ingest import load_check
 from service.ingest.load_check import load_result, run_checks
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
+
+# slow (left out of the quick lane, README Development): real child processes, some killed at their
+# time limits
+pytestmark = pytest.mark.slow
 
 
 def check_program(program, program_name, data, report, setup, timeout, load_methods=True):

@@ -199,3 +199,23 @@ def test_methods_faster_than_the_threshold_run_on_the_event_loop(
     assert executor.submitted == threaded
     for [output] in results:
         np.testing.assert_allclose(output, expected, rtol=1e-5)
+
+
+def test_memory_counts_the_arenas_of_every_instance_once_written(programs_dir):
+    exported = programs.export_external_weights(programs_dir)
+    files = (StoredFile("program.pte", "program", 0, ""),) + tuple(
+        StoredFile(p.name, "data", 0, "") for p in exported.ptds
+    )
+    stored = StoredModel("w", exported.pte.parent, ModelDescription("w", files, ()))
+    pool = ModelPool(stored, import_host(), 3)
+    planned = sum(
+        b["size"] for b in pool.meta("forward")["planned_buffers"] if b["device"] == "cpu"
+    )
+    before = pool.memory()
+    assert planned > 0 and before.arena_bytes == 3 * planned
+    asyncio.run(pool.run("forward", [np.ones((2, 6), np.float32)], ThreadPoolExecutor(1)))
+    after = pool.memory()
+    # One instance ran: its arenas were written, the other two's may still be untouched.
+    assert after.arena_resident_bytes >= min(planned, 4096)
+    # The weights were read where they are mapped: the .ptd's pages are resident.
+    assert after.files_bytes > 0 and after.resident_bytes >= after.files_bytes

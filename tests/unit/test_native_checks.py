@@ -1,11 +1,13 @@
 """Code checks run by the same test command as everything else.
 
-The C++ unit tests (blob parser, JSON reader, staging plan: runtime_ext/tests/, plain asserts
-under CTest), the clang-format check of runtime_ext/ and ruff's lint and format checks of the
+The C++ unit tests (runtime_ext/tests/, plain asserts under CTest: blob parser, JSON reader,
+staging plan, engine runner and backend over a fake engine, the host's arenas and tensor I/O),
+the clang-format check of runtime_ext/ and ruff's lint and format checks of the
 Python (configured in pyproject.toml) are part of the suite, so the one test command in the
 README covers both languages and CI runs exactly that command.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,21 @@ def test_python_passes_ruff_lint_and_format():
     assert formatted.returncode == 0, formatted.stdout[-4000:] + formatted.stderr[-2000:]
 
 
-def test_cpp_unit_tests_pass_under_ctest(tmp_path):
+def _arena_programs(programs_dir: Path, folder: Path) -> Path:
+    """The programs arenas_test reads (ETHOST_TEST_PROGRAMS): host-planned and CUDA-planned."""
+    from support.programs import export_linear_relu
+    from support.trt_models import DEVICE_PLANNED_SET
+    from support.trt_programs import export_trt_program
+
+    folder.mkdir(exist_ok=True)
+    (folder / "cpu.pte").symlink_to(export_linear_relu(programs_dir, alignment=256).pte)
+    device = export_trt_program(programs_dir, *DEVICE_PLANNED_SET[0], device_planned=True)
+    (folder / "device.pte").symlink_to(device.pte)
+    return folder
+
+
+def test_cpp_unit_tests_pass_under_ctest(tmp_path, programs_dir):
+    programs = _arena_programs(programs_dir, tmp_path / "arena_programs")
     build = REPO / "build" / "unit"
     configure = _run(
         [
@@ -61,6 +77,15 @@ def test_cpp_unit_tests_pass_under_ctest(tmp_path):
     assert configure.returncode == 0, configure.stderr[-4000:]
     built = _run([_tool("cmake"), "--build", str(build), "--target", "ethost_unit_tests"])
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
-    tested = _run([_tool("ctest"), "--test-dir", str(build), "--output-on-failure"])
+    tested = subprocess.run(
+        [_tool("ctest"), "--test-dir", str(build), "--output-on-failure"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "ETHOST_TEST_PROGRAMS": str(programs)},
+    )
     assert tested.returncode == 0, tested.stdout[-4000:]
-    assert "tests passed" in tested.stdout and " 0 tests" not in tested.stdout
+    assert "100% tests passed" in tested.stdout, tested.stdout[-4000:]
+    for name in ("engine_runner_test", "backend_test", "arenas_test", "tensor_io_test"):
+        assert f" {name} " in tested.stdout, f"{name} did not run"

@@ -47,7 +47,7 @@ def test_load_with_files_ingests_and_serves(run, tmp_path, external_weights_prog
         description = await service.load_model("m", files, {"max_batch_size": 0})
         assert description["state"] == "ready" and description["config"] == {"max_batch_size": 0}
         assert [f["name"] for f in description["files"]] == ["model.pte", weights.name]
-        return service.repository_index()
+        return await service.repository_index()
 
     assert run(body) == [{"name": "m", "version": "1", "state": "READY", "reason": ""}]
     assert leftovers(tmp_path / "artifacts") == []
@@ -67,7 +67,7 @@ def test_load_refusals_are_ingest_refusals_and_leave_nothing(
             )
         with pytest.raises(Invalid) as bad_name:
             await service.load_model("bad name!", {"1/model.pte": b"not a program"})
-        return missing_data.value, bad_keys.value, bad_name.value, service.repository_index()
+        return missing_data.value, bad_keys.value, bad_name.value, await service.repository_index()
 
     missing_data, bad_keys, bad_name, index = run(body)
     assert [p.rule for p in missing_data.problems] == ["external.missing_key"]
@@ -88,18 +88,18 @@ def test_unload_keeps_the_model_and_load_serves_it_again(run, linear_relu_progra
     async def body(service):
         await service.load_model("m", files)
         await service.unload_model("m")
-        unloaded = service.repository_index()
+        unloaded = await service.repository_index()
         with pytest.raises(Unavailable, match="unloaded"):
             from service.dataplane.types import InferRequest
 
             await service.infer(InferRequest("m", []))
-        described = service.describe("m")
+        described = await service.describe("m")
         again = await service.load_model("m")
         with pytest.raises(NotFound):
             await service.load_model("nobody")
         with pytest.raises(NotFound):
             await service.unload_model("nobody")
-        return unloaded, described, again, service.repository_index()
+        return unloaded, described, again, await service.repository_index()
 
     unloaded, described, again, index = run(body)
     assert unloaded == [{"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
@@ -114,7 +114,7 @@ def test_an_unloaded_model_stays_unloaded_across_a_restart(run, linear_relu_prog
         await service.unload_model("m")
 
     async def restarted(service):
-        index = service.repository_index()
+        index = await service.repository_index()
         await service.load_model("m")
         return index
 
@@ -122,7 +122,7 @@ def test_an_unloaded_model_stays_unloaded_across_a_restart(run, linear_relu_prog
     assert run(restarted) == [
         {"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
     ]
-    assert run(lambda service: asyncio.sleep(0, service.repository_index())) == [
+    assert run(lambda service: service.repository_index()) == [
         {"name": "m", "version": "1", "state": "READY", "reason": ""}
     ]
 

@@ -77,12 +77,15 @@ class InferEndpoint:
         response = await unless_disconnected(
             receive, self.service.infer(InferRequest(model=model, method=method, inputs=tensors))
         )
-        if sum(t.array.size for t in response.outputs) <= INLINE_JSON_ELEMENTS:
-            text = infer_body.dump(response.model, response.method, response.outputs)
-        else:
-            text = await self.offload.call(
-                infer_body.dump, response.model, response.method, response.outputs
-            )
+        try:
+            if sum(t.array.size for t in response.outputs) <= INLINE_JSON_ELEMENTS:
+                text = infer_body.dump(response.model, response.method, response.outputs)
+            else:
+                text = await self.offload.call(
+                    infer_body.dump, response.model, response.method, response.outputs
+                )
+        finally:
+            response.release()
         await send(
             {
                 "type": "http.response.start",

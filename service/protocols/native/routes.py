@@ -96,12 +96,12 @@ async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
 
 @router.get("/models", response_model=list[ModelDescription], responses=responses(*_ANY))
 async def list_models(request: Request) -> list[dict]:
-    return _service(request).list_models()
+    return await _service(request).list_models()
 
 
 @router.get("/models/{name}", response_model=ModelDescription, responses=_MODEL_ERRORS)
 async def describe_model(request: Request, name: str) -> dict:
-    return _service(request).describe(name)
+    return await _service(request).describe(name)
 
 
 @router.delete("/models/{name}", status_code=204, responses=_MODEL_ERRORS)
@@ -142,7 +142,7 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition format."""
-    return Response(_service(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
+    return Response(await _service(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
 
 async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:

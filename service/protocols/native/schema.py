@@ -41,6 +41,21 @@ class MethodModel(BaseModel):
     planned_buffers: list[dict[str, Any]] = []
 
 
+class MemoryModel(BaseModel):
+    resident_bytes: int | None = Field(
+        description="the two resident figures below together (None where they cannot be read)"
+    )
+    mapped_files_resident_bytes: int | None = Field(
+        description="pages of the model's mapped .pte/.ptd files in RAM: weights a kernel read"
+    )
+    planned_arena_bytes: int = Field(
+        description="host memory allocated for the planned arenas of the method instances"
+    )
+    planned_arena_resident_bytes: int | None = Field(
+        description="the part of the arenas in RAM (written by an execute)"
+    )
+
+
 class ModelDescription(BaseModel):
     name: str
     state: str = Field(
@@ -61,6 +76,12 @@ class ModelDescription(BaseModel):
         description="model configuration (Triton's names: "
         "max_batch_size, dynamic_batching, "
         "instance_group); {} when none was sent",
+    )
+    memory: MemoryModel | None = Field(
+        None,
+        description="what of a ready model the server process holds in RAM now: weights are "
+        "mapped from its files, so they count once read; a program that copies weights (e.g. "
+        "nn.Linear lowered to permute_copy of the weight) holds the copies in its arenas",
     )
     error: str | None = None
     problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")

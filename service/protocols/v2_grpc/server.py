@@ -41,8 +41,9 @@ async def start(
             # gRPC itself refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
             ("grpc.max_receive_message_length", min(settings.max_infer_bytes, _INT32_MAX)),
             ("grpc.max_send_message_length", -1),
-            # A second server on a busy port must fail to start, not silently share the port.
-            ("grpc.so_reuseport", 0),
+            # Several fronts of one server share the port (the supervisor checked that it was
+            # free first); a single front must fail to start on a busy port, not share it.
+            ("grpc.so_reuseport", int(settings.workers > 1)),
         ),
     )
     server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))

@@ -161,7 +161,7 @@ class InferenceServicer:
     async def ModelReady(self, request, context):
         # Readiness never errors: an unknown model or version is simply not ready.
         try:
-            ready = self.service.model_ready(request.name, request.version or None)
+            ready = await self.service.model_ready(request.name, request.version or None)
         except NotFound:
             ready = False
         return messages.ModelReadyResponse(ready=ready)
@@ -172,9 +172,8 @@ class InferenceServicer:
         )
 
     async def ModelMetadata(self, request, context):
-        signature = self.service.signatures(request.name, request.version or None).get(
-            DEFAULT_METHOD
-        )
+        signatures = await self.service.signatures(request.name, request.version or None)
+        signature = signatures.get(DEFAULT_METHOD)
         response = messages.ModelMetadataResponse(
             name=request.name, versions=[MODEL_VERSION], platform=PLATFORM
         )
@@ -209,11 +208,16 @@ class InferenceServicer:
                 parameters=parameters,
             )
         )
-        return await off_loop(sum(t.array.nbytes for t in result.outputs), _infer_response, result)
+        try:
+            return await off_loop(
+                sum(t.array.nbytes for t in result.outputs), _infer_response, result
+            )
+        finally:
+            result.release()
 
     async def RepositoryIndex(self, request, context):
         response = messages.RepositoryIndexResponse()
-        for entry in self.service.repository_index():
+        for entry in await self.service.repository_index():
             if not request.ready or entry["state"] == READY:
                 response.models.add(**entry)
         return response
@@ -235,19 +239,11 @@ class InferenceServicer:
         return messages.RepositoryModelUnloadResponse()
 
     async def ModelStatistics(self, request, context):
-        version = request.version or None
-        if request.name:
-            self.service.signatures(request.name, version)  # NOT_FOUND: unknown model or version
-            names = [request.name]
-        else:
-            names = self.service.model_names()
+        # NOT_FOUND: unknown model or version
+        entries = await self.service.model_stats(request.name or None, request.version or None)
         response = messages.ModelStatisticsResponse()
-        for name in names:
+        for entry in entries:
             # The dataplane's dict has Triton's field names; fields this schema leaves out
             # (memory_usage) are dropped.
-            json_format.ParseDict(
-                self.service.statistics.model_stats(name, version or MODEL_VERSION),
-                response.model_stats.add(),
-                ignore_unknown_fields=True,
-            )
+            json_format.ParseDict(entry, response.model_stats.add(), ignore_unknown_fields=True)
         return response

@@ -54,8 +54,8 @@ def _method(signature: MethodSignature) -> dict:
     }
 
 
-def model_metadata(service: ModelService, name: str, version: str | None) -> dict:
-    signatures = service.signatures(name, version)
+async def model_metadata(service: ModelService, name: str, version: str | None) -> dict:
+    signatures = await service.signatures(name, version)
     forward = signatures.get(DEFAULT_METHOD)
     return {
         "name": name,

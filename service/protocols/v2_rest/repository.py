@@ -82,7 +82,7 @@ async def index(request: Request) -> list[dict]:
             ready_only = json.loads(body).get("ready") is True
         except (ValueError, RecursionError, AttributeError):
             raise invalid("request.json", "the index request must be a JSON object") from None
-    entries = request.app.state.service.repository_index()
+    entries = await request.app.state.service.repository_index()
     return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.errors import TooLarge, Unavailable, clip
 from service.protocols.offload import (
     INLINE_BINARY_BYTES,
@@ -25,7 +25,7 @@ from service.protocols.offload import (
 )
 from service.protocols.v2_rest import binary, codec, metadata, repository
 from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
-from service.protocols.v2_rest.transport import PartsResponse, read_body
+from service.protocols.v2_rest.transport import PartsResponse, read_aligned_body, read_body
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
 
@@ -64,38 +64,28 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-def _stats(service: ModelService, names: list[str], version: str | None) -> dict:
-    return {
-        "model_stats": [
-            service.statistics.model_stats(name, version or MODEL_VERSION) for name in names
-        ]
-    }
-
-
 @router.get("/models/stats")
 async def all_stats(request: Request) -> dict:
-    service = _service(request)
-    return _stats(service, service.model_names(), None)
+    return {"model_stats": await _service(request).model_stats(None)}
 
 
 @router.get("/models/{model}/stats")
 @router.get("/models/{model}/versions/{version}/stats")
 async def model_stats(request: Request, model: str, version: str | None = None) -> dict:
-    service = _service(request)
-    service.signatures(model, version)  # 404 for an unknown model or version
-    return _stats(service, [model], version)
+    # 404 for an unknown model or version
+    return {"model_stats": await _service(request).model_stats(model, version)}
 
 
 @router.get("/models/{model}")
 @router.get("/models/{model}/versions/{version}")
 async def model_metadata(request: Request, model: str, version: str | None = None) -> dict:
-    return metadata.model_metadata(_service(request), model, version)
+    return await metadata.model_metadata(_service(request), model, version)
 
 
 @router.get("/models/{model}/ready")
 @router.get("/models/{model}/versions/{version}/ready")
 async def model_ready(request: Request, model: str, version: str | None = None) -> dict:
-    if not _service(request).model_ready(model, version):
+    if not await _service(request).model_ready(model, version):
         raise Unavailable(f"model {clip(model)!r} is not ready")
     return {"name": model, "ready": True}
 
@@ -118,14 +108,51 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
     max_json = _max_json(service)
     # Without the header the body is JSON, whatever its Content-Type (tritonclient sends none).
     if header_length is None:
-        body = await read_body(request, max_json, "a JSON inference request body")
+        body, lease = await read_body(request, max_json, "a JSON inference request body"), None
     else:
-        body = await read_body(
+        body, lease = await read_aligned_body(
             request,
             service.settings.max_infer_bytes,
             "a binary inference request body",
             _header_length(header_length),
+            service.body_buffer,
         )
+    try:
+        response, parsed = await _infer(
+            service, offload, model, version, body, header_length, lease
+        )
+    finally:
+        del body
+        if lease is not None:
+            lease.release()
+    try:
+        head, as_json, parts = codec.response_header(response, parsed)
+        elements = sum(tensor.array.size for _, tensor in as_json)
+        text = await _run(
+            offload,
+            elements <= INLINE_JSON_ELEMENTS,
+            codec.dump_response,
+            head,
+            [(i, t.array, t.datatype) for i, t in as_json],
+        )
+    except BaseException:
+        response.release()
+        raise
+    if not parts:
+        response.release()
+        return Response(text, media_type="application/json")
+    return PartsResponse(
+        [text, *parts],
+        "application/octet-stream",
+        {binary.HEADER: str(len(text))},
+        response.release,
+    )
+
+
+async def _infer(service, offload, model, version, body, header_length, lease):
+    """(the dataplane's response, the parsed request): decoding and running, which may end while
+    the body is still needed; the caller then frees the body and encodes the answer."""
+    max_json = _max_json(service)
     header, payload = binary.split(body, header_length)
     if header.nbytes > max_json:
         raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
@@ -138,21 +165,8 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
         )
     else:
         dataplane_request = codec.to_request(model, version, parsed, payload)
-    response = await service.infer(dataplane_request)
-    head, as_json, parts = codec.response_header(response, parsed)
-    elements = sum(tensor.array.size for _, tensor in as_json)
-    text = await _run(
-        offload,
-        elements <= INLINE_JSON_ELEMENTS,
-        codec.dump_response,
-        head,
-        [(i, t.array, t.datatype) for i, t in as_json],
-    )
-    if not parts:
-        return Response(text, media_type="application/json")
-    return PartsResponse(
-        [text, *parts], "application/octet-stream", {binary.HEADER: str(len(text))}
-    )
+    dataplane_request.memory = lease
+    return await service.infer(dataplane_request), parsed
 
 
 # The infer route's paths, for ServerApp (service/app.py), which calls infer_endpoint directly.

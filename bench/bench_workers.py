@@ -1,0 +1,368 @@
+"""Multi-process serving: this server with 1 and N protocol fronts against Python floors, one run.
+
+    python bench/bench_workers.py --export DIR              # here: export the programs (torch)
+    python bench/bench_workers.py --programs DIR [--workers 8] [--seconds 5] [--sections abcde]
+
+Meant for the 16-core GPU host (issue 15); on a 2-core machine run `--workers 2 --sections a`
+(no regression where cores are few). Baselines execute the same programs on this project's
+native host (executorch.runtime does not run on the GPU host), each started by this script:
+the floor (one raw ASGI route, orjson, execute on the event loop, no validation) in 1 and N
+processes (`uvicorn --workers N`), and LitServe with N workers. Load comes from wrk (`-t4`) for
+HTTP and from 4 client processes of raw unary calls for gRPC.
+
+a. tiny program (Linear 8->4 + ReLU, [2, 8] FP32), native JSON /infer, 64 connections;
+b. the same over v2 binary, 64 connections;
+c. --workers 1 from 8 to 256 connections (does it hold its throughput?);
+d. 1x3x224x224 FP32 through x * 2 + 1 over v2 binary and gRPC, 32 connections: request tensor
+   bytes per second;
+e. memory of the engine process (the models' host memory) with 1 and N fronts.
+
+Figures move from run to run; the ratios, measured minutes apart in one run, are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+from bench_http import Baseline, Load, Request, wrk  # noqa: E402
+from support import programs  # noqa: E402
+from support.processes import role_pids  # noqa: E402
+from support.server import ServerProcess, upload  # noqa: E402
+
+IMAGE_SHAPE = (1, 3, 224, 224)
+IMAGE_BYTES = int(np.prod(IMAGE_SHAPE)) * 4
+
+
+def export(out_dir: Path) -> dict:
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    torch.manual_seed(0)
+    return {
+        "tiny": programs.export_module(
+            out_dir, "bench_tiny_linear8x4", Tiny(), (torch.randn(2, 8),)
+        ),
+        "image": programs.export_image(out_dir),
+    }
+
+
+def tiny_json(model: str) -> Request:
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    body = {
+        "model": model,
+        "inputs": [{"shape": [2, 8], "datatype": "FP32", "data": x.ravel().tolist()}],
+    }
+    return Request("/infer", json.dumps(body).encode())
+
+
+def v2_binary(model: str, x: np.ndarray) -> Request:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input_0",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return Request(
+        f"/v2/models/{model}/infer",
+        header + x.tobytes(),
+        "application/octet-stream",
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
+def _grpc_client(address: str, body: bytes, seconds: float, concurrency: int, out) -> None:
+    import asyncio
+
+    import grpc
+
+    async def run():
+        async with grpc.aio.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", -1)]
+        ) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            done, latencies = 0, []
+            deadline = time.monotonic() + seconds
+
+            async def worker():
+                nonlocal done
+                while time.monotonic() < deadline:
+                    begun = time.perf_counter()
+                    await call(body)
+                    latencies.append(time.perf_counter() - begun)
+                    done += 1
+
+            await asyncio.gather(*[worker() for _ in range(concurrency)])
+            out.put((done, latencies))
+
+    asyncio.run(run())
+
+
+def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connections: int) -> Load:
+    from service.protocols.v2_grpc import messages
+
+    request = messages.ModelInferRequest(model_name=model)
+    request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
+    request.raw_input_contents.append(x.tobytes())
+    body = request.SerializeToString()
+    processes = 4
+    queue = multiprocessing.get_context("spawn").Queue()
+    workers = [
+        multiprocessing.get_context("spawn").Process(
+            target=_grpc_client, args=(address, body, seconds, connections // processes, queue)
+        )
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    results = [queue.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    latencies = sorted(lat for _, lats in results for lat in lats)
+    total = sum(done for done, _ in results)
+    return Load(
+        total / seconds,
+        latencies[len(latencies) // 2] * 1e3 if latencies else 0.0,
+        latencies[int(len(latencies) * 0.99)] * 1e3 if latencies else 0.0,
+        0,
+    )
+
+
+class Ours:
+    """A real `python -m service --workers N` with the two programs deployed."""
+
+    def __init__(self, scratch: Path, exported: dict, workers: int):
+        (scratch / f"ours-{workers}").mkdir()
+        self.server = ServerProcess(
+            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
+        ).start(timeout=120)
+        self.url = self.server.url
+        with self.server.client() as client:
+            for name, program in exported.items():
+                assert upload(client, name, program.pte).status_code == 201
+
+    def engine_rss_kib(self) -> dict:
+        (engine,) = role_pids(self.server, "engine")
+        fields = {}
+        for line in Path(f"/proc/{engine}/status").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                fields[key] = int(rest.split()[0])
+        return fields
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def _ratio(label: str, ours: float, theirs: float, goal: float | None) -> str:
+    ratio = ours / theirs if theirs else float("inf")
+    verdict = (
+        "" if goal is None else f"  (goal >= {goal:g}x: {'met' if ratio >= goal else 'MISSED'})"
+    )
+    return f"  {label}: {ratio:.2f}x{verdict}"
+
+
+def _load(url: str, request: Request, connections: int, seconds: float, scratch: Path) -> Load:
+    wrk(url, request, connections, 1, scratch, threads=4)  # warm-up
+    return wrk(url, request, connections, seconds, scratch, threads=4)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", type=Path, help="export the programs into DIR and stop")
+    parser.add_argument("--programs", type=Path, help="programs exported with --export")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--sections", default="abcde")
+    args = parser.parse_args()
+    if args.export:
+        print({name: str(p.pte) for name, p in export(args.export).items()})
+        return
+    exported = export(args.programs)  # reads what --export wrote
+    n, seconds, scratch = (
+        args.workers,
+        args.seconds,
+        Path(tempfile.mkdtemp(prefix="bench-workers-")),
+    )
+    tiny_pte, image_pte = exported["tiny"].pte, exported["image"].pte
+    image = np.random.default_rng(0).standard_normal(IMAGE_SHAPE, dtype=np.float32)
+    results: dict[str, Load] = {}
+
+    def baseline(label: str, kind: str, pte: Path, request: Request, workers: int, conns: int):
+        app = Baseline(kind, pte, request, scratch / f"{label}.log", workers, 60)
+        try:
+            results[label] = _load(app.url, request, conns, seconds, scratch)
+        finally:
+            app.stop()
+        print(f"  {label:<34} {results[label]}", flush=True)
+
+    def ours(label: str, server: Ours, request: Request, conns: int):
+        results[label] = _load(server.url, request, conns, seconds, scratch)
+        print(f"  {label:<34} {results[label]}", flush=True)
+
+    one = Ours(scratch, exported, 1)
+    many = Ours(scratch, exported, n) if n > 1 else None
+    try:
+        if "a" in args.sections:
+            print(f"\na. tiny program, native JSON /infer, wrk -t4 -c64, {seconds:g} s each")
+            ours("ours --workers 1", one, tiny_json("tiny"), 64)
+            if many:
+                ours(f"ours --workers {n}", many, tiny_json("tiny"), 64)
+            baseline("floor, 1 process", "floor", tiny_pte, tiny_json("m"), 1, 64)
+            if n > 1:
+                baseline(f"floor, {n} processes", "floor", tiny_pte, tiny_json("m"), n, 64)
+                try:
+                    baseline(
+                        f"LitServe, {n} workers", "litserve-host", tiny_pte, tiny_json("m"), n, 64
+                    )
+                except RuntimeError as exc:
+                    print(f"  LitServe not run: {exc}")
+            r = results
+            print(
+                _ratio(
+                    "--workers 1 / floor 1",
+                    r["ours --workers 1"].rps,
+                    r["floor, 1 process"].rps,
+                    0.5,
+                )
+            )
+            if many:
+                w = r[f"ours --workers {n}"].rps
+                print(
+                    _ratio(
+                        f"--workers {n} / --workers 1",
+                        w,
+                        r["ours --workers 1"].rps,
+                        4 if n >= 8 else 0.9,
+                    )
+                )
+                print(_ratio(f"--workers {n} / floor {n}", w, r[f"floor, {n} processes"].rps, 0.25))
+                if f"LitServe, {n} workers" in r:
+                    print(
+                        _ratio(
+                            f"--workers {n} / LitServe {n}", w, r[f"LitServe, {n} workers"].rps, 5
+                        )
+                    )
+        if "b" in args.sections:
+            x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+            print(f"\nb. tiny program, v2 binary, wrk -t4 -c64, {seconds:g} s each")
+            baseline("floor v2 binary, 1 process", "floor", tiny_pte, v2_binary("m", x), 1, 64)
+            if n > 1:
+                baseline(
+                    f"floor v2 binary, {n} processes", "floor", tiny_pte, v2_binary("m", x), n, 64
+                )
+            ours("ours v2 binary --workers 1", one, v2_binary("tiny", x), 64)
+            if many:
+                ours(f"ours v2 binary --workers {n}", many, v2_binary("tiny", x), 64)
+            r = results
+            print(
+                _ratio(
+                    "--workers 1 / floor 1",
+                    r["ours v2 binary --workers 1"].rps,
+                    r["floor v2 binary, 1 process"].rps,
+                    0.5,
+                )
+            )
+            if many:
+                w = r[f"ours v2 binary --workers {n}"].rps
+                print(
+                    _ratio(
+                        f"--workers {n} / --workers 1",
+                        w,
+                        r["ours v2 binary --workers 1"].rps,
+                        4 if n >= 8 else 0.9,
+                    )
+                )
+                print(
+                    _ratio(
+                        f"--workers {n} / floor {n}",
+                        w,
+                        r[f"floor v2 binary, {n} processes"].rps,
+                        0.25,
+                    )
+                )
+        if "c" in args.sections:
+            print(f"\nc. --workers 1, tiny JSON, 8 to 256 connections, {seconds:g} s each")
+            for conns in (8, 64, 256):
+                ours(f"ours --workers 1, {conns} connections", one, tiny_json("tiny"), conns)
+        if "d" in args.sections:
+            print(f"\nd. 1x3x224x224 FP32 (x * 2 + 1), 32 connections, {seconds:g} s each")
+            request = v2_binary("image", image)
+            if n > 1:
+                baseline(
+                    f"floor image v2 binary, {n} processes",
+                    "floor",
+                    image_pte,
+                    v2_binary("m", image),
+                    n,
+                    32,
+                )
+            ours("ours image v2 binary --workers 1", one, request, 32)
+            if many:
+                ours(f"ours image v2 binary --workers {n}", many, request, 32)
+            for label, server in (("1", one), (str(n), many)):
+                if server is None:
+                    continue
+                key = f"ours image gRPC --workers {label}"
+                results[key] = grpc_load(server.server.grpc_url, "image", image, seconds, 32)
+                print(f"  {key:<34} {results[key]}", flush=True)
+            for key, load in results.items():
+                if "image" in key:
+                    print(f"  {key}: {load.rps * IMAGE_BYTES / 1e9:.2f} GB/s of request tensors")
+            if many:
+                r = results
+                for proto in ("v2 binary", "gRPC"):
+                    print(
+                        _ratio(
+                            f"{proto} --workers {n} / --workers 1",
+                            r[f"ours image {proto} --workers {n}"].rps,
+                            r[f"ours image {proto} --workers 1"].rps,
+                            4,
+                        )
+                    )
+                print(
+                    _ratio(
+                        f"v2 binary --workers {n} / floor {n}",
+                        r[f"ours image v2 binary --workers {n}"].rps,
+                        r[f"floor image v2 binary, {n} processes"].rps,
+                        1.0,
+                    )
+                )
+        if "e" in args.sections and many:
+            print("\ne. engine process memory (KiB) after the runs above")
+            print(f"  --workers 1: {one.engine_rss_kib()}")
+            print(f"  --workers {n}: {many.engine_rss_kib()}")
+    finally:
+        one.stop()
+        if many:
+            many.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,408 @@
+"""The engine as a front process sees it: the dataplane's interface, over a socket and an arena.
+
+Protocols call the same coroutines on this as on an in-process ModelService, so no protocol knows
+which process runs the models. Inference is the hot path and has its own messages: the front
+checks a request against its copy of the model table (refusing a bad one before it crosses),
+places the input tensors in its arena unless the protocol already received them there, reserves
+room for the outputs next to them, and sends the engine a descriptor of offsets. Everything else
+is a call by name whose arguments and answer are pickled.
+
+The model table is trusted only while its generation equals the engine's, which the engine
+publishes in a shared page and bumps before it answers any call that changed a model; so a
+request that arrives after an upload was answered, through any front, never sees the model
+table from before it.
+
+Losing the engine (it died; the supervisor restarts it) fails every request in flight with a
+503 and abandons the arena, whose slots the old engine might still be writing: the next
+connection gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+import struct
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from service.config import Settings
+from service.dataplane.signature import bind_inputs, select_outputs
+from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
+from service.dtypes import BY_DATATYPE
+from service.engine import handshake
+from service.errors import Busy, ServiceError, TooLarge
+from service.ingest.staging import StagedUpload, Staging, stage_files
+from service.ipc import frames
+from service.ipc.arena import Arena, ArenaFull, Lease, align_up
+from service.store.storage import StagingArea
+
+log = logging.getLogger(__name__)
+_CONTROL = struct.Struct("<QQQ")  # generation, ready, serving (service/engine/server.py)
+_RECONNECT_S = 0.2
+_REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
+_SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
+
+
+class EngineDown(Busy):
+    """The engine process is not connected (it is starting or being restarted)."""
+
+
+def _down() -> EngineDown:
+    return EngineDown("the inference engine is restarting; retry shortly", retry_after_s=1.0)
+
+
+class _Pending:
+    __slots__ = ("future", "leases")
+
+    def __init__(self, future: asyncio.Future, leases: list[Lease]):
+        self.future = future
+        self.leases = leases
+
+    def settle(self) -> None:
+        for lease in self.leases:
+            lease.release()
+        self.leases = []
+
+
+class _Link:
+    """One connection to the engine, with the arena and control page that go with it."""
+
+    def __init__(self, client: EngineClient, arena: Arena, control):
+        self.client = client
+        self.arena = arena
+        self.control = control
+        self.pending: dict[int, _Pending] = {}
+        self.calls: dict[int, asyncio.Future] = {}
+        self.protocol = frames.FrameProtocol(self._received, self._lost)
+        self.alive = True
+
+    def generation(self) -> tuple[int, bool]:
+        generation, ready, _ = _CONTROL.unpack_from(self.control, 0)
+        return generation, bool(ready)
+
+    def serving(self) -> bool:
+        return bool(_CONTROL.unpack_from(self.control, 0)[2])
+
+    def _received(self, message: tuple) -> None:
+        kind, key = message[0], message[1]
+        if kind == frames.DONE:
+            pending = self.pending.pop(key, None)
+            if pending is None:
+                return
+            if pending.future.done():  # cancelled: nobody waits, only the slots remain
+                pending.settle()
+            else:
+                pending.future.set_result((message[2], message[3], pending))
+        elif kind == frames.RESULT:
+            future = self.calls.pop(key, None)
+            if future is not None and not future.done():
+                future.set_result(message[2:])
+
+    def _lost(self, exc) -> None:
+        self.alive = False
+        for pending in self.pending.values():
+            # The slots are abandoned with the arena, never reused: the engine may still write.
+            if not pending.future.done():
+                pending.future.set_exception(_down())
+        for future in self.calls.values():
+            if not future.done():
+                future.set_exception(_down())
+        self.pending.clear()
+        self.calls.clear()
+        self.client._link_lost(self)
+
+
+def _output_bytes(entry, method: str, rows: int | None) -> int:
+    """Room for a method's outputs at their upper bounds (per request rows when batched)."""
+    total = 0
+    for spec in entry.signatures[method].outputs:
+        if spec.tag != "Tensor":
+            total += align_up(_SCALAR_BYTES)
+            continue
+        dtype = BY_DATATYPE.get(spec.datatype)
+        if dtype is None:
+            continue
+        count = 1
+        dims = spec.shape[1:] if rows is not None and spec.shape else spec.shape
+        for dim in dims:
+            count *= dim
+        total += align_up(count * dtype.itemsize * (rows if rows is not None else 1))
+    return total
+
+
+class EngineClient:
+    """ModelService's interface for the protocols, served by the engine process."""
+
+    def __init__(self, settings: Settings, socket_name: str, secret: str, front_id: int):
+        self.settings = settings
+        self._socket_name = socket_name
+        self._secret = secret
+        self._front_id = front_id
+        self._staging = StagingArea(settings.artifacts)
+        self._link: _Link | None = None
+        self._table = ModelTable(-1, {})
+        self._refreshing: asyncio.Task | None = None
+        self._ids = itertools.count(1)
+        self._connector: asyncio.Task | None = None
+        self._closing = False
+        self._connected = asyncio.Event()
+
+    # -- connection ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._connector = asyncio.get_running_loop().create_task(self._keep_connected())
+
+    async def stop(self) -> None:
+        self._closing = True
+        if self._connector is not None:
+            self._connector.cancel()
+            await asyncio.gather(self._connector, return_exceptions=True)
+        if self._link is not None and self._link.protocol.transport is not None:
+            self._link.protocol.transport.close()
+
+    async def _keep_connected(self) -> None:
+        """Connects (again, after the engine restarted) and reports the arena's usage."""
+        loop = asyncio.get_running_loop()
+        reported = None
+        while not self._closing:
+            link = self._link
+            if link is None:
+                reported = None
+                try:
+                    await self._connect(loop)
+                    self._connected.set()
+                except (OSError, handshake.HandshakeError) as exc:
+                    log.debug("engine not reachable yet: %s", exc)
+            else:
+                usage = (link.arena.in_use, link.arena.size)
+                if usage != reported:
+                    self._note("arena_usage", self._front_id, *usage)
+                    reported = usage
+            await asyncio.sleep(_RECONNECT_S if link is None else _REPORT_S)
+
+    async def _connect(self, loop) -> None:
+        arena = Arena(self.settings.arena_bytes)
+        sock, control, pinned = await loop.run_in_executor(
+            None, handshake.connect, self._socket_name, self._secret, self._front_id, arena.fd
+        )
+        arena.pinned = pinned
+        link = _Link(self, arena, control)
+        await loop.connect_accepted_socket(lambda: link.protocol, sock)
+        self._table = ModelTable(-1, {})  # another engine's generations mean nothing here
+        self._link = link
+        log.info("front %d connected to the engine", self._front_id)
+
+    def _link_lost(self, link: _Link) -> None:
+        if self._link is link:
+            self._link = None
+            self._connected.clear()
+            if not self._closing:
+                log.warning("front %d lost the engine; reconnecting", self._front_id)
+
+    @property
+    def ready(self) -> bool:
+        link = self._link
+        return link is not None and link.generation()[1]
+
+    def _require(self) -> _Link:
+        """The link to an engine that has its stored models open again, else EngineDown."""
+        link = self._link
+        if link is None or not link.alive or not link.serving():
+            raise _down()
+        return link
+
+    # -- calls by name ---------------------------------------------------------------------------
+
+    async def _call(self, name: str, *args):
+        link = self._require()
+        call_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        link.calls[call_id] = future
+        link.protocol.send((frames.CALL, call_id, name, pickle.dumps(args, protocol=5)))
+        ok, payload = await future
+        value = pickle.loads(payload)
+        if not ok:
+            raise value
+        return value
+
+    def _note(self, name: str, *args) -> None:
+        link = self._link
+        if link is not None:
+            link.protocol.send((frames.NOTE, 0, name, pickle.dumps(args, protocol=5)))
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable]:
+        """Every other public coroutine of ModelService, called in the engine."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
+
+    # -- uploads: received here, checked and stored by the engine ------------------------------
+
+    def begin_staging(self) -> Staging:
+        return Staging(self._staging, self.settings)
+
+    async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
+        begun = time.perf_counter()
+        try:
+            upload = await receive()
+        except ServiceError as exc:
+            self._note("upload_refused", None, exc, time.perf_counter() - begun)
+            raise
+        try:
+            return await self._call("deploy_staged", upload, time.perf_counter() - begun)
+        except EngineDown:
+            self._staging.discard(upload.directory)
+            raise
+
+    async def load_model(self, name: str, files=None, config=None) -> dict:
+        if files is None:
+            return await self._call("load_model", name, None, config)
+        return await self.deploy(
+            lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config)
+        )
+
+    # -- inference -------------------------------------------------------------------------------
+
+    def body_buffer(self, nbytes: int) -> tuple[memoryview, Lease]:
+        """Memory to receive a request body into: a slot of the arena, so that tensors in it
+        need no copy on their way to the engine."""
+        link = self._require()
+        lease = self._allocate(link.arena, nbytes)
+        return lease.view(0, nbytes), lease
+
+    def _allocate(self, arena: Arena, nbytes: int) -> Lease:
+        if align_up(nbytes) > arena.size:
+            raise TooLarge(
+                f"the request's tensors need {nbytes} bytes of shared memory, more than this "
+                f"server's arena of {arena.size} bytes (--arena-bytes)"
+            )
+        try:
+            return arena.allocate(nbytes)
+        except ArenaFull:
+            raise Busy(
+                f"the shared memory for requests in flight is full ({arena.in_use} of "
+                f"{arena.size} bytes in use); retry shortly",
+                retry_after_s=1.0,
+            ) from None
+
+    async def _current_table(self, link: _Link) -> ModelTable:
+        generation = link.generation()[0]
+        while self._table.generation != generation:
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = asyncio.get_running_loop().create_task(self._call("table"))
+            table = await asyncio.shield(self._refreshing)
+            if table.generation >= self._table.generation:
+                self._table = table
+            generation = link.generation()[0]
+            if table.generation >= generation:
+                break
+        return self._table
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        link = self._require()
+        begun = time.perf_counter()
+        table = self._table
+        if table.generation != link.generation()[0]:
+            table = await self._current_table(link)
+        entry = table.models.get(request.model)
+        signature = None if entry is None else entry.signatures.get(request.method)
+        inputs = [(t.name, t.datatype, t.array) for t in request.inputs]
+        capacity, checked_at = 0, None
+        if signature is not None and request.version in (None, "", "1"):
+            try:
+                arrays = bind_inputs(request.inputs, signature)
+                select_outputs(signature, request.outputs)
+            except ServiceError:
+                self._note(
+                    "record_refused",
+                    request.model,
+                    request.method,
+                    "client_error",
+                    time.perf_counter() - begun,
+                )
+                raise
+            inputs = [
+                (spec.name, spec.datatype, array) for spec, array in zip(signature.inputs, arrays)
+            ]
+            rows = None
+            if entry.max_batch and arrays and arrays[0].ndim:
+                rows = arrays[0].shape[0]
+            capacity = _output_bytes(entry, request.method, rows)
+            checked_at = table.generation
+        return await self._send(link, request, inputs, capacity, checked_at)
+
+    async def _send(
+        self, link: _Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
+    ) -> InferResponse:
+        region = link.arena.region
+        placed, copies, size = [], [], 0
+        held = request.memory
+        for name, datatype, array in inputs:
+            # Tensors the protocol received into its slot of the arena stay where they are.
+            offset = region.offset_of(array) if held is not None else None
+            if (
+                offset is None
+                or offset % 256
+                or not array.flags.c_contiguous
+                or not held.offset <= offset <= held.offset + held.size - array.nbytes
+            ):
+                copies.append((len(placed), array, size))
+                size += align_up(array.nbytes)
+            placed.append([name, datatype, tuple(array.shape), offset])
+        lease = self._allocate(link.arena, size + capacity)
+        leases = [lease]
+        if held is not None:
+            leases.append(held.retain())
+        for index, array, at in copies:
+            target = region.array(lease.offset + at, array.dtype, array.shape)
+            target[...] = array
+            placed[index][3] = lease.offset + at
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        pending = _Pending(future, leases)
+        link.pending[request_id] = pending
+        link.protocol.send(
+            (
+                frames.INFER,
+                request_id,
+                request.model,
+                request.version,
+                request.method,
+                [tuple(p) for p in placed],
+                request.outputs,
+                lease.offset + size,
+                lease.size - size,
+                request.timeout_s,
+                request.id,
+                pickle.dumps(request.parameters) if request.parameters else None,
+                checked_at,
+            )
+        )
+        try:
+            ok, payload, _ = await future
+        except asyncio.CancelledError:
+            # The engine may be writing the outputs: the slots stay held until it answers.
+            link.protocol.send((frames.CANCEL, request_id))
+            raise
+        except BaseException:
+            pending.settle()
+            raise
+        if not ok:
+            pending.settle()
+            raise pickle.loads(payload)
+        version, outputs = payload
+        tensors = []
+        for name, datatype, shape, offset, inline in outputs:
+            carrier = BY_DATATYPE[datatype].carrier
+            if inline is None:
+                array = region.array(offset, carrier, tuple(shape))
+            else:  # did not fit its upper bound (a program that outgrew its own plan)
+                array = np.frombuffer(inline, carrier).reshape(shape)
+            tensors.append(Tensor(name, datatype, array))
+        return InferResponse(
+            request.model, version, request.method, request.id, tensors, on_release=pending.settle
+        )

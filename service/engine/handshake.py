@@ -1,0 +1,98 @@
+"""How a front joins the engine: one blocking exchange on a fresh Unix-socket connection.
+
+The socket is in the abstract namespace (no file to clean up, no path length limit, works on a
+read-only root file system), so any local process could connect to it: the front proves it was
+started by this server's supervisor with the secret the supervisor gave both, and the engine
+also checks the peer's uid. The front passes its arena's memfd with the request (SCM_RIGHTS);
+the engine answers with its control page (generation and readiness, read by every front).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import secrets
+import socket
+import struct
+
+CONTROL_BYTES = mmap.PAGESIZE
+_TIMEOUT_S = 10.0
+_MAX_HELLO = 4096
+
+
+class HandshakeError(Exception):
+    pass
+
+
+def new_secret() -> str:
+    return secrets.token_hex(16)
+
+
+def new_socket_name() -> str:
+    return f"etrt-engine-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def _address(name: str) -> str:
+    return "\0" + name
+
+
+def listen(name: str) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(_address(name))
+    listener.listen(64)
+    return listener
+
+
+def connect(
+    name: str, secret: str, front_id: int, arena_fd: int
+) -> tuple[socket.socket, mmap.mmap, bool]:
+    """(connected socket, the engine's control page, whether the engine pinned the arena)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(_TIMEOUT_S)
+        sock.connect(_address(name))
+        hello = json.dumps({"secret": secret, "front": front_id}).encode()
+        socket.send_fds(sock, [hello], [arena_fd])
+        reply, fds, _, _ = socket.recv_fds(sock, _MAX_HELLO, 1)
+        if not reply.startswith(b"OK") or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise HandshakeError(f"the engine refused the front: {reply[:200]!r}")
+        control = mmap.mmap(fds[0], CONTROL_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+        os.close(fds[0])
+        sock.setblocking(False)
+        return sock, control, reply == b"OK pinned"
+    except BaseException:
+        sock.close()
+        raise
+
+
+def accept(listener: socket.socket, secret: str) -> tuple[socket.socket, int, int]:
+    """Blocks for the next front: (its socket, its id, its arena's fd). Raises HandshakeError
+    for a peer that is not one (the connection is closed)."""
+    sock, _ = listener.accept()
+    try:
+        sock.settimeout(_TIMEOUT_S)
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            raise HandshakeError(f"a process of uid {uid} tried to join the engine")
+        hello, fds, _, _ = socket.recv_fds(sock, _MAX_HELLO, 1)
+        try:
+            message = json.loads(hello)
+        except ValueError:
+            message = {}
+        if not secrets.compare_digest(str(message.get("secret", "")), secret) or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise HandshakeError("a peer without the supervisor's secret tried to join the engine")
+        return sock, int(message.get("front", -1)), fds[0]
+    except BaseException:
+        sock.close()
+        raise
+
+
+def answer(sock: socket.socket, control_fd: int, pinned: bool) -> None:
+    socket.send_fds(sock, [b"OK pinned" if pinned else b"OK"], [control_fd])
+    sock.setblocking(False)

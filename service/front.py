@@ -1,0 +1,53 @@
+"""A protocol front process: every protocol of the server over the engine process's dataplane.
+
+Started by the supervisor (service/supervisor.py), never by hand. It serves HTTP on the listening
+socket the supervisor bound and shares with every front (the kernel hands each new connection to
+one of them), and gRPC on the gRPC port, which the fronts share with SO_REUSEPORT. It holds no
+model state beyond the engine client's copy of the model table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import uvicorn
+
+from service.app import create_app
+from service.config import decode_settings
+from service.engine.client import EngineClient
+from service.ingest import child_guard
+from service.ipc.gc_tuning import tune_for_serving
+
+
+def main() -> None:
+    child_guard.die_with_parent(int(os.environ["ETRT_SUPERVISOR_PID"]))
+    settings = decode_settings(os.environ["ETRT_SETTINGS"])
+    front_id = int(os.environ["ETRT_FRONT_ID"])
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s [front {front_id}] %(name)s: %(message)s",
+    )
+    client = EngineClient(
+        settings, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"], front_id
+    )
+    # Worker processes decoding large JSON bodies: the host's cores, shared among the fronts.
+    offload_workers = max(1, min(4, (os.cpu_count() or 1) // settings.workers))
+    app = create_app(settings, client, offload_workers)
+    listener = socket.socket(fileno=int(os.environ["ETRT_HTTP_FD"]))
+    tune_for_serving()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            loop="uvloop",
+            http="httptools",
+            log_level=settings.log_level,
+            access_log=settings.access_log,
+        )
+    )
+    server.run(sockets=[listener])
+
+
+if __name__ == "__main__":
+    main()

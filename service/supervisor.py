@@ -1,0 +1,231 @@
+"""The top process of `python -m service`: one engine process and N protocol front processes.
+
+One Python process is one core: the protocols' parsing and encoding ran on one while the rest of
+a GPU host idled. So N fronts (--workers) serve the protocols, and one engine owns the models,
+the store and the GPU, so that model memory is not multiplied and dynamic batching sees every
+request (service/engine/).
+
+The fronts share the HTTP port through one listening socket bound here and inherited by each
+(rather than SO_REUSEPORT): a second server on the port fails to start instead of silently
+sharing it, and connections waiting in the backlog of a front that dies are taken by the others
+instead of being reset. grpcio binds its own sockets, so the gRPC port is shared with
+SO_REUSEPORT, after this process checked that nothing else holds it.
+
+Faults stay small: a front or the engine that dies is started again (the engine reloads the
+store; fronts answer 503 with Retry-After meanwhile). Children are killed by the kernel if this
+process dies (PR_SET_PDEATHSIG), and SIGTERM or SIGINT drains the fronts, then stops the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from service import auth
+from service.config import Settings, encode_settings
+from service.engine import handshake
+from service.store.lock import acquire
+
+log = logging.getLogger("service.supervisor")
+_POLL_S = 0.1
+# Seconds the fronts, then the engine, get to finish what they are doing at shutdown.
+_DRAIN_S = 30.0
+# A child that dies within this many seconds of its start counts as crashing at start.
+_EARLY_S = 5.0
+_MAX_BACKOFF_S = 10.0
+
+
+class StartError(Exception):
+    pass
+
+
+@dataclass
+class _Child:
+    role: str
+    command: list[str]
+    env: dict
+    pass_fds: tuple[int, ...] = ()
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    failures: int = field(default=0)
+
+    def start(self, extra_env: dict | None = None) -> None:
+        self.process = subprocess.Popen(
+            self.command, env={**self.env, **(extra_env or {})}, pass_fds=self.pass_fds
+        )
+        self.started = time.monotonic()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _listen_http(settings: Settings) -> socket.socket:
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        raise StartError(f"HTTP cannot listen on {settings.host}:{settings.port}: {exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check_grpc_port(settings: Settings) -> None:
+    """The fronts bind the gRPC port with SO_REUSEPORT, which would also join another server's
+    group on it: make sure nobody holds it first."""
+    if not settings.grpc_port or settings.workers == 1:
+        return
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((settings.host, settings.grpc_port))
+        except OSError as exc:
+            raise StartError(
+                f"gRPC cannot listen on {settings.host}:{settings.grpc_port}: {exc}"
+            ) from None
+
+
+class Supervisor:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.stopping = False
+        self.fatal: str | None = None
+
+    def run(self) -> int:
+        settings = self.settings
+        try:
+            auth.policy_for(settings)  # token mistakes stop the server here, not in each front
+            lock = acquire(settings.artifacts)
+            http = _listen_http(settings)
+            _check_grpc_port(settings)
+        except (auth.AuthConfigError, StartError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # StoreLockError and the like: the reason, no traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        base_env = {
+            **os.environ,
+            "ETRT_SETTINGS": encode_settings(settings),
+            "ETRT_ENGINE_SOCKET": handshake.new_socket_name(),
+            "ETRT_ENGINE_SECRET": handshake.new_secret(),
+            "ETRT_SUPERVISOR_PID": str(os.getpid()),
+        }
+        python = [sys.executable, "-m"]
+        ready_read, ready_write = os.pipe()
+        engine = _Child(
+            "engine",
+            [*python, "service.engine"],
+            base_env,
+            (lock.fileno(), ready_write),
+        )
+        fronts = [
+            _Child(
+                f"front {i}",
+                [*python, "service.front"],
+                {**base_env, "ETRT_FRONT_ID": str(i), "ETRT_HTTP_FD": str(http.fileno())},
+                (http.fileno(),),
+            )
+            for i in range(settings.workers)
+        ]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._stop)
+        log.info(
+            "serving HTTP on %s:%d and gRPC on port %d with %d front process(es) and one engine",
+            settings.host,
+            http.getsockname()[1],
+            settings.grpc_port,
+            settings.workers,
+        )
+        engine.start({"ETRT_ENGINE_READY_FD": str(ready_write)})
+        os.close(ready_write)
+        engine.pass_fds = (lock.fileno(),)
+        for front in fronts:
+            front.start()
+        engine_ready = False
+        try:
+            while not self.stopping:
+                if not engine_ready:
+                    engine_ready = self._engine_ready(ready_read)
+                for child in (engine, *fronts):
+                    if child.running():
+                        continue
+                    if child is engine and not engine_ready:
+                        self.fatal = (
+                            f"the engine exited with {engine.process.returncode} before the "
+                            "store was open (its log above says why)"
+                        )
+                        self.stopping = True
+                        break
+                    self._restart(child)
+                time.sleep(_POLL_S)
+        finally:
+            self._shutdown(engine, fronts)
+            os.close(ready_read)
+            http.close()
+            lock.release()
+        if self.fatal:
+            print(f"error: {self.fatal}", file=sys.stderr)
+            return 1
+        return 0
+
+    def _stop(self, signum, frame) -> None:
+        self.stopping = True
+
+    @staticmethod
+    def _engine_ready(ready_read: int) -> bool:
+        os.set_blocking(ready_read, False)
+        try:
+            return os.read(ready_read, 1) == b"R"
+        except BlockingIOError:
+            return False
+
+    def _restart(self, child: _Child) -> None:
+        code = child.process.returncode
+        early = time.monotonic() - child.started < _EARLY_S
+        child.failures = child.failures + 1 if early else 1
+        backoff = min(_MAX_BACKOFF_S, 0.5 * 2 ** (child.failures - 1)) if early else 0.0
+        log.error(
+            "%s exited with %s; starting it again%s",
+            child.role,
+            code,
+            f" in {backoff:.1f} s" if backoff else "",
+        )
+        deadline = time.monotonic() + backoff
+        while time.monotonic() < deadline and not self.stopping:
+            time.sleep(_POLL_S)
+        if not self.stopping:
+            child.start({"ETRT_ENGINE_RESTART": "1"} if child.role == "engine" else None)
+
+    def _shutdown(self, engine: _Child, fronts: list[_Child]) -> None:
+        for group in (fronts, [engine]):
+            for child in group:
+                if child.running():
+                    child.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + _DRAIN_S
+            for child in group:
+                if child.process is None:
+                    continue
+                try:
+                    child.process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.error("%s did not stop within %.0f s; killing it", child.role, _DRAIN_S)
+                    child.process.kill()
+                    child.process.wait()
+
+
+def run(settings: Settings) -> int:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s [supervisor] %(name)s: %(message)s",
+    )
+    return Supervisor(settings).run()

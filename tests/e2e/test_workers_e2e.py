@@ -1,0 +1,260 @@
+"""The server as several protocol fronts over one engine process: one server to every client,
+faults that stay small, nothing left running."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from support.processes import children, role_pids
+from support.program_fixtures import dynamic_batch_program, linear_relu_program  # noqa: F401
+from support.prometheus import parse, series, value
+from support.server import tensor, upload
+
+FRONTS = 2
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def metrics(server) -> dict:
+    with server.client() as client:
+        return parse(client.get("/metrics").text)
+
+
+def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout} s")
+
+
+def fresh_infer(server, model: str, x) -> httpx.Response:
+    """One request over a connection of its own, so the kernel may give it to any front."""
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        return client.post("/infer", json={"model": model, "inputs": [tensor(x)]})
+
+
+def fronts_served(server) -> dict:
+    return {
+        dict(labels)["front"]: count
+        for labels, count in series(metrics(server), "etrt_front_requests_total").items()
+    }
+
+
+@pytest.fixture
+def fronted(start_server):
+    return start_server("--workers", str(FRONTS))
+
+
+def test_every_protocol_through_two_fronts_sees_one_server(fronted, linear_relu_program):
+    server = fronted
+    x = linear_relu_program.example_inputs[0]
+    expected = linear_relu_program.module(x).detach().numpy()
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    # A model uploaded through one front is served by every front, at once.
+    answers = [fresh_infer(server, "lin", x) for _ in range(100)]
+    assert [r.status_code for r in answers] == [200] * 100
+    for answer in answers[:5]:
+        got = np.asarray(answer.json()["outputs"][0]["data"], np.float32)
+        assert np.allclose(got.reshape(expected.shape), expected, atol=1e-5)
+    served = fronts_served(server)
+    assert set(served) == {str(i) for i in range(FRONTS)}, served
+    assert sum(served.values()) == 100
+
+    http = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    for binary in (True, False):
+        given = httpclient.InferInput("input_0", list(x.shape), "FP32")
+        given.set_data_from_numpy(x.numpy(), binary_data=binary)
+        result = http.infer(
+            "lin", [given], outputs=[httpclient.InferRequestedOutput("output_0", binary)]
+        )
+        assert np.allclose(result.as_numpy("output_0"), expected, atol=1e-5)
+    given = grpcclient.InferInput("input_0", list(x.shape), "FP32")
+    given.set_data_from_numpy(x.numpy())
+    assert np.allclose(grpc.infer("lin", [given]).as_numpy("output_0"), expected, atol=1e-5)
+    assert grpc.is_server_ready() and http.is_model_ready("lin")
+    stats = http.get_inference_statistics("lin")["model_stats"][0]
+    assert stats["inference_count"] == 100 + 3  # counted once, by the engine, whatever the front
+    with server.client() as client:
+        assert client.get("/health/ready").status_code == 200
+        assert client.get("/v2/health/ready").status_code == 200
+        assert client.get("/docs").status_code == 200
+        assert client.get("/models/lin").json()["state"] == "ready"
+        assert client.delete("/models/lin").status_code == 204
+    gone = [fresh_infer(server, "lin", x).status_code for _ in range(20)]
+    assert gone == [404] * 20
+    # Nothing of those requests is left in any arena.
+    wait_for(
+        lambda: all(
+            v == 0
+            for labels, v in series(metrics(server), "etrt_arena_bytes").items()
+            if dict(labels)["state"] == "in_use"
+        ),
+        what="arenas empty",
+    )
+
+
+def test_dynamic_batching_merges_requests_from_different_fronts(fronted, dynamic_batch_program):
+    server = fronted
+    config = {
+        "max_batch_size": 8,
+        "dynamic_batching": {"max_queue_delay_microseconds": 200_000},
+        "instance_group": [{"count": 1}],
+    }
+    with server.client() as client:
+        created = upload(
+            client, "b", dynamic_batch_program.pte, fields={"config": json.dumps(config)}
+        )
+        assert created.status_code == 201, created.text
+    rows = [torch.randn(1, *dynamic_batch_program.example_inputs[0].shape[1:]) for _ in range(16)]
+    results = [None] * 16
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.__setitem__(i, fresh_infer(server, "b", rows[i]))
+        )
+        for i in range(16)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [r.status_code for r in results] == [200] * 16
+    for row, result in zip(rows, results):
+        expected = dynamic_batch_program.module(row).detach().numpy()
+        got = np.asarray(result.json()["outputs"][0]["data"], np.float32).reshape(expected.shape)
+        assert np.allclose(got, expected, atol=1e-5)
+    with server.client() as client:
+        stats = client.get("/v2/models/b/stats").json()["model_stats"][0]
+    assert stats["inference_count"] == 16
+    batches = value(metrics(server), "etrt_batch_size_count", model="b", method="forward")
+    assert batches < 16, batches  # merged
+    assert set(fronts_served(server)) == {str(i) for i in range(FRONTS)}
+
+
+def test_an_engine_killed_under_load_costs_only_503s_then_serves_again(
+    fronted, linear_relu_program
+):
+    server = fronted
+    x = linear_relu_program.example_inputs[0]
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    (engine,) = role_pids(server, "engine")
+    codes, stop = [], threading.Event()
+
+    def load():
+        with server.client(timeout=30) as client:
+            while not stop.is_set():
+                try:
+                    body = {"model": "lin", "inputs": [tensor(x)]}
+                    codes.append(client.post("/infer", json=body).status_code)
+                except httpx.TransportError as exc:  # never: the fronts stay up
+                    codes.append(repr(exc))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    os.kill(engine, signal.SIGKILL)
+    wait_for(lambda: role_pids(server, "engine") not in ([], [engine]), what="a new engine")
+    wait_for(lambda: fresh_infer(server, "lin", x).status_code == 200, what="serving again")
+    time.sleep(0.5)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert set(codes) <= {200, 503}, sorted({str(c) for c in codes})
+    assert 503 in codes and codes[-1] == 200
+    with server.client() as client:
+        assert [m["name"] for m in client.get("/models").json()] == ["lin"]
+        down = client.get("/health/ready")
+        assert down.status_code == 200
+    assert "inference engine is restarting" in server.log() or 503 in codes
+
+
+def test_a_killed_front_leaves_the_port_answering(fronted, linear_relu_program):
+    server = fronted
+    x = linear_relu_program.example_inputs[0]
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    victim = role_pids(server, "front")[0]
+    os.kill(victim, signal.SIGKILL)
+    codes = [fresh_infer(server, "lin", x).status_code for _ in range(50)]
+    assert codes == [200] * 50
+    wait_for(lambda: len(role_pids(server, "front")) == FRONTS, what="the front restarted")
+
+
+def test_sigterm_stops_every_process_of_the_server(fronted, linear_relu_program):
+    server = fronted
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        # A large JSON body starts the decoding worker processes of the front that takes it.
+        big = np.zeros((1, 4), np.float32)
+        body = {"model": "lin", "inputs": [tensor(big)], "pad": "x" * (400 * 1024)}
+        client.post("/infer", json=body)
+    processes = children(server.process.pid)
+    assert len(processes) >= FRONTS + 1
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(60) == 0
+    wait_for(lambda: not any(alive(pid) for pid in processes), 10, "every child gone")
+
+
+def test_hostile_and_oversized_bodies_leave_nothing_in_the_arenas(
+    start_server, linear_relu_program
+):
+    server = start_server("--workers", str(FRONTS), "--arena-bytes", str(1 << 20))
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        v2 = "/v2/models/lin/infer"
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "input_0",
+                        "datatype": "FP32",
+                        "shape": [2, 4],
+                        "parameters": {"binary_data_size": 32},
+                    }
+                ]
+            }
+        ).encode()
+        cases = [
+            # larger than the whole arena: 413 naming the setting
+            (header + b"\0" * (2 << 20), {"Inference-Header-Content-Length": str(len(header))}),
+            # shorter than its binary_data_size
+            (header + b"\0" * 8, {"Inference-Header-Content-Length": str(len(header))}),
+            # a header length past the body
+            (header + b"\0" * 32, {"Inference-Header-Content-Length": "99999"}),
+            (b"{not json" + b"\0" * 32, {"Inference-Header-Content-Length": "9"}),
+        ]
+        for body, headers in cases:
+            response = client.post(v2, content=body, headers=headers)
+            assert 400 <= response.status_code < 500, (response.status_code, response.text)
+            assert response.json()["error"]
+        too_big = client.post(v2, content=cases[0][0], headers=cases[0][1])
+        assert too_big.status_code == 413 and "--arena-bytes" in too_big.json()["error"]
+    wait_for(
+        lambda: all(
+            v == 0
+            for labels, v in series(metrics(server), "etrt_arena_bytes").items()
+            if dict(labels)["state"] == "in_use"
+        ),
+        what="arenas empty",
+    )
