@@ -164,8 +164,7 @@ def serve(args) -> None:
     """Run the server: exactly `python -m service ARGS` (see `etrt serve --help`)."""
     from service import __main__ as server
 
-    sys.argv = ["etrt serve", *args]
-    server.main()
+    server.main(list(args))
 
 
 def main() -> None:
