@@ -554,12 +554,18 @@ class ModelService(Repository):
             raise input_problem(label, "input.invalid", str(exc)) from None
         except RuntimeError as exc:
             if is_input_fault(exc):
+                reason = kernel_reason(exc)
+                # One line per refused input: the host captures ExecuTorch's own lines instead
+                # of printing them, so this is the only trace of it in the log.
+                log.warning(
+                    "infer model=%r method=%r outcome=input_rejected: %s", model, method, reason
+                )
                 raise input_problem(
                     None,
                     "input.rejected",
                     (
                         f"model {model!r} method {method!r} rejected the inputs while executing: "
-                        f"{kernel_reason(exc)}"
+                        f"{reason}"
                     ),
                 ) from None
             raise ExecutionFailed(

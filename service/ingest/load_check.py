@@ -66,6 +66,8 @@ def _child_env() -> dict:
     """The child must import `service` and any setup module exactly as this process does."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    # ExecuTorch's own log lines on its stderr: a crash report quotes their tail.
+    env.setdefault("ETHOST_EXECUTORCH_LOG", "all")
     return env
 
 

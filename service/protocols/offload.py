@@ -68,6 +68,9 @@ class Offload:
             raise Unavailable("the worker decoding this request stopped; retry") from None
 
     def close(self) -> None:
+        """At shutdown: waits for the workers to exit, so their processes and the pool's
+        semaphores are released before the server exits (not leaked to the resource tracker,
+        which would warn about them); a decode still running finishes first."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

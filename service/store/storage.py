@@ -260,6 +260,8 @@ def _migrate(db: sqlite3.Connection) -> None:
         db.execute(_CREATE)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
+    if version == SCHEMA_VERSION:  # nothing to migrate, nothing to say
+        return
     if version < 1:
         rows = db.execute("SELECT name, description FROM models").fetchall()
         for name, text in rows:

@@ -67,3 +67,8 @@ def every_datatype_program(programs_dir):
 @pytest.fixture(scope="session")
 def large_input_program(programs_dir):
     return programs.export_large_input(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def image_program(programs_dir):
+    return programs.export_image(programs_dir)

@@ -95,7 +95,7 @@ def test_loopback_addresses(host, loopback):
 def test_beyond_loopback_without_admin_token_model_management_answers_403(tmp_path, monkeypatch):
     monkeypatch.delenv("ETRT_ADMIN_TOKEN", raising=False)
     monkeypatch.delenv("ETRT_INFER_TOKEN", raising=False)
-    app = create_app(Settings(host="0.0.0.0", artifacts=tmp_path / "artifacts"))
+    app = create_app(Settings(host="0.0.0.0", artifacts=tmp_path / "artifacts", grpc_port=0))
     with TestClient(app) as client:
         for method, path in (
             ("POST", "/models"),
@@ -114,7 +114,7 @@ def test_beyond_loopback_without_admin_token_model_management_answers_403(tmp_pa
 def test_beyond_loopback_an_admin_token_enables_model_management(tmp_path, monkeypatch):
     monkeypatch.setenv("ETRT_ADMIN_TOKEN", "admin-token-1234")
     monkeypatch.delenv("ETRT_INFER_TOKEN", raising=False)
-    app = create_app(Settings(host="0.0.0.0", artifacts=tmp_path / "artifacts"))
+    app = create_app(Settings(host="0.0.0.0", artifacts=tmp_path / "artifacts", grpc_port=0))
     with TestClient(app) as client:
         assert client.delete("/models/m").status_code == 401
         headers = {"Authorization": "Bearer admin-token-1234"}

@@ -139,7 +139,7 @@ def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_r
     from service.app import create_app
     from service.config import Settings
 
-    app = create_app(Settings(artifacts=tmp_path / "artifacts", instances_per_model=2))
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0, instances_per_model=2))
     with TestClient(app) as client:
         for name, config in (("three", {"instance_group": [{"count": 3}]}), ("default", None)):
             fields = {"name": name, **({"config": json.dumps(config)} if config else {})}

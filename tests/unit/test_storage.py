@@ -195,3 +195,18 @@ def test_a_registry_from_a_newer_release_is_refused(tmp_path):
     db.close()
     with pytest.raises(RegistryTooNew, match="newer release"):
         Storage(tmp_path)
+
+
+def test_the_migration_is_logged_only_when_something_migrated(tmp_path, caplog):
+    _old_registry(tmp_path / "old", [("m", _old_description("m"))])
+    with caplog.at_level("INFO", logger="service.store.storage"):
+        Storage(tmp_path / "old")
+    assert [r.getMessage() for r in caplog.records if "migrated" in r.getMessage()] == [
+        f"registry migrated from schema 0 to {SCHEMA_VERSION}"
+    ]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="service.store.storage"):
+        Storage(tmp_path / "old")  # already at the current schema
+        Storage(tmp_path / "new")  # created at it
+        Storage(tmp_path / "new")
+    assert not [r for r in caplog.records if "migrated" in r.getMessage()]
