@@ -1,10 +1,10 @@
 """The GPU/Jetson path of docker/Dockerfile on a stand-in for NGC's TensorRT image.
 
-NGC's images cannot be pulled here; the stand-in (tests/containers/images/ngc-tensorrt.Containerfile)
-has what the Dockerfile branches on: a system Python without venv and without C headers, a
-`tensorrt` package in dist-packages and NVIDIA's entrypoint script. No GPU is needed to show that
-the image builds, that the TensorRT gate passes or refuses, and that the server starts through
-NVIDIA's entrypoint and sees the base image's TensorRT.
+NGC's images cannot be pulled here; the stand-in (images/ngc-tensorrt.Containerfile) has what the
+Dockerfile branches on: a system Python without venv and without C headers, a `tensorrt` package
+in dist-packages and NVIDIA's entrypoint script. No GPU is needed to show that the image builds,
+that the TensorRT gate passes or refuses, and that the server starts through NVIDIA's entrypoint
+and sees the base image's TensorRT.
 """
 
 from __future__ import annotations
