@@ -91,7 +91,7 @@ def test_the_cpu_profile_comes_up_with_env_overrides_restarts_and_keeps_its_stor
     [inspected] = json.loads(engine.podman("inspect", server.name).stdout)
     assert inspected["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
 
-    with server.client() as client:
+    with server.client(token=None) as client:
         refused = upload(client, "linear", linear_relu_program.pte)
         assert refused.status_code == 401, refused.text
         client.headers["Authorization"] = f"Bearer {TOKEN}"

@@ -31,6 +31,8 @@ PYTHON_IMAGE = "localhost/etrt-test/python:3.11-slim"
 # pip inside a build needs it.
 HOST_CA_CERTIFICATES = Path("/usr/local/share/ca-certificates")
 INSTALL_HINT = "bash .ci/install --test --containers (as root, with apt-get) installs them"
+# A container's server listens beyond loopback, so model management needs a token.
+ADMIN_TOKEN = "container-lane-admin-token"
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Engine:
         """A detached server container publishing free loopback ports for HTTP and gRPC."""
         container = Container(self, f"etrt-test-{free_port()}", free_port(), free_port())
         args = ["run", "-d", "--name", container.name, "-v", f"{volume}:/artifacts"]
+        env = {"ETRT_ADMIN_TOKEN": ADMIN_TOKEN, **env}
         args += ["-p", f"127.0.0.1:{container.http_port}:8000"]
         args += ["-p", f"127.0.0.1:{container.grpc_port}:8001"]
         for name, value in env.items():
@@ -109,8 +112,9 @@ class Container:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=120)
+    def client(self, token: str | None = ADMIN_TOKEN) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, timeout=120, headers=headers)
 
     def logs(self) -> str:
         done = self.engine.podman("logs", self.name, check=False)
