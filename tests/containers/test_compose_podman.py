@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from support.containers import Container
@@ -75,7 +76,7 @@ def _server(engine, compose) -> Container:
 
 
 def _predict(container, program):
-    x = [[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, -3.0, 0.0]]
+    x = np.array([[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, -3.0, 0.0]], dtype=np.float32)
     with container.client() as client:
         response = client.post("/infer", json={"model": "linear", "inputs": [tensor(x)]})
     assert response.status_code == 200, response.text

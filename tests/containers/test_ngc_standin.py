@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
+import torch
 
 from support import containers
 from support.program_fixtures import linear_relu_program
@@ -81,9 +83,12 @@ def test_the_server_starts_through_nvidia_entrypoint_and_sees_the_base_tensorrt(
         with server.client() as client:
             assert client.get("/v2").json()["tensorrt_version"] == STANDIN_TENSORRT
             assert upload(client, "linear", linear_relu_program.pte).status_code == 201
-            x = [[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.5, 2.0]]
+            x = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 0.5, 2.0]])
             response = client.post("/infer", json={"model": "linear", "inputs": [tensor(x)]})
         assert response.status_code == 200, response.text
+        [output] = response.json()["outputs"]
+        expected = linear_relu_program.module(x).detach().numpy()
+        np.testing.assert_allclose(np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5)
     finally:
         engine.remove_started()
         engine.podman("volume", "rm", "-f", volume, check=False)
