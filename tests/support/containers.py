@@ -213,10 +213,14 @@ def local_image(engine: Engine, tag: str, containerfile: str, **build_args: str)
 
 
 def python_base(engine: Engine) -> str:
-    """python:3.11-slim when the machine has it, else the Debian-built stand-in."""
-    for name in ("docker.io/library/python:3.11-slim",):
-        if engine.image_exists(name):
-            return name
-    return local_image(
-        engine, PYTHON_IMAGE, "python-slim.Containerfile", DEBIAN=debian_base(engine)
-    )
+    """python:3.11-slim where podman has it or can pull it, else the Debian-built stand-in."""
+    real = "docker.io/library/python:3.11-slim"
+    if engine.image_exists(real):
+        return real
+    try:
+        if engine.podman("pull", "-q", real, check=False, timeout=300).returncode == 0:
+            return real
+    except subprocess.TimeoutExpired:
+        pass
+    debian = debian_base(engine)
+    return local_image(engine, PYTHON_IMAGE, "python-slim.Containerfile", DEBIAN=debian)
