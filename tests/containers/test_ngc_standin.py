@@ -37,7 +37,7 @@ def ngc_base(engine) -> str:
 
 @pytest.fixture(scope="module")
 def gpu_image(engine, ngc_base) -> str:
-    done = engine.build(GPU_TAG, DOCKERFILE, REPO, BASE_IMAGE=ngc_base, TENSORRT_VERSION="11.1")
+    done = engine.build(GPU_TAG, DOCKERFILE, REPO, BASE_IMAGE=ngc_base, ETRT_TENSORRT_VERSION="11.1")
     assert done.returncode == 0, f"the GPU image did not build:\n{done.stderr[-6000:]}"
     return GPU_TAG
 
@@ -50,7 +50,7 @@ def test_the_gate_refuses_another_tensorrt_before_downloading_anything(engine, n
         REPO,
         timeout=300,
         BASE_IMAGE=ngc_base,
-        TENSORRT_VERSION="10.3",
+        ETRT_TENSORRT_VERSION="10.3",
     )
     output = done.stdout + done.stderr
     assert done.returncode != 0
