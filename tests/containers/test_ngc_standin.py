@@ -37,7 +37,9 @@ def ngc_base(engine) -> str:
 
 @pytest.fixture(scope="module")
 def gpu_image(engine, ngc_base) -> str:
-    done = engine.build(GPU_TAG, DOCKERFILE, REPO, BASE_IMAGE=ngc_base, ETRT_TENSORRT_VERSION="11.1")
+    done = engine.build(
+        GPU_TAG, DOCKERFILE, REPO, BASE_IMAGE=ngc_base, ETRT_TENSORRT_VERSION="11.1"
+    )
     assert done.returncode == 0, f"the GPU image did not build:\n{done.stderr[-6000:]}"
     return GPU_TAG
 

@@ -12,6 +12,7 @@ user-facing (Dockerfile, compose file) carries them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
 import shutil
@@ -203,8 +204,16 @@ def _host_apt_sources() -> list[str]:
     return [str(f) for f in files]
 
 
-def local_image(engine: Engine, tag: str, containerfile: str, **build_args: str) -> str:
-    """An image from tests/containers/images/, built once and kept in podman's store."""
+def local_image(engine: Engine, name: str, containerfile: str, **build_args: str) -> str:
+    """An image from tests/containers/images/, built once and kept in podman's store.
+
+    Its tag names a digest of the recipe (every file there, and the build arguments), so a
+    changed recipe is built again instead of a stale image being re-used.
+    """
+    recipe = hashlib.sha256(json.dumps(sorted(build_args.items())).encode())
+    for path in sorted(IMAGES.iterdir()):
+        recipe.update(path.name.encode() + path.read_bytes())
+    tag = f"{name}-{recipe.hexdigest()[:12]}"
     if engine.image_exists(tag):
         return tag
     done = engine.build(tag, IMAGES / containerfile, IMAGES, **build_args)
