@@ -77,7 +77,16 @@ class Engine:
         args = ["build", "--format", "docker", "--isolation", "chroot", "-f", str(containerfile)]
         for name, value in build_args.items():
             args += ["--build-arg", f"{name}={value}"]
-        return self.podman(*args, "-t", tag, str(context), check=False, timeout=timeout)
+        before = self._image_id(tag)
+        done = self.podman(*args, "-t", tag, str(context), check=False, timeout=timeout)
+        if before and done.returncode == 0 and self._image_id(tag) != before:
+            # The image this tag named before, so that runs on a kept store do not pile them up.
+            self.podman("rmi", before, check=False)
+        return done
+
+    def _image_id(self, image: str) -> str | None:
+        done = self.podman("image", "inspect", "--format", "{{.Id}}", image, check=False)
+        return done.stdout.strip() if done.returncode == 0 else None
 
     def run_server(self, image: str, volume: str, *server_args: str, **env: str) -> Container:
         """A detached server container publishing free loopback ports for HTTP and gRPC."""
