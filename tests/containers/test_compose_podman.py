@@ -121,17 +121,25 @@ def test_the_cpu_profile_comes_up_with_env_overrides_restarts_and_keeps_its_stor
 
 def test_the_gpu_profile_asks_podman_for_every_gpu_through_cdi(engine):
     """podman-compose turns the gpu service's device reservation into `--device nvidia.com/gpu=all`
-    (CDI), which the README's podman notes rely on; --dry-run prints the commands only."""
+    (CDI), which the README's podman notes rely on; --dry-run prints the commands only (it does
+    create the project's volumes, removed here)."""
+    project = f"etrt-test-dry-{os.getpid()}-{os.urandom(3).hex()}"
     env = {k: v for k, v in engine.env.items() if not k.startswith(("ETRT_", "COMPOSE_"))}
-    done = subprocess.run(
-        [_podman_compose(), "--verbose", "--dry-run", "--profile", "gpu"]
-        + ["-f", str(REPO / "docker-compose.yml"), "up", "-d"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    try:
+        done = subprocess.run(
+            [_podman_compose(), "--verbose", "--dry-run", "-p", project, "--profile", "gpu"]
+            + ["-f", str(REPO / "docker-compose.yml"), "up", "-d"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        label = f"label=io.podman.compose.project={project}"
+        volumes = engine.podman("volume", "ls", "-q", "--filter", label).stdout.split()
+        if volumes:
+            engine.podman("volume", "rm", "-f", *volumes, check=False)
     assert done.returncode == 0, done.stderr
     output = (done.stdout + done.stderr).splitlines()
     [create] = [line for line in output if "podman create" in line and "service=gpu" in line]
