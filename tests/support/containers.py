@@ -80,8 +80,11 @@ class Engine:
         before = self._image_id(tag)
         done = self.podman(*args, "-t", tag, str(context), check=False, timeout=timeout)
         if before and done.returncode == 0 and self._image_id(tag) != before:
-            # The image this tag named before, so that runs on a kept store do not pile them up.
-            self.podman("rmi", before, check=False)
+            # The image this tag named before, once no tag names it, so that runs on a kept store
+            # do not pile them up.
+            tags = self.podman("image", "inspect", "--format", "{{.RepoTags}}", before, check=False)
+            if tags.returncode == 0 and tags.stdout.strip() == "[]":
+                self.podman("rmi", before, check=False)
         return done
 
     def _image_id(self, image: str) -> str | None:
