@@ -45,13 +45,13 @@ def _check_infer(container, program, name="mix"):
     return expected
 
 
-def test_the_image_keeps_its_healthcheck_and_adds_at_most_350_mb(engine, cpu_image):
+def test_the_image_keeps_its_healthcheck_and_adds_at_most_350_mib(engine, cpu_image):
     [inspected] = json.loads(engine.podman("image", "inspect", cpu_image.tag).stdout)
     healthcheck = inspected.get("Healthcheck") or inspected["Config"].get("Healthcheck")
     assert healthcheck and "/health/ready" in " ".join(healthcheck["Test"])
     assert inspected["Config"]["User"] == "10001"
     added = engine.image_size(cpu_image.tag) - engine.image_size(cpu_image.base)
-    assert 0 < added <= MAX_ADDED_BYTES, f"{added / 2**20:.0f} MB above {cpu_image.base}"
+    assert 0 < added <= MAX_ADDED_BYTES, f"{added / 2**20:.0f} MiB above {cpu_image.base}"
 
 
 def test_serves_a_real_program_over_infer_v2_and_grpc(
