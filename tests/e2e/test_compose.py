@@ -155,7 +155,7 @@ def test_gpu_reserves_nvidia_gpus_on_a_pinned_tensorrt_image():
     assert gpu["platform"] == "linux/amd64"
     assert gpu["build"]["args"] == {
         "BASE_IMAGE": "nvcr.io/nvidia/tensorrt:26.07-py3",
-        "TENSORRT_VERSION": "11.1",
+        "ETRT_TENSORRT_VERSION": "11.1",
     }
 
 
@@ -165,7 +165,7 @@ def test_jetson_uses_the_nvidia_runtime_on_arm64():
     jetson = config["services"]["jetson"]
     assert jetson["runtime"] == "nvidia"
     assert jetson["platform"] == "linux/arm64"
-    assert jetson["build"]["args"]["TENSORRT_VERSION"] == "11.1"
+    assert jetson["build"]["args"]["ETRT_TENSORRT_VERSION"] == "11.1"
     assert "deploy" not in jetson
 
 
