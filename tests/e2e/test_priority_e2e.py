@@ -15,8 +15,9 @@ from tritonclient.utils import InferenceServerException
 from support import programs
 from support.server import upload
 
-# Roughly 1-2 s of kernel work per execute here: far longer than the requests take to queue.
-ROUNDS, SIZE = 300, 400_000
+# Roughly 3-5 s of kernel work per execute here: far longer than the requests take to queue,
+# even on a loaded 2-core machine (where 1-2 s was once too short for the gRPC client).
+ROUNDS, SIZE = 700, 400_000
 
 
 @pytest.fixture(scope="module")
