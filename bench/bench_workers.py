@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from bench_http import Baseline, Load, Request, wrk  # noqa: E402
+from bench_http import Baseline, Load, Request, _modules, wrk  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
@@ -47,21 +47,13 @@ IMAGE_BYTES = int(np.prod(IMAGE_SHAPE)) * 4
 
 
 def export(out_dir: Path) -> dict:
+    """The tiny program of bench_http.py (Linear 8->4 + ReLU) and the image-sized identity."""
     import torch
 
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(8, 4)
-
-        def forward(self, x):
-            return torch.relu(self.linear(x))
-
     torch.manual_seed(0)
+    tiny = _modules()[0]
     return {
-        "tiny": programs.export_module(
-            out_dir, "bench_tiny_linear8x4", Tiny(), (torch.randn(2, 8),)
-        ),
+        "tiny": programs.export_module(out_dir, "bench_tiny_linear8x4", tiny, (torch.randn(2, 8),)),
         "image": programs.export_image(out_dir),
     }
 
