@@ -4,6 +4,7 @@ faults that stay small, nothing left running."""
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -272,3 +273,48 @@ def test_hostile_and_oversized_bodies_leave_nothing_in_the_arenas(
         too_big = client.post(v2, content=cases[0][0], headers=cases[0][1])
         assert too_big.status_code == 413 and "--arena-bytes" in too_big.json()["error"]
     wait_for(lambda: arenas_empty(server), what="arenas empty")
+
+
+def _rss_kib(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("RssAnon:", "RssShmem:")):
+                total += int(line.split()[1])
+    return total
+
+
+def test_idle_connections_declaring_huge_bodies_hold_no_memory(fronted, linear_relu_program):
+    server = fronted
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    pids = role_pids(server, "front") + role_pids(server, "engine")
+    before = _rss_kib(pids)
+    idle = []
+    for _ in range(8):  # each declares a 256 MiB body and sends 110 bytes of a longer header
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(
+            b"POST /v2/models/lin/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: 4096\r\n"
+            b"Content-Length: 268434432\r\n\r\n" + b"{" + b" " * 109
+        )
+        idle.append(sock)
+    time.sleep(1.0)
+    try:
+        grown_mib = (_rss_kib(pids) - before) / 1024
+        assert grown_mib < 64, grown_mib
+        # None of them was refused for want of shared memory: none holds any yet.
+        for sock in idle:
+            sock.settimeout(0.05)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+        # The arenas are free for everyone else meanwhile.
+        http = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        x = linear_relu_program.example_inputs[0].numpy()
+        given = httpclient.InferInput("input_0", list(x.shape), "FP32")
+        given.set_data_from_numpy(x, binary_data=True)
+        for _ in range(10):
+            assert http.infer("lin", [given]).as_numpy("output_0").shape == (2, 3)
+    finally:
+        for sock in idle:
+            sock.close()

@@ -43,23 +43,33 @@ async def read_aligned_body(
     request: Request, limit: int, what: str, align_at: int | None, memory: Callable
 ) -> tuple[bytearray | memoryview, object | None]:
     """(the whole body, the lease of the memory it is in or None); where the length is declared,
-    byte `align_at` of it is 256-byte aligned, in memory from `memory(nbytes)` -> (view, lease)."""
+    byte `align_at` of it is 256-byte aligned, in memory from `memory(nbytes)` -> (view, lease).
+
+    That memory is taken only once the JSON header (the first `align_at` bytes) has arrived: a
+    client that declares a large body and then sends nothing holds none of it."""
     declared = request.headers.get("content-length")
     declared = int(declared) if declared is not None and declared.isdigit() else None
-    if declared is None or align_at is None:
+    if declared is None or align_at is None or align_at > declared:
         return await read_body(request, limit, what), None
     if declared > limit:
         raise too_large(what, limit)
-    buffer, lease = memory(declared + ALIGNMENT)
+    head, body, lease, filled = bytearray(), None, None, 0
     try:
-        start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
-        body = buffer[start : start + declared]
-        filled = 0
         async for chunk in request.stream():
+            if body is None:
+                head += chunk
+                if len(head) < align_at and len(head) < declared:
+                    continue
+                buffer, lease = memory(declared + ALIGNMENT)
+                start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
+                body = buffer[start : start + declared]
+                chunk, head = head, None
             if filled + len(chunk) > declared:
                 raise Invalid(f"{what} is longer than its Content-Length")
             body[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
+        if body is None:  # it ended before its header did (or it is empty)
+            body, filled = head, len(head)
         if filled != declared:
             raise Invalid(f"{what} is shorter than its Content-Length")
     except BaseException:
