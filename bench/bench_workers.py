@@ -234,7 +234,9 @@ def main() -> None:
                         f"LitServe, {n} workers", "litserve-host", tiny_pte, tiny_json("m"), n, 64
                     )
                 except RuntimeError as exc:
-                    print(f"  LitServe not run: {exc}")
+                    log = scratch / f"LitServe, {n} workers.log"
+                    tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+                    print(f"  LitServe not run: {exc}\n{tail}")
             r = results
             print(
                 _ratio(
