@@ -417,10 +417,12 @@ def test_past_its_timeout_a_delay_request_goes_behind_later_ones(heavy_program):
             await scheduler.submit([x], priority=priority)
             finished.append(tag)
 
+        # "first" executes for 60 ms or more (longer on a loaded machine, where the sleeps
+        # stretch too): both others arrive while it runs.
         running = [asyncio.create_task(call("first", 2))]
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.005)
         running.append(asyncio.create_task(call("delayed", 1)))
-        await asyncio.sleep(0.05)  # past level 1's 10 ms: delayed, not refused
+        await asyncio.sleep(0.015)  # past level 1's 10 ms: delayed, not refused
         running.append(asyncio.create_task(call("later", 2)))
         await asyncio.gather(*running)
 
