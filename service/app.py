@@ -71,8 +71,12 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     # Outside the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=policy)
     http_errors.install(app)
-    app.native_infer = http_errors.UnexpectedErrors(auth.TokenAuth(infer_endpoint, policy=policy))
-    app.v2_infer = http_errors.UnexpectedErrors(
-        auth.TokenAuth(v2_routes.infer_endpoint, policy=policy)
-    )
+
+    def guarded(endpoint):
+        # Without an inference token these paths check nothing: no layer to pass through.
+        checked = auth.TokenAuth(endpoint, policy=policy) if policy.infer_token else endpoint
+        return http_errors.UnexpectedErrors(checked)
+
+    app.native_infer = guarded(infer_endpoint)
+    app.v2_infer = guarded(v2_routes.infer_endpoint)
     return app

@@ -123,7 +123,9 @@ class Histogram(Family):
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         # Per bucket (non-cumulative), then +Inf, sum and count.
-        state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
+        state = self.samples.get(labels)
+        if state is None:
+            state = self.samples[labels] = [0.0] * (len(self.buckets) + 3)
         index = bisect.bisect_left(self.buckets, value)  # the first bound >= value
         state[index] += 1
         state[-2] += value
@@ -220,10 +222,13 @@ class Metrics:
         queued_s: float | None,
         total_s: float,
     ) -> None:
+        """`token`: request_started's, or None for a request counted only once it is done (one
+        served without a wait, or refused by a front)."""
         with self._lock:
-            if self._live.get(model) is not token:  # its series went with the model
-                return
-            self.inflight.add((model,), -1)
+            if token is not None:
+                if self._live.get(model) is not token:  # its series went with the model
+                    return
+                self.inflight.add((model,), -1)
             self.requests.add((model, method, outcome))
             self.duration.observe((model, method), total_s)
             if queued_s is not None:
