@@ -174,6 +174,18 @@ class Ours:
                 fields[key] = int(rest.split()[0])
         return fields
 
+    def model_memory(self) -> dict:
+        """The models' own memory as the engine reports it (/metrics): mapped file pages and
+        planned arenas, per model."""
+        with self.server.client() as client:
+            text = client.get("/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if line.startswith(("etrt_model_resident_bytes{", "etrt_model_planned_arena_bytes{")):
+                series, _, value = line.rpartition(" ")
+                found[series] = int(float(value))
+        return found
+
     def stop(self) -> None:
         self.server.stop()
 
@@ -359,6 +371,10 @@ def main() -> None:
             print("\ne. engine process memory (KiB) after the runs above")
             print(f"  --workers 1: {one.engine_rss_kib()}")
             print(f"  --workers {n}: {many.engine_rss_kib()}")
+            print("  the models' own memory, bytes (etrt_model_*):")
+            mine, theirs = one.model_memory(), many.model_memory()
+            for series in sorted(mine):
+                print(f"    {series}: {mine[series]} with 1 front, {theirs.get(series)} with {n}")
     finally:
         one.stop()
         if many:

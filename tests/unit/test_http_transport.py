@@ -72,3 +72,19 @@ def test_large_answers_are_not_joined_and_a_close_sends_what_waits_first():
         ("write", b"last words"),
         ("close", None),
     ]
+
+
+def test_a_complete_answer_is_written_at_once_in_one_call():
+    async def main():
+        real = RecordingTransport()
+        gathering = _GatheringTransport(real, asyncio.get_running_loop())
+        gathering.write(b"head")
+        gathering.write(b"body")
+        gathering.flush()  # what the protocol does on uvicorn's on_response_complete
+        at_once = list(real.calls)
+        await asyncio.sleep(0)
+        return at_once, real.calls
+
+    at_once, later = asyncio.run(main())
+    assert at_once == [("write", b"headbody")]
+    assert later == at_once  # nothing more at the end of the turn
