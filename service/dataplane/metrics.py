@@ -234,6 +234,16 @@ class Metrics:
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
 
+    def record_served(self, model: str, method: str, rows: int, total_s: float) -> None:
+        """request_finished (ok, not queued) and batch_executed of a request that was an
+        execute of its own: one call and one lock on the engine's shortest path."""
+        labels = (model, method)
+        with self._lock:
+            self.requests.add((model, method, "ok"))
+            self.duration.observe(labels, total_s)
+            self.queue.observe(labels, 0.0)
+            self.batch_size.observe(labels, rows)
+
     def front_request(self, front: int) -> None:
         with self._lock:
             self.fronts.add((str(front),))

@@ -489,35 +489,29 @@ class ModelService(Repository):
         scheduler = self._scheduler_for(served, request.method)
         if not scheduler.can_run_now():
             return None
-        begun = time.perf_counter()
-        phases: dict[str, int] = {}
-        outcome = "error"
+        begun = time.perf_counter_ns()
+        model, method = request.model, request.method
         try:
-            mark = time.perf_counter_ns()
             arrays, selected = self._bind(request, signature)
-            phases["input"] = (now := time.perf_counter_ns()) - mark
+            bound = time.perf_counter_ns()
             try:
-                results = scheduler.run_now(arrays)
+                results, rows, infer_ns = scheduler.run_now(arrays)
             except (ValueError, RuntimeError) as exc:
-                raise _execution_error(exc, request.model, request.method) from None
-            phases["infer"] = (mark := time.perf_counter_ns()) - now
+                raise _execution_error(exc, model, method) from None
+            executed = time.perf_counter_ns()
             response = _response(request, signature, selected, results)
-            phases["output"] = time.perf_counter_ns() - mark
-            outcome = "ok"
-            return response
         except ServiceError as exc:
-            outcome = _outcome(exc, _INFER_OUTCOMES)
+            elapsed_s = (time.perf_counter_ns() - begun) / 1e9
+            self._finished(None, model, method, _outcome(exc, _INFER_OUTCOMES), 0.0, elapsed_s, {})
             raise
-        finally:
-            self._finished(
-                None,
-                request.model,
-                request.method,
-                outcome,
-                0.0,
-                time.perf_counter() - begun,
-                phases,
-            )
+        done = time.perf_counter_ns()
+        self.statistics.record_served(
+            model, MODEL_VERSION, rows, done - begun, bound - begun, infer_ns, done - executed
+        )
+        self.metrics.record_served(model, method, rows, (done - begun) / 1e9)
+        if self.settings.access_log:
+            self._log(model, method, "ok", (done - begun) / 1e9)
+        return response
 
     def _finished(
         self, token, model, method, outcome, queued_s, elapsed_s, phases, model_label=None
@@ -544,13 +538,17 @@ class ModelService(Repository):
                 phases.get("output"),
             )
         if self.settings.access_log:
-            log.info(
-                "infer model=%r method=%r outcome=%s duration_s=%.6f",
-                clip(model),
-                clip(method),
-                outcome,
-                elapsed_s,
-            )
+            self._log(model, method, outcome, elapsed_s)
+
+    @staticmethod
+    def _log(model: str, method: str, outcome: str, elapsed_s: float) -> None:
+        log.info(
+            "infer model=%r method=%r outcome=%s duration_s=%.6f",
+            clip(model),
+            clip(method),
+            outcome,
+            elapsed_s,
+        )
 
     def _bind(self, request: InferRequest, signature: MethodSignature) -> tuple[list, list]:
         """The input arrays in the method's order, and the indices of the outputs asked for."""
