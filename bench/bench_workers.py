@@ -249,9 +249,9 @@ def main() -> None:
             if n > 1:
                 baseline(f"floor, {n} processes", "floor", tiny_pte, tiny_json("m"), n, 64)
                 try:
-                    baseline(
-                        f"LitServe, {n} workers", "litserve-host", tiny_pte, tiny_json("m"), n, 64
-                    )
+                    # LitServe serves its API at /predict, the same body.
+                    lit = Request("/predict", tiny_json("m").body)
+                    baseline(f"LitServe, {n} workers", "litserve-host", tiny_pte, lit, n, 64)
                 except RuntimeError as exc:
                     log = scratch / f"LitServe, {n} workers.log"
                     tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
