@@ -7,7 +7,7 @@ service.backends.registry, and nothing in the dataplane, ingest or protocols cha
 
 - setup: "module:function" that loads and registers its native library with the host; it runs in
   the server and in every ingest check child, which must see the same backends;
-- check: the ingest check for its delegates (service.ingest.pipeline.DelegateCheck), if any
+- check: the ingest check for its delegates (service.ingest.delegates.DelegateCheck), if any
   beyond loading the program in the check child;
 - metrics: what it counts of its delegates, rendered with the server's metrics;
 - description_fields: the keys its check puts in a delegate's "details" in model descriptions.

@@ -13,8 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from service.backends.host import import_host
-from service.backends.registry import enabled
+from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
 from service.dataplane import residency, triton_config
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
@@ -66,6 +65,7 @@ from service.ingest.model_config import instance_count
 from service.ingest.model_dirs import find_entries
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging
+from service.native_host import import_host
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken, Storage
 
@@ -100,6 +100,7 @@ class ModelService(Repository):
             settings.max_concurrent_ingests, thread_name_prefix="ingest"
         )
         self.backends = enabled(settings.backends)
+        self._ingest_backends = ingest_backends(settings)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
         self._ready = False
@@ -129,7 +130,7 @@ class ModelService(Repository):
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        self._ethost = import_host(self.settings.setups)
+        self._ethost = import_host(setups(self.settings))
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         unloaded = await asyncio.to_thread(self.storage.unloaded)
@@ -247,7 +248,7 @@ class ModelService(Repository):
                 )
             try:
                 description = await asyncio.get_running_loop().run_in_executor(
-                    self._ingest, run_ingest, upload, self.settings
+                    self._ingest, run_ingest, upload, self.settings, self._ingest_backends
                 )
             except IngestRefused as refusal:
                 raise refused("upload refused", refusal.problems) from None

@@ -21,10 +21,12 @@ import re
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import compile_path
 
+from service import rules
 from service.errors import (
     Busy,
     Conflict,
@@ -40,9 +42,23 @@ from service.errors import (
     clip,
 )
 from service.protocols.disconnect import ClientDisconnected, log_aborted
-from service.protocols.native.schema import ErrorBody
 
 log = logging.getLogger(__name__)
+
+
+class ProblemModel(BaseModel):
+    file: str | None = Field(None, description="the uploaded file the problem is about, if any")
+    rule: str = Field(description="stable rule id, e.g. data.characters")
+    message: str
+    input: str | None = Field(None, description="the request input the problem is about, if any")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every HTTP protocol, as OpenAPI documents it."""
+
+    error: str
+    problems: list[ProblemModel] = []
+
 
 _DESCRIPTIONS = {
     400: "Bad request",
@@ -60,7 +76,7 @@ _DESCRIPTIONS = {
 # Tokens are checked on every model and inference route (service/auth.py), so every one of them
 # can answer 401 and 403; a route's own table lists what else it can answer.
 AUTH = (401, 403)
-_RULES = {404: "request.route", 405: "request.method"}
+_RULES = {404: rules.REQUEST_ROUTE, 405: rules.REQUEST_METHOD}
 
 
 # HTTP status per kind of ServiceError, for every HTTP protocol of the app; a refused request
@@ -123,7 +139,9 @@ def error_body(message: str, rule: str) -> dict:
 
 def internal_error_response() -> JSONResponse:
     """The one answer to a fault of the server's own, on every HTTP route."""
-    return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
+    return ErrorResponse(
+        error_body("internal server error", rules.SERVER_INTERNAL), status_code=500
+    )
 
 
 @functools.cache
@@ -159,7 +177,7 @@ async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     else:
         message = clip(exc.detail)
     return ErrorResponse(
-        error_body(message, _RULES.get(exc.status_code, "request.http")),
+        error_body(message, _RULES.get(exc.status_code, rules.REQUEST_HTTP)),
         status_code=exc.status_code,
         headers=headers,
     )

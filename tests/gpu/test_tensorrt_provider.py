@@ -104,8 +104,8 @@ def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_pat
 
     from service.backends.tensorrt.checks import check_tensorrt_delegate, verify_engine
     from service.config import Settings
+    from service.ingest.delegates import IngestContext
     from service.ingest.inspection import DelegateInfo, MethodInfo, ProgramInfo
-    from service.ingest.pipeline import IngestContext
     from support import trt_blob
 
     ethost_tensorrt.set_engine_provider(None)

@@ -12,6 +12,7 @@ import json
 
 import orjson
 
+from service import rules
 from service.dataplane.types import Tensor
 from service.errors import Invalid, Problem, clip, input_problem
 from service.protocols import json_tensors
@@ -26,7 +27,7 @@ _REQUIRED = "Field required"
 
 class _Problems(list):
     def add(self, location: str, message: str, where: str | None = None) -> None:
-        self.append(Problem(None, "request.invalid", f"{location}: {message}", input=where))
+        self.append(Problem(None, rules.REQUEST_INVALID, f"{location}: {message}", input=where))
 
     def field(
         self,
@@ -73,7 +74,8 @@ def _loads(body: bytes):
     except (ValueError, RecursionError) as exc:
         message = "body: JSON decode error" if body.strip() else "body: Field required"
         raise Invalid(
-            "invalid request", [Problem(None, "request.invalid", f"{message} ({clip(str(exc))})")]
+            "invalid request",
+            [Problem(None, rules.REQUEST_INVALID, f"{message} ({clip(str(exc))})")],
         ) from None
 
 
@@ -100,7 +102,7 @@ def parse(body: bytes) -> tuple[str, str, list[Tensor]]:
         try:
             array = json_tensors.decode(item["datatype"], item["shape"], item["data"], label)
         except json_tensors.CodecError as exc:
-            raise input_problem(label, "input.data", str(exc)) from None
+            raise input_problem(label, rules.INPUT_DATA, str(exc)) from None
         tensors.append(Tensor(name, item["datatype"], array))
     return model, method, tensors
 

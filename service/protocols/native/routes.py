@@ -14,11 +14,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service import rules
 from service.dataplane.service import ModelService
 from service.errors import (
     ServiceError,
 )
+from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.protocols.http_errors import AUTH, responses, service_error_response
 from service.protocols.native import infer_endpoint
 from service.protocols.native.multipart import receive_upload
@@ -159,7 +160,7 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
         problems.append(
             {
                 "file": None,
-                "rule": "request.invalid",
+                "rule": rules.REQUEST_INVALID,
                 "input": where,
                 "message": f"{'.'.join(location) or 'body'}: {error.get('msg')}",
             }

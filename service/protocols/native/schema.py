@@ -7,18 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from service.dtypes import DATATYPES
-
-
-class ProblemModel(BaseModel):
-    file: str | None = Field(None, description="the uploaded file the problem is about, if any")
-    rule: str = Field(description="stable rule id, e.g. data.characters")
-    message: str
-    input: str | None = Field(None, description="the request input the problem is about, if any")
-
-
-class ErrorBody(BaseModel):
-    error: str
-    problems: list[ProblemModel] = []
+from service.protocols.http_errors import ProblemModel
 
 
 class FileModel(BaseModel):

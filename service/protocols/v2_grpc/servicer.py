@@ -12,6 +12,7 @@ from importlib import metadata
 import numpy as np
 from google.protobuf import json_format
 
+from service import rules
 from service.dataplane.repository import load_config
 from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import InferRequest, InferResponse, Tensor
@@ -86,14 +87,14 @@ def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | 
             path = key[len(FILE_PREFIX) :]
             if not isinstance(value, bytes):
                 raise invalid(
-                    "repository.file",
+                    rules.REPOSITORY_FILE,
                     f"{clip(key)!r} must carry the file's bytes (bytes_param)",
                     clip(path),
                 )
             files[path] = value
         else:
             raise invalid(
-                "repository.parameter",
+                rules.REPOSITORY_PARAMETER,
                 f"unknown load parameter {clip(key)!r}; expected 'config' or "
                 f"'{FILE_PREFIX}<version>/<filename>'",
             )
@@ -240,7 +241,7 @@ class InferenceServicer:
         unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
         if unknown:
             raise invalid(
-                "repository.parameter",
+                rules.REPOSITORY_PARAMETER,
                 f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
                 f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)",
             )

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
+from service import rules
 from service.errors import (
     ServiceError,
     clip,
@@ -49,7 +50,7 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
         problems = [
             {
                 "file": None,
-                "rule": "request.invalid",
+                "rule": rules.REQUEST_INVALID,
                 "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}",
             }
             for e in exc.errors()

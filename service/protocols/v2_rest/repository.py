@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
+from service import rules
 from service.errors import Aborted, clip, invalid, too_large
 from service.ingest.staging import StagedUpload
 from service.protocols.v2_rest.errors import V2Route
@@ -37,12 +38,12 @@ def _parameters(body: bytes) -> dict:
     try:
         request = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+        raise invalid(rules.REQUEST_JSON, f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(request, dict):
-        raise invalid("request.invalid", "the request must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, "the request must be a JSON object")
     parameters = request.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise invalid("request.invalid", "'parameters' must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, "'parameters' must be a JSON object")
     return parameters
 
 
@@ -55,7 +56,7 @@ async def index(request: Request) -> list[dict]:
         try:
             ready_only = json.loads(body).get("ready") is True
         except (ValueError, RecursionError, AttributeError):
-            raise invalid("request.json", "the index request must be a JSON object") from None
+            raise invalid(rules.REQUEST_JSON, "the index request must be a JSON object") from None
     entries = await request.app.state.service.repository_index()
     return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
