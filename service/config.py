@@ -13,6 +13,8 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.inline_policy import InlinePolicy
+
 MiB = 1024 * 1024
 # The delegate backends `--backends` may name, as names only: service.backends.registry holds
 # them (and checks it holds exactly these), so settings import nothing above them.
@@ -48,7 +50,7 @@ class Settings:
     max_json_bytes: int = 64 * MiB
     instances_per_model: int = 2
     # Methods whose recent executes took less than this run on the event loop (model_pool.py).
-    inline_execute_us: float = 100.0
+    inline_execute_us: float = InlinePolicy.execute_us
     infer_threads: int = 32
     # Intra-op parallelism: ExecuTorch's kernels share one process-wide thread pool that runs one
     # parallel region at a time, so with it, concurrent requests wait on each other (measured:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from service import oip
 from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
 from service.dataplane import residency, triton_config
@@ -65,6 +66,7 @@ from service.ingest.model_config import instance_count
 from service.ingest.model_dirs import find_entries
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging
+from service.inline_policy import InlinePolicy
 from service.native_host import import_host
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken, Storage
@@ -174,7 +176,7 @@ class ModelService(Repository):
                 self._ethost,
                 instance_count(stored.description.config, self.settings.instances_per_model),
                 self.settings.kernel_threadpool,
-                self.settings.inline_execute_us * 1e-6,
+                InlinePolicy(self.settings.inline_execute_us).execute_below_s,
             ),
         )
         pool.warmup_s = run_warmups(pool, stored.description.config)
@@ -370,6 +372,11 @@ class ModelService(Repository):
                 f"model {clip(name)!r} has no version {clip(version)!r} (versions: {MODEL_VERSION})"
             )
 
+    def serves(self, name: str, version: str | None = None) -> bool:
+        """Whether the model (and version) serves now, from what this process holds: a
+        protocol's early answer before it reads a body (model_ready says why not)."""
+        return name in self._models and version in (None, "", MODEL_VERSION)
+
     async def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model (and version) exists and can serve now; unknown ones raise."""
         self._description(name)
@@ -546,7 +553,7 @@ class ModelService(Repository):
 
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started, request.parameters.get(PRIORITY_PARAMETER)
+                arrays, request.timeout_s, started, request.parameters.get(oip.PRIORITY_PARAMETER)
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
@@ -582,8 +589,6 @@ class ModelService(Repository):
         return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
 
 
-# The request parameter naming a priority level, as Triton's clients send it (REST and gRPC).
-PRIORITY_PARAMETER = "priority"
 _INFER_OUTCOMES = (
     (Unavailable, "unavailable"),
     (Busy, "busy"),

@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 
-from service import rules
+from service import oip, rules
 from service.dtypes import BY_DATATYPE
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 
-HEADER = "inference-header-content-length"
+HEADER = oip.BINARY_HEADER
 
 
 def split(
@@ -80,9 +80,9 @@ def check_datatype(label: str, datatype) -> None:
 
 def binary_size(label: str, parameters: dict) -> int | None:
     """The input's `binary_data_size` parameter, checked; None when it has none."""
-    if "binary_data_size" not in parameters:
+    if oip.BINARY_DATA_SIZE not in parameters:
         return None
-    size = parameters["binary_data_size"]
+    size = parameters[oip.BINARY_DATA_SIZE]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise input_problem(
             label,

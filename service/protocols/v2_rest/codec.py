@@ -14,16 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from service import rules
+from service import oip, rules
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
 
 # Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
-TIMEOUT = "timeout"  # microseconds, as Triton
-METHOD = "method"  # extension: run a method other than "forward"
-BINARY_OUTPUT = "binary_data_output"
 
 
 @dataclass
@@ -42,7 +39,7 @@ class ParsedRequest:
     inputs: list[ParsedInput]
     # (name, binary_data) per requested output; None: all outputs
     outputs: list[tuple[str, bool | None]] | None = None
-    method: str = "forward"
+    method: str = oip.DEFAULT_METHOD
     timeout_s: float | None = None
     binary_output: bool = False
     extra: dict = field(default_factory=dict)
@@ -148,7 +145,7 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
                 rules.OUTPUT_CLASSIFICATION,
                 f"{label}: the classification extension is not supported",
             )
-        outputs.append((item["name"], _flag(parameters, "binary_data", label)))
+        outputs.append((item["name"], _flag(parameters, oip.BINARY_DATA, label)))
     return outputs
 
 
@@ -181,7 +178,7 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         [_input(i, item) for i, item in enumerate(inputs)],
         _outputs(header.get("outputs")),
     )
-    timeout = parameters.get(TIMEOUT)
+    timeout = parameters.get(oip.TIMEOUT_PARAMETER)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
             raise invalid(
@@ -189,11 +186,11 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
                 "parameter 'timeout' must be a non-negative integer (microseconds)",
             )
         parsed.timeout_s = timeout / 1e6 if timeout else None
-    method = parameters.get(METHOD, "forward")
+    method = parameters.get(oip.METHOD_PARAMETER, oip.DEFAULT_METHOD)
     if not isinstance(method, str):
         raise invalid(rules.REQUEST_PARAMETER, "parameter 'method' must be a string")
     parsed.method = method
-    parsed.binary_output = bool(_flag(parameters, BINARY_OUTPUT, "request"))
+    parsed.binary_output = bool(_flag(parameters, oip.BINARY_DATA_OUTPUT, "request"))
     return parsed
 
 
@@ -232,8 +229,8 @@ def response_header(
     header = {"model_name": response.model, "model_version": response.version}
     if response.id is not None:
         header["id"] = response.id
-    if response.method != "forward":
-        header["parameters"] = {METHOD: response.method}
+    if response.method != oip.DEFAULT_METHOD:
+        header["parameters"] = {oip.METHOD_PARAMETER: response.method}
     outputs, as_json, parts = [], [], []
     for index, tensor in enumerate(response.outputs):
         entry = {
@@ -246,7 +243,7 @@ def response_header(
             as_binary = parsed.binary_output
         if as_binary:
             part = binary.output_bytes(tensor.array)
-            entry["parameters"] = {"binary_data_size": part.nbytes}
+            entry["parameters"] = {oip.BINARY_DATA_SIZE: part.nbytes}
             parts.append(part)
         else:
             as_json.append((index, tensor))

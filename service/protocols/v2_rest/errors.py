@@ -24,6 +24,7 @@ from service.errors import (
     clip,
 )
 from service.protocols import http_errors
+from service.protocols.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
             for e in exc.errors()
         ]
         return error_response(400, "invalid request", problems)
-    except ClientDisconnect:
+    except (ClientDisconnect, ClientDisconnected):
         raise  # nobody reads an answer; http_errors.UnexpectedErrors logs it
     except Exception:
         log.exception("%s %s failed", request.method, clip(request.url.path))

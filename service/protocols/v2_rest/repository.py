@@ -21,10 +21,10 @@ from starlette.requests import ClientDisconnect
 from service import rules
 from service.errors import Aborted, clip, invalid, too_large
 from service.ingest.staging import StagedUpload
+from service.protocols.bodies import read_body
 from service.protocols.v2_rest.errors import V2Route
 from service.protocols.v2_rest.load_body import LoadBody
 from service.protocols.v2_rest.schema import LOAD_ANSWERS, REPOSITORY_ANSWERS, UNLOAD_ANSWERS
-from service.protocols.v2_rest.transport import read_body
 
 router = APIRouter(
     prefix="/v2/repository", route_class=V2Route, tags=["v2 (Open Inference Protocol)"]
@@ -50,7 +50,7 @@ def _parameters(body: bytes) -> dict:
 @router.post("/index", responses=REPOSITORY_ANSWERS)
 async def index(request: Request) -> list[dict]:
     """Every stored model with its state; `{"ready": true}` lists only the ready ones."""
-    body = await read_body(request, 64 * 1024, "a repository index request")
+    body = await read_body(request.scope, request.receive, 64 * 1024, "a repository index request")
     ready_only = False
     if body.strip():
         try:
@@ -112,7 +112,7 @@ async def load(request: Request, model: str) -> Response:
 @router.post("/models/{model}/unload", responses=UNLOAD_ANSWERS)
 async def unload(request: Request, model: str) -> Response:
     service = request.app.state.service
-    body = await read_body(request, 64 * 1024, "a repository unload request")
+    body = await read_body(request.scope, request.receive, 64 * 1024, "a repository unload request")
     _parameters(body)
     await service.unload_model(model)
     return Response(status_code=200)
