@@ -73,9 +73,7 @@ def test_openapi_documents_every_fast_route_from_its_declaration(app):
         "model": "path",
         "version": "path",
     }
-    assert [p["name"] for p in paths["/v2/models/{model}/infer"]["post"]["parameters"]] == [
-        "model"
-    ]
+    assert [p["name"] for p in paths["/v2/models/{model}/infer"]["post"]["parameters"]] == ["model"]
 
 
 def test_another_method_on_a_fast_path_is_405_with_the_schemas_methods(app):

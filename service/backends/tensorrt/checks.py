@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from service import rules
+from service.backends.tensorrt import cuda_driver
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.mismatch import refusal_message
 from service.errors import Problem
@@ -189,7 +190,7 @@ def verify_engine(request: dict) -> dict:
         installed.provider if installed is not None else tensorrt_runtime.TensorRTEngineProvider()
     )
     device = request["device_id"]
-    if not 0 <= device < tensorrt_runtime.device_count():
+    if not 0 <= device < cuda_driver.device_count():
         device = 0
     with open(request["file"], "rb") as source:
         source.seek(request["offset"])
