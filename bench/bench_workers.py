@@ -149,7 +149,7 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
 class Ours:
     """A real `python -m service --workers N` with the two programs deployed."""
 
-    def __init__(self, scratch: Path, exported: dict, workers: int):
+    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
             scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
@@ -157,7 +157,13 @@ class Ours:
         self.url = self.server.url
         with self.server.client() as client:
             for name, program in exported.items():
-                assert upload(client, name, program.pte).status_code == 201
+                # The floor executes in each of its N processes at once; the engine's way to
+                # run N executes of one model at once is N instances of its method (planned
+                # memory each, weights and engine shared): as a Triton user would configure it.
+                # The same count with 1 and N fronts, so that section e compares like with like.
+                config = {"instance_group": [{"count": instances}]}
+                response = upload(client, name, program.pte, fields={"config": json.dumps(config)})
+                assert response.status_code == 201, response.text
 
     def engine_rss_kib(self) -> dict:
         (engine,) = role_pids(self.server, "engine")
@@ -218,8 +224,9 @@ def main() -> None:
         results[label] = _load(server.url, request, conns, seconds, scratch)
         print(f"  {label:<34} {results[label]}", flush=True)
 
-    one = Ours(scratch, exported, 1)
-    many = Ours(scratch, exported, n) if n > 1 else None
+    instances = max(2, n)
+    one = Ours(scratch, exported, 1, instances)
+    many = Ours(scratch, exported, n, instances) if n > 1 else None
     try:
         if "a" in args.sections:
             print(f"\na. tiny program, native JSON /infer, wrk -t4 -c64, {seconds:g} s each")

@@ -80,11 +80,14 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     )
     app.state.service = service
     app.state.offload = offload
+
+    def guarded(endpoint):
+        # Without an inference token these paths check nothing: no layer to pass through.
+        checked = auth.TokenAuth(endpoint, policy=policy) if policy.infer_token else endpoint
+        return http_errors.UnexpectedErrors(checked)
+
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
-    app.fast = FastRoutes(
-        [http_routes.install(app), *v2_routes.FAST_ROUTES],
-        lambda endpoint: http_errors.UnexpectedErrors(auth.TokenAuth(endpoint, policy=policy)),
-    )
+    app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

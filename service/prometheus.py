@@ -112,7 +112,9 @@ class Histogram(Family):
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         # Per bucket (non-cumulative), then +Inf, sum and count.
-        state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
+        state = self.samples.get(labels)
+        if state is None:
+            state = self.samples[labels] = [0.0] * (len(self.buckets) + 3)
         index = bisect.bisect_left(self.buckets, value)  # the first bound >= value
         state[index] += 1
         state[-2] += value

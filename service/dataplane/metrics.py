@@ -93,10 +93,13 @@ class Metrics:
         queued_s: float | None,
         total_s: float,
     ) -> None:
+        """`token`: request_started's, or None for a request counted only once it is done (one
+        served without a wait, or refused by a front)."""
         with self._lock:
-            if self._live.get(model) is not token:  # its series went with the model
-                return
-            self.inflight.add((model,), -1)
+            if token is not None:
+                if self._live.get(model) is not token:  # its series went with the model
+                    return
+                self.inflight.add((model,), -1)
             self.requests.add((model, method, outcome))
             self.duration.observe((model, method), total_s)
             if queued_s is not None:

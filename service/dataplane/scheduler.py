@@ -201,6 +201,19 @@ class Scheduler:
         self._record(rows, 0, time.perf_counter_ns() - started[0], 0)
         return outputs
 
+    def can_run_now(self) -> bool:
+        """Whether a request would execute at once and inline (see ModelPool.run_now): the
+        method is scheduled directly, not queued, and nothing waits before it."""
+        return not self.queued and self.pool.can_run_now(self.method)
+
+    def run_now(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """submit() without a wait: only right after can_run_now said so."""
+        rows = self._rows(arrays) if self.max_batch else 1
+        begun = time.perf_counter_ns()
+        outputs = self.pool.run_now(self.method, arrays)
+        self._record(rows, 0, time.perf_counter_ns() - begun, 0)
+        return outputs
+
     def _record(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One successful execute of `rows` rows (Triton's batch size: the requests' rows
         together where the model batches, else 1 per request)."""

@@ -436,16 +436,7 @@ class ModelService(Repository):
 
     def record_refused(self, model: str, method: str, outcome: str, elapsed_s: float) -> None:
         """Counts a request a front refused before it crossed (as infer() counts its own)."""
-        model_label = model if self._exists(model) else UNKNOWN
-        served = self._models.get(model)
-        method_label = (
-            method if served is not None and method in served.pool.method_names else UNKNOWN
-        )
-        token = self.metrics.request_started(model_label)
-        self.metrics.request_finished(token, model_label, method_label, outcome, None, elapsed_s)
-        if model_label != UNKNOWN:
-            self.statistics.record_request(model, MODEL_VERSION, False, int(elapsed_s * 1e9))
-        self._log_infer(model, method, outcome, elapsed_s)
+        self._finished(None, model, method, outcome, None, elapsed_s, {})
 
     # -- inference ------------------------------------------------------------------------------
 
@@ -470,9 +461,6 @@ class ModelService(Repository):
         model, method = request.model, request.method
         served = self._models.get(model)
         model_label = model if self._exists(model) else UNKNOWN
-        method_label = (
-            method if served is not None and method in served.pool.method_names else UNKNOWN
-        )
         token = self.metrics.request_started(model_label)
         queued: list[float] = []
         phases: dict[str, int] = {}
@@ -488,24 +476,81 @@ class ModelService(Repository):
             outcome = "cancelled"
             raise
         finally:
-            elapsed = time.perf_counter() - begun
-            self.metrics.request_finished(
-                token, model_label, method_label, outcome, queued[0] if queued else None, elapsed
-            )
-            if model_label != UNKNOWN:
-                self.statistics.record_request(
-                    model,
-                    MODEL_VERSION,
-                    outcome == "ok",
-                    int(elapsed * 1e9),
-                    int(queued[0] * 1e9) if queued else None,
-                    phases.get("input"),
-                    phases.get("infer"),
-                    phases.get("output"),
-                )
-            self._log_infer(model, method, outcome, elapsed)
+            elapsed_s = time.perf_counter() - begun
+            queued_s = queued[0] if queued else None
+            self._finished(token, model, method, outcome, queued_s, elapsed_s, phases, model_label)
 
-    def _log_infer(self, model: str, method: str, outcome: str, elapsed_s: float) -> None:
+    def infer_now(self, request: InferRequest) -> InferResponse | None:
+        """infer() without a task or a wait, when the request can run at once and inline: its
+        model method is scheduled directly (no queue), an instance is free and its recent
+        executes are short. None: nothing was done, serve it with infer().
+
+        For a small program the coroutines, task and semaphore of infer() cost several times
+        the execute itself, and the engine's one thread serves every front: this is what
+        bounds the server's throughput on a many-core host."""
+        served = self._models.get(request.model)
+        if served is None or request.version not in (None, "", MODEL_VERSION):
+            return None
+        signature = served.signatures.get(request.method)
+        if signature is None:
+            return None
+        scheduler = self._scheduler_for(served, request.method)
+        if not scheduler.can_run_now():
+            return None
+        begun = time.perf_counter()
+        phases: dict[str, int] = {}
+        outcome = "error"
+        try:
+            mark = time.perf_counter_ns()
+            arrays, selected = self._bind(request, signature)
+            phases["input"] = (now := time.perf_counter_ns()) - mark
+            try:
+                results = scheduler.run_now(arrays)
+            except (ValueError, RuntimeError) as exc:
+                raise _execution_error(exc, request.model, request.method) from None
+            phases["infer"] = (mark := time.perf_counter_ns()) - now
+            response = _response(request, signature, selected, results)
+            phases["output"] = time.perf_counter_ns() - mark
+            outcome = "ok"
+            return response
+        except ServiceError as exc:
+            outcome = _outcome(exc, _INFER_OUTCOMES)
+            raise
+        finally:
+            self._finished(
+                None,
+                request.model,
+                request.method,
+                outcome,
+                0.0,
+                time.perf_counter() - begun,
+                phases,
+            )
+
+    def _finished(
+        self, token, model, method, outcome, queued_s, elapsed_s, phases, model_label=None
+    ) -> None:
+        """Counts one request once, in the metrics and the statistics, under names that exist
+        (else UNKNOWN, and in the metrics only), and logs it under the names it gave.
+        `model_label`: the one its request_started token was taken under."""
+        served = self._models.get(model)
+        if model_label is None:
+            model_label = model if served is not None or self._exists(model) else UNKNOWN
+        method_label = method if served is not None and method in served.signatures else UNKNOWN
+        self.metrics.request_finished(
+            token, model_label, method_label, outcome, queued_s, elapsed_s
+        )
+        if model_label != UNKNOWN:
+            self.statistics.record_request(
+                model,
+                MODEL_VERSION,
+                outcome == "ok",
+                int(elapsed_s * 1e9),
+                None if queued_s is None else int(queued_s * 1e9),
+                phases.get("input"),
+                phases.get("infer"),
+                phases.get("output"),
+            )
         if self.settings.access_log:
             log.info(
                 "infer model=%r method=%r outcome=%s duration_s=%.6f",
@@ -514,6 +559,14 @@ class ModelService(Repository):
                 outcome,
                 elapsed_s,
             )
+
+    def _bind(self, request: InferRequest, signature: MethodSignature) -> tuple[list, list]:
+        """The input arrays in the method's order, and the indices of the outputs asked for."""
+        if request.checked_at == self.generation:  # a front checked them against this signature
+            arrays = [tensor.array for tensor in request.inputs]
+        else:
+            arrays = bind_inputs(request.inputs, signature)
+        return arrays, select_outputs(signature, request.outputs)
 
     async def _infer(
         self,
@@ -532,18 +585,14 @@ class ModelService(Repository):
                 raise Unavailable(f"model {model!r} is unavailable: {self._unavailable[model][1]}")
             raise NotFound(f"model {clip(model)!r} not found")
         self._check_version(model, request.version)
-        if method not in served.pool.method_names:
+        signature = served.signatures.get(method)
+        if signature is None:
             raise NotFound(
                 f"model {model!r} has no method {clip(method)!r} (methods: "
                 f"{', '.join(served.pool.method_names)})"
             )
-        signature = served.signatures[method]
         mark = time.perf_counter_ns()
-        if request.checked_at == self.generation:  # a front checked them against this signature
-            arrays = [tensor.array for tensor in request.inputs]
-        else:
-            arrays = bind_inputs(request.inputs, signature)
-        selected = select_outputs(signature, request.outputs)
+        arrays, selected = self._bind(request, signature)
         phases["input"] = time.perf_counter_ns() - mark
 
         def started(waited: float) -> None:
@@ -557,36 +606,42 @@ class ModelService(Repository):
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
-        except ValueError as exc:  # ethost.InputError: the host's own input validation
-            label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
-            raise input_problem(label, "input.invalid", str(exc)) from None
-        except RuntimeError as exc:
-            if is_input_fault(exc):
-                reason = kernel_reason(exc)
-                # One line per refused input: the host captures ExecuTorch's own lines instead
-                # of printing them, so this is the only trace of it in the log.
-                log.warning(
-                    "infer model=%r method=%r outcome=input_rejected: %s", model, method, reason
-                )
-                raise input_problem(
-                    None,
-                    "input.rejected",
-                    (
-                        f"model {model!r} method {method!r} rejected the inputs while executing: "
-                        f"{reason}"
-                    ),
-                ) from None
-            raise ExecutionFailed(
-                f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}"
-            ) from None
+        except (ValueError, RuntimeError) as exc:
+            raise _execution_error(exc, model, method) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
-        outputs = []
-        for index in selected:
-            spec = signature.outputs[index]
-            outputs.append(Tensor(spec.name, spec.datatype, results[index]))
+        response = _response(request, signature, selected, results)
         phases["output"] = time.perf_counter_ns() - mark
-        return InferResponse(model, MODEL_VERSION, method, request.id, outputs)
+        return response
+
+
+def _response(
+    request: InferRequest, signature: MethodSignature, selected, results
+) -> InferResponse:
+    outputs = []
+    for index in selected:
+        spec = signature.outputs[index]
+        outputs.append(Tensor(spec.name, spec.datatype, results[index]))
+    return InferResponse(request.model, MODEL_VERSION, request.method, request.id, outputs)
+
+
+def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:
+    """What an execute's failure means for the client: the host's own input validation
+    (ethost.InputError, a ValueError), a kernel refusing the inputs, or a real failure."""
+    if isinstance(exc, ValueError):
+        label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
+        return input_problem(label, "input.invalid", str(exc))
+    if is_input_fault(exc):
+        reason = kernel_reason(exc)
+        # One line per refused input: the host captures ExecuTorch's own lines instead of
+        # printing them, so this is the only trace of it in the log.
+        log.warning("infer model=%r method=%r outcome=input_rejected: %s", model, method, reason)
+        return input_problem(
+            None,
+            "input.rejected",
+            f"model {model!r} method {method!r} rejected the inputs while executing: {reason}",
+        )
+    return ExecutionFailed(f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}")
 
 
 _INFER_OUTCOMES = (

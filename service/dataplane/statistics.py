@@ -53,7 +53,10 @@ class Statistics:
         self._lock = threading.Lock()
 
     def _model(self, name: str, version: str) -> _Model:
-        return self._models.setdefault((name, version), _Model())
+        model = self._models.get((name, version))
+        if model is None:
+            model = self._models[(name, version)] = _Model()
+        return model
 
     def record_request(
         self,
@@ -89,7 +92,9 @@ class Statistics:
             model = self._model(name, version)
             model.execution_count += 1
             model.inference_count += size
-            phases = model.batches.setdefault(size, {p: [0, 0] for p in BATCH_PHASES})
+            phases = model.batches.get(size)
+            if phases is None:
+                phases = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
             for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
                 phases[phase][0] += 1
                 phases[phase][1] += int(ns)
