@@ -1,0 +1,50 @@
+"""Direct execution: one execute per request on the method's N instances (ModelPool), with the
+queue bound and deadline of default_queue_policy.
+
+The policy of every model without merging or priority levels, so of most small programs: it
+adds no task, lock or queue of its own to the pool's wait for a free instance, whose cost is
+the floor of a request's time here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from service.dataplane.scheduling.base import Policy
+
+
+class DirectPolicy(Policy):
+    @property
+    def depth(self) -> int:
+        return self.pool.waiting(self.method)
+
+    async def submit(
+        self,
+        arrays: list[np.ndarray],
+        timeout_s: float | None = None,
+        acquired: Callable[[float], None] | None = None,
+        priority=None,
+    ) -> list[np.ndarray]:
+        _, policy = self._admit(priority)
+        timeout_s = timeout_s if timeout_s is not None else policy.timeout_s
+        # Batches the client made itself are bounded too, and counted by their rows.
+        rows = self._rows(arrays) if self.max_batch else 1
+        started = []
+
+        def on_instance(waited_s: float) -> None:
+            started.append(time.perf_counter_ns())
+            if acquired is not None:
+                acquired(waited_s)
+
+        try:
+            outputs = await self.pool.run(
+                self.method, arrays, self._executor, on_instance, timeout_s
+            )
+        except TimeoutError:
+            raise self._expired(timeout_s) from None
+        now = time.perf_counter_ns()
+        self._record(rows, 0, now - started[0], 0, 1, now)
+        return outputs
