@@ -50,6 +50,11 @@ class Policy:
         self._statistics = statistics
         self.version = version
         self._instances = pool.instance_count(method)
+        # Only a bounded queue refuses, so only then is its drain time needed.
+        queue = config.queue
+        self._bounded = any(
+            queue.policy_of(level).max_queue_size for level in range(queue.priority_levels + 1)
+        )
         self._recent_execute_s = 0.0
         self._per_request_s: float | None = None  # between completions, measured under load
         self._last_done_ns = 0
@@ -150,6 +155,8 @@ class Policy:
         )
         self._recent_execute_s = infer_ns / 1e9
         self._metrics.batch_executed(self.model, self.method, rows)
+        if not self._bounded:
+            return
         # Only an interval with requests waiting at both ends measures the queue's pace; one
         # that began idle would count the idleness as drain time.
         waiting = self.depth > 0

@@ -17,6 +17,12 @@ from service.dataplane.scheduling.base import Policy
 
 
 class DirectPolicy(Policy):
+    def __init__(self, *args):
+        super().__init__(*args)
+        # Read per request: attributes, not the policy's computed properties.
+        self._max_queue = self.policy.max_queue_size
+        self._timeout_s = self.policy.timeout_s
+
     @property
     def depth(self) -> int:
         return self.pool.waiting(self.method)
@@ -28,8 +34,10 @@ class DirectPolicy(Policy):
         acquired: Callable[[float], None] | None = None,
         priority=None,
     ) -> list[np.ndarray]:
-        _, policy = self._admit(priority)
-        timeout_s = timeout_s if timeout_s is not None else policy.timeout_s
+        # As in Triton, a model without priority levels ignores the request's `priority`.
+        if self._max_queue and self.pool.waiting(self.method) >= self._max_queue:
+            raise self._busy(0, self.policy)
+        timeout_s = timeout_s if timeout_s is not None else self._timeout_s
         # Batches the client made itself are bounded too, and counted by their rows.
         rows = self._rows(arrays) if self.max_batch else 1
         started = []
