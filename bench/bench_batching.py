@@ -58,7 +58,9 @@ def in_process(
 
     from service.dataplane.metrics import Metrics
     from service.dataplane.model_pool import ModelPool
-    from service.dataplane.scheduler import Scheduler
+    from service.dataplane.scheduler import policy_for
+    from service.dataplane.statistics import Statistics
+    from service.model_config.parse import parse_model_config
     from service.native_host import import_host
     from service.store.records import ModelDescription, StoredFile, StoredModel
 
@@ -69,7 +71,11 @@ def in_process(
     async def run() -> tuple[float, dict]:
         with ThreadPoolExecutor(connections) as executor:
             pool = ModelPool(stored, import_host(), instances)
-            scheduler = Scheduler("m", "forward", pool, config, executor, Metrics())
+            parsed, problems = parse_model_config(config)
+            assert not problems, problems
+            scheduler = policy_for(parsed)(
+                "m", "forward", pool, parsed, executor, Metrics(), Statistics(), "1"
+            )
             done = 0
             end = time.perf_counter() + seconds
 

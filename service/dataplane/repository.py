@@ -34,11 +34,11 @@ class Served:
     stored: StoredModel
     pool: ModelPool
     signatures: dict[str, MethodSignature]
-    schedulers: dict = field(default_factory=dict)  # method -> its Scheduler, made on first use
+    schedulers: dict = field(default_factory=dict)  # method -> its scheduling Policy, on first use
 
     @property
     def max_batch(self) -> int:
-        return (self.stored.description.config or {}).get("max_batch_size", 0)
+        return self.stored.description.effective_config.max_batch
 
 
 def load_config(value) -> dict:

@@ -29,7 +29,7 @@ from service.dataplane.repository import (
     refused_view,
     serve,
 )
-from service.dataplane.scheduler import Scheduler
+from service.dataplane.scheduler import Policy, policy_for
 from service.dataplane.signature import (
     bind_inputs,
     published_method,
@@ -62,7 +62,6 @@ from service.errors import (
     refused,
 )
 from service.ingest import child_guard
-from service.ingest.model_config import instance_count
 from service.ingest.model_dirs import find_entries
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging
@@ -174,12 +173,12 @@ class ModelService(Repository):
             lambda: ModelPool(
                 stored,
                 self._ethost,
-                instance_count(stored.description.config, self.settings.instances_per_model),
+                stored.description.effective_config.instances(self.settings.instances_per_model),
                 self.settings.kernel_threadpool,
                 InlinePolicy(self.settings.inline_execute_us).execute_below_s,
             ),
         )
-        pool.warmup_s = run_warmups(pool, stored.description.config)
+        pool.warmup_s = run_warmups(pool, stored.description.effective_config)
         return pool
 
     def body_buffer(self, nbytes: int) -> tuple[memoryview, None]:
@@ -398,7 +397,7 @@ class ModelService(Repository):
         description = stored.description
         return triton_config.model_config(
             description,
-            instance_count(description.config, self.settings.instances_per_model),
+            description.effective_config.instances(self.settings.instances_per_model),
             frozenset(b.id for b in self.backends if b.device == "gpu"),
         )
 
@@ -440,14 +439,15 @@ class ModelService(Repository):
 
     # -- inference ------------------------------------------------------------------------------
 
-    def _scheduler_for(self, served: Served, method: str) -> Scheduler:
+    def _scheduler_for(self, served: Served, method: str) -> Policy:
         scheduler = served.schedulers.get(method)
         if scheduler is None:
-            scheduler = served.schedulers[method] = Scheduler(
+            config = served.stored.description.effective_config
+            scheduler = served.schedulers[method] = policy_for(config)(
                 served.stored.name,
                 method,
                 served.pool,
-                served.stored.description.config or {},
+                config,
                 self._executor,
                 self.metrics,
                 self.statistics,

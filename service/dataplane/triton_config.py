@@ -17,6 +17,7 @@ from service import oip
 from service.dataplane.signature import signature_of
 from service.dataplane.types import TensorSpec
 from service.dtypes import triton_type
+from service.model_config.records import DynamicBatching, QueuePolicy
 from service.store.records import ModelDescription
 
 
@@ -47,26 +48,26 @@ def _output(spec: TensorSpec, batched: bool) -> dict:
     }
 
 
-def _queue_policy(policy: dict) -> dict:
+def _queue_policy(policy: QueuePolicy) -> dict:
     return {
-        "timeout_action": policy.get("timeout_action", "REJECT"),
-        "default_timeout_microseconds": policy["default_timeout_microseconds"],
+        "timeout_action": policy.timeout_action,
+        "default_timeout_microseconds": policy.default_timeout_microseconds,
         "allow_timeout_override": True,
-        "max_queue_size": policy["max_queue_size"],
+        "max_queue_size": policy.max_queue_size,
     }
 
 
-def _dynamic_batching(batching: dict) -> dict:
+def _dynamic_batching(batching: DynamicBatching) -> dict:
     return {
-        "preferred_batch_size": list(batching["preferred_batch_size"]),
-        "max_queue_delay_microseconds": batching["max_queue_delay_microseconds"],
+        "preferred_batch_size": list(batching.preferred_batch_size),
+        "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
         "preserve_ordering": False,
-        "priority_levels": batching.get("priority_levels", 0),
-        "default_priority_level": batching.get("default_priority_level", 0),
-        "default_queue_policy": _queue_policy(batching["default_queue_policy"]),
+        "priority_levels": batching.priority_levels,
+        "default_priority_level": batching.default_priority_level,
+        "default_queue_policy": _queue_policy(batching.default_queue_policy),
         "priority_queue_policy": {
-            level: _queue_policy(policy)
-            for level, policy in batching.get("priority_queue_policy", {}).items()
+            str(level): _queue_policy(policy)
+            for level, policy in sorted(batching.priority_queue_policy.items())
         },
     }
 
@@ -85,8 +86,8 @@ def model_config(
 ) -> dict:
     """The ModelConfig of a stored model; `instances` per method, `gpu_backends` the delegate
     ids that run on the GPU (their models' instance groups are KIND_GPU)."""
-    config = description.config or {}
-    max_batch = config.get("max_batch_size", 0)
+    config = description.effective_config
+    max_batch = config.max_batch
     forward = next((m for m in description.methods if m["name"] == oip.DEFAULT_METHOD), None)
     signature = signature_of(forward) if forward is not None else None
     answer = {
@@ -109,8 +110,8 @@ def model_config(
             }
         ],
         "parameters": {},
-        "model_warmup": list(config.get("model_warmup", [])),
+        "model_warmup": [warmup.to_json() for warmup in config.warmups],
     }
-    if "dynamic_batching" in config:
-        answer["dynamic_batching"] = _dynamic_batching(config["dynamic_batching"])
+    if config.dynamic_batching is not None:
+        answer["dynamic_batching"] = _dynamic_batching(config.dynamic_batching)
     return answer

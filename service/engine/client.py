@@ -15,6 +15,10 @@ table from before it.
 Losing the engine (it died; the supervisor restarts it) fails every request in flight with a
 503 and abandons the arena, whose slots the old engine might still be writing: the next
 connection gets a fresh one.
+
+Every 503 here says when to come back (Retry-After) from what this front measured: an engine
+that is down, from how long its last start took; a full arena, from how long requests have
+recently held their slots (a slot frees when a request in flight is answered).
 """
 
 from __future__ import annotations
@@ -45,14 +49,28 @@ _CONTROL = struct.Struct("<QQQ")  # generation, ready, serving (service/engine/s
 _RECONNECT_S = 0.2
 _REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
+_SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
 
 
 class EngineDown(Busy):
     """The engine process is not connected (it is starting or being restarted)."""
 
 
-def _down() -> EngineDown:
-    return EngineDown("the inference engine is restarting; retry shortly", retry_after_s=1.0)
+class _Outage:
+    """When the engine went away and how long its last start took, for Retry-After."""
+
+    def __init__(self):
+        self.since = time.monotonic()  # the front starts before the engine answers
+        self.last_s = 0.0
+
+    def retry_after_s(self) -> float:
+        return max(1.0, self.last_s - (time.monotonic() - self.since))
+
+    def ended(self) -> None:
+        self.last_s = time.monotonic() - self.since
+
+    def began(self) -> None:
+        self.since = time.monotonic()
 
 
 class _Pending:
@@ -107,10 +125,10 @@ class _Link:
         for pending in self.pending.values():
             # The slots are abandoned with the arena, never reused: the engine may still write.
             if not pending.future.done():
-                pending.future.set_exception(_down())
+                pending.future.set_exception(self.client.down())
         for future in self.calls.values():
             if not future.done():
-                future.set_exception(_down())
+                future.set_exception(self.client.down())
         self.pending.clear()
         self.calls.clear()
         self.client._link_lost(self)
@@ -150,6 +168,8 @@ class EngineClient:
         self._connector: asyncio.Task | None = None
         self._closing = False
         self._connected = asyncio.Event()
+        self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
+        self._outage = _Outage()
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -197,11 +217,13 @@ class EngineClient:
         await loop.connect_accepted_socket(lambda: link.protocol, sock)
         self._table = ModelTable(-1, {})  # another engine's generations mean nothing here
         self._link = link
+        self._outage.ended()
         log.info("front %d connected to the engine", self._front_id)
 
     def _link_lost(self, link: _Link) -> None:
         if self._link is link:
             self._link = None
+            self._outage.began()
             self._connected.clear()
             if not self._closing:
                 log.warning("front %d lost the engine; reconnecting", self._front_id)
@@ -211,11 +233,17 @@ class EngineClient:
         link = self._link
         return link is not None and link.generation()[1]
 
+    def down(self) -> EngineDown:
+        return EngineDown(
+            "the inference engine is restarting; retry shortly",
+            retry_after_s=self._outage.retry_after_s(),
+        )
+
     def _require(self) -> _Link:
         """The link to an engine that has its stored models open again, else EngineDown."""
         link = self._link
         if link is None or not link.alive or not link.serving():
-            raise _down()
+            raise self.down()
         return link
 
     # -- calls by name ---------------------------------------------------------------------------
@@ -289,7 +317,7 @@ class EngineClient:
             raise Busy(
                 f"the shared memory for requests in flight is full ({arena.in_use} of "
                 f"{arena.size} bytes in use); retry shortly",
-                retry_after_s=1.0,
+                retry_after_s=max(1.0, self._holding_s),
             ) from None
 
     async def _current_table(self, link: _Link) -> ModelTable:
@@ -392,6 +420,7 @@ class EngineClient:
                 checked_at,
             )
         )
+        sent = time.perf_counter()
         try:
             ok, payload, _ = await future
         except asyncio.CancelledError:
@@ -401,6 +430,7 @@ class EngineClient:
         except BaseException:
             pending.settle()
             raise
+        self._holding_s += _SMOOTHING * (time.perf_counter() - sent - self._holding_s)
         if not ok:
             pending.settle()
             raise pickle.loads(payload)

@@ -17,6 +17,8 @@ from pathlib import Path
 from service import rules
 from service.errors import Problem
 from service.ingest.staging import StagedUpload, Staging, read_chunks
+from service.model_config.parse import parse_model_config
+from service.model_config.records import NO_CONFIG
 from service.store.records import DATA, PROGRAM, StoredModel
 
 CONFIG_FILE = rules.CONFIG_JSON
@@ -100,8 +102,9 @@ def _sha256(path: Path) -> str:
 def unchanged(stored: StoredModel, folder: Path) -> bool:
     """Whether the stored model is this entry as it is now (same files, same bytes, same
     config), so a restart does not check every directory model again."""
-    config, problems = _config(folder)
-    if problems or (config or {}) != (stored.description.config or {}):
+    given, problems = _config(folder)
+    config, problems = (None, problems) if problems else parse_model_config(given)
+    if problems or (config or NO_CONFIG) != stored.description.effective_config:
         return False
     on_disk = sorted((role, path.name, path.stat().st_size) for role, path in _files(folder))
     known = sorted((f.role, f.name, f.size) for f in stored.description.files)

@@ -39,8 +39,9 @@ from service.ingest.inspection import (
     method_meta,
 )
 from service.ingest.load_check import LoadCheckResult, load_result, run_checks
-from service.ingest.model_config import check_model_config, parse_model_config
 from service.ingest.staging import StagedFile, StagedUpload  # noqa: F401 (StagedFile re-exported)
+from service.model_config.parse import check_model_config, parse_model_config
+from service.model_config.records import NO_CONFIG, ModelConfig
 from service.store.records import DATA, PROGRAM, PROGRAM_FILE, ModelDescription, StoredFile
 
 log = logging.getLogger(__name__)
@@ -272,7 +273,7 @@ def _describe(
     delegate_details: dict,
     warnings: list[str],
     unavailable: list[str],
-    config: dict | None,
+    config: ModelConfig | None,
 ) -> ModelDescription:
     by_name = {m.name: m for m in program.methods}
     methods = []
@@ -308,7 +309,7 @@ def _describe(
         tuple(methods),
         tuple(warnings),
         "; ".join(unavailable) if unavailable else None,
-        config or {},
+        config or NO_CONFIG,
     )
 
 

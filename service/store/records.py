@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.model_config.parse import stored_config
+from service.model_config.records import NO_CONFIG, ModelConfig
+
 PROGRAM_FILE = "program.pte"
 PROGRAM, DATA = "program", "data"
 
@@ -41,11 +44,16 @@ class ModelDescription:
     methods: tuple[dict, ...]
     warnings: tuple[str, ...] = ()
     not_runnable: str | None = None
-    config: dict | None = None
+    config: ModelConfig | None = None
 
     @property
     def runnable(self) -> bool:
         return self.not_runnable is None
+
+    @property
+    def effective_config(self) -> ModelConfig:
+        """What the model runs with: its configuration, the defaults where none was sent."""
+        return self.config or NO_CONFIG
 
     def view(self, state: str, error: str | None = None) -> dict:
         """The description every protocol answers with (the native API's ModelDescription)."""
@@ -62,7 +70,7 @@ class ModelDescription:
         if error is not None:
             view["error"] = error
         if self.config is not None:
-            view["config"] = self.config
+            view["config"] = self.config.to_json()
         return view
 
     def to_json(self) -> dict:
@@ -72,7 +80,7 @@ class ModelDescription:
             "methods": list(self.methods),
             "warnings": list(self.warnings),
             "not_runnable": self.not_runnable,
-            "config": self.config,
+            "config": None if self.config is None else self.config.to_json(),
         }
 
     @classmethod
@@ -83,7 +91,7 @@ class ModelDescription:
             tuple(data["methods"]),
             tuple(data.get("warnings", ())),
             data.get("not_runnable"),
-            data.get("config"),
+            stored_config(data.get("config")),
         )
 
     @classmethod
@@ -97,7 +105,7 @@ class ModelDescription:
             tuple(view.get("methods", ())),
             tuple(view.get("warnings", ())),
             not_runnable,
-            view.get("config"),
+            stored_config(view.get("config")),
         )
 
 

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("service.backends",)),
     ("ingest", ("service.ingest",)),
     ("store", ("service.store",)),
+    ("model configuration", ("service.model_config",)),
     (
         "base",
         (

@@ -2,7 +2,8 @@
 
 import pytest
 
-from service.ingest.model_config import check_model_config, instance_count, parse_model_config
+from service.model_config.parse import check_model_config, parse_model_config, stored_config
+from service.model_config.records import NO_CONFIG, ModelConfig
 from support.program_fixtures import linear_relu_program  # noqa: F401
 
 
@@ -27,7 +28,7 @@ def test_a_full_configuration_is_normalized_with_every_batching_field():
         '"instance_group": [{"count": 2}, {"count": 1}]}'
     )
     assert problems == []
-    assert config == {
+    assert config.to_json() == {
         "max_batch_size": 8,
         "dynamic_batching": {
             "max_queue_delay_microseconds": 0,
@@ -36,13 +37,23 @@ def test_a_full_configuration_is_normalized_with_every_batching_field():
         },
         "instance_group": [{"count": 2}, {"count": 1}],
     }
-    assert instance_count(config, 5) == 3
-    assert parse_model_config(config) == (config, [])  # stored form parses to itself
+    assert config.instances(5) == 3 and config.max_batch == 8 and config.merges
+    assert config.queue.default_queue_policy.timeout_s is None
+    assert stored_config(config.to_json()) == config  # the stored form parses to itself
 
 
 def test_no_configuration_is_none_and_keeps_the_server_instances():
     assert parse_model_config(None) == (None, [])
-    assert instance_count(None, 5) == 5 and instance_count({}, 5) == 5
+    assert NO_CONFIG.instances(5) == 5 and parse_model_config({})[0].instances(5) == 5
+    assert not NO_CONFIG.merges and NO_CONFIG.max_batch == 0 and NO_CONFIG.to_json() == {}
+    # A section given is shown as given, even where it means the default.
+    assert parse_model_config({"max_batch_size": 0})[0] == ModelConfig(max_batch_size=0)
+    assert ModelConfig(max_batch_size=0).to_json() == {"max_batch_size": 0}
+
+
+def test_a_stored_configuration_that_no_longer_parses_is_an_error_not_a_default():
+    with pytest.raises(ValueError, match="max_batch_size"):
+        stored_config({"max_batch_size": -1})
 
 
 @pytest.mark.parametrize(
@@ -178,11 +189,12 @@ def test_a_warmup_is_normalized_with_every_field():
         }
     )
     assert problems == []
-    assert config["model_warmup"] == [
+    assert config.to_json()["model_warmup"] == [
         {"name": "w", "batch_size": 1, "inputs": {"input_0": zero()}, "count": 0},
         {"name": "r", "batch_size": 4, "inputs": {"input_0": random}, "count": 3},
     ]
-    assert parse_model_config(config) == (config, [])  # stored form parses to itself
+    assert stored_config(config.to_json()) == config  # the stored form parses to itself
+    assert config.warmups[1].inputs["input_0"].random and config.warmups[1].count == 3
     assert check_model_config(config, [meta(([8, 4], True))]) == []
 
 
@@ -269,15 +281,19 @@ def test_priority_levels_are_normalized_with_a_policy_per_level():
         }
     )
     assert problems == []
-    batching = config["dynamic_batching"]
+    batching = config.to_json()["dynamic_batching"]
     assert (batching["priority_levels"], batching["default_priority_level"]) == (3, 3)
     assert batching["priority_queue_policy"] == {
         "1": {"max_queue_size": 4, "default_timeout_microseconds": 0, "timeout_action": "DELAY"},
         "3": {"max_queue_size": 0, "default_timeout_microseconds": 500, "timeout_action": "REJECT"},
     }
-    assert parse_model_config(config) == (config, [])
+    assert stored_config(config.to_json()) == config
+    levels = config.queue
+    assert levels.policy_of(1).delays and levels.policy_of(1).max_queue_size == 4
+    assert levels.policy_of(2) == levels.default_queue_policy  # a level without its own
+    assert levels.policy_of(3).timeout_s == 0.0005 and not levels.policy_of(3).delays
     plain, _ = parse_model_config({"dynamic_batching": {}})
-    assert "priority_levels" not in plain["dynamic_batching"]  # no levels: no priority fields
+    assert "priority_levels" not in plain.to_json()["dynamic_batching"]  # no levels, no fields
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The scheduler on real programs run by the native host: batches, queue bounds, deadlines."""
+"""The scheduling policies on real programs run by the native host: batches, queue bounds,
+deadlines, priority order, the drain time a refusal names."""
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
@@ -10,9 +11,13 @@ import torch
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
-from service.dataplane.scheduler import Scheduler
+from service.dataplane.scheduler import policy_for
+from service.dataplane.scheduling.batching import BatchingPolicy
+from service.dataplane.scheduling.direct import DirectPolicy
+from service.dataplane.scheduling.priority import PriorityPolicy
 from service.dataplane.statistics import Statistics
 from service.errors import Busy, DeadlineExceeded, Invalid
+from service.model_config.parse import parse_model_config
 from service.native_host import import_host
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
@@ -54,14 +59,22 @@ def batching(max_batch, delay_us=0, preferred=(), max_queue=0, timeout_us=0):
     }
 
 
-def run(exported, config, scenario, instances=1):
-    """Runs scenario(scheduler, metrics) on a fresh pool; returns its result."""
+def configured(given: dict):
+    config, problems = parse_model_config(given)
+    assert problems == [], problems
+    return config
+
+
+def run(exported, given, scenario, instances=1):
+    """Runs scenario(scheduler, metrics) on a fresh pool, with the policy the configuration
+    `given` asks for; returns its result."""
+    config = configured(given)
 
     async def main():
         with ThreadPoolExecutor(4) as executor:
             pool = ModelPool(_stored(exported), import_host(), instances)
             metrics = Metrics()
-            scheduler = Scheduler(
+            scheduler = policy_for(config)(
                 "m", "forward", pool, config, executor, metrics, Statistics(), "1"
             )
             try:
@@ -366,7 +379,31 @@ def prioritized(per_level=None, levels=2, default=2):
     }
 
 
-def test_a_higher_priority_is_taken_first_on_a_saturated_instance(heavy_program):
+@pytest.mark.parametrize(
+    "per_level, arrivals, expected",
+    [
+        pytest.param(
+            {},
+            # (tag, priority, seconds before the next arrival): "first" executes, the rest queue
+            [("first", 0, 0.02), ("low0", 2, 0), ("low1", 2, 0), ("low2", 2, 0.01)]
+            + [("high", 1, 0), ("dflt", 0, 0)],
+            # The default level (2 here) keeps arrival order with the other level-2 requests.
+            ["first", "high", "low0", "low1", "low2", "dflt"],
+            id="the-higher-level-first",
+        ),
+        pytest.param(
+            {1: {"default_timeout_microseconds": 10_000, "timeout_action": "DELAY"}},
+            # "first" executes for 60 ms or more (longer on a loaded machine, where the sleeps
+            # stretch too): both others arrive while it runs, "later" past level 1's 10 ms.
+            [("first", 2, 0.005), ("delayed", 1, 0.015), ("later", 2, 0)],
+            ["first", "later", "delayed"],
+            id="past-a-delay-timeout-behind-later-ones",
+        ),
+    ],
+)
+def test_a_saturated_instance_takes_requests_in_priority_order(
+    heavy_program, per_level, arrivals, expected
+):
     x = np.random.rand(HEAVY_SIZE).astype(np.float32)
     finished = []
 
@@ -375,19 +412,19 @@ def test_a_higher_priority_is_taken_first_on_a_saturated_instance(heavy_program)
             await scheduler.submit([x], priority=priority)
             finished.append(tag)
 
-        running = [asyncio.create_task(call("first", 0))]
-        await asyncio.sleep(0.02)  # it executes; the rest queue
-        running += [asyncio.create_task(call(f"low{i}", 2)) for i in range(3)]
-        await asyncio.sleep(0.01)
-        running += [asyncio.create_task(call("high", 1)), asyncio.create_task(call("dflt", 0))]
+        running = []
+        for tag, priority, pause in arrivals:
+            running.append(asyncio.create_task(call(tag, priority)))
+            if pause:
+                await asyncio.sleep(pause)
         await asyncio.gather(*running)
         return counted(scheduler)
 
-    stats = run(heavy_program, prioritized(), scenario)
-    assert finished[0] == "first" and finished[1] == "high", finished
-    # The default level (2 here) keeps arrival order with the other level-2 requests.
-    assert finished[2:] == ["low0", "low1", "low2", "dflt"], finished
-    assert stats["execution_count"] == 6 and stats["batch_stats"] == {1: {"count": 6}}
+    stats = run(heavy_program, prioritized(per_level), scenario)
+    assert finished == expected
+    # Without max_batch_size nothing is merged: one execute per request.
+    assert stats["execution_count"] == len(arrivals)
+    assert stats["batch_stats"] == {1: {"count": len(arrivals)}}
 
 
 def test_a_full_level_refuses_only_its_own_requests(heavy_program):
@@ -408,29 +445,6 @@ def test_a_full_level_refuses_only_its_own_requests(heavy_program):
     assert "at priority level 2 (max_queue_size 1)" in busy.message
 
 
-def test_past_its_timeout_a_delay_request_goes_behind_later_ones(heavy_program):
-    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
-    finished = []
-
-    async def scenario(scheduler, _):
-        async def call(tag, priority):
-            await scheduler.submit([x], priority=priority)
-            finished.append(tag)
-
-        # "first" executes for 60 ms or more (longer on a loaded machine, where the sleeps
-        # stretch too): both others arrive while it runs.
-        running = [asyncio.create_task(call("first", 2))]
-        await asyncio.sleep(0.005)
-        running.append(asyncio.create_task(call("delayed", 1)))
-        await asyncio.sleep(0.015)  # past level 1's 10 ms: delayed, not refused
-        running.append(asyncio.create_task(call("later", 2)))
-        await asyncio.gather(*running)
-
-    config = prioritized({1: {"default_timeout_microseconds": 10_000, "timeout_action": "DELAY"}})
-    run(heavy_program, config, scenario)
-    assert finished == ["first", "later", "delayed"]
-
-
 def test_a_priority_past_the_levels_is_refused(batch_program):
     async def scenario(scheduler, _):
         refusals = []
@@ -441,3 +455,97 @@ def test_a_priority_past_the_levels_is_refused(batch_program):
         return refusals
 
     assert run(batch_program, prioritized(), scenario) == ["request.priority"] * 4
+
+
+@pytest.mark.parametrize(
+    "given, policy, merges",
+    [
+        ({}, DirectPolicy, False),
+        ({"max_batch_size": 8}, DirectPolicy, False),  # client-made batches, none merged
+        (
+            {"dynamic_batching": {"default_queue_policy": {"max_queue_size": 4}}},
+            DirectPolicy,
+            False,
+        ),
+        (batching(8), BatchingPolicy, True),
+        (prioritized(), PriorityPolicy, False),
+        ({**prioritized(), "max_batch_size": 8}, PriorityPolicy, True),
+    ],
+)
+def test_the_configuration_chooses_one_policy(batch_program, given, policy, merges):
+    async def scenario(scheduler, _):
+        return type(scheduler), getattr(scheduler, "merges", False)
+
+    assert policy_for(configured(given)) is policy
+    assert run(batch_program, given, scenario) == (policy, merges)
+
+
+def test_direct_execution_adds_no_task_while_a_queue_adds_its_dispatcher(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+
+    async def scenario(scheduler, _):
+        before = asyncio.all_tasks()
+        requests = [asyncio.create_task(scheduler.submit([x])) for _ in range(2)]
+        await asyncio.sleep(0.02)  # one executes in a worker thread, one waits for it
+        during = asyncio.all_tasks() - before - set(requests)
+        await asyncio.gather(*requests)
+        return len(during)
+
+    assert run(heavy_program, {}, scenario) == 0
+    # The queue of priority levels (no merging, the same program) runs one dispatcher and one
+    # task per batch being executed.
+    assert run(heavy_program, prioritized(), scenario) == 2
+
+
+def test_priority_levels_with_merging_batch_the_higher_level_first(batch_program):
+    finished = []
+
+    async def scenario(scheduler, _):
+        async def call(tag, priority):
+            await scheduler.submit([np.ones((1, 4), np.float32)], priority=priority)
+            finished.append(tag)
+
+        tags = [(f"low{i}", 2) for i in range(4)] + [(f"high{i}", 1) for i in range(4)]
+        await asyncio.gather(*[call(tag, priority) for tag, priority in tags])
+        return counted(scheduler)
+
+    config = {**prioritized(), "max_batch_size": 4}
+    config["dynamic_batching"]["max_queue_delay_microseconds"] = 100_000
+    stats = run(batch_program, config, scenario)
+    # All eight queue before the first batch forms: the four high ones fill it.
+    assert sorted(finished[:4]) == [f"high{i}" for i in range(4)], finished
+    assert stats["batch_stats"] == {4: {"count": 2}}
+
+
+def test_a_refusal_names_the_queues_measured_drain_time(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+    bound = 10
+
+    async def scenario(scheduler, _):
+        loop = asyncio.get_running_loop()
+        done = []
+
+        async def call():
+            await scheduler.submit([x])
+            done.append(loop.time())
+
+        running = [asyncio.create_task(call()) for _ in range(bound + 1)]  # 1 runs, 10 wait
+        while len(done) < 3:  # completions with requests waiting: the pace is measured
+            await asyncio.sleep(0.005)
+        running += [asyncio.create_task(call()) for _ in range(bound - scheduler.depth)]
+        await asyncio.sleep(0)
+        with pytest.raises(Busy) as busy:
+            await scheduler.submit([x])
+        drain, depth = scheduler.drain_s(), scheduler.depth
+        await asyncio.gather(*running)
+        return busy.value, drain, depth, (done[-1] - done[0]) / (len(done) - 1)
+
+    busy, drain, depth, interval = run(
+        heavy_program,
+        {"dynamic_batching": {"default_queue_policy": {"max_queue_size": bound}}},
+        scenario,
+    )
+    assert depth == bound
+    assert busy.retry_after_s == max(1.0, drain)
+    # The pace the test saw, 1 instance: within a factor of 2 of the queue's own measure.
+    assert 0.5 < drain / (depth * interval) < 2.0, (drain, depth, interval)

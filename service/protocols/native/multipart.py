@@ -18,8 +18,8 @@ from starlette.requests import ClientDisconnect, Request
 from service import rules
 from service.config import FALSE_WORDS, TRUE_WORDS
 from service.errors import Aborted, Problem, TooLarge, clip, refused
-from service.ingest.model_config import decode_config
 from service.ingest.staging import StagedFile, StagedUpload, Staging
+from service.model_config.parse import decode_config
 from service.protocols.native import upload_digests
 
 _FIELD_LIMIT = 4096

@@ -11,16 +11,17 @@ every request that has not timed out (DELAY).
 from __future__ import annotations
 
 from service.errors import clip
-from service.ingest.config_checks import Checker
+from service.model_config.checks import Checker
+from service.model_config.records import DELAY, REJECT, QueuePolicy
 
 MAX_LEVELS = 64
-ACTIONS = ("REJECT", "DELAY")
+ACTIONS = (REJECT, DELAY)
 _LEVEL_POLICY = ("max_queue_size", "default_timeout_microseconds", "timeout_action")
 WHERE = "dynamic_batching"
 
 
-def parse_priorities(check: Checker, batching: dict) -> dict:
-    """The normalized priority fields ({} without priority levels)."""
+def parse_priorities(check: Checker, batching: dict) -> tuple[int, int, dict[int, QueuePolicy]]:
+    """(levels, default level, the levels' own policies); (0, 0, {}) without levels."""
     levels = check.integer(
         batching.get("priority_levels", 0), f"{WHERE}.priority_levels", 0, MAX_LEVELS
     )
@@ -31,7 +32,7 @@ def parse_priorities(check: Checker, batching: dict) -> dict:
                     "config.priority",
                     f"{WHERE}.{key} needs {WHERE}.priority_levels of 1 or more",
                 )
-        return {}
+        return 0, 0, {}
     default = check.integer(
         batching.get("default_priority_level", levels),
         f"{WHERE}.default_priority_level",
@@ -51,22 +52,17 @@ def parse_priorities(check: Checker, batching: dict) -> dict:
             check.add("config.priority", f"{where}: levels are 1 to priority_levels {levels}")
             continue
         policy = check.known(value, where, _LEVEL_POLICY)
-        action = policy.get("timeout_action", "REJECT")
+        action = policy.get("timeout_action", REJECT)
         if action not in ACTIONS:
             check.add("config.type", f"{where}.timeout_action must be REJECT or DELAY")
-        normalized[str(int(key))] = {
-            "max_queue_size": check.integer(
-                policy.get("max_queue_size", 0), f"{where}.max_queue_size", 0
-            ),
-            "default_timeout_microseconds": check.integer(
+        normalized[int(key)] = QueuePolicy(
+            check.integer(policy.get("max_queue_size", 0), f"{where}.max_queue_size", 0) or 0,
+            check.integer(
                 policy.get("default_timeout_microseconds", 0),
                 f"{where}.default_timeout_microseconds",
                 0,
-            ),
-            "timeout_action": action,
-        }
-    return {
-        "priority_levels": levels,
-        "default_priority_level": default,
-        "priority_queue_policy": dict(sorted(normalized.items(), key=lambda kv: int(kv[0]))),
-    }
+            )
+            or 0,
+            action,
+        )
+    return levels, default or levels, dict(sorted(normalized.items()))

@@ -6,8 +6,9 @@ misspelt key silently ignored is a batching setting the user believes in and doe
 Values are checked against the program too: a batch dimension the program cannot take would
 otherwise only fail at the first batched request.
 
-The configuration is stored normalized (every dynamic-batching field present) in the model
-description, so what a model runs with can be read from GET /models/{name}.
+The result is a typed record (service.model_config.records), stored in the model description
+in its normalized JSON (every dynamic-batching field present), so what a model runs with can be
+read from GET /models/{name}; a stored description is read back through this same parser.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import json
 
 from service.errors import Problem
-from service.ingest.config_checks import TOP, Checker, problem
-from service.ingest.priority_config import parse_priorities
-from service.ingest.warmup_config import check_warmups, parse_warmups
+from service.model_config.checks import TOP, Checker, problem
+from service.model_config.priority import parse_priorities
+from service.model_config.records import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy
+from service.model_config.warmup import check_warmups, parse_warmups
 
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
@@ -44,8 +46,10 @@ def decode_config(text: str | bytes) -> tuple[object, list[Problem]]:
         return None, [problem("config.json", f"the model configuration is not JSON: {exc}")]
 
 
-def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, list[Problem]]:
-    """(normalized configuration, problems); (None, []) for no configuration at all.
+def parse_model_config(
+    source: str | bytes | dict | None,
+) -> tuple[ModelConfig | None, list[Problem]]:
+    """(configuration, problems); (None, []) for no configuration at all, None with problems.
 
     Accepts the JSON text (the upload's `config` field, the repository `load` parameter, a
     model directory's config.json) or an already decoded object.
@@ -58,23 +62,36 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
         return None, []
     check = Checker()
     top = check.known(source, TOP, _TOP)
-    config: dict = {}
-    max_batch = 0
+    max_batch = None
     if "max_batch_size" in top:
         max_batch = check.integer(top["max_batch_size"], "max_batch_size", 0) or 0
-        config["max_batch_size"] = max_batch
-    if "dynamic_batching" in top:
-        config["dynamic_batching"] = _batching(
-            check, top["dynamic_batching"], max_batch, top.get("max_batch_size", 0)
-        )
-    if "instance_group" in top:
-        config["instance_group"] = _groups(check, top["instance_group"])
-    if "model_warmup" in top:
-        config["model_warmup"] = parse_warmups(check, top["model_warmup"], max_batch)
+    config = ModelConfig(
+        max_batch,
+        (
+            _batching(check, top["dynamic_batching"], max_batch or 0, top.get("max_batch_size", 0))
+            if "dynamic_batching" in top
+            else None
+        ),
+        _groups(check, top["instance_group"]) if "instance_group" in top else None,
+        (
+            parse_warmups(check, top["model_warmup"], max_batch or 0)
+            if "model_warmup" in top
+            else None
+        ),
+    )
     return (None if check.problems else config), check.problems
 
 
-def _batching(check: Checker, value, max_batch: int, given) -> dict:
+def stored_config(data: dict | None) -> ModelConfig | None:
+    """The configuration a stored description holds (written by ModelConfig.to_json from a
+    configuration this parser accepted, so it parses again)."""
+    config, problems = parse_model_config(data)
+    if problems:
+        raise ValueError(f"stored model configuration is invalid: {problems[0].message}")
+    return config
+
+
+def _batching(check: Checker, value, max_batch: int, given) -> DynamicBatching:
     batching = check.known(value, "dynamic_batching", _BATCHING)
     # Without max_batch_size (absent or 0) requests are never merged: dynamic_batching then only
     # carries the queue policy, and merging settings would be believed in and never applied.
@@ -122,26 +139,26 @@ def _batching(check: Checker, value, max_batch: int, given) -> dict:
         batching.get("default_queue_policy", {}), "dynamic_batching.default_queue_policy", _POLICY
     )
     where = "dynamic_batching.default_queue_policy."
-    return {
-        "max_queue_delay_microseconds": delay or 0,
-        "preferred_batch_size": sorted(set(sizes)),
-        "default_queue_policy": {
-            "max_queue_size": check.integer(
-                policy.get("max_queue_size", 0), where + "max_queue_size", 0
-            )
-            or 0,
-            "default_timeout_microseconds": check.integer(
+    levels, default_level, per_level = parse_priorities(check, batching)
+    return DynamicBatching(
+        delay or 0,
+        tuple(sorted(set(sizes))),
+        QueuePolicy(
+            check.integer(policy.get("max_queue_size", 0), where + "max_queue_size", 0) or 0,
+            check.integer(
                 policy.get("default_timeout_microseconds", 0),
                 where + "default_timeout_microseconds",
                 0,
             )
             or 0,
-        },
-        **parse_priorities(check, batching),
-    }
+        ),
+        levels,
+        default_level,
+        per_level,
+    )
 
 
-def _groups(check: Checker, value) -> list[dict]:
+def _groups(check: Checker, value) -> tuple[InstanceGroup, ...]:
     if not isinstance(value, list) or not value:
         check.problems.append(
             problem(
@@ -149,37 +166,39 @@ def _groups(check: Checker, value) -> list[dict]:
                 'instance_group must be a non-empty list of objects like {"count": 2}',
             )
         )
-        return []
+        return ()
     groups = []
     for index, group in enumerate(value):
         group = check.known(group, f"instance_group[{index}]", _GROUP)
         count = check.integer(
             group.get("count", 1), f"instance_group[{index}].count", 1, _MAX_INSTANCES
         )
-        groups.append({"count": count or 1})
-    if sum(g["count"] for g in groups) > _MAX_INSTANCES:
+        groups.append(InstanceGroup(count or 1))
+    if sum(group.count for group in groups) > _MAX_INSTANCES:
         check.problems.append(
             problem(
                 "config.range",
                 f"instance_group counts add up to more than {_MAX_INSTANCES} instances",
             )
         )
-    return groups
+    return tuple(groups)
 
 
-def check_model_config(config: dict | None, methods_meta: list[dict]) -> list[Problem]:
+def check_model_config(config: ModelConfig | None, methods_meta: list[dict]) -> list[Problem]:
     """Problems of a parsed configuration with this program's methods (metas as the host or
     service.ingest.inspection describe them): batching, and warmups that do not fit."""
-    return _batchable(config, methods_meta) + check_warmups(config or {}, methods_meta)
+    if config is None:
+        return []
+    return _batchable(config, methods_meta) + check_warmups(config, methods_meta)
 
 
-def _batchable(config: dict | None, methods_meta: list[dict]) -> list[Problem]:
+def _batchable(config: ModelConfig, methods_meta: list[dict]) -> list[Problem]:
     """Batching concatenates requests along dim 0 and slices every output along dim 0, so every
     input and output of every method must be a tensor whose shape may vary, with room for
     max_batch_size rows. Program metadata marks a tensor dynamic as a whole, not per dimension:
     a program whose dynamic dimension is not the first one passes here and fails its batches.
     """
-    max_batch = (config or {}).get("max_batch_size", 0)
+    max_batch = config.max_batch
     if not max_batch:
         return []
     problems = []
@@ -220,9 +239,3 @@ def _batchable(config: dict | None, methods_meta: list[dict]) -> list[Problem]:
                         )
                     )
     return problems
-
-
-def instance_count(config: dict | None, default: int) -> int:
-    """Instances per method: the configuration's instance_group counts, else the server's."""
-    groups = (config or {}).get("instance_group")
-    return sum(g["count"] for g in groups) if groups else default

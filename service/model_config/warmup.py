@@ -18,7 +18,8 @@ import math
 
 from service.dtypes import DATATYPES, datatype_of, datatype_of_triton, triton_type
 from service.errors import Problem, clip
-from service.ingest.config_checks import Checker, problem
+from service.model_config.checks import Checker, problem
+from service.model_config.records import ModelConfig, Warmup, WarmupInput
 from service.tensor_names import tensor_names
 
 WARMUP_METHOD = "forward"
@@ -45,7 +46,7 @@ def _name(check: Checker, value, where: str, taken: set[str]) -> str | None:
     return value
 
 
-def _input(check: Checker, value, where: str, rows: int) -> dict | None:
+def _input(check: Checker, value, where: str, rows: int) -> WarmupInput | None:
     given = check.known(value, where, _INPUT)
     if not given:
         return None
@@ -81,21 +82,21 @@ def _input(check: Checker, value, where: str, rows: int) -> dict | None:
     if math.prod(dims) * rows > MAX_ELEMENTS:
         check.add(RULE, f"{where} has more than {MAX_ELEMENTS} elements")
         return None
-    return {"data_type": data_type, "dims": dims, sources[0]: True}
+    return WarmupInput(data_type, tuple(dims), sources[0] == "random_data")
 
 
-def parse_warmups(check: Checker, value, max_batch: int) -> list[dict]:
-    """The normalized warmups (every field present); problems go to `check`."""
+def parse_warmups(check: Checker, value, max_batch: int) -> tuple[Warmup, ...]:
+    """The warmups; problems go to `check`."""
     if not isinstance(value, list):
         check.add(
             "config.type",
             'model_warmup must be a list of objects like {"name": "w", "batch_size": 1, '
             '"inputs": {"input_0": {"data_type": "TYPE_FP32", "dims": [4], "zero_data": true}}}',
         )
-        return []
+        return ()
     if len(value) > MAX_WARMUPS:
         check.add("config.range", f"model_warmup has {len(value)} warmups; at most {MAX_WARMUPS}")
-        return []
+        return ()
     warmups, taken = [], set()
     for index, sample in enumerate(value):
         where = f"model_warmup[{index}]"
@@ -121,33 +122,33 @@ def parse_warmups(check: Checker, value, max_batch: int) -> list[dict]:
         }
         if name is None or batch is None or count is None or None in parsed.values():
             continue
-        warmups.append({"name": name, "batch_size": batch, "inputs": parsed, "count": count})
-    return warmups
+        warmups.append(Warmup(name, batch, parsed, count))
+    return tuple(warmups)
 
 
-def check_warmups(config: dict, methods_meta: list[dict]) -> list[Problem]:
+def check_warmups(config: ModelConfig, methods_meta: list[dict]) -> list[Problem]:
     """Warmups that would not fit the program's forward method as a request."""
-    warmups = config.get("model_warmup") or []
+    warmups = config.warmups
     if not warmups:
         return []
     forward = next((m for m in methods_meta if m["name"] == WARMUP_METHOD), None)
     if forward is None:
         return [
-            problem(RULE, f"warmup {w['name']!r}: the program has no method {WARMUP_METHOD!r}")
+            problem(RULE, f"warmup {w.name!r}: the program has no method {WARMUP_METHOD!r}")
             for w in warmups
         ]
     specs = forward.get("inputs", [])
     names = tensor_names(specs, "input")
-    batched = bool(config.get("max_batch_size", 0))
+    batched = config.max_batch > 0
     problems = []
     for warmup in warmups:
-        where = f"warmup {warmup['name']!r}"
+        where = f"warmup {warmup.name!r}"
         takes = f"method {WARMUP_METHOD!r} takes {', '.join(names) or 'no inputs'}"
-        for key in warmup["inputs"]:
+        for key in warmup.inputs:
             if key not in names:
                 problems.append(problem(RULE, f"{where} input {clip(key)!r} is unknown; {takes}"))
         for name, spec in zip(names, specs):
-            given = warmup["inputs"].get(name)
+            given = warmup.inputs.get(name)
             if given is None:
                 problems.append(problem(RULE, f"{where} gives no input {name!r}; {takes}"))
                 continue
@@ -155,13 +156,15 @@ def check_warmups(config: dict, methods_meta: list[dict]) -> list[Problem]:
     return problems
 
 
-def _fit(where: str, given: dict, spec: dict, warmup: dict, batched: bool) -> list[Problem]:
+def _fit(
+    where: str, given: WarmupInput, spec: dict, warmup: Warmup, batched: bool
+) -> list[Problem]:
     if spec.get("tag", "Tensor") != "Tensor":
         return [problem(RULE, f"{where} is a {spec.get('tag')} input; only tensors are warmed")]
     expected = triton_type(datatype_of(spec.get("dtype", "")))
-    if given["data_type"] != expected:
-        return [problem(RULE, f"{where} is {given['data_type']}; the method takes {expected}")]
-    shape = ([warmup["batch_size"]] if batched else []) + given["dims"]
+    if given.data_type != expected:
+        return [problem(RULE, f"{where} is {given.data_type}; the method takes {expected}")]
+    shape = ([warmup.batch_size] if batched else []) + list(given.dims)
     bound = list(spec.get("shape", []))
     dynamic = bool(spec.get("dynamic"))
     fits = len(shape) == len(bound) and (

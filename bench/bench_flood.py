@@ -1,0 +1,125 @@
+"""Benchmark: overload from every protocol at once. A mixed flood (native JSON `/infer`, v2 REST
+JSON, v2 REST binary, gRPC; `--connections` closed loops each, refused requests sent again at
+once) against one model method with a bounded queue and a measurable execute time, next to one
+sequential client in the same run.
+
+Prints per protocol the successes, 503s and their share of the successes; the flood's goodput as
+a ratio of the sequential client's rate (goal: >= 0.8); p50/p99 of the successes against the
+bound of (queue length + instances) x execute time; and the Retry-After values the 503s named.
+
+usage: python bench/bench_flood.py [--seconds 10] [--connections 16] [--max-queue 8]
+       [--workers 1] [--honor-retry-after] [--programs-dir DIR]
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support import programs  # noqa: E402
+from support.flood import PROTOCOLS, flood, sequential  # noqa: E402
+from support.server import ServerProcess, upload  # noqa: E402
+
+MODEL = "flood"
+WIDTH, LAYERS = 2048, 4  # 4 x Linear(2048, 2048): about 10 ms per execute on one core here
+
+
+def _stats(client) -> dict:
+    return client.get(f"/v2/models/{MODEL}/stats").json()["model_stats"][0]["inference_stats"]
+
+
+def _mean_s(before: dict, after: dict, phase: str) -> float:
+    """Mean seconds of a phase of the requests the engine ran between two readings."""
+    count = after[phase]["count"] - before[phase]["count"]
+    return (after[phase]["ns"] - before[phase]["ns"]) / max(count, 1) / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--connections", type=int, default=16, help="per protocol")
+    parser.add_argument("--max-queue", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--honor-retry-after", action="store_true")
+    parser.add_argument("--client-nice", type=int, default=0)
+    parser.add_argument("--programs-dir", type=Path, default=None)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-flood-"))
+    program = programs.export_weight_bound(args.programs_dir or scratch / "programs", WIDTH, LAYERS)
+    config = {
+        "dynamic_batching": {"default_queue_policy": {"max_queue_size": args.max_queue}},
+        "instance_group": [{"count": 1}],
+    }
+    x = np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)
+    server = ServerProcess(
+        scratch / "artifacts", "--log-level", "warning", "--workers", str(args.workers)
+    )
+    with server:
+        with server.client() as client:
+            created = upload(
+                client, MODEL, program.pte, program.ptds, fields={"config": json.dumps(config)}
+            )
+            assert created.status_code == 201, created.text
+            sequential(server.port, MODEL, x, 1.0)  # first executes
+            alone = sequential(server.port, MODEL, x, args.seconds)
+            before = _stats(client)
+            outcomes = flood(
+                server.port,
+                server.grpc_url,
+                MODEL,
+                x,
+                args.seconds,
+                args.connections,
+                honor_retry_after=args.honor_retry_after,
+                nice=args.client_nice,
+            )
+            after = _stats(client)
+    execute_s = _mean_s(before, after, "compute_infer")
+    queue_s = _mean_s(before, after, "queue")
+    alone_rate = len(alone) / args.seconds
+    ok = sum(o.ok for o in outcomes.values())
+    goodput = ok / args.seconds
+    print(
+        f"one sequential client (native JSON): {alone_rate:.1f} req/s, "
+        f"p50 {np.percentile(alone, 50) * 1e3:.1f} ms"
+    )
+    print(
+        f"flood: {args.connections} connections x {len(PROTOCOLS)} protocols, "
+        f"max_queue_size {args.max_queue}, 1 instance, {args.seconds:g} s"
+        + (", clients honor Retry-After" if args.honor_retry_after else "")
+        + f"; in the engine meanwhile: execute {execute_s * 1e3:.1f} ms, "
+        f"queued {queue_s * 1e3:.1f} ms per request"
+    )
+    print(
+        f"{'protocol':<12} {'ok':>7} {'503':>8} {'other':>6} {'share':>6} "
+        f"{'p50 ms':>7} {'p99 ms':>7}"
+    )
+    for name, o in outcomes.items():
+        p50, p99 = np.percentile(o.latencies_s, [50, 99]) * 1e3 if o.latencies_s else (0, 0)
+        print(
+            f"{name:<12} {o.ok:>7} {o.refused:>8} {sum(o.other.values()):>6} "
+            f"{o.ok / max(ok, 1):>6.2f} {p50:>7.1f} {p99:>7.1f}"
+        )
+    every = np.concatenate([o.latencies_s for o in outcomes.values() if o.latencies_s])
+    bound_ms = (args.max_queue + 1) * execute_s * 1e3
+    retries = [r for o in outcomes.values() for r in o.retry_after_s]
+    print(
+        f"goodput {goodput:.1f} req/s = {goodput / alone_rate:.2f}x one client (goal >= 0.8); "
+        f"p50 {np.percentile(every, 50) * 1e3:.1f} ms, p99 {np.percentile(every, 99) * 1e3:.1f} ms "
+        f"(queue bound (max_queue_size + 1) x execute = {bound_ms:.1f} ms)"
+    )
+    if retries:
+        values, counts = np.unique(retries, return_counts=True)
+        print("Retry-After on 503s: " + ", ".join(f"{v:g} s x {c}" for v, c in zip(values, counts)))
+    others = {name: o.other for name, o in outcomes.items() if o.other}
+    if others:
+        print(f"other answers: {others}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The scheduling policies (see service.dataplane.scheduler, which chooses one)."""

@@ -1,0 +1,251 @@
+"""Dynamic batching: requests to a method queue here and run merged.
+
+On a GPU one execute of 32 rows costs about what one of a single row costs when the weights, not
+the arithmetic, bound the time; merging concurrent requests is then the main lever for
+throughput. A request queues, waits at most the configured delay for company, and runs with
+compatible requests (same dtypes and same dims past dim 0) as one execute; each gets back
+exactly its own rows of every output. At most one batch per instance runs at a time, so the
+queue, not the pool, holds whoever waits, and a request whose deadline passes while queued is
+dropped unexecuted; one whose awaiting task is cancelled (its client went away) leaves the
+queue before it can be executed.
+
+The priority policy (service.dataplane.scheduling.priority) is this queue taken in another
+order, also for models that do not merge (`merges` False: one request per execute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
+from service.dataplane.model_pool import PoolClosed
+from service.dataplane.scheduling.base import Policy
+from service.errors import ExecutionFailed
+
+
+@dataclass(eq=False)
+class Queued:
+    arrays: list[np.ndarray]
+    rows: int
+    key: tuple  # dtypes and dims past dim 0: only equal keys are merged
+    future: asyncio.Future
+    enqueued: float
+    acquired: Callable[[float], None] | None
+    level: int = 0  # priority level: lower is taken first (0: the model has no levels)
+    delayed: bool = False  # timed out under timeout_action DELAY: behind every other request
+    timer: asyncio.TimerHandle | None = None
+
+
+class BatchingPolicy(Policy):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.merges = self.config.merges
+        batching = self.config.queue
+        self.delay_s = batching.delay_s
+        self.preferred = set(batching.preferred_batch_size)
+        self._queue: list[Queued] = []
+        self._arrived = asyncio.Event()
+        self._free = asyncio.Semaphore(self._instances)
+        self._dispatcher: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def _ordered(self) -> list[Queued]:
+        """The queue in the order it is taken."""
+        return self._queue
+
+    async def submit(
+        self,
+        arrays: list[np.ndarray],
+        timeout_s: float | None = None,
+        acquired: Callable[[float], None] | None = None,
+        priority=None,
+    ) -> list[np.ndarray]:
+        level, policy = self._admit(priority)
+        timeout_s = timeout_s if timeout_s is not None else policy.timeout_s
+        # Without merging a request is an execute of its own: one row, never merged.
+        rows = self._rows(arrays) if self.merges else 1
+        loop = asyncio.get_running_loop()
+        self.pool.admit()
+        key = tuple((a.dtype.str, a.shape[1:]) for a in arrays)
+        item = Queued(arrays, rows, key, loop.create_future(), loop.time(), acquired, level)
+        if timeout_s is not None:
+            item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s, policy.delays)
+        self._queue.append(item)
+        self._arrived.set()
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = loop.create_task(self._dispatch())
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            self._drop(item)
+            raise
+
+    def _drop(self, item: Queued) -> bool:
+        """Takes a request out of the queue unexecuted; False once it is in a batch."""
+        if item not in self._queue:
+            return False
+        self._queue.remove(item)
+        if item.timer is not None:
+            item.timer.cancel()
+        self.pool.withdraw()
+        self._arrived.set()  # the batch being gathered may have changed
+        return True
+
+    def _expire(self, item: Queued, timeout_s: float, delay: bool) -> None:
+        if delay:
+            item.delayed = True
+            self._arrived.set()  # the order changed
+            return
+        if self._drop(item) and not item.future.done():
+            item.future.set_exception(self._expired(timeout_s))
+
+    async def _dispatch(self) -> None:
+        """Forms batches while requests wait, at most one per instance at a time."""
+        while self._queue:
+            await self._free.acquire()
+            batch = await self._gather()
+            if not batch:
+                self._free.release()
+                continue
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    def _candidates(self) -> tuple[list[Queued], bool]:
+        """The first request in the queue's order and the compatible ones after it that fit,
+        in that order; and whether the batch is full (the next compatible one would not
+        fit)."""
+        order = self._ordered()
+        head = order[0]
+        if not self.merges:
+            return [head], True
+        picked, rows = [], 0
+        for item in order:
+            if item.key != head.key:
+                continue
+            if rows + item.rows > self.max_batch:
+                return picked, True
+            picked.append(item)
+            rows += item.rows
+        return picked, rows >= self.max_batch
+
+    def _preferred_prefix(self, picked: list[Queued]) -> list[Queued]:
+        """The longest prefix whose rows are a preferred batch size; all of them if none is."""
+        rows, best = 0, None
+        for count, item in enumerate(picked, 1):
+            rows += item.rows
+            if rows in self.preferred:
+                best = count
+        return picked if best is None else picked[:best]
+
+    async def _gather(self) -> list[Queued]:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            picked, full = self._candidates()
+            rows = sum(item.rows for item in picked)
+            due = picked[0].enqueued + self.delay_s
+            largest_preferred = max(self.preferred, default=math.inf)
+            if full or rows >= largest_preferred or loop.time() >= due:
+                batch = self._preferred_prefix(picked) if self.preferred else picked
+                for item in batch:
+                    self._queue.remove(item)
+                    if item.timer is not None:
+                        item.timer.cancel()
+                    if item.acquired is not None:
+                        item.acquired(loop.time() - item.enqueued)
+                return batch
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), due - loop.time())
+            except TimeoutError:
+                pass
+        return []
+
+    async def _execute(self, batch: list[Queued]) -> None:
+        # The batch runs on the first request's admission; the second one's is held until the
+        # batch is settled, so the re-runs that look for a culprit count as in flight too.
+        for _ in batch[2:]:
+            self.pool.withdraw()
+        try:
+            await self._settle(batch, admitted=True)
+        finally:
+            if len(batch) > 1:
+                self.pool.withdraw()
+            self._free.release()
+
+    async def _settle(self, batch: list[Queued], admitted: bool) -> None:
+        """Runs the batch and hands each request its rows. An execute the kernels refuse as
+        the inputs' fault is run again in halves, down to the requests that cause it, so one
+        bad request fails alone (with ExecuTorch's reason) and its batch-mates still get
+        their answers."""
+        try:
+            outputs = await self._run(batch, admitted)
+        except Exception as exc:
+            if len(batch) > 1 and is_input_fault(exc):
+                half = len(batch) // 2
+                await self._settle(batch[:half], admitted=False)
+                await self._settle(batch[half:], admitted=False)
+                return
+            rows = sum(item.rows for item in batch)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(self._failure(exc, len(batch), rows))
+            return
+        if len(batch) == 1:
+            if not batch[0].future.done():
+                batch[0].future.set_result(outputs)
+            return
+        offset = 0
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result([o[offset : offset + item.rows] for o in outputs])
+            offset += item.rows
+
+    async def _run(self, batch: list[Queued], admitted: bool) -> list[np.ndarray]:
+        rows = sum(item.rows for item in batch)
+        if not admitted:
+            self.pool.readmit()
+        begun = time.perf_counter_ns()
+        inputs = (
+            batch[0].arrays
+            if len(batch) == 1
+            else [
+                np.concatenate([item.arrays[i] for item in batch])
+                for i in range(len(batch[0].arrays))
+            ]
+        )
+        started = time.perf_counter_ns()
+        outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
+        ended = time.perf_counter_ns()
+        for index, output in enumerate(outputs if self.merges else ()):
+            if output.ndim == 0 or output.shape[0] != rows:
+                raise RuntimeError(
+                    f"output {index} has shape {list(output.shape)}, not "
+                    f"{rows} rows: the program does not keep the batch "
+                    "dimension, so it cannot be batched"
+                )
+        now = time.perf_counter_ns()
+        self._record(rows, started - begun, ended - started, now - ended, len(batch), now)
+        return outputs
+
+    def _failure(self, exc: Exception, requests: int, rows: int) -> Exception:
+        """A fresh error for each request of a failed batch, naming what failed; a request
+        whose own inputs the kernels refused gets that refusal, as if it had run alone."""
+        if isinstance(exc, PoolClosed):
+            return PoolClosed(self.model)
+        if requests == 1 and is_input_fault(exc):
+            return exc
+        return ExecutionFailed(
+            f"executing {self.model!r} method {self.method!r} on a batch of "
+            f"{requests} request(s), {rows} row(s), failed: {kernel_reason(exc)}"
+        )
