@@ -25,6 +25,7 @@ import socket
 import struct
 import threading
 
+from service import rules
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, Tensor
 from service.dtypes import BY_DATATYPE
@@ -260,10 +261,10 @@ def _request(region: Region, message: tuple) -> InferRequest:
 def _view(region: Region, name: str, datatype: str, shape, offset: int) -> Tensor:
     dtype = BY_DATATYPE.get(datatype)
     if dtype is None:
-        raise invalid("input.datatype", f"input {name!r}: unknown datatype {datatype!r}")
+        raise invalid(rules.INPUT_DATATYPE, f"input {name!r}: unknown datatype {datatype!r}")
     count = math.prod(shape)
     if offset < 0 or offset + count * dtype.itemsize > region.size:
-        raise invalid("input.shape", f"input {name!r} lies outside its shared memory slot")
+        raise invalid(rules.INPUT_SHAPE, f"input {name!r} lies outside its shared memory slot")
     return Tensor(name, datatype, region.array(offset, dtype.carrier, tuple(shape)))
 
 
