@@ -8,6 +8,7 @@ measurement through /proc/<pid>/clear_refs, so a short spike between two samples
 
 import base64
 import os
+import time
 from pathlib import Path
 
 import grpc
@@ -105,7 +106,13 @@ def test_refused_grpc_messages_leave_no_memory_behind(shared_server):
             with pytest.raises(grpc.RpcError) as refused:
                 infer(message)
             assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    # Returned, not merely capped: the server still held it 10 s later. A loaded
+    # machine may take a moment to hand freed pages back, so allow a few seconds.
+    deadline = time.monotonic() + 5
     after = _status(pid)["VmRSS"]
+    while after > baseline * 1.1 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        after = _status(pid)["VmRSS"]
     assert after <= baseline * 1.1, f"{baseline / MiB:.0f} -> {after / MiB:.0f} MiB"
 
 
