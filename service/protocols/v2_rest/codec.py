@@ -18,6 +18,7 @@ from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
+from service.shm import refs as shm_refs
 
 # Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
 TIMEOUT = "timeout"  # microseconds, as Triton
@@ -32,6 +33,7 @@ class ParsedInput:
     shape: list
     binary_size: int | None
     array: np.ndarray | None  # decoded from JSON; None for binary inputs
+    shm: shm_refs.ShmRef | None = None  # its bytes are in a shared memory region
 
 
 @dataclass
@@ -45,6 +47,8 @@ class ParsedRequest:
     timeout_s: float | None = None
     binary_output: bool = False
     extra: dict = field(default_factory=dict)
+    # Outputs to be written into shared memory regions, by name.
+    shm_outputs: dict = field(default_factory=dict)
 
 
 def _unicode_error(value: str) -> UnicodeEncodeError | None:
@@ -113,6 +117,16 @@ def _input(index: int, item) -> ParsedInput:
     parameters = _object(item.get("parameters"), f"input {label!r} 'parameters'", label)
     size = binary.binary_size(label, parameters)
     shape = item.get("shape")
+    shm = shm_refs.parse(name, parameters)
+    if shm is not None:
+        if size is not None or "data" in item:
+            raise input_problem(
+                label,
+                "input.data",
+                f"input {label!r} is in shared memory region {clip(shm.region)!r} and also "
+                "has data in the request; send one or the other",
+            )
+        return ParsedInput(name, datatype, binary.check_shape(label, shape), None, None, shm)
     if size is not None:
         if "data" in item:
             raise input_problem(
@@ -130,7 +144,8 @@ def _input(index: int, item) -> ParsedInput:
     return ParsedInput(name, datatype, shape, None, array)
 
 
-def _outputs(value) -> list[tuple[str, bool | None]] | None:
+def _outputs(value, shm: dict) -> list[tuple[str, bool | None]] | None:
+    """The requested outputs; those to be written into shared memory go into `shm`."""
     if value is None:
         return None
     if not isinstance(value, list):
@@ -146,6 +161,9 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
             raise invalid(
                 "output.classification", f"{label}: the classification extension is not supported"
             )
+        ref = shm_refs.parse(item["name"], parameters, "output")
+        if ref is not None:
+            shm[item["name"]] = ref
         outputs.append((item["name"], _flag(parameters, "binary_data", label)))
     return outputs
 
@@ -175,8 +193,8 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         request_id,
         parameters,
         [_input(i, item) for i, item in enumerate(inputs)],
-        _outputs(header.get("outputs")),
     )
+    parsed.outputs = _outputs(header.get("outputs"), parsed.shm_outputs)
     timeout = parameters.get(TIMEOUT)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
@@ -199,9 +217,13 @@ def to_request(
     """The dataplane request, binary inputs viewed in `payload` in header order."""
     offset = 0
     tensors = []
+    shared = shm_refs.SharedTensors(outputs=parsed.shm_outputs)
     for item in parsed.inputs:
         array = item.array
-        if array is None:
+        if item.shm is not None:
+            shared.inputs[item.name] = item.shm
+            array = shm_refs.placeholder(item.datatype, item.shape)
+        elif array is None:
             array = binary.read_input(
                 clip(item.name), item.datatype, item.shape, item.binary_size, payload, offset
             )
@@ -217,6 +239,7 @@ def to_request(
         outputs=None if parsed.outputs is None else [n for n, _ in parsed.outputs],
         parameters=parsed.parameters,
         timeout_s=parsed.timeout_s,
+        shared_memory=shared or None,
     )
 
 
@@ -237,10 +260,13 @@ def response_header(
             "datatype": tensor.datatype,
             "shape": list(tensor.array.shape),
         }
+        ref = parsed.shm_outputs.get(tensor.name)
         as_binary = wanted.get(tensor.name)
         if as_binary is None:
             as_binary = parsed.binary_output
-        if as_binary:
+        if ref is not None:  # written into the region: the answer carries no bytes
+            entry["parameters"] = shm_refs.answer_parameters(ref, tensor)
+        elif as_binary:
             part = binary.output_bytes(tensor.array)
             entry["parameters"] = {"binary_data_size": part.nbytes}
             parts.append(part)

@@ -15,7 +15,14 @@ from service.dataplane.service import MODEL_VERSION, ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
 
 SERVER_NAME = "etrt-server"
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+    "cuda_shared_memory",
+]
 PLATFORM = "executorch"
 DEFAULT_METHOD = "forward"
 
