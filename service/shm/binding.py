@@ -21,7 +21,7 @@ from service.dtypes import BY_DATATYPE
 from service.errors import Forbidden, clip
 from service.ipc.arena import ALIGNMENT
 from service.shm import cuda
-from service.shm.refs import ShmRef, SharedTensors, nbytes, refused
+from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
 from service.shm.regions import FLAG, SharedMemory
 
 
