@@ -75,7 +75,7 @@ def open_ipc(raw_handle: bytes, device_id: int) -> int:
     handle = _rt.cudaIpcMemHandle_t()
     # The handle's bytes are the C struct itself; the binding exposes its address.
     ctypes.memmove(handle.getPtr(), raw_handle, IPC_HANDLE_BYTES)
-    flags = _rt.cudaIpcMemLazyEnablePeerAccess
+    flags = getattr(_rt, "cudaIpcMemLazyEnablePeerAccess", 1)
     return int(_check(_rt.cudaIpcOpenMemHandle(handle, flags), "cudaIpcOpenMemHandle"))
 
 
