@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from service import cuda
 from service.dataplane.types import Tensor
 from service.dtypes import BY_DATATYPE
 from service.errors import Forbidden, clip
 from service.ipc.arena import ALIGNMENT
-from service.shm import cuda
 from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
 from service.shm.regions import FLAG, SharedMemory
 

@@ -5,8 +5,8 @@ it is installed and a device exists."""
 
 from __future__ import annotations
 
+from service import cuda
 from service.dataplane.metrics import Counter, Gauge
-from service.shm import cuda
 from service.shm.regions import KINDS, SharedMemory
 
 

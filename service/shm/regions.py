@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from service import cuda
 from service.errors import Conflict, Forbidden, Invalid, NotFound, Problem, clip
-from service.shm import cuda
 from service.shm.system import SystemRegion
 
 log = logging.getLogger(__name__)

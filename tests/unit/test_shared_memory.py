@@ -15,9 +15,10 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
+from service import cuda
 from service.dataplane.types import Tensor
 from service.errors import Conflict, Forbidden, Invalid, NotFound
-from service.shm import cuda, refs
+from service.shm import refs
 from service.shm.binding import RequestShm
 from service.shm.regions import SharedMemory
 from service.shm.system import object_path

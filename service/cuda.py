@@ -1,10 +1,10 @@
-"""The engine's CUDA side in Python, through cuda-python (`cuda.bindings`), which is optional:
+"""The server's CUDA side in Python, through cuda-python (`cuda.bindings`), which is optional:
 a CPU host runs without it, and then CUDA shared memory is refused with a message saying so.
 
 It opens the CUDA IPC handles clients register (cudaIpcOpenMemHandle maps another process's
-allocation into this one, on the device it lives on), copies between such memory and the host
-where a program needs host tensors, and reads the device figures /metrics and the mismatch
-messages quote (name, compute capability, memory total and used).
+allocation into this one, on the device it lives on; service/shm/), copies between such memory
+and the host where a program needs host tensors, and reads the device figures that /metrics and
+the TensorRT mismatch messages quote (name, compute capability, memory total and used).
 """
 
 from __future__ import annotations
@@ -100,13 +100,19 @@ def devices() -> list[DeviceInfo]:
             free, total = _check(_rt.cudaMemGetInfo(), "cudaMemGetInfo")
         except CudaFailed:
             continue
-        name = props.name
-        if isinstance(name, bytes):
-            name = name.split(b"\0", 1)[0].decode(errors="replace")
         found.append(
-            DeviceInfo(index, name, f"{props.major}.{props.minor}", int(total), int(total - free))
+            DeviceInfo(
+                index, _name(props), f"{props.major}.{props.minor}", int(total), int(total - free)
+            )
         )
     return found
+
+
+def _name(props) -> str:
+    name = props.name
+    if isinstance(name, bytes):
+        name = name.split(b"\0", 1)[0].decode(errors="replace")
+    return str(name)
 
 
 def allocation_bytes(address: int) -> int | None:
@@ -119,3 +125,15 @@ def allocation_bytes(address: int) -> int | None:
     if err != driver.CUresult.CUDA_SUCCESS:
         return None
     return int(size) - (address - int(base))
+
+
+def describe(index: int = 0) -> str | None:
+    """ "NVIDIA H200 (compute capability 9.0)" for a device, None without one. Reads only the
+    device's properties: no context is created (which would take device memory)."""
+    if index >= device_count():
+        return None
+    try:
+        props = _check(_rt.cudaGetDeviceProperties(index), "cudaGetDeviceProperties")
+    except CudaFailed:
+        return None
+    return f"{_name(props)} (compute capability {props.major}.{props.minor})"
