@@ -41,10 +41,14 @@ class RequestShm:
         self.held = []
         if not memory.allowed:
             raise Forbidden(f"shared memory is off on this server: start it with {FLAG}")
-        for name, ref in shared.inputs.items():
-            self._hold(name, ref, True)
-        for name, ref in shared.outputs.items():
-            self._hold(name, ref, False)
+        try:
+            for name, ref in shared.inputs.items():
+                self._hold(name, ref, True)
+            for name, ref in shared.outputs.items():
+                self._hold(name, ref, False)
+        except BaseException:  # a later reference refused: the earlier ones are let go
+            self.close()
+            raise
 
     def _hold(self, tensor: str, ref: ShmRef, is_input: bool):
         kind = "input" if is_input else "output"

@@ -175,7 +175,7 @@ def test_references_are_checked_before_any_byte_is_read(objects):
     with pytest.raises(Invalid, match="past the end of region 'r'"):
         RequestShm(memory, _shared([("x", "r", 64, 2000)]))
     with pytest.raises(Invalid, match="past the end of region 'r'"):
-        RequestShm(memory, _shared(outputs=[("y", "r", 4096, 0)]))
+        RequestShm(memory, _shared([("x", "r", 64, 0)], [("y", "r", 4096, 0)]))
     assert memory.lookup("r").in_use == 0  # nothing held by refused requests
     use = RequestShm(memory, _shared([("x", "r", 60, 0)]))
     with pytest.raises(Invalid, match="does not match"):
