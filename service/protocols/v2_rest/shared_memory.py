@@ -2,8 +2,9 @@
 /v2/{systemsharedmemory,cudasharedmemory}[/region/{name}]/{status,register,unregister}.
 
 Registrations are relayed to the engine process, which maps the regions (service/shm/); a front
-holds none. Status answers a JSON list of regions, register and unregister an empty 200, as
-tritonclient expects; every refusal is the protocol's {"error": ...} naming the region.
+holds none. Status answers a JSON list of regions, register and unregister 200 with an empty
+object (tritonclient reads only the status); every refusal is the protocol's {"error": ...}
+naming the region.
 """
 
 from __future__ import annotations
@@ -12,18 +13,57 @@ import binascii
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
 
 from service.dataplane.service import ModelService
 from service.errors import Unavailable, clip, invalid
+from service.protocols.http_errors import AUTH, responses
 from service.protocols.v2_rest.errors import V2Route
-from service.protocols.v2_rest.schema import ANSWERS
 from service.protocols.v2_rest.transport import read_body
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 shared memory"])
 # A registration is a few fields; nothing larger is read.
 _MAX_BODY = 64 * 1024
 _PATHS = {"system": "/systemsharedmemory", "cuda": "/cudasharedmemory"}
+# 400 a malformed registration or region, 403 the extension off, 404 an unknown region or key,
+# 409 a name taken or a region in use, 503 an app without the engine process.
+ANSWERS = responses(*AUTH, 500, 400, 404, 409, 413, 503)
+_COUNT = {"type": "integer", "minimum": 0}
+_BODIES = {
+    "system": {
+        "type": "object",
+        "required": ["key", "byte_size"],
+        "properties": {
+            # A POSIX shm name: "/" then a name without "/" (ASCII here; "." and ".." not).
+            "key": {"type": "string", "pattern": "^/?[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}$"},
+            "offset": _COUNT,
+            "byte_size": {"type": "integer", "minimum": 1},
+        },
+    },
+    "cuda": {
+        "type": "object",
+        "required": ["raw_handle", "byte_size"],
+        "properties": {
+            "raw_handle": {
+                "type": "object",
+                "required": ["b64"],
+                "properties": {
+                    "b64": {
+                        "type": "string",
+                        "description": "base64 of the 64-byte CUDA IPC handle",
+                        "pattern": "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+                    }
+                },
+            },
+            "device_id": _COUNT,
+            "byte_size": {"type": "integer", "minimum": 1},
+        },
+    },
+}
+
+
+def _body(kind: str) -> dict:
+    content = {"application/json": {"schema": _BODIES[kind]}}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def engine_of(service):
@@ -53,6 +93,8 @@ async def _fields(request: Request, name: str) -> dict:
 
 def _integer(fields: dict, key: str, name: str, default=None) -> int:
     value = fields.get(key, default)
+    if isinstance(value, float) and value.is_integer():  # JSON's 306.0 is the integer 306
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise invalid(
             "shm.parameter",
@@ -84,8 +126,8 @@ def _install(kind: str) -> None:
     async def status(request: Request, name: str | None = None) -> list:
         return await engine(request).shm_status(kind, name)
 
-    @router.post(base + "/region/{name}/register", responses=ANSWERS)
-    async def register(request: Request, name: str) -> Response:
+    @router.post(base + "/region/{name}/register", responses=ANSWERS, openapi_extra=_body(kind))
+    async def register(request: Request, name: str) -> dict:
         fields = await _fields(request, name)
         if kind == "system":
             await engine(request).shm_register_system(
@@ -101,13 +143,13 @@ def _install(kind: str) -> None:
                 _integer(fields, "device_id", name, 0),
                 _integer(fields, "byte_size", name),
             )
-        return Response(status_code=200)
+        return {}
 
     @router.post(base + "/unregister", responses=ANSWERS)
     @router.post(base + "/region/{name}/unregister", responses=ANSWERS)
-    async def unregister(request: Request, name: str | None = None) -> Response:
+    async def unregister(request: Request, name: str | None = None) -> dict:
         await engine(request).shm_unregister(kind, name)
-        return Response(status_code=200)
+        return {}
 
 
 for _kind in _PATHS:
