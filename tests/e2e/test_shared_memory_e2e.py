@@ -5,8 +5,11 @@ utilities, every hostile region the issue lists, and the switch that keeps it al
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
+import threading
+import time
 import uuid
 
 import httpx
@@ -18,7 +21,11 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from support.program_fixtures import image_program, linear_relu_program  # noqa: F401
+from support.program_fixtures import (  # noqa: F401
+    dynamic_batch_program,
+    image_program,
+    linear_relu_program,
+)
 from support.server import REPO, ServerProcess, upload
 
 IMAGE = (1, 3, 224, 224)
@@ -31,7 +38,7 @@ def eager(program, *arrays):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, image_program, linear_relu_program):
+def server(tmp_path_factory, image_program, linear_relu_program, dynamic_batch_program):
     server = ServerProcess(
         tmp_path_factory.mktemp("shm") / "artifacts",
         "--allow-client-shm",
@@ -44,6 +51,11 @@ def server(tmp_path_factory, image_program, linear_relu_program):
         for name, program in (("img", image_program), ("lin", linear_relu_program)):
             response = upload(client, name, program.pte, program.ptds)
             assert response.status_code == 201, response.text
+        # A request to this one waits in the batching queue for up to 3 s (a region in use).
+        held = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 3000000}}
+        fields = {"config": json.dumps(held)}
+        response = upload(client, "held", dynamic_batch_program.pte, fields=fields)
+        assert response.status_code == 201, response.text
     yield server
     server.stop()
 
@@ -362,3 +374,48 @@ def test_the_readme_system_shm_example_runs_as_written(server, http, image_progr
     exec(block, namespace)  # the README's block, with this server's address and model
     np.testing.assert_allclose(namespace["y"], eager(image_program, namespace["x"]), rtol=1e-6)
     assert http.get_system_shared_memory_status() == []
+
+
+def test_a_region_in_use_cannot_be_unregistered_until_its_request_is_answered(
+    server, http, regions, dynamic_batch_program
+):
+    x = np.random.default_rng(8).standard_normal((1, 4), dtype=np.float32)
+    name, key, handle = regions.create(4096)
+    shm.set_shared_memory_region(handle, [x])
+    http.register_system_shared_memory(name, key, 4096)
+    tensor = httpclient.InferInput("input_0", [1, 4], "FP32")
+    tensor.set_shared_memory(name, x.nbytes)
+    answers = []
+
+    def send():  # its own client: a tritonclient http client belongs to its thread
+        client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        try:
+            answers.append(client.infer("held", [tensor]))
+        except Exception as exc:  # reported below
+            answers.append(exc)
+        finally:
+            client.close()
+
+    waiting = threading.Thread(target=send)
+    waiting.start()
+
+    def queued() -> bool:
+        text = httpx.get(f"{server.url}/metrics").text
+        return 'etrt_queue_depth{model="held",method="forward"} 1' in text
+
+    deadline = time.monotonic() + 2.5
+    while not queued() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert queued(), "the request never waited in the batching queue"
+    with pytest.raises(InferenceServerException) as caught:
+        httpclient.InferenceServerClient(
+            server.url.removeprefix("http://")
+        ).unregister_system_shared_memory(name)
+    assert caught.value.status() == "409" and name in caught.value.message()
+    assert "in use by 1 request" in caught.value.message()
+    waiting.join(30)
+    assert not isinstance(answers[0], Exception), answers[0]
+    np.testing.assert_allclose(
+        answers[0].as_numpy("output_0"), eager(dynamic_batch_program, x), rtol=1e-6
+    )
+    http.unregister_system_shared_memory(name)  # answered: released
