@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service import rules
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.signature import signature_of
 from service.dataplane.types import MethodSignature
@@ -44,13 +45,13 @@ def load_config(value) -> dict:
     """The `config` parameter of a repository load: JSON text holding the model configuration,
     as the REST and gRPC protocols both carry it. Its content is checked by the ingest."""
     if not isinstance(value, str):
-        raise invalid("repository.config", "'config' must be a string of JSON")
+        raise invalid(rules.REPOSITORY_CONFIG, "'config' must be a string of JSON")
     try:
         config = json.loads(value)
     except (ValueError, RecursionError) as exc:
-        raise invalid("repository.config", f"'config' is not valid JSON: {clip(exc)}") from None
+        raise invalid(rules.REPOSITORY_CONFIG, f"'config' is not valid JSON: {clip(exc)}") from None
     if not isinstance(config, dict):
-        raise invalid("repository.config", "'config' must be a JSON object")
+        raise invalid(rules.REPOSITORY_CONFIG, "'config' must be a JSON object")
     return config
 
 

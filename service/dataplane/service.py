@@ -13,8 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from service.backends.host import import_host
-from service.backends.registry import enabled
+from service import oip
+from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
 from service.dataplane import residency, triton_config
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
@@ -66,6 +66,8 @@ from service.ingest.model_config import instance_count
 from service.ingest.model_dirs import find_entries
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload, Staging
+from service.inline_policy import InlinePolicy
+from service.native_host import import_host
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken, Storage
 
@@ -100,6 +102,7 @@ class ModelService(Repository):
             settings.max_concurrent_ingests, thread_name_prefix="ingest"
         )
         self.backends = enabled(settings.backends)
+        self._ingest_backends = ingest_backends(settings)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
         self._ready = False
@@ -129,7 +132,7 @@ class ModelService(Repository):
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        self._ethost = import_host(self.settings.setups)
+        self._ethost = import_host(setups(self.settings))
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         unloaded = await asyncio.to_thread(self.storage.unloaded)
@@ -173,7 +176,7 @@ class ModelService(Repository):
                 self._ethost,
                 instance_count(stored.description.config, self.settings.instances_per_model),
                 self.settings.kernel_threadpool,
-                self.settings.inline_execute_us * 1e-6,
+                InlinePolicy(self.settings.inline_execute_us).execute_below_s,
             ),
         )
         pool.warmup_s = run_warmups(pool, stored.description.config)
@@ -247,7 +250,7 @@ class ModelService(Repository):
                 )
             try:
                 description = await asyncio.get_running_loop().run_in_executor(
-                    self._ingest, run_ingest, upload, self.settings
+                    self._ingest, run_ingest, upload, self.settings, self._ingest_backends
                 )
             except IngestRefused as refusal:
                 raise refused("upload refused", refusal.problems) from None
@@ -368,6 +371,11 @@ class ModelService(Repository):
             raise NotFound(
                 f"model {clip(name)!r} has no version {clip(version)!r} (versions: {MODEL_VERSION})"
             )
+
+    def serves(self, name: str, version: str | None = None) -> bool:
+        """Whether the model (and version) serves now, from what this process holds: a
+        protocol's early answer before it reads a body (model_ready says why not)."""
+        return name in self._models and version in (None, "", MODEL_VERSION)
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model (and version) exists and can serve now; unknown ones raise."""
@@ -592,7 +600,7 @@ class ModelService(Repository):
 
         try:
             results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started, request.parameters.get(PRIORITY_PARAMETER)
+                arrays, request.timeout_s, started, request.parameters.get(oip.PRIORITY_PARAMETER)
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
@@ -634,8 +642,6 @@ def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:
     return ExecutionFailed(f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}")
 
 
-# The request parameter naming a priority level, as Triton's clients send it (REST and gRPC).
-PRIORITY_PARAMETER = "priority"
 _INFER_OUTCOMES = (
     (Unavailable, "unavailable"),
     (Busy, "busy"),

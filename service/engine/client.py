@@ -306,6 +306,11 @@ class EngineClient:
                 break
         return self._table
 
+    def serves(self, model: str, version: str | None = None) -> bool:
+        """As ModelService.serves, from the cached table: True only for a model it holds
+        ready (a stale table costs a call to model_ready, never a wrong answer)."""
+        return model in self._table.models and version in (None, "", "1")
+
     async def infer(self, request: InferRequest) -> InferResponse:
         link = self._require()
         begun = time.perf_counter()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from service import rules
 from service.config import Settings
 from service.errors import Problem, TooLarge, clip, refused
 from service.store.storage import StagingArea
@@ -123,7 +124,7 @@ class Staging:
             return [
                 Problem(
                     None,
-                    "upload.program_count",
+                    rules.UPLOAD_PROGRAM_COUNT,
                     f"the upload has {len(self.programs)} 'program' files; send one",
                 )
             ]
@@ -175,14 +176,14 @@ def file_role(key: str, version: str = "1") -> tuple[str, str] | Problem:
     if folder not in ("", version):
         return Problem(
             clip(key),
-            "load.file_path",
+            rules.LOAD_FILE_PATH,
             f"file {clip(key)!r} must be '<version>/<filename>' with "
             f"version {version!r} (the model's only version)",
         )
     if role is None:
         return Problem(
             clip(key),
-            "load.file_kind",
+            rules.LOAD_FILE_KIND,
             f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
         )
     return role, filename

@@ -6,7 +6,7 @@ it is installed and a device exists."""
 from __future__ import annotations
 
 from service import cuda
-from service.dataplane.metrics import Counter, Gauge
+from service.prometheus import Counter, Gauge
 from service.shm.regions import KINDS, SharedMemory
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from service.backends.host import import_host
 from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.native_host import import_host
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 

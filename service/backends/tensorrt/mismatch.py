@@ -17,11 +17,11 @@ import platform
 import re
 import sys
 
-from service import cuda
+from service import cuda, rules
 
-PLAN_INVALID = "tensorrt.plan_invalid"
-VERSION_MISMATCH = "tensorrt.version_mismatch"
-PLATFORM_MISMATCH = "tensorrt.platform_mismatch"
+PLAN_INVALID = rules.TENSORRT_PLAN_INVALID
+VERSION_MISMATCH = rules.TENSORRT_VERSION_MISMATCH
+PLATFORM_MISMATCH = rules.TENSORRT_PLATFORM_MISMATCH
 
 _VERSION_SIGNS = re.compile(
     # "The engine plan file is not compatible with this version of TensorRT, expecting library
