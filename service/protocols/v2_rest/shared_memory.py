@@ -16,9 +16,9 @@ from fastapi import APIRouter, Request
 
 from service.dataplane.service import ModelService
 from service.errors import Unavailable, clip, invalid
+from service.protocols.bodies import read_body
 from service.protocols.http_errors import AUTH, responses
 from service.protocols.v2_rest.errors import V2Route
-from service.protocols.v2_rest.transport import read_body
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 shared memory"])
 # A registration is a few fields; nothing larger is read.
@@ -79,7 +79,9 @@ def engine(request: Request):
 
 
 async def _fields(request: Request, name: str) -> dict:
-    body = await read_body(request, _MAX_BODY, "a shared memory registration")
+    body = await read_body(
+        request.scope, request.receive, _MAX_BODY, "a shared memory registration"
+    )
     try:
         fields = orjson.loads(body) if body.strip() else {}
     except orjson.JSONDecodeError as exc:
