@@ -59,6 +59,10 @@ class Settings:
     load_check_timeout_s: float = 120.0
     max_concurrent_ingests: int = 2
     allow_unverified_plans: bool = False
+    # Triton's shared memory extensions (service/shm/): clients may register regions only when
+    # allowed, and at most this many at once (each holds a mapping in the engine).
+    allow_client_shm: bool = False
+    shm_max_regions: int = 64
     # The delegate backends served (service.backends.registry): each registers its native library
     # with the host, in the server and in every ingest check child, and brings its ingest check
     # and metrics. TensorRT needs no TensorRT or GPU to start, so a CPU host serves CPU and
@@ -231,6 +235,21 @@ _OPTIONS = (
         "accept delegate plans the ingest checks cannot verify",
     ),
     (
+        "--allow-client-shm",
+        "ETRT_ALLOW_CLIENT_SHM",
+        "allow_client_shm",
+        _bool,
+        "let clients on this host register system and CUDA shared memory regions for tensors "
+        "(Triton's shared memory extensions); off by default",
+    ),
+    (
+        "--shm-max-regions",
+        "ETRT_SHM_MAX_REGIONS",
+        "shm_max_regions",
+        int,
+        "shared memory regions clients may hold registered at once",
+    ),
+    (
         "--backends",
         "ETRT_BACKENDS",
         "backends",
@@ -339,6 +358,7 @@ def parse_settings(
         "max_concurrent_ingests",
         "workers",
         "arena_bytes",
+        "shm_max_regions",
     ):
         if getattr(settings, attr) <= 0:
             parser.error(f"{attr} must be positive")

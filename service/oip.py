@@ -15,7 +15,13 @@ PLATFORM = "executorch"
 DEFAULT_METHOD = "forward"
 # Extensions both transports implement; REST also carries tensors after a JSON header
 # (BINARY_TENSOR_DATA), which gRPC does not need: its messages hold raw bytes.
-EXTENSIONS = ("model_configuration", "model_repository", "statistics")
+EXTENSIONS = (
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+    "cuda_shared_memory",
+)
 BINARY_TENSOR_DATA = "binary_tensor_data"
 REST_EXTENSIONS = (BINARY_TENSOR_DATA, *EXTENSIONS)
 

@@ -38,6 +38,9 @@ class InferRequest:
     # The model-table generation at which a front checked the inputs against the method's
     # signature and put them in its order (service/engine/client.py); None: not checked.
     checked_at: int | None = None
+    # Tensors left in client shared memory regions (service/shm/refs.py SharedTensors); the
+    # engine binds and writes them there.
+    shared_memory: object | None = None
 
 
 @dataclass

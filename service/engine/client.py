@@ -42,6 +42,7 @@ from service.errors import Busy, ServiceError, TooLarge
 from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.ipc import frames
 from service.ipc.arena import Arena, ArenaFull, Lease, align_up
+from service.shm.refs import placeholder, to_wire
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
@@ -379,7 +380,14 @@ class EngineClient:
         region = link.arena.region
         placed, copies, size = [], [], 0
         held = request.memory
+        shared = request.shared_memory
         for name, datatype, array in inputs:
+            if shared and name in shared.inputs:  # its bytes stay in the client's region
+                ref = shared.inputs[name]
+                placed.append(
+                    [name, datatype, tuple(array.shape), (ref.region, ref.byte_size, ref.offset)]
+                )
+                continue
             # Tensors the protocol received into its slot of the arena stay where they are.
             offset = region.offset_of(array) if held is not None else None
             if (
@@ -418,6 +426,7 @@ class EngineClient:
                 request.id,
                 pickle.dumps(request.parameters) if request.parameters else None,
                 checked_at,
+                to_wire(shared) if shared else None,
             )
         )
         sent = time.perf_counter()
@@ -438,7 +447,9 @@ class EngineClient:
         tensors = []
         for name, datatype, shape, offset, inline in outputs:
             carrier = BY_DATATYPE[datatype].carrier
-            if inline is None:
+            if offset == -1:  # written into the client's shared memory region
+                array = placeholder(datatype, shape)
+            elif inline is None:
                 array = region.array(offset, carrier, tuple(shape))
             else:  # did not fit its upper bound (a program that outgrew its own plan)
                 array = np.frombuffer(inline, carrier).reshape(shape)

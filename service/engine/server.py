@@ -33,6 +33,10 @@ from service.engine import handshake, pinning
 from service.errors import Aborted, ServiceError, invalid
 from service.ipc import frames
 from service.ipc.arena import Region, align_up
+from service.shm.binding import RequestShm
+from service.shm.metrics import ShmMetrics
+from service.shm.refs import from_wire
+from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
 _CONTROL = struct.Struct("<QQQ")  # generation, ready, serving
@@ -48,7 +52,7 @@ class InternalError(Exception):
 
 
 def _callable(name: str) -> bool:
-    member = getattr(ModelService, name, None)
+    member = getattr(SharedMemory if name.startswith("shm_") else ModelService, name, None)
     return (
         not name.startswith("_")
         and name not in _NOT_CALLS
@@ -76,6 +80,8 @@ class _Front:
                 key = message[1]
                 work = self.server.infer(self, key, request, message[7], message[8])
                 task = asyncio.get_running_loop().create_task(work)
+                if request.shared_memory is not None:  # even if cancelled before it starts
+                    task.add_done_callback(lambda _, held=request.shared_memory: held.close())
                 self.tasks[key] = task
                 task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
         elif kind == frames.CANCEL:
@@ -114,6 +120,9 @@ class EngineServer:
         # False until the stored models are open again: before, every model would look unknown.
         self.serving = False
         service.on_change(self._publish)
+        # Client shared memory regions (service/shm/): mapped here, where the programs run.
+        self.shm = SharedMemory(service.settings)
+        service.metrics.backends.append(ShmMetrics(self.shm))
 
     def _publish(self) -> None:
         _CONTROL.pack_into(
@@ -173,6 +182,7 @@ class EngineServer:
         for front in list(self.fronts):
             if front.protocol.transport is not None:
                 front.protocol.transport.close()
+        self.shm.close()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -182,6 +192,8 @@ class EngineServer:
         otherwise returns its request for infer(), in a task of its own."""
         key, model = message[1], message[2]
         try:
+            if len(message) > 13 and message[13]:  # tensors in client shared memory
+                return self._shm_request(front, message)
             request = _request(front.region, message)
             response = self.service.infer_now(request)
             if response is None:
@@ -193,12 +205,24 @@ class EngineServer:
             self._failed(front, key, model)
         return None
 
+    def _shm_request(self, front: _Front, message: tuple) -> InferRequest:
+        """The request with its inputs viewed in their regions (service/shm/), which it holds
+        until it is answered; it always takes infer()'s path."""
+        shm = RequestShm(self.shm, from_wire(message[13]))
+        try:
+            request = _request(front.region, message, shm)
+        except BaseException:
+            shm.close()
+            raise
+        request.shared_memory = shm
+        return request
+
     async def infer(
         self, front: _Front, key: int, request: InferRequest, out_at: int, out_room: int
     ) -> None:
         try:
             response = await self.service.infer(request)
-            self._answer(front, key, response, out_at, out_room)
+            self._answer(front, key, response, out_at, out_room, request.shared_memory)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except asyncio.CancelledError:
@@ -209,8 +233,9 @@ class EngineServer:
             self._failed(front, key, request.model)
 
     @staticmethod
-    def _answer(front: _Front, key: int, response, out_at: int, out_room: int) -> None:
-        placed = _place(front.region, response.outputs, out_at, out_room)
+    def _answer(front: _Front, key: int, response, out_at: int, out_room: int, shm=None) -> None:
+        written = shm.write_outputs(response.outputs) if shm is not None else ()
+        placed = _place(front.region, response.outputs, out_at, out_room, written)
         front.protocol.send((frames.DONE, key, True, (response.version, placed)))
 
     @staticmethod
@@ -224,7 +249,8 @@ class EngineServer:
         try:
             if not _callable(name):
                 raise AttributeError(f"the engine has no call {name!r}")
-            value = await getattr(self.service, name)(*pickle.loads(args))
+            target = self.shm if name.startswith("shm_") else self.service
+            value = await getattr(target, name)(*pickle.loads(args))
             answer = (True, pickle.dumps(value, protocol=5))
         except ServiceError as exc:
             answer = (False, pickle.dumps(exc))
@@ -242,12 +268,15 @@ class EngineServer:
             getattr(self.service, name)(*pickle.loads(args))
 
 
-def _request(region: Region, message: tuple) -> InferRequest:
+def _request(region: Region, message: tuple, shm: RequestShm | None = None) -> InferRequest:
+    """`shm`: the request's regions, where inputs whose offset is a reference lie."""
     (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
     request_id, parameters, checked_at = message[10:13]
     return InferRequest(
         model=model,
-        inputs=[_view(region, *item) for item in inputs],
+        inputs=[
+            _view(region, *item) if type(item[3]) is int else shm.input(*item) for item in inputs
+        ],
         method=method,
         version=version,
         id=request_id,
@@ -268,14 +297,18 @@ def _view(region: Region, name: str, datatype: str, shape, offset: int) -> Tenso
     return Tensor(name, datatype, region.array(offset, dtype.carrier, tuple(shape)))
 
 
-def _place(region: Region, outputs: list[Tensor], at: int, room: int) -> list[tuple]:
+def _place(region: Region, outputs: list[Tensor], at: int, room: int, written=()) -> list[tuple]:
     """Copies the outputs into the front's reserved room, 256-byte aligned; one that does not
-    fit travels inline (only a program whose outputs outgrow its own upper bounds does that)."""
+    fit travels inline (only a program whose outputs outgrow its own upper bounds does that).
+    Outputs `written` into client shared memory travel without bytes (offset -1)."""
     placed, end = [], at + room
     for tensor in outputs:
         array = tensor.array
         start = align_up(at)
         shape = list(array.shape)
+        if tensor.name in written:
+            placed.append((tensor.name, tensor.datatype, shape, -1, None))
+            continue
         if start + array.nbytes <= end:
             region.array(start, array.dtype, array.shape)[...] = array
             placed.append((tensor.name, tensor.datatype, shape, start, None))

@@ -179,3 +179,15 @@ def test_without_a_known_version_the_message_says_so():
 def test_other_refusals_keep_tensorrts_reason_unchanged():
     reason = PREFIX + MAGIC_11
     assert refusal_message(reason, "11.1.0.106", BLOB) == (PLAN_INVALID, reason)
+
+
+def test_a_platform_mismatch_quotes_this_hosts_gpu_when_cuda_python_sees_one(monkeypatch):
+    monkeypatch.setattr(
+        "service.cuda.describe", lambda index=0: "NVIDIA H200 (compute capability 9.0)"
+    )
+    rule, message = refusal_message(PREFIX + PLATFORM_TAG_10, "10.13.3.9", BLOB)
+    assert rule == PLATFORM_MISMATCH
+    assert (
+        f"(this host is {host_platform()} with TensorRT 10.13.3.9 on NVIDIA H200 (compute "
+        f"capability 9.0); the blob records" in message
+    )

@@ -17,7 +17,7 @@ import platform
 import re
 import sys
 
-from service import rules
+from service import cuda, rules
 
 PLAN_INVALID = rules.TENSORRT_PLAN_INVALID
 VERSION_MISMATCH = rules.TENSORRT_VERSION_MISMATCH
@@ -114,9 +114,11 @@ def refusal_message(reason: str, tensorrt_version: str | None, blob: dict) -> tu
         else ", or with hardware_compatible=True to load on "
         "any Ampere or newer discrete GPU of the same platform"
     )
+    device = cuda.describe(0)
+    gpu = f" on {device}" if device else ""
     return rule, (
         f"the TensorRT plan was built for another GPU or platform than this server's (this host "
-        f"is {host_platform()} with {runs}; the blob records target_platform "
+        f"is {host_platform()} with {runs}{gpu}; the blob records target_platform "
         f"{blob.get('target_platform')!r}, hardware_compatible {hardware_compatible}); re-export "
         f"it on the target GPU and platform{alternative}. TensorRT said: {reason}"
     )

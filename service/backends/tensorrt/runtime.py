@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 
+from service import cuda as service_cuda
 from service.backends.tensorrt import BACKEND_ID
 from service.backends.tensorrt.cuda_driver import TensorRTError, cuda_driver
 
@@ -107,7 +108,10 @@ def availability() -> tuple[bool, str]:
     if count == 0:
         return False, cuda.reason or "no CUDA device"
     version = getattr(module, "__version__", "unknown version")
-    return True, f"{module.__name__} {version} with {count} CUDA device(s)"
+    device = service_cuda.describe(0)  # name and compute capability, with cuda-python
+    return True, f"{module.__name__} {version} with {count} CUDA device(s)" + (
+        f", device 0 {device}" if device else ""
+    )
 
 
 # TensorRT's ILogger.Severity values: INTERNAL_ERROR 0, ERROR 1, WARNING 2, INFO 3, VERBOSE 4.

@@ -19,6 +19,12 @@ from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import Invalid, NotFound, clip, invalid
 from service.protocols.v2_grpc import codec, messages, wire
 from service.protocols.v2_grpc.binding import off_loop
+from service.protocols.v2_grpc.shared_memory import (
+    SharedMemoryRpcs,
+    engine_of,
+    set_output_parameters,
+    split_inputs,
+)
 
 # Repository load and unload parameters, as Triton's clients send them.
 CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
@@ -105,6 +111,7 @@ class ParsedInfer:
 
     request: object
     inputs: list[tuple[str, str, np.ndarray]]
+    shared: object = None  # service/shm/refs.py SharedTensors, when any tensor is in a region
 
 
 _RAW_INPUTS = messages.field_number("ModelInferRequest", "raw_input_contents")
@@ -116,10 +123,13 @@ def parse_infer(data: bytes) -> ParsedInfer:
     parsed by protobuf."""
     rest, raw_contents = wire.split_field(data, _RAW_INPUTS)
     request = messages.ModelInferRequest.FromString(rest)
-    return ParsedInfer(request, codec.decode_inputs(request.inputs, raw_contents))
+    shared, plain, placed = split_inputs(request)
+    if not shared:
+        return ParsedInfer(request, codec.decode_inputs(request.inputs, raw_contents))
+    return ParsedInfer(request, codec.decode_inputs(plain, raw_contents) + placed, shared)
 
 
-def _infer_response(result: InferResponse) -> bytes:
+def _infer_response(result: InferResponse, shared=None) -> bytes:
     response = messages.ModelInferResponse(
         model_name=result.model, model_version=result.version, id=result.id or ""
     )
@@ -127,14 +137,21 @@ def _infer_response(result: InferResponse) -> bytes:
         _set_parameter(response.parameters[key], value)
     raw = []
     for tensor in result.outputs:
-        raw.append(codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
-        response.outputs.add(
+        output = response.outputs.add(
             name=tensor.name, datatype=tensor.datatype, shape=list(tensor.array.shape)
         )
+        ref = shared.outputs.get(tensor.name) if shared else None
+        if ref is None:
+            raw.append(codec.encode_raw(tensor.name, tensor.datatype, tensor.array))
+        else:  # written into its region: no bytes here
+            set_output_parameters(output, ref, tensor)
+            raw.append(b"")
+    while raw and not len(raw[-1]) and shared:  # nothing after the last output with bytes
+        raw.pop()
     return wire.join_field(response.SerializeToString(), _RAW_OUTPUTS, raw)
 
 
-class InferenceServicer:
+class InferenceServicer(SharedMemoryRpcs):
     """One method per RPC, named as in grpc_service.proto, each `async (request, context)`;
     PARSERS names the RPCs whose requests are more than their message."""
 
@@ -197,7 +214,8 @@ class InferenceServicer:
         method = parameters.pop(oip.METHOD_PARAMETER, oip.DEFAULT_METHOD)
         if not isinstance(method, str):
             raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
-        result = await self.service.infer(
+        service = engine_of(self.service) if parsed.shared else self.service
+        result = await service.infer(
             InferRequest(
                 model=request.model_name,
                 inputs=[Tensor(*item) for item in parsed.inputs],
@@ -207,11 +225,12 @@ class InferenceServicer:
                 outputs=_requested_outputs(request.outputs),
                 timeout_s=_timeout_s(parameters, context.time_remaining()),
                 parameters=parameters,
+                shared_memory=parsed.shared,
             )
         )
         try:
             return await off_loop(
-                sum(t.array.nbytes for t in result.outputs), _infer_response, result
+                sum(t.array.nbytes for t in result.outputs), _infer_response, result, parsed.shared
             )
         finally:
             result.release()

@@ -19,6 +19,7 @@ from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
+from service.shm import refs as shm_refs
 
 # Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
 
@@ -30,6 +31,7 @@ class ParsedInput:
     shape: list
     binary_size: int | None
     array: np.ndarray | None  # decoded from JSON; None for binary inputs
+    shm: shm_refs.ShmRef | None = None  # its bytes are in a shared memory region
 
 
 @dataclass
@@ -43,6 +45,8 @@ class ParsedRequest:
     timeout_s: float | None = None
     binary_output: bool = False
     extra: dict = field(default_factory=dict)
+    # Outputs to be written into shared memory regions, by name.
+    shm_outputs: dict = field(default_factory=dict)
 
 
 def _unicode_error(value: str) -> UnicodeEncodeError | None:
@@ -111,6 +115,16 @@ def _input(index: int, item) -> ParsedInput:
     parameters = _object(item.get("parameters"), f"input {label!r} 'parameters'", label)
     size = binary.binary_size(label, parameters)
     shape = item.get("shape")
+    shm = shm_refs.parse(name, parameters)
+    if shm is not None:
+        if size is not None or "data" in item:
+            raise input_problem(
+                label,
+                "input.data",
+                f"input {label!r} is in shared memory region {clip(shm.region)!r} and also "
+                "has data in the request; send one or the other",
+            )
+        return ParsedInput(name, datatype, binary.check_shape(label, shape), None, None, shm)
     if size is not None:
         if "data" in item:
             raise input_problem(
@@ -128,7 +142,8 @@ def _input(index: int, item) -> ParsedInput:
     return ParsedInput(name, datatype, shape, None, array)
 
 
-def _outputs(value) -> list[tuple[str, bool | None]] | None:
+def _outputs(value, shm: dict) -> list[tuple[str, bool | None]] | None:
+    """The requested outputs; those to be written into shared memory go into `shm`."""
     if value is None:
         return None
     if not isinstance(value, list):
@@ -145,6 +160,9 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
                 rules.OUTPUT_CLASSIFICATION,
                 f"{label}: the classification extension is not supported",
             )
+        ref = shm_refs.parse(item["name"], parameters, "output")
+        if ref is not None:
+            shm[item["name"]] = ref
         outputs.append((item["name"], _flag(parameters, oip.BINARY_DATA, label)))
     return outputs
 
@@ -176,8 +194,8 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         request_id,
         parameters,
         [_input(i, item) for i, item in enumerate(inputs)],
-        _outputs(header.get("outputs")),
     )
+    parsed.outputs = _outputs(header.get("outputs"), parsed.shm_outputs)
     timeout = parameters.get(oip.TIMEOUT_PARAMETER)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
@@ -200,9 +218,13 @@ def to_request(
     """The dataplane request, binary inputs viewed in `payload` in header order."""
     offset = 0
     tensors = []
+    shared = shm_refs.SharedTensors(outputs=parsed.shm_outputs)
     for item in parsed.inputs:
         array = item.array
-        if array is None:
+        if item.shm is not None:
+            shared.inputs[item.name] = item.shm
+            array = shm_refs.placeholder(item.datatype, item.shape)
+        elif array is None:
             array = binary.read_input(
                 clip(item.name), item.datatype, item.shape, item.binary_size, payload, offset
             )
@@ -218,6 +240,7 @@ def to_request(
         outputs=None if parsed.outputs is None else [n for n, _ in parsed.outputs],
         parameters=parsed.parameters,
         timeout_s=parsed.timeout_s,
+        shared_memory=shared or None,
     )
 
 
@@ -238,10 +261,13 @@ def response_header(
             "datatype": tensor.datatype,
             "shape": list(tensor.array.shape),
         }
+        ref = parsed.shm_outputs.get(tensor.name)
         as_binary = wanted.get(tensor.name)
         if as_binary is None:
             as_binary = parsed.binary_output
-        if as_binary:
+        if ref is not None:  # written into the region: the answer carries no bytes
+            entry["parameters"] = shm_refs.answer_parameters(ref, tensor)
+        elif as_binary:
             part = binary.output_bytes(tensor.array)
             entry["parameters"] = {oip.BINARY_DATA_SIZE: part.nbytes}
             parts.append(part)

@@ -19,7 +19,7 @@ from service.protocols.bodies import known_model, read_body
 from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import responses
 from service.protocols.offload import Offload
-from service.protocols.v2_rest import binary, codec, metadata, repository
+from service.protocols.v2_rest import binary, codec, metadata, repository, shared_memory
 from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
 from service.protocols.v2_rest.schema import (
     ANSWERS,
@@ -172,6 +172,8 @@ async def _infer(service, offload, model, version, body, header_length, lease):
         0 if payload is None else payload.nbytes, codec.to_request, model, version, parsed, payload
     )
     dataplane_request.memory = lease
+    if dataplane_request.shared_memory:
+        service = shared_memory.engine_of(service)
     return await service.infer(dataplane_request), parsed
 
 
@@ -225,6 +227,7 @@ def install(app: FastAPI) -> None:
     """Mounts /v2 on the app (whose state holds the shared `offload`)."""
     app.include_router(router)
     app.include_router(repository.router)
+    app.include_router(shared_memory.router)
     # Last, so only paths under /v2 that no route has (or wrong methods) reach them.
     for path in ("/v2", "/v2/{rest:path}"):
         app.add_api_route(path, unmatched, include_in_schema=False, methods=_ALL_METHODS)

@@ -1,0 +1,7 @@
+"""Triton's system and CUDA shared memory extensions: tensors a client on the same host leaves
+in shared memory, named by region, offset and size instead of travelling in the request.
+
+Fronts only parse the references (refs.py) and relay registrations; the engine process maps
+the regions (system.py, cuda.py), keeps the registry (registry.py) and binds inputs and writes
+outputs at their addresses (binding.py), since the engine is what runs the programs.
+"""

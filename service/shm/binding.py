@@ -1,0 +1,137 @@
+"""One request's tensors in shared memory, as the engine binds them.
+
+System regions are mapped here, so an input is a view of the client's bytes at its address: no
+copy when it sits on a 256-byte boundary (TensorRT's, and the arena's), a copy into an aligned
+buffer otherwise, counted. CUDA regions hold device memory; the programs this engine runs take
+host tensors (ExecuTorch copies request inputs into its planned memory), so a CUDA input is
+copied to the host and a CUDA output copied back, each counted, and the count says so.
+Outputs requested into a region are written there and travel back without their bytes.
+
+Every reference is checked against the region before any byte is touched: a region that does
+not exist, a size that does not match the tensor, a window past the region's end or a region
+whose object shrank are each a 400 naming the region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service import cuda
+from service.dataplane.types import Tensor
+from service.dtypes import BY_DATATYPE
+from service.errors import Forbidden, clip
+from service.ipc.arena import ALIGNMENT
+from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
+from service.shm.regions import FLAG, SharedMemory
+
+
+def _aligned_empty(size: int) -> np.ndarray:
+    """`size` bytes starting on a 256-byte boundary."""
+    raw = np.empty(size + ALIGNMENT, np.uint8)
+    skip = -raw.ctypes.data % ALIGNMENT
+    return raw[skip : skip + size]
+
+
+class RequestShm:
+    """Holds the request's regions in use (they cannot be unregistered) until close()."""
+
+    def __init__(self, memory: SharedMemory, shared: SharedTensors):
+        self.memory = memory
+        self.shared = shared
+        self.held = []
+        if not memory.allowed:
+            raise Forbidden(f"shared memory is off on this server: start it with {FLAG}")
+        try:
+            for name, ref in shared.inputs.items():
+                self._hold(name, ref, True)
+            for name, ref in shared.outputs.items():
+                self._hold(name, ref, False)
+        except BaseException:  # a later reference refused: the earlier ones are let go
+            self.close()
+            raise
+
+    def _hold(self, tensor: str, ref: ShmRef, is_input: bool):
+        kind = "input" if is_input else "output"
+        region = self.memory.lookup(ref.region)
+        if region is None:
+            raise refused(
+                tensor,
+                "shm.region",
+                f"{kind} {clip(tensor)!r}: no shared memory region is named {clip(ref.region)!r}",
+                is_input,
+            )
+        if ref.offset + ref.byte_size > region.byte_size:
+            raise refused(
+                tensor,
+                "shm.bounds",
+                f"{kind} {clip(tensor)!r}: offset {ref.offset} + byte_size {ref.byte_size} is "
+                f"past the end of region {clip(ref.region)!r} ({region.byte_size} bytes)",
+                is_input,
+            )
+        region.in_use += 1
+        self.held.append(region)
+        return region
+
+    def close(self) -> None:
+        for region in self.held:
+            region.in_use -= 1
+        self.held = []
+
+    def input(self, name: str, datatype: str, shape, wire: tuple) -> Tensor:
+        ref = ShmRef(*wire)
+        region = self.memory.lookup(ref.region)
+        entry = BY_DATATYPE.get(datatype)
+        if entry is None:
+            raise refused(name, "input.datatype", f"input {clip(name)!r}: unknown datatype")
+        expected = nbytes(datatype, shape)
+        if ref.byte_size != expected:
+            raise refused(
+                name,
+                "shm.size",
+                f"input {clip(name)!r}: shared_memory_byte_size {ref.byte_size} in region "
+                f"{clip(ref.region)!r} does not match its shape {list(shape)} of {datatype} "
+                f"({expected} bytes)",
+            )
+        region.check_intact()
+        if region.kind == "cuda":
+            data = _aligned_empty(expected)
+            cuda.copy(data.ctypes.data, region.address + ref.offset, expected, region.device_id)
+            self.memory.count_copy("cuda", "to_host")
+        else:
+            data = region.window(ref.offset, expected)
+            if data.ctypes.data % ALIGNMENT:
+                data = _aligned_empty(expected)
+                data[...] = region.window(ref.offset, expected)
+                self.memory.count_copy("system", "misaligned")
+        array = data.view(entry.carrier).reshape(tuple(shape))
+        if datatype == "BOOL" and bool((data > 1).any()):
+            array = (data != 0).reshape(tuple(shape))  # any non-zero byte is true, stored as 1
+        return Tensor(name, datatype, array)
+
+    def write_outputs(self, outputs: list[Tensor]) -> set[str]:
+        """Writes the outputs requested into regions; returns their names."""
+        written = set()
+        for tensor in outputs:
+            ref = self.shared.outputs.get(tensor.name)
+            if ref is None:
+                continue
+            array = np.ascontiguousarray(tensor.array)
+            if array.nbytes > ref.byte_size:
+                raise refused(
+                    tensor.name,
+                    "shm.size",
+                    f"output {clip(tensor.name)!r} needs {array.nbytes} bytes, more than its "
+                    f"shared_memory_byte_size {ref.byte_size} in region {clip(ref.region)!r}",
+                    False,
+                )
+            region = self.memory.lookup(ref.region)
+            region.check_intact()
+            if region.kind == "cuda":
+                cuda.copy(
+                    region.address + ref.offset, array.ctypes.data, array.nbytes, region.device_id
+                )
+                self.memory.count_copy("cuda", "from_host")
+            else:
+                region.window(ref.offset, array.nbytes)[...] = array.reshape(-1).view(np.uint8)
+            written.add(tensor.name)
+        return written

@@ -1,0 +1,68 @@
+"""What /metrics says about shared memory and the GPUs, rendered with the dataplane's families:
+the regions registered, the copies the engine had to make for them, and each GPU's memory (as
+Triton's nv_gpu_memory_total_bytes / nv_gpu_memory_used_bytes), read through cuda-python when
+it is installed and a device exists."""
+
+from __future__ import annotations
+
+from service import cuda
+from service.prometheus import Counter, Gauge
+from service.shm.regions import KINDS, SharedMemory
+
+
+class ShmMetrics:
+    """Families for Metrics.render (it takes backend metrics objects with families())."""
+
+    def __init__(self, memory: SharedMemory):
+        self.memory = memory
+        # Device memory each model took when its instances were opened (CUDA hosts only).
+        self.model_bytes: dict[str, int] = {}
+
+    def open(self, model: str, open_pool):
+        """Opens the pool, measuring the device memory that opening took (other allocations
+        at the same moment count too: a figure at load, not a live one)."""
+        before = sum(d.used_bytes for d in cuda.devices()) if cuda.device_count() else None
+        pool = open_pool()
+        if before is not None:
+            after = sum(d.used_bytes for d in cuda.devices())
+            self.model_bytes[model] = max(after - before, 0)
+        return pool
+
+    def forget(self, model: str) -> None:
+        self.model_bytes.pop(model, None)
+
+    def families(self) -> list:
+        regions = Gauge(
+            "etrt_shm_regions", "Client shared memory regions registered, by kind", ("kind",)
+        )
+        for kind in KINDS:
+            regions.samples[(kind,)] = len(self.memory.regions[kind])
+        copies = Counter(
+            "etrt_shm_copies_total",
+            "Tensors the engine copied instead of binding them in their shared memory region "
+            "(misaligned: not on a 256-byte boundary; to_host/from_host: CUDA memory for a "
+            "program that takes host tensors)",
+            ("kind", "reason"),
+        )
+        for labels, count in self.memory.copies.items():
+            copies.samples[labels] = count
+        families = [regions, copies]
+        devices = cuda.devices()
+        if devices:
+            total = Gauge(
+                "nv_gpu_memory_total_bytes", "GPU total memory, in bytes", ("gpu", "name")
+            )
+            used = Gauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", ("gpu", "name"))
+            for device in devices:
+                labels = (str(device.index), device.name)
+                total.samples[labels] = device.total_bytes
+                used.samples[labels] = device.used_bytes
+            per_model = Gauge(
+                "etrt_model_device_bytes",
+                "Device memory a model took when its instances were opened, in bytes",
+                ("model",),
+            )
+            for model, size in self.model_bytes.items():
+                per_model.samples[(model,)] = size
+            families += [total, used, per_model]
+        return families

@@ -1,0 +1,204 @@
+"""CUDA shared memory on the H200, end to end: a real server (front + engine processes) with
+--allow-client-shm, regions exported by this test process the way tritonclient's
+cuda_shared_memory does it (cudaMalloc + cudaIpcGetMemHandle through cuda-python; the engine,
+another process, opens the handle), registered over REST and gRPC, inputs read from and
+outputs written to device memory, and the copies the engine makes counted on /metrics.
+
+The image program (x * 2 + 1, exported on the CPU machine into $ETRT_TEST_PROGRAMS_DIR) runs
+on ExecuTorch's portable kernels, which take host tensors: each CUDA input is copied to the
+host and each CUDA output back (etrt_shm_copies_total{kind="cuda"}), aligned or not.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from cuda.bindings import runtime as rt
+
+from service.protocols.v2_grpc import messages
+from support.program_fixtures import image_program  # noqa: F401
+from support.server import ServerProcess, upload
+
+pytestmark = pytest.mark.gpu
+IMAGE = (1, 3, 224, 224)
+IMAGE_BYTES = int(np.prod(IMAGE)) * 4
+
+
+def ok(result):
+    err, *values = result
+    assert err == rt.cudaError_t.cudaSuccess, err
+    return values[0] if len(values) == 1 else values
+
+
+class DeviceRegion:
+    """A device allocation and its IPC handle, as a client exports it."""
+
+    def __init__(self, nbytes: int):
+        ok(rt.cudaSetDevice(0))
+        self.nbytes = nbytes
+        self.pointer = int(ok(rt.cudaMalloc(nbytes)))
+        handle = ok(rt.cudaIpcGetMemHandle(self.pointer))
+        self.raw_handle = bytes((ctypes.c_char * 64).from_address(handle.getPtr()))
+
+    def write(self, array: np.ndarray, offset: int = 0) -> None:
+        kind = rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        ok(rt.cudaMemcpy(self.pointer + offset, array.ctypes.data, array.nbytes, kind))
+
+    def read(self, shape, offset: int = 0) -> np.ndarray:
+        out = np.empty(shape, np.float32)
+        kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        ok(rt.cudaMemcpy(out.ctypes.data, self.pointer + offset, out.nbytes, kind))
+        return out
+
+    def free(self) -> None:
+        ok(rt.cudaFree(self.pointer))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, image_program):
+    server = ServerProcess(
+        tmp_path_factory.mktemp("cudashm") / "artifacts", "--allow-client-shm", "--workers", "1"
+    ).start()
+    with server.client() as client:
+        response = upload(client, "img", image_program.pte, image_program.ptds)
+        assert response.status_code == 201, response.text
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def region():
+    made = DeviceRegion(2 * IMAGE_BYTES + 4096)
+    yield made
+    made.free()
+
+
+def register(server, name, region, byte_size=None):
+    body = {
+        "raw_handle": {"b64": base64.b64encode(region.raw_handle).decode()},
+        "device_id": 0,
+        "byte_size": region.nbytes if byte_size is None else byte_size,
+    }
+    return httpx.post(f"{server.url}/v2/cudasharedmemory/region/{name}/register", json=body)
+
+
+def unregister(server, name):
+    response = httpx.post(f"{server.url}/v2/cudasharedmemory/region/{name}/unregister")
+    assert response.status_code == 200, response.text
+
+
+def infer(server, name, in_offset, out_offset):
+    body = {
+        "inputs": [
+            {
+                "name": "input_0",
+                "datatype": "FP32",
+                "shape": list(IMAGE),
+                "parameters": {
+                    "shared_memory_region": name,
+                    "shared_memory_byte_size": IMAGE_BYTES,
+                    "shared_memory_offset": in_offset,
+                },
+            }
+        ],
+        "outputs": [
+            {
+                "name": "output_0",
+                "parameters": {
+                    "shared_memory_region": name,
+                    "shared_memory_byte_size": IMAGE_BYTES,
+                    "shared_memory_offset": out_offset,
+                },
+            }
+        ],
+    }
+    return httpx.post(f"{server.url}/v2/models/img/infer", json=body, timeout=60)
+
+
+def copies(server) -> dict[str, float]:
+    found = {}
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith('etrt_shm_copies_total{kind="cuda"'):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            found[reason] = float(line.split()[-1])
+    return found
+
+
+@pytest.mark.parametrize("in_offset", [0, 16], ids=["aligned", "misaligned16"])
+def test_inputs_and_outputs_through_cuda_shm(server, region, image_program, in_offset):
+    x = np.random.default_rng(in_offset).standard_normal(IMAGE, dtype=np.float32)
+    region.write(x, in_offset)
+    name = f"cuda_{in_offset}"
+    response = register(server, name, region)
+    assert response.status_code == 200, response.text
+    status = httpx.get(f"{server.url}/v2/cudasharedmemory/region/{name}/status").json()
+    assert status == [{"name": name, "device_id": 0, "byte_size": region.nbytes}]
+    before = copies(server)
+    out_offset = IMAGE_BYTES + 256
+    response = infer(server, name, in_offset, out_offset)
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    assert "data" not in output and output["parameters"]["shared_memory_region"] == name
+    expected = x * 2 + 1
+    np.testing.assert_allclose(region.read(IMAGE, out_offset), expected, rtol=1e-6)
+    after = copies(server)
+    assert after.get("to_host", 0) == before.get("to_host", 0) + 1
+    assert after.get("from_host", 0) == before.get("from_host", 0) + 1
+    unregister(server, name)
+    assert httpx.get(f"{server.url}/v2/cudasharedmemory/status").json() == []
+
+
+def test_grpc_registers_and_lists_cuda_regions(server, region):
+    with grpc.insecure_channel(server.grpc_url) as channel:
+
+        def call(rpc, **fields):
+            request = messages.message(f"{rpc}Request")(**fields)
+            method = channel.unary_unary(
+                f"/inference.GRPCInferenceService/{rpc}",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=messages.message(f"{rpc}Response").FromString,
+            )
+            return method(request)
+
+        call(
+            "CudaSharedMemoryRegister",
+            name="g",
+            raw_handle=region.raw_handle,
+            device_id=0,
+            byte_size=IMAGE_BYTES,
+        )
+        listed = call("CudaSharedMemoryStatus", name="")
+        assert listed.regions["g"].byte_size == IMAGE_BYTES and listed.regions["g"].device_id == 0
+        call("CudaSharedMemoryUnregister", name="g")
+        assert not call("CudaSharedMemoryStatus", name="").regions
+
+
+def test_hostile_cuda_regions_are_refused_naming_them(server, region):
+    too_big = register(server, "huge", region, byte_size=region.nbytes + (1 << 20))
+    assert too_big.status_code == 400 and "'huge'" in too_big.json()["error"]
+    assert "larger than the CUDA allocation" in too_big.json()["error"]
+    body = {"raw_handle": {"b64": base64.b64encode(b"\x01" * 64).decode()}, "byte_size": 64}
+    garbage = httpx.post(f"{server.url}/v2/cudasharedmemory/region/junk/register", json=body)
+    assert garbage.status_code == 400 and "'junk'" in garbage.json()["error"], garbage.text
+    body["device_id"] = 99
+    far = httpx.post(f"{server.url}/v2/cudasharedmemory/region/far/register", json=body)
+    assert far.status_code == 400 and "device_id 99" in far.json()["error"]
+    assert register(server, "fits", region).status_code == 200
+    past = infer(server, "fits", region.nbytes - 100, 0)
+    assert past.status_code == 400 and "past the end of region 'fits'" in past.json()["error"]
+    unregister(server, "fits")
+    assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
+
+
+def test_metrics_report_gpu_memory(server):
+    text = httpx.get(f"{server.url}/metrics").text
+    total = [line for line in text.splitlines() if line.startswith("nv_gpu_memory_total_bytes{")]
+    used = [line for line in text.splitlines() if line.startswith("nv_gpu_memory_used_bytes{")]
+    assert total and used, text[-2000:]
+    assert 'gpu="0"' in total[0] and "H200" in total[0]
+    assert float(total[0].split()[-1]) > 100e9
