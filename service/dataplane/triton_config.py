@@ -16,6 +16,7 @@ from __future__ import annotations
 from service.dataplane.signature import signature_of
 from service.dataplane.types import TensorSpec
 from service.dtypes import triton_type
+from service.ingest import version_policy
 from service.store.records import ModelDescription
 
 PLATFORM = "executorch"
@@ -95,7 +96,7 @@ def model_config(
         "name": description.name,
         "platform": PLATFORM,
         "backend": PLATFORM,
-        "version_policy": {"latest": {"num_versions": 1}},
+        "version_policy": config.get("version_policy", version_policy.DEFAULT),
         "max_batch_size": max_batch,
         "input": [_input(s, max_batch > 0) for s in signature.inputs] if signature else [],
         "output": [_output(s, max_batch > 0) for s in signature.outputs] if signature else [],

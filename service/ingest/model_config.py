@@ -17,12 +17,13 @@ import json
 from service.errors import Problem
 from service.ingest.config_checks import TOP, Checker, problem
 from service.ingest.priority_config import parse_priorities
+from service.ingest.version_policy import parse_version_policy
 from service.ingest.warmup_config import check_warmups, parse_warmups
 
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
-_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup")
+_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup", "version_policy")
 _BATCHING = (
     "max_queue_delay_microseconds",
     "preferred_batch_size",
@@ -71,6 +72,8 @@ def parse_model_config(source: str | bytes | dict | None) -> tuple[dict | None, 
         config["instance_group"] = _groups(check, top["instance_group"])
     if "model_warmup" in top:
         config["model_warmup"] = parse_warmups(check, top["model_warmup"], max_batch)
+    if "version_policy" in top:
+        config["version_policy"] = parse_version_policy(check, top["version_policy"])
     return (None if check.problems else config), check.problems
 
 

@@ -42,7 +42,7 @@ def test_commit_moves_files_into_a_model_directory_and_registers(tmp_path):
     assert stored.program_path.read_bytes() == b"program"
     assert [p.read_bytes() for p in stored.data_paths] == [b"E"]
     assert stored.directory.parent == tmp_path / "models"
-    assert rows(tmp_path) == [("m", stored.directory.name)]
+    assert rows(tmp_path) == [("m", stored.directory.name)] and stored.version == 1
     again = Storage(tmp_path).get("m")
     assert again.description == description and again.directory == stored.directory
 
@@ -75,21 +75,21 @@ def test_replace_switches_the_row_and_keeps_the_old_files_until_removed(tmp_path
     assert not first.directory.exists() and len(rows(tmp_path)) == 1
 
 
-def test_reinstate_undoes_a_replace(tmp_path):
+def test_rollback_undoes_a_replace(tmp_path):
     storage = Storage(tmp_path)
     first, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
     second, replaced = storage.commit("m", *_stage(storage, b"two"), replace=True)
-    storage.reinstate(replaced, second)
+    storage.rollback([second], [replaced])
     assert storage.get("m").directory == first.directory and not second.directory.exists()
 
 
 def test_unregister_then_remove_leaves_only_the_registry(tmp_path):
     storage = Storage(tmp_path)
     stored, _ = storage.commit("m", *_stage(storage, data={"w.ptd": b"W"}), replace=False)
-    assert storage.unregister("m").directory == stored.directory
+    assert [m.directory for m in storage.unregister("m")] == [stored.directory]
     storage.remove_directory(stored)
     assert all_files(tmp_path) == [REGISTRY] and rows(tmp_path) == []
-    assert storage.unregister("m") is None
+    assert storage.unregister("m") == []
 
 
 def test_reconcile_removes_leftovers_and_rows_whose_files_are_gone(tmp_path):
@@ -177,7 +177,7 @@ def test_a_registry_written_before_versioning_is_migrated(tmp_path):
     assert Storage(tmp_path).get("stored").description == stored.description
     assert storage.unloaded() == set()
     storage.set_unloaded("ready", True)
-    assert Storage(tmp_path).unloaded() == {"ready"}
+    assert Storage(tmp_path).unloaded() == {("ready", 1)}
 
 
 def test_a_new_upload_of_an_unloaded_name_is_served(tmp_path):

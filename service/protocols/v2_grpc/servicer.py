@@ -13,7 +13,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from service.dataplane.repository import load_config
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import Invalid, NotFound, clip, invalid
 from service.protocols.v2_grpc import codec, messages, wire
@@ -175,7 +175,9 @@ class InferenceServicer:
         signatures = await self.service.signatures(request.name, request.version or None)
         signature = signatures.get(DEFAULT_METHOD)
         response = messages.ModelMetadataResponse(
-            name=request.name, versions=[MODEL_VERSION], platform=PLATFORM
+            name=request.name,
+            versions=await self.service.served_versions(request.name),
+            platform=PLATFORM,
         )
         for specs, target in (
             ((signature.inputs, response.inputs), (signature.outputs, response.outputs))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from service.backends.versions import runtime_versions
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
 
 SERVER_NAME = "etrt-server"
@@ -59,7 +59,7 @@ async def model_metadata(service: ModelService, name: str, version: str | None) 
     forward = signatures.get(DEFAULT_METHOD)
     return {
         "name": name,
-        "versions": [MODEL_VERSION],
+        "versions": await service.served_versions(name),
         "platform": PLATFORM,
         **(_method(forward) if forward else {"inputs": [], "outputs": []}),
         "methods": {method: _method(sig) for method, sig in signatures.items()},
