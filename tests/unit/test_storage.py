@@ -210,3 +210,91 @@ def test_the_migration_is_logged_only_when_something_migrated(tmp_path, caplog):
         Storage(tmp_path / "new")  # created at it
         Storage(tmp_path / "new")
     assert not [r for r in caplog.records if "migrated" in r.getMessage()]
+
+
+# --- versions: one row per model version (schema 3) -------------------------------------------
+
+
+def test_versions_of_a_model_are_rows_of_their_own(tmp_path):
+    storage = Storage(tmp_path)
+    one, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
+    two, replaced = storage.commit("m", *_stage(storage, b"two"), replace=False, version=2)
+    assert replaced is None and (one.version, two.version) == (1, 2)
+    assert one.directory != two.directory and one.program_path.read_bytes() == b"one"
+    assert storage.get("m").version == 2 and storage.get("m", 1).directory == one.directory
+    with pytest.raises(NameTaken):
+        storage.commit("m", *_stage(storage, b"again"), replace=False, version=2)
+    assert [m.version for m in Storage(tmp_path).reconcile()] == [1, 2]
+    storage.set_unloaded("m", True, version=1)
+    assert storage.unloaded() == {("m", 1)}
+    assert [m.version for m in storage.unregister("m", 1)] == [1]
+    assert [(m.name, m.version) for m in storage.all()] == [("m", 2)]
+
+
+def test_an_exclusive_commit_makes_the_model_exactly_its_versions_in_one_transaction(tmp_path):
+    storage = Storage(tmp_path)
+    old = [storage.commit("m", *_stage(storage, b"v%d" % v), False, version=v)[0] for v in (1, 2)]
+    staged = {v: _stage(storage, b"new%d" % v) for v in (2, 3)}
+    new, displaced = storage.commit_versions("m", staged, replace=True, exclusive=True)
+    assert [m.version for m in new] == [2, 3]
+    assert [m.directory for m in displaced] == [m.directory for m in old]
+    assert [(m.version, m.program_path.read_bytes()) for m in storage.all()] == [
+        (2, b"new2"),
+        (3, b"new3"),
+    ]
+    storage.rollback(new, displaced)  # as if version 3 could not be opened
+    assert [(m.version, m.program_path.read_bytes()) for m in storage.all()] == [
+        (1, b"v1"),
+        (2, b"v2"),
+    ]
+    assert not any(m.directory.exists() for m in new)
+
+
+def test_a_commit_that_fails_in_its_transaction_leaves_no_version_behind(tmp_path):
+    storage = Storage(tmp_path)
+    storage.commit("m", *_stage(storage, b"one"), replace=False)
+    staged = {v: _stage(storage, b"x") for v in (1, 2)}  # 1 is taken
+    with pytest.raises(NameTaken):
+        storage.commit_versions("m", staged, replace=False)
+    assert [m.version for m in storage.all()] == [1]
+    assert len(list((tmp_path / "models").iterdir())) == 1
+
+
+def _schema_2_registry(root, rows):
+    """A registry exactly as schema 2 wrote it: one row per model, keyed by name."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "models").mkdir(exist_ok=True)
+    with sqlite3.connect(root / REGISTRY) as db:
+        db.execute(
+            "CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+            "description TEXT NOT NULL, created_at REAL NOT NULL, "
+            "unloaded INTEGER NOT NULL DEFAULT 0)"
+        )
+        for name, unloaded in rows:
+            folder = root / "models" / f"{name}.0123abcd"
+            folder.mkdir()
+            (folder / PROGRAM_FILE).write_bytes(b"program")
+            record = ModelDescription(
+                name, (StoredFile("m.pte", "program", 7, "ab"),), ({"name": "forward"},)
+            )
+            db.execute(
+                "INSERT INTO models VALUES (?, ?, ?, 0, ?)",
+                (name, folder.name, json.dumps(record.to_json()), unloaded),
+            )
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+
+
+def test_a_schema_2_registry_becomes_version_1_of_each_model(tmp_path, caplog):
+    _schema_2_registry(tmp_path, [("a", 0), ("b", 1)])
+    with caplog.at_level("INFO", logger="service.store.storage"):
+        storage = Storage(tmp_path)
+    assert "registry migrated from schema 2 to 3" in caplog.text
+    a, b = storage.reconcile()
+    assert (a.name, a.version, b.name, b.version) == ("a", 1, "b", 1)
+    assert a.program_path.read_bytes() == b"program" and a.description.methods[0]["name"]
+    assert storage.unloaded() == {("b", 1)}
+    two, _ = storage.commit("a", *_stage(storage, b"two"), replace=False, version=2)
+    assert [m.version for m in Storage(tmp_path).reconcile()] == [1, 2, 1]
+    with sqlite3.connect(tmp_path / REGISTRY) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
