@@ -258,7 +258,8 @@ class Deployment:
             await self._close(served)
         for model in displaced:
             await asyncio.to_thread(self.storage.remove_directory, model)
-        return self._description(name)
+        # An upload of one version is answered with that version's description.
+        return self._description(name, None, None if exclusive else new[0].version)
 
 
 def _in_version(problems: list[Problem], part: StagedUpload, upload: StagedUpload) -> list:
