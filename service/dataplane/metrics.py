@@ -198,8 +198,9 @@ class Metrics:
         )
         self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
-        # (model, method) -> the scheduler's current queue depth, read when rendering.
-        self._queues: dict[tuple[str, str], Callable[[], int]] = {}
+        # (model, method, version) -> the scheduler's current queue depth, read when rendering;
+        # the gauge sums a model's versions.
+        self._queues: dict[tuple[str, str, str], Callable[[], int]] = {}
         # (model, version) -> its serving pool, whose memory is measured when rendering (weak: a
         # replaced or deleted version's pool must not be kept alive by its metrics).
         self._pools: dict[tuple[str, int], weakref.ref] = {}
@@ -248,10 +249,12 @@ class Metrics:
         with self._lock:
             self.batch_size.observe((model, method), rows)
 
-    def watch_queue(self, model: str, method: str, depth: Callable[[], int]) -> None:
+    def watch_queue(
+        self, model: str, method: str, depth: Callable[[], int], version: str = "1"
+    ) -> None:
         """Registers the live queue depth of a model method (replacing a replaced model's)."""
         with self._lock:
-            self._queues[(model, method)] = depth
+            self._queues[(model, method, version)] = depth
 
     def _queue_depths(self) -> Gauge:
         depths = Gauge(
@@ -259,8 +262,8 @@ class Metrics:
             "Requests waiting to execute: queued for a dynamic batch or for a free method instance",
             ("model", "method"),
         )
-        for labels, depth in self._queues.items():
-            depths.add(labels, depth())
+        for (model, method, _), depth in self._queues.items():
+            depths.add((model, method), depth())
         return depths
 
     def upload_finished(self, outcome: str, rules: list[str]) -> None:
