@@ -233,7 +233,8 @@ class ModelService(Deployment, Inference, Repository):
     # -- metadata -------------------------------------------------------------------------------
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether the model (and version) exists and can serve now; unknown ones raise."""
+        """Whether the model can serve now; an unknown model, an unknown version and a version
+        not served raise NotFound (gRPC's ModelReady answers those not ready)."""
         self._description(name)
         number = parse_version(name, version)
         entry = self._catalog.get(name)
@@ -241,8 +242,8 @@ class ModelService(Deployment, Inference, Repository):
             return False
         if number is None:
             return bool(entry.served)
-        entry.stored_version(number)
-        return number in entry.served
+        entry.served_version(number)
+        return True
 
     def _served_stored(self, name: str, version: str | None):
         """The stored version a metadata call describes: the version named, which must be

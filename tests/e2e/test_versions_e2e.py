@@ -129,9 +129,15 @@ def test_the_version_policy_decides_which_versions_serve(
             )
             assert grpc.is_model_ready(name, str(version))
             continue
-        # Stored but not served: not ready, and 404 / NOT_FOUND naming the model and version.
+        # Stored but not served: 404 / NOT_FOUND naming the model and version (not ready).
         assert not http.is_model_ready(name, str(version))
         assert not grpc.is_model_ready(name, str(version))
+        with shared_server.client() as client:
+            ready = client.get(f"/v2/models/{name}/versions/{version}/ready")
+            config = client.get(f"/v2/models/{name}/versions/{version}/config")
+        for answer in (ready, config):
+            assert answer.status_code == 404
+            assert f"'{name}' version {version} is not served" in answer.json()["error"]
         with pytest.raises(InferenceServerException) as refused:
             http_infer(http, name, str(version))
         assert refused.value.status() == "404"
