@@ -345,3 +345,51 @@ def test_versions_through_two_fronts(start_server, scale_programs):
             kept = client.post("/v2/models/fronts/infer", json=body)
         assert gone.status_code == 404, gone.text
         assert kept.status_code == 200 and kept.json()["model_version"] == "1"
+
+
+def _downgrade_to_schema_2(artifacts):
+    """Rewrites the registry as the release before versions wrote it: one row per model keyed
+    by name, schema 2 (the files stay where they are)."""
+    import sqlite3
+
+    db = sqlite3.connect(artifacts / "registry.sqlite3", isolation_level=None)
+    db.execute("BEGIN")
+    db.execute(
+        "CREATE TABLE old (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+        "description TEXT NOT NULL, created_at REAL NOT NULL, "
+        "unloaded INTEGER NOT NULL DEFAULT 0)"
+    )
+    db.execute(
+        "INSERT INTO old SELECT name, directory, description, created_at, unloaded FROM models"
+    )
+    db.execute("DROP TABLE models")
+    db.execute("ALTER TABLE old RENAME TO models")
+    db.execute("PRAGMA user_version = 2")
+    db.execute("COMMIT")
+    db.close()
+
+
+def test_models_stored_by_the_release_before_versions_keep_serving(start_server, scale_programs):
+    server = start_server()
+    with server.client() as client:
+        assert upload(client, "old", scale_programs[1]).status_code == 201
+        assert upload(client, "parked", scale_programs[2]).status_code == 201
+    with http_triton.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        client.unload_model("parked")
+    server.stop()
+    _downgrade_to_schema_2(server.artifacts)
+    server.start()
+    with http_triton.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        np.testing.assert_allclose(http_infer(client, "old", "1").as_numpy("output_0"), expected(1))
+        assert client.get_model_metadata("old")["versions"] == ["1"]
+        assert not client.is_model_ready("parked")  # unloaded before the upgrade: still so
+        client.load_model("parked")
+        np.testing.assert_allclose(http_infer(client, "parked").as_numpy("output_0"), expected(2))
+    with server.client() as client:  # and it takes new versions
+        added = upload(client, "old", scale_programs[3], fields={"version": "2"})
+        assert added.status_code == 201 and added.json()["state"] == "ready", added.text
+        answer = client.get("/models/old").json()
+        assert [(v["version"], v["state"]) for v in answer["versions"]] == [
+            ("1", "unavailable"),
+            ("2", "ready"),
+        ]
