@@ -56,10 +56,10 @@ def in_process(
     """(req/s, executes per batch size) of closed loops submitting to the scheduler directly."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.backends.host import import_host
     from service.dataplane.metrics import Metrics
     from service.dataplane.model_pool import ModelPool
     from service.dataplane.scheduler import Scheduler
+    from service.native_host import import_host
     from service.store.records import ModelDescription, StoredFile, StoredModel
 
     description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())

@@ -149,7 +149,7 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
 class Ours:
     """A real `python -m service --workers N` with the two programs deployed."""
 
-    def __init__(self, scratch: Path, exported: dict, workers: int):
+    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
             scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
@@ -157,7 +157,13 @@ class Ours:
         self.url = self.server.url
         with self.server.client() as client:
             for name, program in exported.items():
-                assert upload(client, name, program.pte).status_code == 201
+                # The floor executes in each of its N processes at once; the engine's way to
+                # run N executes of one model at once is N instances of its method (planned
+                # memory each, weights and engine shared): as a Triton user would configure it.
+                # The same count with 1 and N fronts, so that section e compares like with like.
+                config = {"instance_group": [{"count": instances}]}
+                response = upload(client, name, program.pte, fields={"config": json.dumps(config)})
+                assert response.status_code == 201, response.text
 
     def engine_rss_kib(self) -> dict:
         (engine,) = role_pids(self.server, "engine")
@@ -167,6 +173,18 @@ class Ours:
             if key in ("RssAnon", "RssFile", "RssShmem"):
                 fields[key] = int(rest.split()[0])
         return fields
+
+    def model_memory(self) -> dict:
+        """The models' own memory as the engine reports it (/metrics): mapped file pages and
+        planned arenas, per model."""
+        with self.server.client() as client:
+            text = client.get("/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if line.startswith(("etrt_model_resident_bytes{", "etrt_model_planned_arena_bytes{")):
+                series, _, value = line.rpartition(" ")
+                found[series] = int(float(value))
+        return found
 
     def stop(self) -> None:
         self.server.stop()
@@ -218,8 +236,9 @@ def main() -> None:
         results[label] = _load(server.url, request, conns, seconds, scratch)
         print(f"  {label:<34} {results[label]}", flush=True)
 
-    one = Ours(scratch, exported, 1)
-    many = Ours(scratch, exported, n) if n > 1 else None
+    instances = max(2, n)
+    one = Ours(scratch, exported, 1, instances)
+    many = Ours(scratch, exported, n, instances) if n > 1 else None
     try:
         if "a" in args.sections:
             print(f"\na. tiny program, native JSON /infer, wrk -t4 -c64, {seconds:g} s each")
@@ -230,9 +249,9 @@ def main() -> None:
             if n > 1:
                 baseline(f"floor, {n} processes", "floor", tiny_pte, tiny_json("m"), n, 64)
                 try:
-                    baseline(
-                        f"LitServe, {n} workers", "litserve-host", tiny_pte, tiny_json("m"), n, 64
-                    )
+                    # LitServe serves its API at /predict, the same body.
+                    lit = Request("/predict", tiny_json("m").body)
+                    baseline(f"LitServe, {n} workers", "litserve-host", tiny_pte, lit, n, 64)
                 except RuntimeError as exc:
                     log = scratch / f"LitServe, {n} workers.log"
                     tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
@@ -352,6 +371,10 @@ def main() -> None:
             print("\ne. engine process memory (KiB) after the runs above")
             print(f"  --workers 1: {one.engine_rss_kib()}")
             print(f"  --workers {n}: {many.engine_rss_kib()}")
+            print("  the models' own memory, bytes (etrt_model_*):")
+            mine, theirs = one.model_memory(), many.model_memory()
+            for series in sorted(mine):
+                print(f"    {series}: {mine[series]} with 1 front, {theirs.get(series)} with {n}")
     finally:
         one.stop()
         if many:

@@ -81,7 +81,7 @@ def export(model, example, out: Path, xnnpack: bool) -> tuple[Path, list[Path]]:
 def time_execute(
     pte: Path, ptds: list[Path], x: np.ndarray, runs: int
 ) -> tuple[list[float], np.ndarray]:
-    from service.backends.host import import_host
+    from service.native_host import import_host
 
     ethost = import_host(("service.backends.xnnpack:install_backend",))
     method = ethost.Program(str(pte), [str(p) for p in ptds]).load_method("forward")

@@ -5,11 +5,14 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
+from service.inline_policy import InlinePolicy
 from service.protocols import docs_page, http_errors
+from service.protocols.fast_routes import FastRoutes
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
 from service.protocols.v2_grpc.auth import TokenInterceptor
@@ -18,23 +21,35 @@ from service.protocols.v2_rest import routes as v2_routes
 
 
 class ServerApp(FastAPI):
-    """FastAPI, except that the inference routes (POST /infer, POST /v2/models/.../infer) go
-    straight to their endpoints behind the same token check and 500 guard: FastAPI's per-request
-    work costs more than running a small program (protocols/native/infer_endpoint.py). Taking
-    this door or the router's gives the same answers."""
+    """FastAPI, except that the fast routes (service/protocols/fast_routes.py: the inference
+    routes) go straight to their endpoints behind the same token check and 500 guard."""
 
-    # The ASGI stacks of the two inference endpoints, set by create_app.
-    native_infer = v2_infer = None
+    fast: FastRoutes  # set by create_app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            path = scope["path"]
-            if path == "/infer":
-                return await self.native_infer(scope, receive, send)
-            if path.startswith("/v2/models/") and v2_routes.INFER_PATH.fullmatch(path):
-                scope["app"] = self  # as Starlette sets it: the handler reads app.state
-                return await self.v2_infer(scope, receive, send)
+        if scope["type"] == "http":
+            found = self.fast.match(scope["method"], scope["path"])
+            if found is not None:
+                endpoint, scope["path_params"] = found
+                scope["app"] = self  # as Starlette sets it: handlers read app.state
+                return await endpoint(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+
+def _openapi(app: FastAPI):
+    """The schema of the app's routes and of its fast routes, from their declarations."""
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=[*app.routes, *app.fast.schema_routes()],
+            )
+        return app.openapi_schema
+
+    return openapi
 
 
 def create_app(settings: Settings, service=None, offload_workers: int | None = None) -> FastAPI:
@@ -42,7 +57,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     (service/engine/client.py), and without one the app runs its own ModelService in-process."""
     service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
-    offload = Offload(offload_workers)
+    offload = Offload(offload_workers, InlinePolicy(settings.inline_execute_us))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -65,14 +80,18 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     )
     app.state.service = service
     app.state.offload = offload
-    infer_endpoint = http_routes.install(app)
+
+    def guarded(endpoint):
+        # Without an inference token these paths check nothing: no layer to pass through.
+        checked = auth.TokenAuth(endpoint, policy=policy) if policy.infer_token else endpoint
+        return http_errors.UnexpectedErrors(checked)
+
+    # The one table of routes served past FastAPI, each behind the token check and 500 guard.
+    app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
     v2_routes.install(app)
     docs_page.install(app)
+    app.openapi = _openapi(app)
     # Outside the routes: nothing is read or routed for a request it denies.
     app.add_middleware(auth.TokenAuth, policy=policy)
     http_errors.install(app)
-    app.native_infer = http_errors.UnexpectedErrors(auth.TokenAuth(infer_endpoint, policy=policy))
-    app.v2_infer = http_errors.UnexpectedErrors(
-        auth.TokenAuth(v2_routes.infer_endpoint, policy=policy)
-    )
     return app

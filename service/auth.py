@@ -41,7 +41,8 @@ class AuthConfigError(Exception):
 
 
 def http_scope(method: str, path: str, metrics_auth: str = "none") -> str:
-    path = re.sub("/+", "/", path)
+    if "//" in path:
+        path = re.sub("/+", "/", path)
     if path in _HEALTH_PATHS:
         return OPEN
     if path == "/metrics":

@@ -13,7 +13,12 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.inline_policy import InlinePolicy
+
 MiB = 1024 * 1024
+# The delegate backends `--backends` may name, as names only: service.backends.registry holds
+# them (and checks it holds exactly these), so settings import nothing above them.
+BACKEND_NAMES = ("tensorrt", "xnnpack")
 
 
 def default_workers(cores: int | None = None) -> int:
@@ -45,7 +50,7 @@ class Settings:
     max_json_bytes: int = 64 * MiB
     instances_per_model: int = 2
     # Methods whose recent executes took less than this run on the event loop (model_pool.py).
-    inline_execute_us: float = 100.0
+    inline_execute_us: float = InlinePolicy.execute_us
     infer_threads: int = 32
     # Intra-op parallelism: ExecuTorch's kernels share one process-wide thread pool that runs one
     # parallel region at a time, so with it, concurrent requests wait on each other (measured:
@@ -58,7 +63,7 @@ class Settings:
     # with the host, in the server and in every ingest check child, and brings its ingest check
     # and metrics. TensorRT needs no TensorRT or GPU to start, so a CPU host serves CPU and
     # XNNPACK programs and refuses (or stores unverified) TensorRT ones.
-    backends: tuple[str, ...] = ("tensorrt", "xnnpack")
+    backends: tuple[str, ...] = BACKEND_NAMES
     # When set, these "module:function" callables register the backends instead of the enabled
     # backends' own setups (tests install stand-ins this way); the backends' checks still apply.
     backend_setup: tuple[str, ...] | None = None
@@ -74,15 +79,6 @@ class Settings:
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
-
-    @property
-    def setups(self) -> tuple[str, ...]:
-        """The "module:function" callables that register the backends, in order."""
-        if self.backend_setup is not None:
-            return self.backend_setup
-        from service.backends.registry import enabled
-
-        return tuple(backend.setup for backend in enabled(self.backends))
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace').
@@ -328,11 +324,9 @@ def parse_settings(
         parser.error("--model-name serves one --model-dir as that model: give exactly one")
     if not 0 <= settings.grpc_port <= 65535:
         parser.error("grpc_port must be a TCP port (0 disables gRPC)")
-    from service.backends.registry import KNOWN
-
-    unknown = [name for name in settings.backends if name not in KNOWN]
+    unknown = [name for name in settings.backends if name not in BACKEND_NAMES]
     if unknown:
-        parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}")
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(BACKEND_NAMES)}")
     for attr in (
         "max_program_bytes",
         "max_data_bytes",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service import rules
+
 # Client strings (model names, tensor names, ...) are cut to this many characters wherever they
 # are echoed into an error body or a log line: a 10 MB name must not become a 10 MB answer. Above
 # the longest name any rule accepts (255-byte file names), so a name refused for its length is
@@ -121,7 +123,7 @@ def input_problem(label: str | None, rule: str, message: str) -> Invalid:
 
 def too_large(what: str, limit: int) -> TooLarge:
     message = f"{what} is larger than the limit of {limit} bytes"
-    return TooLarge(message, [Problem(None, "request.too_large", message)])
+    return TooLarge(message, [Problem(None, rules.REQUEST_TOO_LARGE, message)])
 
 
 def invalid(rule: str, message: str, file: str | None = None) -> Invalid:

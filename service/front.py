@@ -19,6 +19,7 @@ from service.config import decode_settings
 from service.engine.client import EngineClient
 from service.ingest import child_guard
 from service.ipc.gc_tuning import tune_for_serving
+from service.protocols.http_transport import GatheringHttpToolsProtocol
 
 
 def main() -> None:
@@ -41,7 +42,10 @@ def main() -> None:
         uvicorn.Config(
             app,
             loop="uvloop",
-            http="httptools",
+            http=GatheringHttpToolsProtocol,
+            # Nothing here reads the client's address or scheme, so X-Forwarded-* need not be
+            # parsed on every request.
+            proxy_headers=False,
             log_level=settings.log_level,
             access_log=settings.access_log,
         )

@@ -2,12 +2,13 @@
 
 A backend is an ExecuTorch delegate the native host can run (its id is the one programs name in
 their delegate entries). Everything the server does differently per backend hangs off this
-object, so adding a backend means adding a package under service/backends/ and one entry in
-service.backends.registry, and nothing in the dataplane, ingest or protocols changes:
+object, so adding a backend means adding a package under service/backends/, one entry in
+service.backends.registry and its name in service.config.BACKEND_NAMES, and nothing in the
+dataplane, ingest or protocols changes:
 
 - setup: "module:function" that loads and registers its native library with the host; it runs in
   the server and in every ingest check child, which must see the same backends;
-- check: the ingest check for its delegates (service.ingest.pipeline.DelegateCheck), if any
+- check: the ingest check for its delegates (service.ingest.delegates.DelegateCheck), if any
   beyond loading the program in the check child;
 - metrics: what it counts of its delegates, rendered with the server's metrics;
 - description_fields: the keys its check puts in a delegate's "details" in model descriptions.

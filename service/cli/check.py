@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service import rules
 from service.backends.tensorrt.checks import UNVERIFIED_OPTION
 from service.cli.plan_head import recorded_plans
 from service.cli.targets import Target, Verdict, judge
@@ -26,7 +27,7 @@ from service.ingest.pipeline import IngestRefused, run_ingest
 
 OK, REFUSED, NOT_VERIFIABLE = "ok", "refused", "not_verifiable"
 EXIT_CODES = {OK: 0, REFUSED: 1, NOT_VERIFIABLE: 2}
-UNVERIFIABLE_RULE = "tensorrt.unverifiable"
+UNVERIFIABLE_RULE = rules.TENSORRT_UNVERIFIABLE
 
 
 @dataclass
@@ -98,8 +99,9 @@ def check_files(
     model_name: str,
     target: Target | None,
 ) -> CheckResult:
-    from service.backends.host import import_host
+    from service.backends.registry import ingest_backends
     from service.cli.local_upload import stage_local
+    from service.native_host import import_host
 
     with tempfile.TemporaryDirectory(prefix="etrt-check-") as scratch:
         scratch = Path(scratch)
@@ -107,9 +109,10 @@ def check_files(
         staging.mkdir()
         upload = stage_local(staging, model_name, program, data, config)
         settings = _settings(scratch / "artifacts")
-        import_host(settings.setups)  # as the server does at start: its checks see the backends
+        backends = ingest_backends(settings)
+        import_host(backends.setups)  # as the server does at start: its checks see the backends
         try:
-            description = run_ingest(upload, settings)
+            description = run_ingest(upload, settings, backends)
         except IngestRefused as refused:
             return CheckResult(REFUSED, refused.problems)
         plans = recorded_plans(upload)

@@ -31,6 +31,7 @@ from service.errors import (
 from service.ingest.model_config import instance_count
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
+from service.inline_policy import InlinePolicy
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
 
@@ -69,7 +70,7 @@ class Deployment:
                 self._ethost,
                 instance_count(stored.description.config, self.settings.instances_per_model),
                 self.settings.kernel_threadpool,
-                self.settings.inline_execute_us * 1e-6,
+                InlinePolicy(self.settings.inline_execute_us).execute_below_s,
             ),
             stored.version,
         )
@@ -207,7 +208,7 @@ class Deployment:
             for part in upload.parts:
                 try:
                     descriptions[part.version] = await asyncio.get_running_loop().run_in_executor(
-                        self._ingest, run_ingest, part, self.settings
+                        self._ingest, run_ingest, part, self.settings, self._ingest_backends
                     )
                 except IngestRefused as refusal:
                     problems += _in_version(refusal.problems, part, upload)

@@ -1,7 +1,6 @@
-"""Counters of what the dataplane did, rendered in Prometheus' text exposition format (0.0.4).
+"""Counters of what the dataplane did, rendered in Prometheus' text format (service/prometheus.py).
 
-The core updates them and any transport renders them; nothing here knows about HTTP. The format
-is small and stable, so it is written here instead of pulling in a client library.
+The core updates them and any transport renders them; nothing here knows about HTTP.
 
 Cardinality stays bounded: model names have passed the ingest name rules, method names come from
 stored programs, and a request naming a model or method that does not exist is counted under
@@ -10,142 +9,16 @@ UNKNOWN, never under the client's string. Deleting a model removes its series.
 
 from __future__ import annotations
 
-import bisect
 import functools
-import math
 import threading
 import weakref
 from collections.abc import Callable
 
 from service.dataplane import residency
+from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
 UNKNOWN = "(unknown)"
-DURATION_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
-BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-
-def escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
-def _series(name: str, names: tuple[str, ...], values: tuple[str, ...]) -> str:
-    if not names:
-        return name
-    pairs = ",".join(f'{n}="{escape_label_value(v)}"' for n, v in zip(names, values))
-    return f"{name}{{{pairs}}}"
-
-
-class Family:
-    """One metric name: its HELP and TYPE lines and one sample per combination of label values.
-    Subclasses name the TYPE in `kind`."""
-
-    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...] = ()):
-        self.name = name
-        self.help = help_text
-        self.label_names = label_names
-        self.samples: dict[tuple[str, ...], float] = {}
-
-    def add(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        self.samples[labels] = self.samples.get(labels, 0.0) + amount
-
-    def remove(self, label: str, value: str) -> None:
-        at = self.label_names.index(label)
-        self.samples = {k: v for k, v in self.samples.items() if k[at] != value}
-
-    def _lines(self) -> list[str]:
-        return [
-            f"{_series(self.name, self.label_names, labels)} {format_value(value)}"
-            for labels, value in sorted(self.samples.items())
-        ]
-
-    def render(self) -> list[str]:
-        return [
-            f"# HELP {self.name} {_escape_help(self.help)}",
-            f"# TYPE {self.name} {self.kind}",
-            *self._lines(),
-        ]
-
-
-class Counter(Family):
-    kind = "counter"
-
-
-class Gauge(Family):
-    kind = "gauge"
-
-
-class Histogram(Family):
-    """Cumulative buckets, sum and count per label combination, as Prometheus expects them."""
-
-    kind = "histogram"
-
-    def __init__(
-        self,
-        name: str,
-        help_text: str,
-        label_names: tuple[str, ...],
-        buckets: tuple[float, ...] = DURATION_BUCKETS,
-    ):
-        super().__init__(name, help_text, label_names)
-        self.buckets = tuple(sorted(buckets))
-        self.samples: dict[tuple[str, ...], list[float]] = {}
-
-    def observe(self, labels: tuple[str, ...], value: float) -> None:
-        # Per bucket (non-cumulative), then +Inf, sum and count.
-        state = self.samples.setdefault(labels, [0.0] * (len(self.buckets) + 3))
-        index = bisect.bisect_left(self.buckets, value)  # the first bound >= value
-        state[index] += 1
-        state[-2] += value
-        state[-1] += 1
-
-    def _lines(self) -> list[str]:
-        names = (*self.label_names, "le")
-        lines = []
-        for labels, state in sorted(self.samples.items()):
-            cumulative = 0.0
-            for bound, count in zip((*self.buckets, math.inf), state):
-                cumulative += count
-                bucket = _series(self.name + "_bucket", names, (*labels, format_value(bound)))
-                lines.append(f"{bucket} {format_value(cumulative)}")
-            lines.append(
-                f"{_series(self.name + '_sum', self.label_names, labels)} {format_value(state[-2])}"
-            )
-            lines.append(
-                f"{_series(self.name + '_count', self.label_names, labels)} "
-                f"{format_value(state[-1])}"
-            )
-        return lines
 
 
 class Metrics:
@@ -227,14 +100,27 @@ class Metrics:
         queued_s: float | None,
         total_s: float,
     ) -> None:
+        """`token`: request_started's, or None for a request counted only once it is done (one
+        served without a wait, or refused by a front)."""
         with self._lock:
-            if self._live.get(model) is not token:  # its series went with the model
-                return
-            self.inflight.add((model,), -1)
+            if token is not None:
+                if self._live.get(model) is not token:  # its series went with the model
+                    return
+                self.inflight.add((model,), -1)
             self.requests.add((model, method, outcome))
             self.duration.observe((model, method), total_s)
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
+
+    def record_served(self, model: str, method: str, rows: int, total_s: float) -> None:
+        """request_finished (ok, not queued) and batch_executed of a request that was an
+        execute of its own: one call and one lock on the engine's shortest path."""
+        labels = (model, method)
+        with self._lock:
+            self.requests.add((model, method, "ok"))
+            self.duration.observe(labels, total_s)
+            self.queue.observe(labels, 0.0)
+            self.batch_size.observe(labels, rows)
 
     def front_request(self, front: int) -> None:
         with self._lock:

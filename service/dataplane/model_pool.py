@@ -125,6 +125,29 @@ class ModelPool:
         self.admit()
         return await self.run_admitted(method, inputs, executor, acquired, timeout_s)
 
+    def can_run_now(self, method: str) -> bool:
+        """Whether run_now may execute the method: an instance is free, nobody waits for one
+        (no request jumps the line), and its recent executes are short enough to run inline."""
+        slots = self._methods[method]
+        return (
+            not self.closed
+            and slots.waiting == 0
+            and bool(slots.free)
+            and slots.recent_s is not None
+            and slots.recent_s < self.inline_below_s
+        )
+
+    def run_now(self, method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Executes on the event loop at once; only right after can_run_now said so, with no
+        await between. The instance is back before anything else runs on the loop, so the
+        semaphore, which counts free instances for run(), needs no update."""
+        slots = self._methods[method]
+        instance = slots.free.pop()
+        try:
+            return slots.execute(instance, inputs)
+        finally:
+            slots.free.append(instance)
+
     def admit(self) -> None:
         """Counts a request as in flight until its run_admitted ends: close() waits for it.
 

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+from service import rules
 from service.errors import ServiceError, Unavailable, clip, invalid
 from service.ingest.model_dirs import stage_folder, unchanged
 from service.ingest.staging import stage_files, stage_stored
@@ -23,13 +24,13 @@ def load_config(value) -> dict:
     """The `config` parameter of a repository load: JSON text holding the model configuration,
     as the REST and gRPC protocols both carry it. Its content is checked by the ingest."""
     if not isinstance(value, str):
-        raise invalid("repository.config", "'config' must be a string of JSON")
+        raise invalid(rules.REPOSITORY_CONFIG, "'config' must be a string of JSON")
     try:
         config = json.loads(value)
     except (ValueError, RecursionError) as exc:
-        raise invalid("repository.config", f"'config' is not valid JSON: {clip(exc)}") from None
+        raise invalid(rules.REPOSITORY_CONFIG, f"'config' is not valid JSON: {clip(exc)}") from None
     if not isinstance(config, dict):
-        raise invalid("repository.config", "'config' must be a JSON object")
+        raise invalid(rules.REPOSITORY_CONFIG, "'config' must be a JSON object")
     return config
 
 

@@ -201,6 +201,22 @@ class Scheduler:
         self._record(rows, 0, time.perf_counter_ns() - started[0], 0)
         return outputs
 
+    def can_run_now(self) -> bool:
+        """Whether a request would execute at once and inline (see ModelPool.run_now): the
+        method is scheduled directly, not queued, and nothing waits before it."""
+        return not self.queued and self.pool.can_run_now(self.method)
+
+    def run_now(self, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], int, int]:
+        """submit() without a wait, only right after can_run_now said so: (outputs, rows,
+        nanoseconds executing). The caller counts the execute with its request, in one go
+        (Statistics.record_served, Metrics.record_served)."""
+        rows = self._rows(arrays) if self.max_batch else 1
+        begun = time.perf_counter_ns()
+        outputs = self.pool.run_now(self.method, arrays)
+        infer_ns = time.perf_counter_ns() - begun
+        self._recent_execute_s = infer_ns / 1e9
+        return outputs, rows, infer_ns
+
     def _record(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One successful execute of `rows` rows (Triton's batch size: the requests' rows
         together where the model batches, else 1 per request)."""

@@ -14,13 +14,12 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from service.backends.host import import_host
-from service.backends.registry import enabled
+from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
 from service.dataplane import residency, triton_config
 from service.dataplane.catalog import Model, parse_version
 from service.dataplane.deployment import Deployment
-from service.dataplane.inference import PRIORITY_PARAMETER, Inference  # noqa: F401
+from service.dataplane.inference import Inference
 from service.dataplane.metrics import Metrics
 from service.dataplane.repository import Repository, refused_view
 from service.dataplane.signature import published_method, signature_of
@@ -31,6 +30,7 @@ from service.ingest import child_guard
 from service.ingest.model_config import instance_count
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
+from service.native_host import import_host
 from service.store.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class ModelService(Deployment, Inference, Repository):
             settings.max_concurrent_ingests, thread_name_prefix="ingest"
         )
         self.backends = enabled(settings.backends)
+        self._ingest_backends = ingest_backends(settings)
         self.metrics = Metrics([backend.metrics() for backend in self.backends])
         self.statistics = Statistics()
         self._ready = False
@@ -89,7 +90,7 @@ class ModelService(Deployment, Inference, Repository):
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
-        self._ethost = import_host(self.settings.setups)
+        self._ethost = import_host(setups(self.settings))
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
         unloaded = await asyncio.to_thread(self.storage.unloaded)
@@ -231,6 +232,19 @@ class ModelService(Deployment, Inference, Repository):
         )
 
     # -- metadata -------------------------------------------------------------------------------
+
+    def serves(self, name: str, version: str | None = None) -> bool:
+        """Whether the model (and version) serves now, from what this process holds: a
+        protocol's early answer before it reads a body (model_ready says why not)."""
+        entry = self._catalog.get(name)
+        if entry is None:
+            return False
+        if not version:
+            return bool(entry.served)
+        try:
+            return parse_version(name, version) in entry.served
+        except NotFound:
+            return False
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model can serve now; an unknown model, an unknown version and a version

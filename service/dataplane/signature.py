@@ -5,6 +5,7 @@ Tensors are named by service.tensor_names (`input_<i>` / `output_<i>`).
 
 from __future__ import annotations
 
+from service import rules
 from service.dataplane.types import MethodSignature, Tensor, TensorSpec
 from service.dtypes import datatype_of
 from service.errors import Invalid, Problem, clip, input_problem
@@ -58,7 +59,7 @@ def _order(tensors: list[Tensor], signature: MethodSignature) -> list[tuple[Tens
     if len(tensors) != len(specs):
         raise input_problem(
             None,
-            "input.count",
+            rules.INPUT_COUNT,
             f"method {signature.name!r} takes {len(specs)} input(s) "
             f"({', '.join(signature.input_names())}), the request has "
             f"{len(tensors)}",
@@ -71,21 +72,21 @@ def _order(tensors: list[Tensor], signature: MethodSignature) -> list[tuple[Tens
         if tensor.name is None:
             raise input_problem(
                 _label(index, tensor),
-                "input.name",
+                rules.INPUT_NAME,
                 f"input {index} has no name; name every input or none",
             )
         spec = by_name.get(tensor.name)
         if spec is None:
             raise input_problem(
                 _label(index, tensor),
-                "input.unknown",
+                rules.INPUT_UNKNOWN,
                 f"unknown input {clip(tensor.name)!r}; method {signature.name!r} "
                 f"takes {', '.join(signature.input_names())}",
             )
         if spec.name in seen:
             raise input_problem(
                 _label(index, tensor),
-                "input.duplicate",
+                rules.INPUT_DUPLICATE,
                 f"input {spec.name!r} is given more than once",
             )
         seen.add(spec.name)
@@ -102,32 +103,32 @@ def bind_inputs(tensors: list[Tensor], signature: MethodSignature) -> list:
         if spec.tag != "Tensor":
             raise input_problem(
                 spec.name,
-                "input.unsupported",
+                rules.INPUT_UNSUPPORTED,
                 f"{label} is a {spec.tag} input; only tensor inputs are served",
             )
         if tensor.datatype != spec.datatype:
             raise input_problem(
                 spec.name,
-                "input.datatype",
+                rules.INPUT_DATATYPE,
                 f"{label} must be {spec.datatype}, the request sends {clip(tensor.datatype)}",
             )
         shape = list(tensor.array.shape)
         if len(shape) != len(spec.shape):
             raise input_problem(
                 spec.name,
-                "input.shape",
+                rules.INPUT_SHAPE,
                 f"{label} must have {len(spec.shape)} dimension(s) {spec.shape}, got {shape}",
             )
         if spec.dynamic:
             if any(d > b for d, b in zip(shape, spec.shape)):
                 raise input_problem(
                     spec.name,
-                    "input.shape",
+                    rules.INPUT_SHAPE,
                     f"{label} shape {shape} exceeds the upper bound {spec.shape}",
                 )
         elif shape != spec.shape:
             raise input_problem(
-                spec.name, "input.shape", f"{label} must have shape {spec.shape}, got {shape}"
+                spec.name, rules.INPUT_SHAPE, f"{label} must have shape {spec.shape}, got {shape}"
             )
         arrays.append(tensor.array)
     return arrays
@@ -143,7 +144,7 @@ def select_outputs(signature: MethodSignature, requested: list[str] | None) -> l
         if name not in names:
             raise Invalid(
                 f"unknown output {clip(name)!r}; method {signature.name!r} has {', '.join(names)}",
-                [Problem(None, "output.unknown", f"unknown output {clip(name)!r}")],
+                [Problem(None, rules.OUTPUT_UNKNOWN, f"unknown output {clip(name)!r}")],
             )
         indices.append(names.index(name))
     return indices

@@ -53,7 +53,10 @@ class Statistics:
         self._lock = threading.Lock()
 
     def _model(self, name: str, version: str) -> _Model:
-        return self._models.setdefault((name, version), _Model())
+        model = self._models.get((name, version))
+        if model is None:
+            model = self._models[(name, version)] = _Model()
+        return model
 
     def record_request(
         self,
@@ -89,10 +92,49 @@ class Statistics:
             model = self._model(name, version)
             model.execution_count += 1
             model.inference_count += size
-            phases = model.batches.setdefault(size, {p: [0, 0] for p in BATCH_PHASES})
+            phases = model.batches.get(size)
+            if phases is None:
+                phases = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
             for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
                 phases[phase][0] += 1
                 phases[phase][1] += int(ns)
+
+    def record_served(
+        self,
+        name: str,
+        version: str,
+        size: int,
+        total_ns: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+    ) -> None:
+        """record_execution and a successful record_request, unqueued, of a request that was an
+        execute of its own: one call and one lock on the engine's shortest path."""
+        with self._lock:
+            model = self._model(name, version)
+            model.last_inference_ms = int(time.time() * 1000)
+            model.execution_count += 1
+            model.inference_count += size
+            phases = model.phases
+            for phase, ns in (
+                ("success", total_ns),
+                ("queue", 0),
+                ("compute_input", input_ns),
+                ("compute_infer", infer_ns),
+                ("compute_output", output_ns),
+            ):
+                slot = phases[phase]
+                slot[0] += 1
+                slot[1] += ns
+            batch = model.batches.get(size)
+            if batch is None:
+                batch = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
+            # As the scheduler counts an execute: its own compute time, not its request's.
+            batch["compute_input"][0] += 1
+            batch["compute_infer"][0] += 1
+            batch["compute_infer"][1] += infer_ns
+            batch["compute_output"][0] += 1
 
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""

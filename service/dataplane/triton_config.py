@@ -13,14 +13,12 @@ send it as it is and the gRPC servicer can parse it into its ModelConfig message
 
 from __future__ import annotations
 
+from service import oip
 from service.dataplane.signature import signature_of
 from service.dataplane.types import TensorSpec
 from service.dtypes import triton_type
 from service.ingest import version_policy
 from service.store.records import ModelDescription
-
-PLATFORM = "executorch"
-DEFAULT_METHOD = "forward"
 
 
 def _dims(spec: TensorSpec, batched: bool) -> list[int]:
@@ -90,12 +88,12 @@ def model_config(
     ids that run on the GPU (their models' instance groups are KIND_GPU)."""
     config = description.config or {}
     max_batch = config.get("max_batch_size", 0)
-    forward = next((m for m in description.methods if m["name"] == DEFAULT_METHOD), None)
+    forward = next((m for m in description.methods if m["name"] == oip.DEFAULT_METHOD), None)
     signature = signature_of(forward) if forward is not None else None
     answer = {
         "name": description.name,
-        "platform": PLATFORM,
-        "backend": PLATFORM,
+        "platform": oip.PLATFORM,
+        "backend": oip.PLATFORM,
         "version_policy": config.get("version_policy", version_policy.DEFAULT),
         "max_batch_size": max_batch,
         "input": [_input(s, max_batch > 0) for s in signature.inputs] if signature else [],

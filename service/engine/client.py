@@ -305,6 +305,11 @@ class EngineClient:
                 break
         return self._table
 
+    def serves(self, model: str, version: str | None = None) -> bool:
+        """As ModelService.serves, from the cached table: True only for a model it holds
+        ready (a stale table costs a call to model_ready, never a wrong answer)."""
+        return self._table.entry(model, version) is not None
+
     async def infer(self, request: InferRequest) -> InferResponse:
         link = self._require()
         begun = time.perf_counter()

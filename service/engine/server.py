@@ -70,9 +70,13 @@ class _Front:
         kind = message[0]
         if kind == frames.INFER:
             self.server.service.metrics.front_request(self.front_id)
-            task = asyncio.get_running_loop().create_task(self.server.infer(self, message))
-            self.tasks[message[1]] = task
-            task.add_done_callback(lambda _, key=message[1]: self.tasks.pop(key, None))
+            request = self.server.serve_now(self, message)
+            if request is not None:
+                key = message[1]
+                work = self.server.infer(self, key, request, message[7], message[8])
+                task = asyncio.get_running_loop().create_task(work)
+                self.tasks[key] = task
+                task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
         elif kind == frames.CANCEL:
             task = self.tasks.get(message[1])
             if task is not None:
@@ -171,26 +175,29 @@ class EngineServer:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def infer(self, front: _Front, message: tuple) -> None:
-        (_, key, model, version, method, inputs, outputs, out_at, out_room, timeout_s) = message[
-            :10
-        ]
-        request_id, parameters, checked_at = message[10:13]
+    def serve_now(self, front: _Front, message: tuple) -> InferRequest | None:
+        """Answers an inference message at once when it can run without a wait (most small
+        requests on an idle enough engine: see ModelService.infer_now), or when it is malformed;
+        otherwise returns its request for infer(), in a task of its own."""
+        key, model = message[1], message[2]
         try:
-            request = InferRequest(
-                model=model,
-                inputs=[_view(front.region, *item) for item in inputs],
-                method=method,
-                version=version,
-                id=request_id,
-                outputs=outputs,
-                parameters=pickle.loads(parameters) if parameters else {},
-                timeout_s=timeout_s,
-                checked_at=checked_at,
-            )
+            request = _request(front.region, message)
+            response = self.service.infer_now(request)
+            if response is None:
+                return request
+            self._answer(front, key, response, message[7], message[8])
+        except ServiceError as exc:
+            front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
+        except Exception:
+            self._failed(front, key, model)
+        return None
+
+    async def infer(
+        self, front: _Front, key: int, request: InferRequest, out_at: int, out_room: int
+    ) -> None:
+        try:
             response = await self.service.infer(request)
-            placed = _place(front.region, response.outputs, out_at, out_room)
-            front.protocol.send((frames.DONE, key, True, (response.version, placed)))
+            self._answer(front, key, response, out_at, out_room)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except asyncio.CancelledError:
@@ -198,9 +205,18 @@ class EngineServer:
                 (frames.DONE, key, False, pickle.dumps(Aborted("the client went away")))
             )
         except Exception:
-            log.exception("inference of model %r failed in the engine", model)
-            failure = InternalError("the inference engine failed; see its log")
-            front.protocol.send((frames.DONE, key, False, pickle.dumps(failure)))
+            self._failed(front, key, request.model)
+
+    @staticmethod
+    def _answer(front: _Front, key: int, response, out_at: int, out_room: int) -> None:
+        placed = _place(front.region, response.outputs, out_at, out_room)
+        front.protocol.send((frames.DONE, key, True, (response.version, placed)))
+
+    @staticmethod
+    def _failed(front: _Front, key: int, model: str) -> None:
+        log.exception("inference of model %r failed in the engine", model)
+        failure = InternalError("the inference engine failed; see its log")
+        front.protocol.send((frames.DONE, key, False, pickle.dumps(failure)))
 
     async def call(self, front: _Front, message: tuple) -> None:
         _, key, name, args = message
@@ -223,6 +239,22 @@ class EngineServer:
         _, _, name, args = message
         if name in _NOTES:
             getattr(self.service, name)(*pickle.loads(args))
+
+
+def _request(region: Region, message: tuple) -> InferRequest:
+    (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
+    request_id, parameters, checked_at = message[10:13]
+    return InferRequest(
+        model=model,
+        inputs=[_view(region, *item) for item in inputs],
+        method=method,
+        version=version,
+        id=request_id,
+        outputs=outputs,
+        parameters=pickle.loads(parameters) if parameters else {},
+        timeout_s=timeout_s,
+        checked_at=checked_at,
+    )
 
 
 def _view(region: Region, name: str, datatype: str, shape, offset: int) -> Tensor:

@@ -30,6 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from service import rules
 from service.errors import Problem
 from service.ingest import child_guard
 
@@ -166,17 +167,17 @@ def load_result(run: CheckRun, program_name: str, file_names: dict[str, str]) ->
     if run.loaded is None:
         if end.timed_out:
             return _refused(
-                program_name, "program.load_timeout", f"loading the program {end.how}{end.tail}"
+                program_name, rules.PROGRAM_LOAD_TIMEOUT, f"loading the program {end.how}{end.tail}"
             )
         return _refused(
             program_name,
-            "program.load_crashed",
+            rules.PROGRAM_LOAD_CRASHED,
             f"the process loading the program {end.how} without a report{end.tail}",
         )
     if run.loaded["ok"]:
         return LoadCheckResult(run.loaded["methods"], [])
     file = file_names.get(run.loaded.get("path") or "") or program_name
-    return _refused(file, "program.load_failed", run.loaded["error"])
+    return _refused(file, rules.PROGRAM_LOAD_FAILED, run.loaded["error"])
 
 
 def _refused(file: str, rule: str, message: str) -> LoadCheckResult:
@@ -203,7 +204,7 @@ def _load(load: dict, ethost) -> dict:
 
 
 def _outcomes(request: dict):
-    from service.backends.host import import_host
+    from service.native_host import import_host
 
     try:
         ethost = import_host(request["backend_setup"])

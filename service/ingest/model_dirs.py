@@ -14,11 +14,12 @@ import json
 import logging
 from pathlib import Path
 
+from service import rules
 from service.errors import Problem
 from service.ingest.staging import StagedUpload, Staging, read_chunks
 from service.store.records import DATA, PROGRAM, StoredModel
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = rules.CONFIG_JSON
 log = logging.getLogger(__name__)
 
 
@@ -67,9 +68,13 @@ def _config(folder: Path) -> tuple[dict | None, list[Problem]]:
     try:
         config = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
-        return None, [Problem(CONFIG_FILE, "config.invalid", f"{CONFIG_FILE} is not JSON: {exc}")]
+        return None, [
+            Problem(CONFIG_FILE, rules.CONFIG_INVALID, f"{CONFIG_FILE} is not JSON: {exc}")
+        ]
     if not isinstance(config, dict):
-        return None, [Problem(CONFIG_FILE, "config.invalid", f"{CONFIG_FILE} must be an object")]
+        return None, [
+            Problem(CONFIG_FILE, rules.CONFIG_INVALID, f"{CONFIG_FILE} must be an object")
+        ]
     return config, []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from service import rules
 from service.errors import Problem, clip
 
 DATA_SUFFIX = ".ptd"
@@ -36,7 +37,7 @@ def check_program_name(name: str) -> list[Problem]:
         return [
             Problem(
                 name,
-                "program.ptd_name",
+                rules.PROGRAM_PTD_NAME,
                 f"program file {clip(name)!r} has a data-file name: a name ending in "
                 "'.ptd' (ignoring case and trailing dots and spaces) is where a data file "
                 "is written, which overwrites the program; upload the program as '<name>.pte'",
@@ -49,12 +50,15 @@ def _describe_chars(chars: list[str]) -> str:
     return ", ".join(repr(c) if c.isprintable() else f"U+{ord(c):04X}" for c in chars)
 
 
-def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> list[Problem]:
-    """Rules a data-file stem and a model name share: character set, first character, device
-    names."""
+def _stem_problems(
+    what: str, file: str | None, stem: str, family: tuple[str, str, str, str]
+) -> list[Problem]:
+    """Rules a data-file stem and a model name share (`family`, service.rules._name_rules):
+    character set, first character, device names."""
+    empty, characters, first_character, device_name = family
     problems = []
     if not stem:
-        return [Problem(file, f"{rule_prefix}.empty", f"{what} is empty")]
+        return [Problem(file, empty, f"{what} is empty")]
     bad = sorted({c for c in stem if not _ALLOWED.fullmatch(c)})
     if bad:
         hint = ""
@@ -63,7 +67,7 @@ def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> 
         problems.append(
             Problem(
                 file,
-                f"{rule_prefix}.characters",
+                characters,
                 f"{what} {clip(stem)!r} contains {clip(_describe_chars(bad))}: "
                 f"only ASCII letters, digits, '.', '-' and '_' are allowed{hint}",
             )
@@ -72,7 +76,7 @@ def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> 
         problems.append(
             Problem(
                 file,
-                f"{rule_prefix}.first_character",
+                first_character,
                 f"{what} {clip(stem)!r} starts with {stem[0]!r}: it must start "
                 "with an ASCII letter, a digit or '_'",
             )
@@ -82,7 +86,7 @@ def _stem_problems(what: str, file: str | None, stem: str, rule_prefix: str) -> 
         problems.append(
             Problem(
                 file,
-                f"{rule_prefix}.device_name",
+                device_name,
                 f"{what} {clip(stem)!r} is the Windows device name {device} "
                 "(with or without an extension such a name cannot be a file on "
                 "Windows)",
@@ -96,18 +100,18 @@ def check_data_name(name: str) -> list[Problem]:
         return [
             Problem(
                 name,
-                "data.extension",
+                rules.DATA_EXTENSION,
                 f"data file {clip(name)!r} must be named '<name>.ptd' (lower-case "
                 "'.ptd', nothing after it)",
             )
         ]
     stem = name[: -len(DATA_SUFFIX)]
-    problems = _stem_problems("data file name", name, stem, "data")
+    problems = _stem_problems("data file name", name, stem, rules.DATA_NAME_RULES)
     if stem and names_data_file(stem):
         problems.append(
             Problem(
                 name,
-                "data.double_suffix",
+                rules.DATA_DOUBLE_SUFFIX,
                 f"data file {clip(name)!r}: the part before '.ptd' "
                 f"({clip(stem)!r}) itself ends in '.ptd'; name it '<name>.ptd' "
                 "once",
@@ -118,7 +122,7 @@ def check_data_name(name: str) -> list[Problem]:
         problems.append(
             Problem(
                 name,
-                "data.too_long",
+                rules.DATA_TOO_LONG,
                 f"data file name is {size} bytes with '.ptd'; file systems allow "
                 f"at most {FILE_NAME_LIMIT}",
             )
@@ -138,14 +142,16 @@ def check_data_names_together(names: list[str]) -> list[Problem]:
         if first == name:
             problems.append(
                 Problem(
-                    name, "data.duplicate", f"data file {clip(name)!r} is uploaded more than once"
+                    name,
+                    rules.DATA_DUPLICATE,
+                    f"data file {clip(name)!r} is uploaded more than once",
                 )
             )
         else:
             problems.append(
                 Problem(
                     name,
-                    "data.case_collision",
+                    rules.DATA_CASE_COLLISION,
                     f"data files {clip(first)!r} and {clip(name)!r} differ only "
                     "in letter case; on a case-insensitive file system they are "
                     "one file",
@@ -155,13 +161,13 @@ def check_data_names_together(names: list[str]) -> list[Problem]:
 
 
 def check_model_name(name: str) -> list[Problem]:
-    problems = _stem_problems("model name", None, name, "model")
+    problems = _stem_problems("model name", None, name, rules.MODEL_NAME_RULES)
     size = len(name.encode("utf-8"))
     if size > MODEL_NAME_LIMIT:
         problems.append(
             Problem(
                 None,
-                "model.too_long",
+                rules.MODEL_TOO_LONG,
                 f"model name is {size} bytes; at most {MODEL_NAME_LIMIT} allowed",
             )
         )

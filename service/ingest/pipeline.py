@@ -4,12 +4,11 @@ All checks run and all problems are reported together, so a user fixes an upload
 The isolated load step runs last, in the same child as the delegates' isolated work, and counts
 only when everything else passed: it would only fail again for a reason already reported.
 
-Delegate-specific checks (e.g. TensorRT plans) come with their backend (service.backends); the
-pipeline calls them with each delegate of that backend and a context to look up named data.
-A check that must call into its backend's own runtime on the uploaded bytes (deserialize a plan)
-does not do it here: it returns that call as IsolatedWork, and the pipeline runs all of an
-upload's work in the upload's one check child (service.ingest.load_check) before it loads the
-program, so those findings are still reported together with every other problem. The server
+Delegate-specific checks (e.g. TensorRT plans) come with their backend and are handed to
+run_ingest (service/ingest/delegates.py holds their contract); the pipeline calls them with each
+delegate of that backend and a context to look up named data. A check's IsolatedWork runs in the
+upload's one check child (service.ingest.load_check) before the program is loaded, so those
+findings are still reported together with every other problem. The server
 never runs native code on an unchecked upload itself: a plan that crashes its deserializer kills
 only the child.
 A check may accept a delegate it cannot run here (details "runnable": False with an
@@ -23,17 +22,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from service import rules
 from service.config import Settings
 from service.errors import Problem, clip
-from service.ingest import name_rules as rules
+from service.ingest import name_rules
+from service.ingest.delegates import DelegateReport, IngestBackends, IngestContext
 from service.ingest.inspection import (
     DataFileInfo,
     DelegateInfo,
     InspectionError,
-    MethodInfo,
     ProgramInfo,
     inspect_data_file,
     inspect_program,
@@ -47,85 +46,6 @@ from service.store.records import DATA, PROGRAM, PROGRAM_FILE, ModelDescription,
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class IsolatedWork:
-    """A call a delegate check needs made in the isolated check child, and what to do with it.
-
-    `function` ("module:function") is called there with `request` (JSON) after the backend setup
-    and returns a JSON-able answer, which `finish` turns into problems and details here. `doing`
-    names the call in the problem if it crashes or hangs the child.
-    """
-
-    function: str
-    request: dict
-    finish: Callable[[dict], None]
-    doing: str
-
-
-@dataclass
-class DelegateReport:
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    details: dict = field(default_factory=dict)
-    isolated: IsolatedWork | None = None
-
-
-class IngestContext:
-    """What a delegate check may consult; it records which named data was looked up."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        program_name: str,
-        program: ProgramInfo,
-        program_path: Path,
-        data_files: dict[str, tuple[Path, DataFileInfo]],
-    ):
-        self.settings = settings
-        self.program_name = program_name
-        self.program = program
-        self.program_path = program_path
-        self.data_paths = {name: path for name, (path, _) in data_files.items()}
-        self.data_files = {name: info for name, (_, info) in data_files.items()}
-        self.used_keys: set[str] = set()
-
-    @property
-    def allow_unverified_plans(self) -> bool:
-        return self.settings.allow_unverified_plans
-
-    def data_file_with(self, key: str) -> str | None:
-        return next((name for name, info in self.data_files.items() if key in info.keys), None)
-
-    def named_data_span(self, key: str) -> tuple[Path, int, int] | None:
-        """(file, start, end) of a named-data entry, for isolated work to read."""
-        self.used_keys.add(key)
-        name = self.data_file_with(key)
-        if name is None:
-            return None
-        start, end = self.data_files[name].span(key)
-        return self.data_paths[name], start, end
-
-    def method(self, name: str) -> MethodInfo:
-        return next(m for m in self.program.methods if m.name == name)
-
-
-DelegateCheck = Callable[[DelegateInfo, IngestContext], DelegateReport]
-# Checks registered beyond the enabled backends' own (tests register stand-ins here).
-_delegate_checks: dict[str, DelegateCheck] = {}
-
-
-def register_delegate_check(backend_id: str, check: DelegateCheck) -> None:
-    _delegate_checks[backend_id] = check
-
-
-def _checks(settings: Settings) -> dict[str, DelegateCheck]:
-    from service.backends.registry import enabled
-
-    checks = {backend.id: backend.check() for backend in enabled(settings.backends)}
-    checks.update(_delegate_checks)
-    return {backend_id: check for backend_id, check in checks.items() if check is not None}
-
-
 class IngestRefused(Exception):
     def __init__(self, problems: list[Problem]):
         super().__init__("; ".join(p.message for p in problems))
@@ -133,20 +53,20 @@ class IngestRefused(Exception):
 
 
 def _name_problems(upload: StagedUpload) -> list[Problem]:
-    problems = rules.check_model_name(upload.model_name)
+    problems = name_rules.check_model_name(upload.model_name)
     if upload.program is None:
         problems.append(
             Problem(
                 None,
-                "upload.program_missing",
+                rules.UPLOAD_PROGRAM_MISSING,
                 "the upload has no 'program' file part (one .pte file)",
             )
         )
     else:
-        problems += rules.check_program_name(upload.program.name)
+        problems += name_rules.check_program_name(upload.program.name)
     for data in upload.data:
-        problems += rules.check_data_name(data.name)
-    problems += rules.check_data_names_together([d.name for d in upload.data])
+        problems += name_rules.check_data_name(data.name)
+    problems += name_rules.check_data_names_together([d.name for d in upload.data])
     return problems
 
 
@@ -160,7 +80,7 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
             problems.append(
                 Problem(
                     upload.program.name,
-                    "program.invalid",
+                    rules.PROGRAM_INVALID,
                     f"{clip(upload.program.name)!r} is not a valid ExecuTorch program: {exc}",
                 )
             )
@@ -172,7 +92,7 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
             problems.append(
                 Problem(
                     data.name,
-                    "data.invalid",
+                    rules.DATA_INVALID,
                     f"{clip(data.name)!r} is not a valid ExecuTorch data file: {exc}",
                 )
             )
@@ -195,7 +115,7 @@ def _external_data_problems(
                 problems.append(
                     Problem(
                         name,
-                        "data.duplicate_key",
+                        rules.DATA_DUPLICATE_KEY,
                         f"named data {clip(key)!r} is in both "
                         f"{clip(owners[key])!r} and {clip(name)!r}; the program "
                         "could get either",
@@ -217,7 +137,7 @@ def _external_data_problems(
             problems.append(
                 Problem(
                     program_name,
-                    "external.missing_key",
+                    rules.EXTERNAL_MISSING_KEY,
                     f"method {method.name!r} needs external data "
                     f"{', '.join(map(repr, missing))} that is not in the {where}",
                 )
@@ -240,7 +160,7 @@ def _guarded(
         report.problems.append(
             Problem(
                 context.program_name,
-                "delegate.check_failed",
+                rules.DELEGATE_CHECK_FAILED,
                 f"{delegate.where}: the ingest check failed: {type(exc).__name__}: {exc}",
             )
         )
@@ -249,6 +169,7 @@ def _guarded(
 
 def _run_child(
     context: IngestContext,
+    setups: tuple[str, ...],
     reports: list,
     load: dict | None,
     report_path: Path,
@@ -269,7 +190,7 @@ def _run_child(
             [{"function": r.isolated.function, "request": r.isolated.request} for _, r in pending],
             load,
             report_path,
-            context.settings.setups,
+            setups,
             context.settings.load_check_timeout_s,
         )
         for (delegate, report), answer in zip(pending, run.answers):
@@ -277,7 +198,7 @@ def _run_child(
                 report.problems.append(
                     Problem(
                         context.program_name,
-                        "delegate.check_failed",
+                        rules.DELEGATE_CHECK_FAILED,
                         f"{delegate.where}: {report.isolated.doing} failed: {answer['error']}",
                     )
                 )
@@ -287,7 +208,7 @@ def _run_child(
             return None if load is None else load_result(run, context.program_name, file_names)
         delegate, report = pending[len(run.answers)]
         end = run.end
-        rule = "delegate.check_timeout" if end.timed_out else "delegate.check_crashed"
+        rule = rules.DELEGATE_CHECK_TIMEOUT if end.timed_out else rules.DELEGATE_CHECK_CRASHED
         report.problems.append(
             Problem(
                 context.program_name,
@@ -304,10 +225,9 @@ def _run_child(
         load = None
 
 
-def _delegate_reports(context: IngestContext) -> list:
+def _delegate_reports(context: IngestContext, checks: dict) -> list:
     """Each delegate's own check, run here; their isolated work is still to run."""
     reports = []
-    checks = _checks(context.settings)
     for method in context.program.methods:
         for delegate in method.delegates:
             check = checks.get(delegate.backend_id)
@@ -403,8 +323,12 @@ def _move_to_final_names(upload: StagedUpload) -> None:
         data.path = target
 
 
-def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
+def run_ingest(
+    upload: StagedUpload, settings: Settings, backends: IngestBackends
+) -> ModelDescription:
     """Checks a staged upload and returns its model description, or raises IngestRefused.
+
+    `backends`: the enabled backends' delegate checks and setups (service.backends.registry).
 
     One child process runs every delegate's isolated work and, when nothing was found wrong
     before it started, the load step; a load outcome is ignored when the work found problems,
@@ -427,7 +351,7 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
         upload.program.path,
         {d.name: (d.path, data_files[d.name]) for d in upload.data if d.name in data_files},
     )
-    reports = _delegate_reports(context)
+    reports = _delegate_reports(context, backends.checks)
     details, _, _ = _collect(reports)
     unavailable = _unavailable_reasons(details)
     found_before = bool(problems) or any(r.problems for _, r in reports)
@@ -442,6 +366,7 @@ def run_ingest(upload: StagedUpload, settings: Settings) -> ModelDescription:
     )
     loaded = _run_child(
         context,
+        backends.setups,
         reports,
         load,
         upload.directory / ".check.jsonl",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from service import rules
 from service.config import Settings
 from service.errors import Problem, TooLarge, clip, refused
 from service.ingest.version_policy import MAX_VERSION
@@ -143,7 +144,7 @@ class Staging:
                 problems.append(
                     Problem(
                         None,
-                        "upload.program_count",
+                        rules.UPLOAD_PROGRAM_COUNT,
                         f"{where} has {count} 'program' files; send one",
                     )
                 )
@@ -214,14 +215,14 @@ def file_role(key: str) -> tuple[int, str, str] | Problem:
     if version is None:
         return Problem(
             clip(key),
-            "load.file_path",
+            rules.LOAD_FILE_PATH,
             f"file {clip(key)!r} must be '<version>/<filename>' with a version number from 1 "
             f"to {MAX_VERSION}",
         )
     if role is None:
         return Problem(
             clip(key),
-            "load.file_kind",
+            rules.LOAD_FILE_KIND,
             f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
         )
     return version, role, filename

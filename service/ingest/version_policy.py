@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from service import rules
 from service.ingest.config_checks import LIMIT, Checker
 
 WHERE = "version_policy"
@@ -28,7 +29,7 @@ def parse_version_policy(check: Checker, value) -> dict:
     if len(kinds) != 1:
         if policy or isinstance(value, dict):
             check.add(
-                "config.version_policy",
+                rules.CONFIG_VERSION_POLICY,
                 f"{WHERE} must hold exactly one of {', '.join(KINDS)}"
                 + (f", not {len(kinds)}" if kinds else ""),
             )
@@ -46,7 +47,9 @@ def parse_version_policy(check: Checker, value) -> dict:
     specific = check.known(policy["specific"], f"{WHERE}.specific", ("versions",))
     versions = specific.get("versions")
     if not isinstance(versions, list) or not versions:
-        check.add("config.type", f"{WHERE}.specific.versions must be a non-empty list of integers")
+        check.add(
+            rules.CONFIG_TYPE, f"{WHERE}.specific.versions must be a non-empty list of integers"
+        )
         return DEFAULT
     numbers = [check.integer(v, f"{WHERE}.specific.versions[]", 1, MAX_VERSION) for v in versions]
     return {"specific": {"versions": sorted({n for n in numbers if n is not None})}}

@@ -48,11 +48,8 @@ class Region:
         self.pinned = False  # registered with CUDA by the engine (service/engine/pinning.py)
 
     def array(self, offset: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
-        """A numpy view of `shape` x `dtype` at `offset` (no copy)."""
-        count = 1
-        for dim in shape:
-            count *= dim
-        return np.frombuffer(self.map, dtype, count, offset).reshape(shape)
+        """A numpy view of `shape` x `dtype` at `offset` (no copy); TypeError past the end."""
+        return np.ndarray(shape, dtype, self.map, offset)
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         return memoryview(self.map)[offset : offset + nbytes]

@@ -21,10 +21,12 @@ import re
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import compile_path
 
+from service import rules
 from service.errors import (
     Busy,
     Conflict,
@@ -40,9 +42,23 @@ from service.errors import (
     clip,
 )
 from service.protocols.disconnect import ClientDisconnected, log_aborted
-from service.protocols.native.schema import ErrorBody
 
 log = logging.getLogger(__name__)
+
+
+class ProblemModel(BaseModel):
+    file: str | None = Field(None, description="the uploaded file the problem is about, if any")
+    rule: str = Field(description="stable rule id, e.g. data.characters")
+    message: str
+    input: str | None = Field(None, description="the request input the problem is about, if any")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every HTTP protocol, as OpenAPI documents it."""
+
+    error: str
+    problems: list[ProblemModel] = []
+
 
 _DESCRIPTIONS = {
     400: "Bad request",
@@ -60,7 +76,7 @@ _DESCRIPTIONS = {
 # Tokens are checked on every model and inference route (service/auth.py), so every one of them
 # can answer 401 and 403; a route's own table lists what else it can answer.
 AUTH = (401, 403)
-_RULES = {404: "request.route", 405: "request.method"}
+_RULES = {404: rules.REQUEST_ROUTE, 405: rules.REQUEST_METHOD}
 
 
 # HTTP status per kind of ServiceError, for every HTTP protocol of the app; a refused request
@@ -123,7 +139,9 @@ def error_body(message: str, rule: str) -> dict:
 
 def internal_error_response() -> JSONResponse:
     """The one answer to a fault of the server's own, on every HTTP route."""
-    return ErrorResponse(error_body("internal server error", "server.internal"), status_code=500)
+    return ErrorResponse(
+        error_body("internal server error", rules.SERVER_INTERNAL), status_code=500
+    )
 
 
 @functools.cache
@@ -147,20 +165,23 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
 
 async def _http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     path = clip(request.url.path)
-    headers = exc.headers
-    if exc.status_code == 404:
+    headers, status = exc.headers, exc.status_code
+    if status in (404, 405):
+        allowed = ", ".join(allowed_methods(request.app, request.url.path))
+        # No router route has a fast route's path (service/protocols/fast_routes.py): the
+        # schema's methods for it make the router's 404 a 405.
+        status = 405 if allowed else status
+    if status == 404:
         message = f"no route {request.method} {path}"
-    elif exc.status_code == 405:
-        allowed = ", ".join(allowed_methods(request.app, request.url.path)) or (
-            (headers or {}).get("Allow", "")
-        )
+    elif status == 405:
+        allowed = allowed or (headers or {}).get("Allow", "")
         headers = {**(headers or {}), "Allow": allowed}
         message = f"{request.method} is not allowed on {path}; allowed: {allowed}"
     else:
         message = clip(exc.detail)
     return ErrorResponse(
-        error_body(message, _RULES.get(exc.status_code, "request.http")),
-        status_code=exc.status_code,
+        error_body(message, _RULES.get(status, rules.REQUEST_HTTP)),
+        status_code=status,
         headers=headers,
     )
 
@@ -212,17 +233,18 @@ def clip_access_log() -> None:
 def _schema_with_one_error_shape(app: FastAPI):
     """FastAPI documents request validation failures with its own `HTTPValidationError` body;
     this app answers them in the shared error shape (routes._validation_error), so the schema
-    says that instead. A route that declares 400 (the Open Inference Protocol's) answers
-    malformed requests with it, never with FastAPI's 422, so its 422 goes."""
+    says that instead. A route that declares 400, and every route under /v2 (the Open Inference
+    Protocol's: service/protocols/v2_rest/errors.py), answers malformed requests with 400, never
+    with FastAPI's 422, so its 422 goes."""
     generate = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
             error_ref = {"$ref": "#/components/schemas/ErrorBody"}
-            for operations in schema.get("paths", {}).values():
+            for path, operations in schema.get("paths", {}).items():
                 for operation in operations.values():
-                    if "400" in operation.get("responses", {}):
+                    if "400" in operation.get("responses", {}) or path.startswith("/v2"):
                         operation["responses"].pop("422", None)
                     invalid = operation.get("responses", {}).get("422", {})
                     for content in invalid.get("content", {}).values():

@@ -5,7 +5,8 @@ the GIL: in a thread they would still stop the event loop for as long as they ta
 a 60 MB JSON tensor body held every other thread for 1.0 s), so health probes and every other
 request would wait. Worker processes hold their own GIL; the server's side of a call is pickling
 the body and the arrays, which is a copy (tens of milliseconds for the largest allowed body).
-Small bodies are cheaper to handle inline than to ship, so callers only offload above a size.
+Small bodies are cheaper to handle inline than to ship: `parse`, `write` and `slice` decide by
+the server's InlinePolicy (service/inline_policy.py), which holds every such threshold.
 
 The workers are spawned (never forked: the server has native threads) on first use and replaced
 if one dies; a call that lost its worker answers 503.
@@ -24,15 +25,9 @@ from concurrent.futures.process import BrokenProcessPool
 
 from service.errors import Unavailable
 from service.ingest import child_guard
+from service.inline_policy import InlinePolicy
 
 log = logging.getLogger(__name__)
-
-# Bodies (and JSON outputs) at or below these sizes are handled inline on the event loop: parsing
-# 256 KiB of JSON takes about 4 ms, less than shipping it to a worker and back.
-INLINE_JSON_BYTES = 256 * 1024
-INLINE_JSON_ELEMENTS = 32 * 1024
-# Binary bodies are only sliced, but checking BOOL bytes and copying misaligned slices is linear.
-INLINE_BINARY_BYTES = 1024 * 1024
 
 
 def _worker_setup() -> None:
@@ -43,9 +38,28 @@ def _worker_setup() -> None:
 
 
 class Offload:
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, policy: InlinePolicy | None = None):
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
+        self.policy = policy or InlinePolicy()
         self._pool: ProcessPoolExecutor | None = None
+
+    async def parse(self, function: Callable, text, *args):
+        """function(text, *args): a JSON parse, inline for a small text."""
+        if self.policy.parse_inline(len(text)):
+            return function(text, *args)
+        return await self.call(function, text, *args)
+
+    async def write(self, elements: int, function: Callable, *args):
+        """function(*args): a JSON answer of `elements` tensor values, inline when small."""
+        if self.policy.write_inline(elements):
+            return function(*args)
+        return await self.call(function, *args)
+
+    async def slice(self, nbytes: int, function: Callable, *args):
+        """function(*args): work over `nbytes` of binary tensor data, in a thread when large."""
+        if self.policy.slice_inline(nbytes):
+            return function(*args)
+        return await asyncio.to_thread(function, *args)
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:

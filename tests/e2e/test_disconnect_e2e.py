@@ -1,5 +1,6 @@
 """A client that goes away mid-body is the client's doing: on every route that reads a body the
 server logs one INFO line with outcome=aborted, never an ERROR or a traceback, and keeps serving.
+Model "m" exists: v2 infer answers an unknown model before it reads any of the body.
 """
 
 import json
@@ -7,6 +8,9 @@ import socket
 import time
 
 import pytest
+
+from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.server import upload
 
 SENT = b'{"inputs": [{"name": "input_0", "datatype": "FP32", "shape": [1], "data": [1'
 LOAD = b'{"parameters": {"config": "{}", "file:1/model.pte": "AAAA'
@@ -36,8 +40,16 @@ def _send_part_then_vanish(port: int, path: str, body: bytes, headers: dict) -> 
         time.sleep(0.3)
 
 
+@pytest.fixture(scope="module")
+def served(shared_server, linear_relu_program):
+    with shared_server.client() as client:
+        assert upload(client, "m", linear_relu_program.pte).status_code == 201
+    return shared_server
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_a_client_that_disconnects_mid_body_is_logged_as_aborted(shared_server, case):
+def test_a_client_that_disconnects_mid_body_is_logged_as_aborted(served, case):
+    shared_server = served
     path, body, headers = CASES[case]
     before = len(shared_server.log())
     _send_part_then_vanish(shared_server.port, path, body, headers)

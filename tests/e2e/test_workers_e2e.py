@@ -105,6 +105,12 @@ def test_every_protocol_through_two_fronts_sees_one_server(fronted, linear_relu_
     assert grpc.is_server_ready() and http.is_model_ready("lin")
     stats = http.get_inference_statistics("lin")["model_stats"][0]
     assert stats["inference_count"] == 100 + 3  # counted once, by the engine, whatever the front
+    # Whether the engine ran a request at once or through its queue, it is one execute, one
+    # success, one request in /metrics.
+    assert stats["execution_count"] == 100 + 3
+    assert stats["inference_stats"]["success"]["count"] == 100 + 3
+    requests = series(metrics(server), "etrt_inference_requests_total")
+    assert sum(n for labels, n in requests.items() if dict(labels)["model"] == "lin") == 100 + 3
     with server.client() as client:
         assert client.get("/health/ready").status_code == 200
         assert client.get("/v2/health/ready").status_code == 200

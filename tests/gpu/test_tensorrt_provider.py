@@ -7,6 +7,7 @@ exists under the names it uses, and a bad plan is refused with TensorRT's own re
 
 import pytest
 
+from service.backends.tensorrt import cuda_driver
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.runtime import TensorRTEngineProvider, TensorRTError
 
@@ -22,7 +23,7 @@ def test_tensorrt_and_a_cuda_device_are_available():
     ok, reason = tensorrt_runtime.availability()
     assert ok, reason
     assert "CUDA device(s)" in reason
-    assert tensorrt_runtime.device_count() >= 1
+    assert cuda_driver.device_count() >= 1
 
 
 def test_a_garbage_plan_is_refused_with_tensorrts_reason():
@@ -34,13 +35,13 @@ def test_a_garbage_plan_is_refused_with_tensorrts_reason():
 
 
 def test_a_device_that_does_not_exist_is_refused_before_tensorrt_runs():
-    missing = tensorrt_runtime.device_count()
+    missing = cuda_driver.device_count()
     with pytest.raises(TensorRTError, match=f"CUDA device {missing} does not exist"):
         TensorRTEngineProvider().deserialize(b"ftrt", missing)
 
 
 def test_device_selection_restores_the_callers_context():
-    driver = tensorrt_runtime._cuda()
+    driver = cuda_driver.cuda_driver()
     with driver.current(0):
         with driver.current(0):
             pass
@@ -104,8 +105,8 @@ def test_the_ingest_check_refuses_a_garbage_engine_with_tensorrts_reason(tmp_pat
 
     from service.backends.tensorrt.checks import check_tensorrt_delegate, verify_engine
     from service.config import Settings
+    from service.ingest.delegates import IngestContext
     from service.ingest.inspection import DelegateInfo, MethodInfo, ProgramInfo
-    from service.ingest.pipeline import IngestContext
     from support import trt_blob
 
     ethost_tensorrt.set_engine_provider(None)

@@ -1,5 +1,6 @@
 """Backend-setup hooks that make the load-check child crash or hang, to test how it is contained,
-and isolated-work functions (service.ingest.IsolatedWork) that answer, fail, crash or hang.
+and isolated-work functions (service.ingest.delegates.IsolatedWork) that answer, fail, crash or
+hang.
 
 The setup hooks act only inside the load-check child (`python -m service.ingest.load_check`), so a
 server started with one of them still runs; only its uploads' isolated checks misbehave.

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from service.config import parse_settings
+from service.backends.registry import KNOWN, setups
+from service.config import BACKEND_NAMES, parse_settings
 
 
 def test_defaults_match_the_documented_ones():
@@ -15,7 +16,7 @@ def test_defaults_match_the_documented_ones():
     assert settings.grpc_port == 8001
     assert settings.allow_unverified_plans is False
     assert settings.backends == ("tensorrt", "xnnpack") and settings.backend_setup is None
-    assert settings.setups == (
+    assert setups(settings) == (
         "service.backends.tensorrt.runtime:install_backend",
         "service.backends.xnnpack:install_backend",
     )
@@ -35,13 +36,18 @@ def test_speed_settings_from_flags_and_environment():
 
 
 def test_backends_pick_the_setups_and_unknown_ones_are_refused(capsys):
-    assert parse_settings(["--backends", "xnnpack"], {}).setups == (
+    assert setups(parse_settings(["--backends", "xnnpack"], {})) == (
         "service.backends.xnnpack:install_backend",
     )
-    assert parse_settings([], {"ETRT_BACKENDS": ""}).setups == ()
+    assert setups(parse_settings([], {"ETRT_BACKENDS": ""})) == ()
     with pytest.raises(SystemExit):
         parse_settings(["--backends", "tensorrt,cuda"], {})
     assert "unknown backend(s) cuda" in capsys.readouterr().err
+
+
+def test_the_settings_name_exactly_the_registered_backends():
+    """config knows the backends by name only; the registry holds those very ones."""
+    assert tuple(KNOWN) == BACKEND_NAMES
 
 
 @pytest.mark.parametrize(
@@ -53,7 +59,7 @@ def test_a_boolean_flag_alone_means_true(argv, allowed):
 
 
 def test_an_empty_backend_setup_registers_no_backend():
-    assert parse_settings(["--backend-setup", ""], {}).setups == ()
+    assert setups(parse_settings(["--backend-setup", ""], {})) == ()
 
 
 def test_environment_sets_and_flags_override():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service import prometheus
 from service.app import create_app
 from service.config import Settings
 from service.dataplane import metrics
@@ -15,7 +16,7 @@ from support.server import tensor, upload
 
 
 def test_label_values_and_help_are_escaped():
-    counter = metrics.Counter("x_total", "help with \\ and\nnewline", ("path",))
+    counter = prometheus.Counter("x_total", "help with \\ and\nnewline", ("path",))
     counter.add(('a"b\\c\nd',))
     lines = counter.render()
     assert lines == [
@@ -40,11 +41,11 @@ def test_label_values_and_help_are_escaped():
     ],
 )
 def test_values(number, text):
-    assert metrics.format_value(number) == text
+    assert prometheus.format_value(number) == text
 
 
 def test_histogram_buckets_are_cumulative_with_sum_and_count():
-    histogram = metrics.Histogram("t_seconds", "t", ("model",), buckets=(0.5, 0.1, 1.0))
+    histogram = prometheus.Histogram("t_seconds", "t", ("model",), buckets=(0.5, 0.1, 1.0))
     for seconds in (0.1, 0.3, 0.5, 2.0):  # 0.1 and 0.5 sit on bounds: le means <=
         histogram.observe(("m",), seconds)
     histogram.observe(("other",), 0.05)
@@ -65,7 +66,7 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count():
 
 
 def test_removing_a_model_drops_only_its_series():
-    counter = metrics.Counter("r_total", "r", ("model", "outcome"))
+    counter = prometheus.Counter("r_total", "r", ("model", "outcome"))
     counter.add(("a", "ok"))
     counter.add(("b", "ok"), 2)
     counter.remove("model", "a")
@@ -82,7 +83,7 @@ def client(tmp_path):
 def scrape(client):
     response = client.get("/metrics")
     assert response.status_code == 200
-    assert response.headers["content-type"] == metrics.CONTENT_TYPE
+    assert response.headers["content-type"] == prometheus.CONTENT_TYPE
     return parse(response.text)
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from service.backends.host import import_host
 from service.dataplane.model_pool import ModelPool, PoolClosed
+from service.native_host import import_host
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 
@@ -219,3 +219,53 @@ def test_memory_counts_the_arenas_of_every_instance_once_written(programs_dir):
     assert after.arena_resident_bytes >= min(planned, 4096)
     # The weights were read where they are mapped: the .ptd's pages are resident.
     assert after.files_bytes > 0 and after.resident_bytes >= after.files_bytes
+
+
+def test_run_now_is_offered_only_for_a_known_fast_method_with_a_free_instance(programs_dir):
+    """The engine's shortcut (ModelPool.run_now) must never take an instance that is in use,
+    a method not yet measured, or a pool that is closing."""
+    exported = programs.export_linear_relu(programs_dir)
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
+    stored = StoredModel("lin", exported.pte.parent, description)
+    x = exported.example_inputs[0].numpy()
+    expected = exported.module(exported.example_inputs[0]).detach().numpy()
+    slow = ModelPool(stored, import_host(), 1, inline_below_s=1e-12)
+    fast = ModelPool(stored, import_host(), 1, inline_below_s=60.0)
+    assert not fast.can_run_now("forward")  # nothing measured yet: the first run takes a thread
+
+    async def main(executor):
+        for pool in (slow, fast):
+            await pool.run("forward", [x], executor)
+        assert not slow.can_run_now("forward")  # its executes are above its threshold
+        assert fast.can_run_now("forward")
+        [output] = fast.run_now("forward", [x])
+        np.testing.assert_allclose(output, expected, rtol=1e-5)
+        # The instance is back: the pool's own path still finds it.
+        [again] = await fast.run("forward", [x], executor)
+        np.testing.assert_allclose(again, expected, rtol=1e-5)
+        await fast.close()
+        assert not fast.can_run_now("forward")
+
+    with SubmitCounter() as executor:
+        asyncio.run(main(executor))
+    assert executor.submitted == 2  # one first run per pool, nothing else in a thread
+
+
+def test_run_now_is_not_offered_while_the_only_instance_runs_in_a_thread(heavy):
+    exported, stored = heavy
+    x = np.random.rand(SIZE).astype(np.float32)
+    pool = ModelPool(stored, import_host(), 1, inline_below_s=60.0)
+
+    async def main(executor):
+        await pool.run("forward", [x], executor)  # measured: far below 60 s
+        pool.inline_below_s = 0.0  # the next run goes to a thread, holding the instance
+        running = asyncio.ensure_future(pool.run("forward", [x], executor))
+        await asyncio.sleep(0.01)
+        pool.inline_below_s = 60.0
+        busy = pool.can_run_now("forward")
+        await running
+        return busy, pool.can_run_now("forward")
+
+    with ThreadPoolExecutor(2) as executor:
+        busy, after = asyncio.run(main(executor))
+    assert (busy, after) == (False, True)

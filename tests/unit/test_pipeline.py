@@ -1,4 +1,4 @@
-"""The ingest pipeline on real staged files, including the per-delegate check hook."""
+"""The ingest pipeline on real staged files, including the delegate checks it is given."""
 
 import hashlib
 import os
@@ -6,17 +6,12 @@ import shutil
 
 import pytest
 
+from service.backends.registry import ingest_backends
 from service.config import Settings
 from service.errors import Problem
 from service.ingest import pipeline as ingest
-from service.ingest.pipeline import (
-    DelegateReport,
-    IngestRefused,
-    StagedFile,
-    StagedUpload,
-    register_delegate_check,
-    run_ingest,
-)
+from service.ingest.delegates import DelegateReport, IngestContext, IsolatedWork
+from service.ingest.pipeline import IngestRefused, StagedFile, StagedUpload
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program  # noqa: F401
 
@@ -41,13 +36,20 @@ def stage(tmp_path, program, data=(), program_name="model.pte", name="m"):
     )
 
 
+# Stand-in checks (backend id -> check) given to ingest beside the enabled backends' own.
+_stand_ins: dict = {}
+
+
 @pytest.fixture
 def checks():
-    """Registers checks for one test only, leaving the registry as it was."""
-    saved = dict(ingest._delegate_checks)
-    yield register_delegate_check
-    ingest._delegate_checks.clear()
-    ingest._delegate_checks.update(saved)
+    """Adds stand-in checks for one test only."""
+    yield _stand_ins.__setitem__
+    _stand_ins.clear()
+
+
+def run_ingest(upload, settings):
+    """As the dataplane calls it: with the enabled backends' checks (and the stand-ins)."""
+    return ingest.run_ingest(upload, settings, ingest_backends(settings, _stand_ins))
 
 
 def test_accepted_upload_gets_final_names_and_a_description(tmp_path, external_weights_program):
@@ -163,14 +165,14 @@ def test_named_data_used_by_a_delegate_is_not_reported_unused(
         return DelegateReport()
 
     checks("XnnpackBackend", uses_weights)
-    context = ingest.IngestContext(
+    context = IngestContext(
         Settings(),
         "model.pte",
         ingest.inspect_program(program),
         program,
         {weights.name: (weights, ingest.inspect_data_file(weights))},
     )
-    ingest._delegate_reports(context)
+    ingest._delegate_reports(context, ingest_backends(Settings(), _stand_ins).checks)
     assert ingest._unused_data_warnings(context) == []
     context.used_keys.clear()
     assert len(ingest._unused_data_warnings(context)) == 1
@@ -184,7 +186,7 @@ def isolated(function, request, finished, doing="calling the test runtime"):
 
     def check(delegate, context):
         report = DelegateReport()
-        report.isolated = ingest.IsolatedWork(
+        report.isolated = IsolatedWork(
             f"support.load_check_faults:{function}",
             request,
             lambda answer: finished.append(answer),

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from service.backends.host import import_host
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.scheduler import Scheduler
 from service.dataplane.statistics import Statistics
 from service.errors import Busy, DeadlineExceeded, Invalid
+from service.native_host import import_host
 from service.store.records import ModelDescription, StoredFile, StoredModel
 from support import programs
 

@@ -16,6 +16,7 @@ import ethost_tensorrt
 import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
+from service.backends.registry import ingest_backends
 from service.backends.tensorrt.checks import (
     PLANNING_HINT,
     STRIPPED_HINT,
@@ -25,6 +26,8 @@ from service.backends.tensorrt.checks import (
     verify_engine,
 )
 from service.config import Settings
+from service.ingest import pipeline
+from service.ingest.delegates import IngestContext
 from service.ingest.inspection import (
     DataFileInfo,
     DelegateInfo,
@@ -34,13 +37,7 @@ from service.ingest.inspection import (
     inspect_data_file,
     inspect_program,
 )
-from service.ingest.pipeline import (
-    IngestContext,
-    IngestRefused,
-    StagedFile,
-    StagedUpload,
-    run_ingest,
-)
+from service.ingest.pipeline import IngestRefused, StagedFile, StagedUpload
 from support import trt_blob
 from support.test_engine_provider import TestEngineProvider
 from support.trt_program_fixtures import add_external, mixed_16, mixed_256  # noqa: F401
@@ -544,6 +541,12 @@ def test_an_engine_in_the_ptd_is_read_by_the_child_from_its_file_range(test_prov
 
 # --- the server process never deserializes an uploaded plan ---------------------------------------
 
+
+def run_ingest(upload, settings):
+    """As the dataplane calls it, with the enabled backends' checks and setups."""
+    return pipeline.run_ingest(upload, settings, ingest_backends(settings))
+
+
 TEST_BACKEND = ("support.test_backend_setup:install_test_backend",)
 
 
@@ -556,7 +559,7 @@ def test_run_ingest_verifies_plans_only_in_the_isolated_child(tmp_path, test_pro
     assert len(engines) == 2 and all(e["bindings"] for e in engines)
     assert test_provider.deserialized == 0  # this process's provider: the server's
     # The backend documents every detail its check writes into descriptions.
-    from service.backends.tensorrt import BACKEND
+    from service.backends.tensorrt.plugin import BACKEND
 
     details = {key for m in description.methods for d in m["delegates"] for key in d["details"]}
     assert details and details <= set(BACKEND.description_fields)

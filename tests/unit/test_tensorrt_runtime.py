@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from service.backends.tensorrt import cuda_driver
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.runtime import (
     MODULE_CANDIDATES,
@@ -78,10 +79,10 @@ def test_availability_on_this_host_names_what_is_missing():
 
 
 def test_no_cuda_driver_means_no_devices_with_a_reason():
-    driver = tensorrt_runtime._CudaDriver()
+    driver = cuda_driver.CudaDriver()
     assert "libcuda.so.1" in driver.reason
     assert driver.device_count() == 0
-    assert tensorrt_runtime.device_count() == 0
+    assert cuda_driver.device_count() == 0
     with pytest.raises(TensorRTError, match="libcuda.so.1"):
         with driver.current(0):
             pass

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 
+from service import rules
+from service.backends.tensorrt import cuda_driver
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.mismatch import refusal_message
 from service.errors import Problem
+from service.ingest.delegates import DelegateReport, IngestContext, IsolatedWork
 from service.ingest.inspection import DelegateInfo, MethodInfo
-from service.ingest.pipeline import DelegateReport, IngestContext, IsolatedWork
 
 ALIGNMENT = tensorrt_runtime.ADDRESS_ALIGNMENT
 STRIPPED_HINT = "saved without its weights; re-export with strip_engine_weights=False"
@@ -188,7 +190,7 @@ def verify_engine(request: dict) -> dict:
         installed.provider if installed is not None else tensorrt_runtime.TensorRTEngineProvider()
     )
     device = request["device_id"]
-    if not 0 <= device < tensorrt_runtime.device_count():
+    if not 0 <= device < cuda_driver.device_count():
         device = 0
     with open(request["file"], "rb") as source:
         source.seek(request["offset"])
@@ -224,14 +226,14 @@ def _apply_verification(
         report.problems.append(
             Problem(
                 program_name,
-                "tensorrt.weights_stripped",
+                rules.TENSORRT_WEIGHTS_STRIPPED,
                 f"{delegate.where}: the TensorRT plan was {stripped}",
             )
         )
     mismatch = _binding_mismatch(metadata, answer["io"])
     if mismatch:
         report.problems.append(
-            Problem(program_name, "tensorrt.bindings_mismatch", f"{delegate.where}: {mismatch}")
+            Problem(program_name, rules.TENSORRT_BINDINGS_MISMATCH, f"{delegate.where}: {mismatch}")
         )
 
 
@@ -259,7 +261,7 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         report.problems.append(
             Problem(
                 ctx.program_name,
-                "tensorrt.backend_missing",
+                rules.TENSORRT_BACKEND_MISSING,
                 f"{where}: the TensorRT backend library is not installed in this server ({exc})",
             )
         )
@@ -268,7 +270,7 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         report.problems.append(
             Problem(
                 ctx.program_name,
-                "tensorrt.blob_invalid",
+                rules.TENSORRT_BLOB_INVALID,
                 f"{where}: the delegate blob is invalid: {exc}",
             )
         )
@@ -292,7 +294,7 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         report.problems.append(
             Problem(
                 ctx.program_name,
-                "tensorrt.engine_key_missing",
+                rules.TENSORRT_ENGINE_KEY_MISSING,
                 f"{where} needs engine_key {key!r}, which none of the "
                 f"uploaded .ptd files contains; upload the .ptd file "
                 f"written by external_engine_data=",
@@ -323,7 +325,7 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         report.problems.append(
             Problem(
                 ctx.program_name,
-                "tensorrt.unverifiable",
+                rules.TENSORRT_UNVERIFIABLE,
                 f"{where}: this host cannot verify TensorRT plans "
                 f"({reason}); set {UNVERIFIED_OPTION} to store the model "
                 f"anyway, not runnable here",

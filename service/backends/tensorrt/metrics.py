@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from service.backends.tensorrt import BACKEND_ID
-from service.dataplane.metrics import Counter
+from service.prometheus import Counter
 
 
 class StagingCounters:

@@ -17,9 +17,11 @@ import platform
 import re
 import sys
 
-PLAN_INVALID = "tensorrt.plan_invalid"
-VERSION_MISMATCH = "tensorrt.version_mismatch"
-PLATFORM_MISMATCH = "tensorrt.platform_mismatch"
+from service import rules
+
+PLAN_INVALID = rules.TENSORRT_PLAN_INVALID
+VERSION_MISMATCH = rules.TENSORRT_VERSION_MISMATCH
+PLATFORM_MISMATCH = rules.TENSORRT_PLATFORM_MISMATCH
 
 _VERSION_SIGNS = re.compile(
     # "The engine plan file is not compatible with this version of TensorRT, expecting library

@@ -17,7 +17,6 @@ under the same GIL hold when the input shapes are new to the delegate.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib
 import importlib.util
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from service.backends.tensorrt import BACKEND_ID
+from service.backends.tensorrt.cuda_driver import TensorRTError, cuda_driver
 
 # Full TensorRT first: where both exist, it is the one the image was built and tested with.
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
@@ -49,14 +49,7 @@ _DTYPE_NAMES = {
     "FP8": "float8_e4m3fn",
 }
 
-_CUDA_SUCCESS = 0
-_CUDA_ERROR_NO_DEVICE = 100
-
 _log = logging.getLogger(__name__)
-
-
-class TensorRTError(RuntimeError):
-    """A TensorRT call failed; the message carries what TensorRT logged while it ran."""
 
 
 def import_first(names) -> tuple[ModuleType | None, list[str]]:
@@ -101,96 +94,12 @@ def tensorrt_module() -> ModuleType:
     return module
 
 
-class _CudaDriver:
-    """The CUDA driver API through ctypes, for device discovery and selection.
-
-    The driver library ships with the GPU driver itself, so this works wherever a GPU is usable,
-    without tying the service to one CUDA runtime or array library. TensorRT's own CUDA runtime
-    calls follow the driver context made current here.
-    """
-
-    def __init__(self):
-        self.reason = ""
-        self._primary = {}
-        self._lock = threading.Lock()
-        try:
-            self._lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            self._lib = None
-            self.reason = f"no CUDA driver (libcuda.so.1 cannot be loaded: {exc})"
-            return
-        rc = self._lib.cuInit(0)
-        if rc == _CUDA_ERROR_NO_DEVICE:
-            self.reason = "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"
-        elif rc != _CUDA_SUCCESS:
-            self.reason = f"the CUDA driver failed to initialize (cuInit: {self.error_name(rc)})"
-
-    def error_name(self, rc: int) -> str:
-        name = ctypes.c_char_p()
-        if self._lib.cuGetErrorName(rc, ctypes.byref(name)) == _CUDA_SUCCESS and name.value:
-            return name.value.decode()
-        return f"CUDA error {rc}"
-
-    def _check(self, rc: int, call: str) -> None:
-        if rc != _CUDA_SUCCESS:
-            raise TensorRTError(f"{call} failed: {self.error_name(rc)}")
-
-    def device_count(self) -> int:
-        if self.reason:
-            return 0
-        count = ctypes.c_int()
-        self._check(self._lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-        return count.value
-
-    @contextmanager
-    def current(self, device_id: int):
-        """Makes device_id's primary context current for the block, then restores the caller's.
-
-        The primary context is retained once per process and never released, as the CUDA
-        runtime does, so engines and contexts created in it outlive the block.
-        """
-        if self.reason:
-            raise TensorRTError(self.reason)
-        count = self.device_count()
-        if not 0 <= device_id < count:
-            raise TensorRTError(f"CUDA device {device_id} does not exist (this host has {count})")
-        with self._lock:
-            if device_id not in self._primary:
-                device, context = ctypes.c_int(), ctypes.c_void_p()
-                self._check(self._lib.cuDeviceGet(ctypes.byref(device), device_id), "cuDeviceGet")
-                self._check(
-                    self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
-                    "cuDevicePrimaryCtxRetain",
-                )
-                self._primary[device_id] = context
-        self._check(self._lib.cuCtxPushCurrent_v2(self._primary[device_id]), "cuCtxPushCurrent")
-        try:
-            yield
-        finally:
-            self._check(
-                self._lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent"
-            )
-
-
-@functools.cache
-def _cuda() -> _CudaDriver:
-    return _CudaDriver()
-
-
-def device_count() -> int:
-    """CUDA devices usable here; 0 when the driver or any device is missing."""
-    try:
-        return _cuda().device_count()
-    except TensorRTError:
-        return 0
-
-
 def availability() -> tuple[bool, str]:
     """Whether TensorRT plans can be deserialized and run here, and the reason if not."""
     module, reason = _tensorrt()
     if module is None:
         return False, reason
-    cuda = _cuda()
+    cuda = cuda_driver()
     try:
         count = cuda.device_count()
     except TensorRTError as exc:
@@ -326,7 +235,7 @@ class TensorRTEngineProvider:
     """The shipped engine provider installed with `ethost_tensorrt.set_engine_provider`."""
 
     def deserialize(self, plan: bytes, device_id: int) -> Engine:
-        with _cuda().current(device_id):
+        with cuda_driver().current(device_id):
             runtime = _runtime()
             with _captured_log() as messages:
                 engine = runtime.deserialize_cuda_engine(plan)
@@ -382,7 +291,7 @@ class TensorRTEngineProvider:
     def create_context(self, engine: Engine) -> Context:
         trt = tensorrt_module()
         cuda_engine = engine.cuda_engine
-        with _cuda().current(engine.device_id), _captured_log() as messages:
+        with cuda_driver().current(engine.device_id), _captured_log() as messages:
             context = cuda_engine.create_execution_context()
         if context is None:
             raise _failure("TensorRT could not create an execution context", messages)

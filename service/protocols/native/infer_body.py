@@ -12,8 +12,9 @@ import json
 
 import orjson
 
+from service import oip, rules
 from service.dataplane.types import Tensor
-from service.errors import Invalid, Problem, clip, input_problem
+from service.errors import Invalid, Problem, clip
 from service.protocols import json_tensors
 
 _MISSING = object()
@@ -26,7 +27,7 @@ _REQUIRED = "Field required"
 
 class _Problems(list):
     def add(self, location: str, message: str, where: str | None = None) -> None:
-        self.append(Problem(None, "request.invalid", f"{location}: {message}", input=where))
+        self.append(Problem(None, rules.REQUEST_INVALID, f"{location}: {message}", input=where))
 
     def field(
         self,
@@ -57,7 +58,10 @@ def _check_input(problems: _Problems, index: int, item) -> None:
     shape = problems.field(item, "shape", f"{location}.shape", list, _LIST, where)
     if isinstance(shape, list):
         for position, size in enumerate(shape):
-            if type(size) is not int:
+            # JSON has one number type: 3.0 is an integer to JSON Schema and to pydantic.
+            if type(size) is float and size.is_integer():
+                shape[position] = int(size)
+            elif type(size) is not int:
                 problems.add(f"{location}.shape.{position}", _INTEGER, where)
     problems.field(item, "datatype", f"{location}.datatype", str, _STRING, where)
     problems.field(item, "data", f"{location}.data", list, _LIST, where)
@@ -73,20 +77,23 @@ def _loads(body: bytes):
     except (ValueError, RecursionError) as exc:
         message = "body: JSON decode error" if body.strip() else "body: Field required"
         raise Invalid(
-            "invalid request", [Problem(None, "request.invalid", f"{message} ({clip(str(exc))})")]
+            "invalid request",
+            [Problem(None, rules.REQUEST_INVALID, f"{message} ({clip(str(exc))})")],
         ) from None
 
 
-def parse(body: bytes) -> tuple[str, str, list[Tensor]]:
-    """(model, method, input tensors); Invalid naming every envelope problem at once, else the
-    first tensor that cannot be decoded."""
+def parse(body: bytes) -> tuple[str, str, list[Tensor], tuple[str, str] | None]:
+    """(model, method, input tensors, None), or Invalid naming every envelope problem at once.
+    For an input that cannot be decoded: (model, method, [], (its label, why)), refused by the
+    caller once it knows the model exists (an unknown model is answered 404 first, whatever its
+    inputs; the refusal crosses from a worker process as plain values)."""
     problems = _Problems()
     document = _loads(body)
     if not isinstance(document, dict):
         problems.add("body", _OBJECT)
         raise Invalid("invalid request", problems)
     model = problems.field(document, "model", "model", str, _STRING)
-    method = problems.field(document, "method", "method", str, _STRING, default="forward")
+    method = problems.field(document, "method", "method", str, _STRING, default=oip.DEFAULT_METHOD)
     inputs = problems.field(document, "inputs", "inputs", list, _LIST)
     if isinstance(inputs, list):
         for index, item in enumerate(inputs):
@@ -100,9 +107,9 @@ def parse(body: bytes) -> tuple[str, str, list[Tensor]]:
         try:
             array = json_tensors.decode(item["datatype"], item["shape"], item["data"], label)
         except json_tensors.CodecError as exc:
-            raise input_problem(label, "input.data", str(exc)) from None
+            return model, method, [], (label, str(exc))
         tensors.append(Tensor(name, item["datatype"], array))
-    return model, method, tensors
+    return model, method, tensors, None
 
 
 def dump(model: str, method: str, outputs: list[Tensor]) -> bytes:

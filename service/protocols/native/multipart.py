@@ -15,6 +15,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
+from service import rules
 from service.config import FALSE_WORDS, TRUE_WORDS
 from service.errors import Aborted, Problem, TooLarge, clip, refused
 from service.ingest.model_config import decode_config
@@ -101,13 +102,13 @@ class _Receiver:
         else:
             # Once per name, and a bounded number of names: a body of many tiny parts must not
             # grow the answer (or memory) with it.
-            reported = {p.message for p in self.problems if p.rule == "upload.unknown_field"}
+            reported = {p.message for p in self.problems if p.rule == rules.UPLOAD_UNKNOWN_FIELD}
             message = (
                 f"unknown form field {clip(field)!r}; expected 'name', 'program', "
                 "'data' and optionally 'replace', 'version', 'config' and 'sha256.<file name>'"
             )
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
-                self.problems.append(Problem(None, "upload.unknown_field", message))
+                self.problems.append(Problem(None, rules.UPLOAD_UNKNOWN_FIELD, message))
             self._part = ("ignored",)
 
     def _declared_digests(self, file_name: str) -> upload_digests.Declared:
@@ -117,7 +118,7 @@ class _Receiver:
                 try:
                     declared.digests += upload_digests.parse_header(header, self._headers[header])
                 except upload_digests.DigestError as exc:
-                    self.problems.append(Problem(file_name, "upload.digest", str(exc)))
+                    self.problems.append(Problem(file_name, rules.UPLOAD_DIGEST, str(exc)))
         return declared
 
     def _data(self, data: bytes, start: int, end: int) -> None:
@@ -158,7 +159,7 @@ class _Receiver:
                 problems.append(
                     Problem(
                         file_name,
-                        "upload.digest",
+                        rules.UPLOAD_DIGEST,
                         (f"form field {clip(field)!r} names no uploaded file"),
                     )
                 )
@@ -166,7 +167,7 @@ class _Receiver:
             try:
                 declared = upload_digests.parse_field(field, _header_text(bytes(value)))
             except upload_digests.DigestError as exc:
-                problems.append(Problem(file_name, "upload.digest", str(exc)))
+                problems.append(Problem(file_name, rules.UPLOAD_DIGEST, str(exc)))
                 continue
             for _, _, digests in by_name[file_name]:
                 digests.digests.append(declared)
@@ -182,7 +183,9 @@ class _Receiver:
         if "name" not in self.fields:
             problems.append(
                 Problem(
-                    None, "upload.name_missing", "the upload has no 'name' field (the model name)"
+                    None,
+                    rules.UPLOAD_NAME_MISSING,
+                    "the upload has no 'name' field (the model name)",
                 )
             )
         replace_text = _header_text(bytes(self.fields.get("replace", b""))).strip().lower()
@@ -190,7 +193,7 @@ class _Receiver:
             problems.append(
                 Problem(
                     None,
-                    "upload.replace",
+                    rules.UPLOAD_REPLACE,
                     f"'replace' must be true or false, not {clip(replace_text)!r}",
                 )
             )
@@ -206,7 +209,7 @@ class _Receiver:
                 problems.append(
                     Problem(
                         None,
-                        "upload.version",
+                        rules.UPLOAD_VERSION,
                         f"'version' must be a number from 1 to {MAX_VERSION}, not {clip(text)!r}",
                     )
                 )
@@ -223,7 +226,7 @@ async def receive_upload(
     if content_type != b"multipart/form-data" or not options.get(b"boundary"):
         raise refused(
             "upload refused",
-            [Problem(None, "upload.content_type", "send the upload as multipart/form-data")],
+            [Problem(None, rules.UPLOAD_CONTENT_TYPE, "send the upload as multipart/form-data")],
         )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_upload_bytes:
@@ -244,7 +247,7 @@ async def receive_upload(
         staging.abort()
         raise refused(
             "upload refused",
-            [Problem(None, "upload.malformed", f"the multipart body is malformed: {exc}")],
+            [Problem(None, rules.UPLOAD_MALFORMED, f"the multipart body is malformed: {exc}")],
         ) from None
     except ClientDisconnect:
         staging.abort()

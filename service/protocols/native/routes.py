@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
-from fastapi.routing import APIRoute
-from starlette.routing import Route
 
-from service.dataplane.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service import rules
 from service.dataplane.service import ModelService
 from service.errors import (
     ServiceError,
 )
+from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import AUTH, responses, service_error_response
 from service.protocols.native import infer_endpoint
 from service.protocols.native.multipart import receive_upload
@@ -123,19 +122,8 @@ async def delete_model(request: Request, name: str, version: str | None = None) 
 
 
 def _describes_infer(body: InferRequest) -> InferResponse:
-    """POST /infer as OpenAPI shows it. Requests never reach this: infer_endpoint.py answers
-    them, mounted ahead of every route (it says why)."""
+    """Runs a method of a model (default forward) on JSON tensors."""
     raise NotImplementedError
-
-
-_INFER_DOC = APIRoute(
-    "/infer",
-    _describes_infer,
-    methods=["POST"],
-    name="infer",
-    response_model=InferResponse,
-    responses=_INFER_ERRORS,
-)
 
 
 @router.get("/health/live", response_model=HealthBody)
@@ -171,7 +159,7 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
         problems.append(
             {
                 "file": None,
-                "rule": "request.invalid",
+                "rule": rules.REQUEST_INVALID,
                 "input": where,
                 "message": f"{'.'.join(location) or 'body'}: {error.get('msg')}",
             }
@@ -179,27 +167,10 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
     return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
 
 
-def _openapi_with_infer(app: FastAPI):
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=[*app.routes, _INFER_DOC],
-            )
-        return app.openapi_schema
-
-    return openapi
-
-
-def install(app: FastAPI) -> infer_endpoint.InferEndpoint:
-    """Adds the routes; returns the /infer endpoint, which ServerApp also calls directly."""
+def install(app: FastAPI) -> FastRoute:
+    """Adds the routes; returns POST /infer's declaration for the app's fast routes."""
     endpoint = infer_endpoint.InferEndpoint(app.state.service, app.state.offload)
-    # Ahead of every route; it answers other methods on /infer with 405.
-    app.router.routes.insert(0, Route("/infer", endpoint, methods=["POST"]))
     app.include_router(router)
-    app.openapi = _openapi_with_infer(app)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    return endpoint
+    return FastRoute("/infer", endpoint, _describes_infer, "infer", responses=_INFER_ERRORS)

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from service import oip
 from service.dtypes import DATATYPES
-
-
-class ProblemModel(BaseModel):
-    file: str | None = Field(None, description="the uploaded file the problem is about, if any")
-    rule: str = Field(description="stable rule id, e.g. data.characters")
-    message: str
-    input: str | None = Field(None, description="the request input the problem is about, if any")
-
-
-class ErrorBody(BaseModel):
-    error: str
-    problems: list[ProblemModel] = []
+from service.protocols.http_errors import ProblemModel
+from service.protocols.json_tensors import MAX_DIM, MAX_DIMS
 
 
 class FileModel(BaseModel):
@@ -111,7 +102,7 @@ class ModelDescription(BaseModel):
 
 class InferInput(BaseModel):
     name: str | None = None
-    shape: list[int]
+    shape: list[Annotated[int, Field(ge=0, le=MAX_DIM)]] = Field(max_length=MAX_DIMS)
     datatype: str = Field(
         description="BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BF16",
         json_schema_extra={"enum": list(DATATYPES)},
@@ -121,7 +112,7 @@ class InferInput(BaseModel):
 
 class InferRequest(BaseModel):
     model: str
-    method: str = "forward"
+    method: str = oip.DEFAULT_METHOD
     inputs: list[InferInput]
 
 

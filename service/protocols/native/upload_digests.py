@@ -19,6 +19,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from service import rules
 from service.errors import Problem, clip
 
 HEADERS = ("content-digest", "repr-digest")
@@ -93,7 +94,7 @@ def mismatches(
             problems.append(
                 Problem(
                     file_name,
-                    "upload.digest_mismatch",
+                    rules.UPLOAD_DIGEST_MISMATCH,
                     (
                         f"file {clip(file_name)!r} arrived with {size} bytes whose {algorithm} is "
                         f"{computed[algorithm].hex()}, but {where} declares {expected.hex()}: it "

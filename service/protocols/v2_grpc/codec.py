@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from service import rules
 from service.dtypes import BY_DATATYPE, DATATYPES
 from service.errors import ExecutionFailed, Invalid, clip, input_problem
 
@@ -39,7 +40,7 @@ def check_datatype(name: str, datatype: str) -> np.dtype:
     if entry is None:
         raise input_problem(
             clip(name),
-            "input.datatype",
+            rules.INPUT_DATATYPE,
             f"{_label(name)}: unknown datatype {clip(datatype)!r}; this server "
             f"serves {', '.join(DATATYPES)}",
         )
@@ -52,7 +53,7 @@ def check_shape(name: str, shape) -> tuple[list[int], int]:
     if any(d < 0 for d in dims):
         raise input_problem(
             clip(name),
-            "input.shape",
+            rules.INPUT_SHAPE,
             f"{_label(name)}: shape {clip(dims)} has a negative dimension",
         )
     return dims, math.prod(dims)
@@ -63,7 +64,9 @@ def _reshape(name: str, flat: np.ndarray, dims: list[int]) -> np.ndarray:
         return flat.reshape(dims)
     except ValueError as exc:  # more dimensions than numpy allows, or a size it cannot index
         raise input_problem(
-            clip(name), "input.shape", f"{_label(name)}: shape {clip(dims)} is not usable: {exc}"
+            clip(name),
+            rules.INPUT_SHAPE,
+            f"{_label(name)}: shape {clip(dims)} is not usable: {exc}",
         ) from None
 
 
@@ -83,7 +86,7 @@ def decode_raw(name: str, datatype: str, shape, raw) -> np.ndarray:
     if len(raw) != expected:
         raise input_problem(
             clip(name),
-            "input.size",
+            rules.INPUT_SIZE,
             f"{_label(name)}: shape {clip(dims)} of {datatype} needs {expected} "
             f"bytes of raw contents, got {len(raw)}",
         )
@@ -103,14 +106,14 @@ def decode_contents(name: str, datatype: str, shape, contents) -> np.ndarray:
     if field is None:
         raise input_problem(
             clip(name),
-            "input.contents",
+            rules.INPUT_CONTENTS,
             f"{_label(name)}: {datatype} has no typed contents; send it in raw_input_contents",
         )
     values = getattr(contents, field)
     if len(values) != count:
         raise input_problem(
             clip(name),
-            "input.contents",
+            rules.INPUT_CONTENTS,
             f"{_label(name)}: shape {clip(dims)} needs {count} values in "
             f"contents.{field}, got {len(values)}",
         )
@@ -122,7 +125,7 @@ def decode_contents(name: str, datatype: str, shape, contents) -> np.ndarray:
         if low < info.min or high > info.max:
             raise input_problem(
                 clip(name),
-                "input.contents",
+                rules.INPUT_CONTENTS,
                 f"{_label(name)}: value {low if low < info.min else high} is "
                 f"outside the {datatype} range [{info.min}, {info.max}]",
             )
@@ -141,7 +144,7 @@ def decode_inputs(inputs, raw_contents) -> list[tuple[str, str, np.ndarray]]:
         if typed is not None:
             raise input_problem(
                 clip(typed),
-                "input.contents",
+                rules.INPUT_CONTENTS,
                 f"{_label(typed)}: typed contents in a request that uses "
                 "raw_input_contents; use one or the other",
             )

@@ -12,6 +12,7 @@ from importlib import metadata
 import numpy as np
 from google.protobuf import json_format
 
+from service import oip, rules
 from service.dataplane.repository import load_config
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, InferResponse, Tensor
@@ -19,15 +20,6 @@ from service.errors import Invalid, NotFound, clip, invalid
 from service.protocols.v2_grpc import codec, messages, wire
 from service.protocols.v2_grpc.binding import off_loop
 
-SERVER_NAME = "etrt-server"
-PLATFORM = "executorch"
-# Extensions of the protocol this service implements, as ServerMetadata lists them.
-EXTENSIONS = ("model_configuration", "model_repository", "statistics")
-# Request parameters this server reads itself; all others reach the dataplane unchanged.
-METHOD_PARAMETER = "method"  # which program method to run (default DEFAULT_METHOD)
-# The method standard clients run, and the one model metadata describes (as REST v2 does).
-DEFAULT_METHOD = "forward"
-TIMEOUT_PARAMETER = "timeout"  # microseconds the request may wait, as Triton's clients send it
 # Repository load and unload parameters, as Triton's clients send them.
 CONFIG, FILE_PREFIX, UNLOAD_DEPENDENTS = "config", "file:", "unload_dependents"
 READY = "READY"
@@ -55,7 +47,7 @@ def _set_parameter(target, value) -> None:
 
 def _timeout_s(parameters: dict, remaining_s: float | None) -> float | None:
     """The request's wait limit: its `timeout` parameter or the call's deadline, the sooner."""
-    micros = parameters.pop(TIMEOUT_PARAMETER, None)
+    micros = parameters.pop(oip.TIMEOUT_PARAMETER, None)
     if micros is not None and (
         isinstance(micros, bool) or not isinstance(micros, int) or micros < 0
     ):
@@ -86,14 +78,14 @@ def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | 
             path = key[len(FILE_PREFIX) :]
             if not isinstance(value, bytes):
                 raise invalid(
-                    "repository.file",
+                    rules.REPOSITORY_FILE,
                     f"{clip(key)!r} must carry the file's bytes (bytes_param)",
                     clip(path),
                 )
             files[path] = value
         else:
             raise invalid(
-                "repository.parameter",
+                rules.REPOSITORY_PARAMETER,
                 f"unknown load parameter {clip(key)!r}; expected 'config' or "
                 f"'{FILE_PREFIX}<version>/<filename>'",
             )
@@ -102,7 +94,7 @@ def _load_parameters(parameters: dict) -> tuple[dict[str, bytes] | None, dict | 
 
 def _server_version() -> str:
     try:
-        return metadata.version(SERVER_NAME)
+        return metadata.version(oip.SERVER_NAME)
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown"
 
@@ -168,16 +160,16 @@ class InferenceServicer:
 
     async def ServerMetadata(self, request, context):
         return messages.ServerMetadataResponse(
-            name=SERVER_NAME, version=self.version, extensions=EXTENSIONS
+            name=oip.SERVER_NAME, version=self.version, extensions=oip.EXTENSIONS
         )
 
     async def ModelMetadata(self, request, context):
         signatures = await self.service.signatures(request.name, request.version or None)
-        signature = signatures.get(DEFAULT_METHOD)
+        signature = signatures.get(oip.DEFAULT_METHOD)
         response = messages.ModelMetadataResponse(
             name=request.name,
             versions=await self.service.served_versions(request.name),
-            platform=PLATFORM,
+            platform=oip.PLATFORM,
         )
         for specs, target in (
             ((signature.inputs, response.inputs), (signature.outputs, response.outputs))
@@ -204,7 +196,7 @@ class InferenceServicer:
     async def ModelInfer(self, parsed: ParsedInfer, context):
         request = parsed.request
         parameters = _parameters(request.parameters)
-        method = parameters.pop(METHOD_PARAMETER, DEFAULT_METHOD)
+        method = parameters.pop(oip.METHOD_PARAMETER, oip.DEFAULT_METHOD)
         if not isinstance(method, str):
             raise Invalid(f"parameter 'method' must be a string, got {clip(method)!r}")
         result = await self.service.infer(
@@ -242,7 +234,7 @@ class InferenceServicer:
         unknown = sorted(set(request.parameters) - {UNLOAD_DEPENDENTS})
         if unknown:
             raise invalid(
-                "repository.parameter",
+                rules.REPOSITORY_PARAMETER,
                 f"unknown unload parameter(s) {clip(', '.join(unknown))}; expected "
                 f"{UNLOAD_DEPENDENTS!r} (models here have no dependents)",
             )

@@ -14,11 +14,12 @@ import math
 
 import numpy as np
 
+from service import oip, rules
 from service.dtypes import BY_DATATYPE
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 
-HEADER = "inference-header-content-length"
+HEADER = oip.BINARY_HEADER
 
 
 def split(
@@ -31,14 +32,14 @@ def split(
     text = header_length.strip()
     if not (text.isascii() and text.isdigit()):
         raise invalid(
-            "binary.header_length",
+            rules.BINARY_HEADER_LENGTH,
             f"Inference-Header-Content-Length must be a non-negative integer, "
             f"got {clip(header_length)!r}",
         )
     length = int(text)
     if length > len(view):
         raise invalid(
-            "binary.header_length",
+            rules.BINARY_HEADER_LENGTH,
             f"Inference-Header-Content-Length {length} is larger than the "
             f"request body ({len(view)} bytes)",
         )
@@ -49,7 +50,7 @@ def check_shape(label: str, shape) -> list[int]:
     try:
         json_tensors.check_shape(shape, f"input {label!r}")
     except json_tensors.CodecError as exc:
-        raise input_problem(label, "input.shape", str(exc)) from None
+        raise input_problem(label, rules.INPUT_SHAPE, str(exc)) from None
     return shape
 
 
@@ -57,21 +58,21 @@ def check_datatype(label: str, datatype) -> None:
     if not isinstance(datatype, str):
         raise input_problem(
             label,
-            "input.datatype",
+            rules.INPUT_DATATYPE,
             f"input {label!r}: 'datatype' must be a string such as \"FP32\", got "
             f"{type(datatype).__name__}",
         )
     if datatype == "BYTES":
         raise input_problem(
             label,
-            "input.datatype",
+            rules.INPUT_DATATYPE,
             f"input {label!r}: datatype BYTES is not supported by this server "
             f"(ExecuTorch programs take numeric and BOOL tensors)",
         )
     if datatype not in BY_DATATYPE:
         raise input_problem(
             label,
-            "input.datatype",
+            rules.INPUT_DATATYPE,
             f"input {label!r}: unknown datatype {clip(datatype)!r}; expected one "
             f"of {', '.join(BY_DATATYPE)}",
         )
@@ -79,13 +80,13 @@ def check_datatype(label: str, datatype) -> None:
 
 def binary_size(label: str, parameters: dict) -> int | None:
     """The input's `binary_data_size` parameter, checked; None when it has none."""
-    if "binary_data_size" not in parameters:
+    if oip.BINARY_DATA_SIZE not in parameters:
         return None
-    size = parameters["binary_data_size"]
+    size = parameters[oip.BINARY_DATA_SIZE]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise input_problem(
             label,
-            "binary.size",
+            rules.BINARY_SIZE,
             f"input {label!r}: binary_data_size must be a non-negative integer, got {clip(size)!r}",
         )
     return size
@@ -101,7 +102,7 @@ def read_input(
     if payload is None:
         raise input_problem(
             label,
-            "binary.header_length",
+            rules.BINARY_HEADER_LENGTH,
             f"input {label!r} has binary_data_size but the request has no "
             f"Inference-Header-Content-Length header",
         )
@@ -109,7 +110,7 @@ def read_input(
     if size > remaining:
         raise input_problem(
             label,
-            "binary.size",
+            rules.BINARY_SIZE,
             f"input {label!r}: binary_data_size {size} runs past the end of the "
             f"body ({remaining} bytes of binary data left)",
         )
@@ -118,7 +119,7 @@ def read_input(
     if size != count * entry.itemsize:
         raise input_problem(
             label,
-            "binary.size",
+            rules.BINARY_SIZE,
             f"input {label!r}: binary_data_size {size} does not match shape "
             f"{shape} of {datatype} ({count} x {entry.itemsize} = "
             f"{count * entry.itemsize} bytes)",
@@ -126,7 +127,9 @@ def read_input(
     if datatype == "BOOL":
         raw = np.frombuffer(payload, dtype=np.uint8, count=count, offset=offset)
         if count and int(raw.max()) > 1:
-            raise input_problem(label, "binary.bool", f"input {label!r}: BOOL bytes must be 0 or 1")
+            raise input_problem(
+                label, rules.BINARY_BOOL, f"input {label!r}: BOOL bytes must be 0 or 1"
+            )
         array = raw.view(np.bool_)
     else:
         array = np.frombuffer(
@@ -139,7 +142,7 @@ def read_input(
 def check_consumed(payload: memoryview | None, offset: int) -> None:
     if payload is not None and offset != len(payload):
         raise invalid(
-            "binary.size",
+            rules.BINARY_SIZE,
             f"{len(payload) - offset} byte(s) of binary data follow the last "
             f"input's; every byte must belong to an input's binary_data_size",
         )

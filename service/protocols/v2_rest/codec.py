@@ -14,15 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from service import oip, rules
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import clip, input_problem, invalid
 from service.protocols import json_tensors
 from service.protocols.v2_rest import binary
 
 # Request parameters this protocol interprets; any other is passed to the dataplane unchanged.
-TIMEOUT = "timeout"  # microseconds, as Triton
-METHOD = "method"  # extension: run a method other than "forward"
-BINARY_OUTPUT = "binary_data_output"
 
 
 @dataclass
@@ -41,7 +39,7 @@ class ParsedRequest:
     inputs: list[ParsedInput]
     # (name, binary_data) per requested output; None: all outputs
     outputs: list[tuple[str, bool | None]] | None = None
-    method: str = "forward"
+    method: str = oip.DEFAULT_METHOD
     timeout_s: float | None = None
     binary_output: bool = False
     extra: dict = field(default_factory=dict)
@@ -63,8 +61,8 @@ def _text(value: str, what: str, input_label: str | None = None) -> str:
         return value
     message = f"{what} is not valid Unicode: a lone surrogate at character {error.start}"
     if input_label is None:
-        raise invalid("request.unicode", message)
-    raise input_problem(input_label, "request.unicode", message)
+        raise invalid(rules.REQUEST_UNICODE, message)
+    raise input_problem(input_label, rules.REQUEST_UNICODE, message)
 
 
 def _check_texts(value, what: str, input_label: str | None = None) -> None:
@@ -84,7 +82,7 @@ def _object(value, what: str, input_label: str | None = None) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise invalid("request.invalid", f"{what} must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, f"{what} must be a JSON object")
     _check_texts(value, what, input_label)
     return value
 
@@ -92,19 +90,19 @@ def _object(value, what: str, input_label: str | None = None) -> dict:
 def _flag(parameters: dict, key: str, what: str) -> bool | None:
     value = parameters.get(key)
     if value is not None and not isinstance(value, bool):
-        raise invalid("request.parameter", f"{what}: parameter {key!r} must be true or false")
+        raise invalid(rules.REQUEST_PARAMETER, f"{what}: parameter {key!r} must be true or false")
     return value
 
 
 def _input(index: int, item) -> ParsedInput:
     if not isinstance(item, dict):
         raise input_problem(
-            f"input_{index}", "request.invalid", f"inputs[{index}] must be an object"
+            f"input_{index}", rules.REQUEST_INVALID, f"inputs[{index}] must be an object"
         )
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise input_problem(
-            f"input_{index}", "input.name", f"inputs[{index}] needs a 'name' (a string)"
+            f"input_{index}", rules.INPUT_NAME, f"inputs[{index}] needs a 'name' (a string)"
         )
     _text(name, f"inputs[{index}] 'name'", f"input_{index}")
     label = clip(name)
@@ -116,17 +114,17 @@ def _input(index: int, item) -> ParsedInput:
     if size is not None:
         if "data" in item:
             raise input_problem(
-                label, "input.data", f"input {label!r} has both 'data' and binary_data_size"
+                label, rules.INPUT_DATA, f"input {label!r} has both 'data' and binary_data_size"
             )
         return ParsedInput(name, datatype, binary.check_shape(label, shape), size, None)
     if "data" not in item:
         raise input_problem(
-            label, "input.data", f"input {label!r} has neither 'data' nor binary_data_size"
+            label, rules.INPUT_DATA, f"input {label!r} has neither 'data' nor binary_data_size"
         )
     try:
         array = json_tensors.decode(datatype, shape, item["data"], f"input {label!r}")
     except json_tensors.CodecError as exc:
-        raise input_problem(label, "input.data", str(exc)) from None
+        raise input_problem(label, rules.INPUT_DATA, str(exc)) from None
     return ParsedInput(name, datatype, shape, None, array)
 
 
@@ -134,19 +132,20 @@ def _outputs(value) -> list[tuple[str, bool | None]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise invalid("request.invalid", "'outputs' must be a list")
+        raise invalid(rules.REQUEST_INVALID, "'outputs' must be a list")
     outputs = []
     for index, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise invalid("request.invalid", f"outputs[{index}] needs a 'name' (a string)")
+            raise invalid(rules.REQUEST_INVALID, f"outputs[{index}] needs a 'name' (a string)")
         _text(item["name"], f"outputs[{index}] 'name'")
         label = f"output {clip(item['name'])!r}"
         parameters = _object(item.get("parameters"), f"{label} 'parameters'")
         if parameters.get("classification") is not None:
             raise invalid(
-                "output.classification", f"{label}: the classification extension is not supported"
+                rules.OUTPUT_CLASSIFICATION,
+                f"{label}: the classification extension is not supported",
             )
-        outputs.append((item["name"], _flag(parameters, "binary_data", label)))
+        outputs.append((item["name"], _flag(parameters, oip.BINARY_DATA, label)))
     return outputs
 
 
@@ -159,37 +158,39 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
         try:  # NaN/Infinity literals and integers past 64 bits, which orjson refuses
             header = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+            raise invalid(
+                rules.REQUEST_JSON, f"the request is not valid JSON: {clip(exc)}"
+            ) from None
     if not isinstance(header, dict):
-        raise invalid("request.invalid", "the request must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, "the request must be a JSON object")
     request_id = header.get("id")
     if request_id is not None:
         if not isinstance(request_id, str):
-            raise invalid("request.invalid", "'id' must be a string")
+            raise invalid(rules.REQUEST_INVALID, "'id' must be a string")
         _text(request_id, "'id'")
     parameters = _object(header.get("parameters"), "'parameters'")
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not inputs:
-        raise invalid("request.invalid", "'inputs' must be a non-empty list")
+        raise invalid(rules.REQUEST_INVALID, "'inputs' must be a non-empty list")
     parsed = ParsedRequest(
         request_id,
         parameters,
         [_input(i, item) for i, item in enumerate(inputs)],
         _outputs(header.get("outputs")),
     )
-    timeout = parameters.get(TIMEOUT)
+    timeout = parameters.get(oip.TIMEOUT_PARAMETER)
     if timeout is not None:
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
             raise invalid(
-                "request.parameter",
+                rules.REQUEST_PARAMETER,
                 "parameter 'timeout' must be a non-negative integer (microseconds)",
             )
         parsed.timeout_s = timeout / 1e6 if timeout else None
-    method = parameters.get(METHOD, "forward")
+    method = parameters.get(oip.METHOD_PARAMETER, oip.DEFAULT_METHOD)
     if not isinstance(method, str):
-        raise invalid("request.parameter", "parameter 'method' must be a string")
+        raise invalid(rules.REQUEST_PARAMETER, "parameter 'method' must be a string")
     parsed.method = method
-    parsed.binary_output = bool(_flag(parameters, BINARY_OUTPUT, "request"))
+    parsed.binary_output = bool(_flag(parameters, oip.BINARY_DATA_OUTPUT, "request"))
     return parsed
 
 
@@ -228,8 +229,8 @@ def response_header(
     header = {"model_name": response.model, "model_version": response.version}
     if response.id is not None:
         header["id"] = response.id
-    if response.method != "forward":
-        header["parameters"] = {METHOD: response.method}
+    if response.method != oip.DEFAULT_METHOD:
+        header["parameters"] = {oip.METHOD_PARAMETER: response.method}
     outputs, as_json, parts = [], [], []
     for index, tensor in enumerate(response.outputs):
         entry = {
@@ -242,7 +243,7 @@ def response_header(
             as_binary = parsed.binary_output
         if as_binary:
             part = binary.output_bytes(tensor.array)
-            entry["parameters"] = {"binary_data_size": part.nbytes}
+            entry["parameters"] = {oip.BINARY_DATA_SIZE: part.nbytes}
             parts.append(part)
         else:
             as_json.append((index, tensor))

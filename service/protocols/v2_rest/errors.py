@@ -18,11 +18,13 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
+from service import rules
 from service.errors import (
     ServiceError,
     clip,
 )
 from service.protocols import http_errors
+from service.protocols.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +51,13 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
         problems = [
             {
                 "file": None,
-                "rule": "request.invalid",
+                "rule": rules.REQUEST_INVALID,
                 "message": f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}",
             }
             for e in exc.errors()
         ]
         return error_response(400, "invalid request", problems)
-    except ClientDisconnect:
+    except (ClientDisconnect, ClientDisconnected):
         raise  # nobody reads an answer; http_errors.UnexpectedErrors logs it
     except Exception:
         log.exception("%s %s failed", request.method, clip(request.url.path))

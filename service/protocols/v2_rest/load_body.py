@@ -19,6 +19,7 @@ import binascii
 import json
 import re
 
+from service import rules
 from service.dataplane.repository import load_config
 from service.errors import Invalid, Problem, clip, invalid
 from service.ingest.staging import StagedUpload, StagedWriter, Staging, file_role
@@ -36,7 +37,7 @@ _BASE64_BREAK = re.compile(rb"[^A-Za-z0-9+/=]")
 
 def _malformed(offset: int, expected: str) -> Invalid:
     return invalid(
-        "request.json", f"the request is not valid JSON: expected {expected} at byte {offset}"
+        rules.REQUEST_JSON, f"the request is not valid JSON: expected {expected} at byte {offset}"
     )
 
 
@@ -51,7 +52,7 @@ class _Base64File:
 
     def _refuse(self) -> Invalid:
         path = self.key[len(FILE_PREFIX) :]
-        return invalid("repository.file", f"{clip(self.key)!r} is not valid base64", clip(path))
+        return invalid(rules.REPOSITORY_FILE, f"{clip(self.key)!r} is not valid base64", clip(path))
 
     def write(self, text: bytes) -> None:
         if not text:
@@ -158,7 +159,7 @@ class LoadBody:
             key = self._buffer[position:end]
             if key != b"parameters":
                 raise invalid(
-                    "request.invalid",
+                    rules.REQUEST_INVALID,
                     f"unknown field {clip(key.decode('utf-8', 'replace'))!r} in the load "
                     f"request; it has one, 'parameters'",
                 )
@@ -169,7 +170,7 @@ class LoadBody:
             return self._expect(position, b":", "':' after \"parameters\"")
         if state == "parameters":
             if byte != b"{":
-                raise invalid("request.invalid", "'parameters' must be a JSON object")
+                raise invalid(rules.REQUEST_INVALID, "'parameters' must be a JSON object")
             self._state = "first_key"
             return position + 1
         if state in ("first_key", "next_key") and byte == b"}":
@@ -191,7 +192,7 @@ class LoadBody:
             if byte == b"}":
                 self._state = "done"
                 return position + 1
-            raise invalid("request.invalid", "the load request has one field, 'parameters'")
+            raise invalid(rules.REQUEST_INVALID, "the load request has one field, 'parameters'")
         raise _malformed(self._offset + position, "nothing after the request object")
 
     def _read_string(self, position: int) -> int:
@@ -221,11 +222,11 @@ class LoadBody:
     def _check_string_size(self) -> None:
         if self._state == "key" and len(self._string) > MAX_KEY_BYTES:
             raise invalid(
-                "request.invalid", f"a load parameter name is longer than {MAX_KEY_BYTES} bytes"
+                rules.REQUEST_INVALID, f"a load parameter name is longer than {MAX_KEY_BYTES} bytes"
             )
         if self._state == "config" and len(self._string) > self.max_config_bytes:
             raise invalid(
-                "repository.config",
+                rules.REPOSITORY_CONFIG,
                 f"'config' is longer than the limit of {self.max_config_bytes} bytes",
             )
 
@@ -233,7 +234,9 @@ class LoadBody:
         try:
             return json.loads(b'"' + bytes(self._string) + b'"')
         except ValueError as exc:
-            raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+            raise invalid(
+                rules.REQUEST_JSON, f"the request is not valid JSON: {clip(exc)}"
+            ) from None
         finally:
             self._string = bytearray()
 
@@ -244,11 +247,13 @@ class LoadBody:
             return
         key = self._string_value()
         if key in self._keys:
-            raise invalid("repository.parameter", f"load parameter {clip(key)!r} is given twice")
+            raise invalid(
+                rules.REPOSITORY_PARAMETER, f"load parameter {clip(key)!r} is given twice"
+            )
         self._keys.add(key)
         if key != CONFIG and not key.startswith(FILE_PREFIX):
             raise invalid(
-                "repository.parameter",
+                rules.REPOSITORY_PARAMETER,
                 f"unknown load parameter {clip(key)!r}; expected 'config' or "
                 f"'{FILE_PREFIX}<version>/<filename>'",
             )
@@ -260,9 +265,9 @@ class LoadBody:
     def _start_value(self, position: int, byte: bytes) -> int:
         if byte != b'"':
             rule, kind = (
-                ("repository.config", "a string of JSON")
+                (rules.REPOSITORY_CONFIG, "a string of JSON")
                 if self._key == CONFIG
-                else ("repository.file", "base64 text")
+                else (rules.REPOSITORY_FILE, "base64 text")
             )
             raise invalid(rule, f"{clip(self._key)!r} must be {kind}")
         if self._key == CONFIG:

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import importlib.metadata
 
+from service import oip
 from service.backends.versions import runtime_versions
 from service.dataplane.service import ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
-
-SERVER_NAME = "etrt-server"
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
-PLATFORM = "executorch"
-DEFAULT_METHOD = "forward"
 
 
 def _version(distribution: str) -> str | None:
@@ -31,9 +27,9 @@ def server_metadata() -> dict:
     """Also names the runtimes (executorch_version, tensorrt_version where installed): a client
     choosing what to export with needs both."""
     body = {
-        "name": SERVER_NAME,
-        "version": _version(SERVER_NAME) or "unknown",
-        "extensions": EXTENSIONS,
+        "name": oip.SERVER_NAME,
+        "version": _version(oip.SERVER_NAME) or "unknown",
+        "extensions": list(oip.REST_EXTENSIONS),
     }
     body.update({f"{runtime}_version": version for runtime, version in runtime_versions().items()})
     return body
@@ -56,11 +52,11 @@ def _method(signature: MethodSignature) -> dict:
 
 async def model_metadata(service: ModelService, name: str, version: str | None) -> dict:
     signatures = await service.signatures(name, version)
-    forward = signatures.get(DEFAULT_METHOD)
+    forward = signatures.get(oip.DEFAULT_METHOD)
     return {
         "name": name,
         "versions": await service.served_versions(name),
-        "platform": PLATFORM,
+        "platform": oip.PLATFORM,
         **(_method(forward) if forward else {"inputs": [], "outputs": []}),
         "methods": {method: _method(sig) for method, sig in signatures.items()},
     }

@@ -18,12 +18,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
+from service import rules
 from service.errors import Aborted, clip, invalid, too_large
 from service.ingest.staging import StagedUpload
+from service.protocols.bodies import read_body
 from service.protocols.v2_rest.errors import V2Route
 from service.protocols.v2_rest.load_body import LoadBody
 from service.protocols.v2_rest.schema import LOAD_ANSWERS, REPOSITORY_ANSWERS, UNLOAD_ANSWERS
-from service.protocols.v2_rest.transport import read_body
 
 router = APIRouter(
     prefix="/v2/repository", route_class=V2Route, tags=["v2 (Open Inference Protocol)"]
@@ -37,25 +38,25 @@ def _parameters(body: bytes) -> dict:
     try:
         request = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise invalid("request.json", f"the request is not valid JSON: {clip(exc)}") from None
+        raise invalid(rules.REQUEST_JSON, f"the request is not valid JSON: {clip(exc)}") from None
     if not isinstance(request, dict):
-        raise invalid("request.invalid", "the request must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, "the request must be a JSON object")
     parameters = request.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise invalid("request.invalid", "'parameters' must be a JSON object")
+        raise invalid(rules.REQUEST_INVALID, "'parameters' must be a JSON object")
     return parameters
 
 
 @router.post("/index", responses=REPOSITORY_ANSWERS)
 async def index(request: Request) -> list[dict]:
     """Every stored model with its state; `{"ready": true}` lists only the ready ones."""
-    body = await read_body(request, 64 * 1024, "a repository index request")
+    body = await read_body(request.scope, request.receive, 64 * 1024, "a repository index request")
     ready_only = False
     if body.strip():
         try:
             ready_only = json.loads(body).get("ready") is True
         except (ValueError, RecursionError, AttributeError):
-            raise invalid("request.json", "the index request must be a JSON object") from None
+            raise invalid(rules.REQUEST_JSON, "the index request must be a JSON object") from None
     entries = await request.app.state.service.repository_index()
     return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
@@ -111,7 +112,7 @@ async def load(request: Request, model: str) -> Response:
 @router.post("/models/{model}/unload", responses=UNLOAD_ANSWERS)
 async def unload(request: Request, model: str) -> Response:
     service = request.app.state.service
-    body = await read_body(request, 64 * 1024, "a repository unload request")
+    body = await read_body(request.scope, request.receive, 64 * 1024, "a repository unload request")
     _parameters(body)
     await service.unload_model(model)
     return Response(status_code=200)

@@ -9,21 +9,16 @@ become this protocol's codes in V2Route. Large bodies are decoded away from the 
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Callable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import ModelService
 from service.errors import TooLarge, Unavailable, clip
+from service.protocols.bodies import known_model, read_body
+from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import responses
-from service.protocols.offload import (
-    INLINE_BINARY_BYTES,
-    INLINE_JSON_BYTES,
-    INLINE_JSON_ELEMENTS,
-    Offload,
-)
+from service.protocols.offload import Offload
 from service.protocols.v2_rest import binary, codec, metadata, repository
 from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
 from service.protocols.v2_rest.schema import (
@@ -34,9 +29,10 @@ from service.protocols.v2_rest.schema import (
     READY_ANSWERS,
     SERVER_READY_ANSWERS,
 )
-from service.protocols.v2_rest.transport import PartsResponse, read_aligned_body, read_body
+from service.protocols.v2_rest.transport import PartsResponse, read_aligned_body
 
-router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 (Open Inference Protocol)"])
+TAG = "v2 (Open Inference Protocol)"
+router = APIRouter(prefix="/v2", route_class=V2Route, tags=[TAG])
 
 
 def _service(request: Request) -> ModelService:
@@ -112,23 +108,18 @@ def _header_length(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-async def _run(offload: Offload, inline: bool, function: Callable, *args):
-    return function(*args) if inline else await offload.call(function, *args)
-
-
-@router.post("/models/{model}/infer", responses=INFER_ANSWERS, openapi_extra=INFER_BODY)
-@router.post(
-    "/models/{model}/versions/{version}/infer",
-    responses=INFER_ANSWERS,
-    openapi_extra=INFER_BODY,
-)
-async def infer(request: Request, model: str, version: str | None = None) -> Response:
+async def infer(request: Request, model: str, version: str | None) -> Response:
+    """Served by infer_endpoint (FAST_ROUTES), not by the router."""
     service, offload = _service(request), _offload(request)
+    await known_model(service, model, version)  # an unknown one is answered before the body
     header_length = request.headers.get(binary.HEADER)
     max_json = _max_json(service)
     # Without the header the body is JSON, whatever its Content-Type (tritonclient sends none).
     if header_length is None:
-        body, lease = await read_body(request, max_json, "a JSON inference request body"), None
+        body = await read_body(
+            request.scope, request.receive, max_json, "a JSON inference request body"
+        )
+        lease = None
     else:
         body, lease = await read_aligned_body(
             request,
@@ -147,10 +138,8 @@ async def infer(request: Request, model: str, version: str | None = None) -> Res
             lease.release()
     try:
         head, as_json, parts = codec.response_header(response, parsed)
-        elements = sum(tensor.array.size for _, tensor in as_json)
-        text = await _run(
-            offload,
-            elements <= INLINE_JSON_ELEMENTS,
+        text = await offload.write(
+            sum(tensor.array.size for _, tensor in as_json),
             codec.dump_response,
             head,
             [(i, t.array, t.datatype) for i, t in as_json],
@@ -177,30 +166,56 @@ async def _infer(service, offload, model, version, body, header_length, lease):
     if header.nbytes > max_json:
         raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
     text = body if payload is None else bytes(header)
-    parsed = await _run(offload, len(text) <= INLINE_JSON_BYTES, codec.parse_header, text)
+    parsed = await offload.parse(codec.parse_header, text)
     del text, header
-    if payload is not None and payload.nbytes > INLINE_BINARY_BYTES:
-        dataplane_request = await asyncio.to_thread(
-            codec.to_request, model, version, parsed, payload
-        )
-    else:
-        dataplane_request = codec.to_request(model, version, parsed, payload)
+    dataplane_request = await offload.slice(
+        0 if payload is None else payload.nbytes, codec.to_request, model, version, parsed, payload
+    )
     dataplane_request.memory = lease
     return await service.infer(dataplane_request), parsed
 
 
-# The infer route's paths, for ServerApp (service/app.py), which calls infer_endpoint directly.
-INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
-
-
 async def infer_endpoint(scope, receive, send) -> None:
-    """The infer route as a bare ASGI app, for a path INFER_PATH matches: the same handler and
-    error answers as through the router, without FastAPI's per-request work."""
-    model, version = INFER_PATH.fullmatch(scope["path"]).groups()
+    """The infer route as a bare ASGI app (service/protocols/fast_routes.py): the same error
+    answers as the router's routes, without FastAPI's per-request work."""
+    params = scope["path_params"]
     response = await guarded(
-        lambda request: infer(request, model, version), Request(scope, receive)
+        lambda request: infer(request, params["model"], params.get("version")),
+        Request(scope, receive),
     )
     await response(scope, receive, send)
+
+
+# What OpenAPI shows of the two inference routes (fast routes: infer_endpoint serves them).
+def _describes_infer(model: str) -> Response:
+    """Runs the model on JSON tensors, or binary ones after a JSON header."""
+    raise NotImplementedError
+
+
+def _describes_versioned_infer(model: str, version: str) -> Response:
+    """Runs that version of the model, as /v2/models/{model}/infer."""
+    raise NotImplementedError
+
+
+FAST_ROUTES = [
+    FastRoute(
+        path,
+        infer_endpoint,
+        doc,
+        name,
+        responses=INFER_ANSWERS,
+        openapi_extra=INFER_BODY,
+        tags=(TAG,),
+    )
+    for path, doc, name in (
+        ("/v2/models/{model}/infer", _describes_infer, "infer"),
+        (
+            "/v2/models/{model}/versions/{version}/infer",
+            _describes_versioned_infer,
+            "infer_version",
+        ),
+    )
+]
 
 
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

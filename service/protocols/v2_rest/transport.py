@@ -1,15 +1,16 @@
 """Request bodies in, multi-part response bodies out, for large tensors.
 
-A body is read into one buffer (binary inputs are numpy views of it, so it is the only copy of the
-request's tensors), and refused with 413 as soon as it crosses the limit, declared or streamed.
-With a declared Content-Length, a binary body goes into memory the dataplane gives for it (in a
-front process, a slot of the arena the engine reads: service/ipc/arena.py), placed so that the
-tensor data after the JSON header starts on a 256-byte boundary: otherwise the header's arbitrary
-length would leave inputs misaligned, and they would have to be copied (TensorRT takes no
-buffer off that boundary). Arena pages cost memory only once written, so a request that declares
-a large body and sends little costs little. A response's binary outputs are sent
-from the result arrays themselves in slices, so a 100 MB output is never joined into a second
-100 MB string and no single send holds the event loop for long.
+A body is read into one buffer (binary inputs are numpy views of it, so it is the only copy of
+the request's tensors) by service/protocols/bodies.py, which refuses it with 413 as soon as it
+crosses the limit, declared or streamed. With a declared Content-Length, a binary body goes
+into memory the dataplane gives for it (in a front process, a slot of the arena the engine
+reads: service/ipc/arena.py), placed so that the tensor data after the JSON header starts on a
+256-byte boundary: otherwise the header's arbitrary length would leave inputs misaligned, and
+they would have to be copied (TensorRT takes no buffer off that boundary). Arena pages cost
+memory only once written, so a request that declares a large body and sends little costs
+little. A response's binary outputs are sent from the result arrays themselves in slices, so a
+100 MB output is never joined into a second 100 MB string and no single send holds the event
+loop for long.
 """
 
 from __future__ import annotations
@@ -21,22 +22,10 @@ from fastapi import Request
 from starlette.responses import Response
 
 from service.errors import Invalid, too_large
+from service.protocols.bodies import chunks, declared_length, read_body
 
 _SLICE = 4 * 1024 * 1024
 ALIGNMENT = 256
-
-
-async def read_body(request: Request, limit: int, what: str) -> bytearray:
-    """The whole body."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(what, limit)
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise too_large(what, limit)
-        body += chunk
-    return body
 
 
 async def read_aligned_body(
@@ -47,15 +36,14 @@ async def read_aligned_body(
 
     That memory is taken only once the JSON header (the first `align_at` bytes) has arrived: a
     client that declares a large body and then sends nothing holds none of it."""
-    declared = request.headers.get("content-length")
-    declared = int(declared) if declared is not None and declared.isdigit() else None
+    declared = declared_length(request.scope)
     if declared is None or align_at is None or align_at > declared:
-        return await read_body(request, limit, what), None
+        return await read_body(request.scope, request.receive, limit, what), None
     if declared > limit:
         raise too_large(what, limit)
     head, body, lease, filled = bytearray(), None, None, 0
     try:
-        async for chunk in request.stream():
+        async for chunk in chunks(request.receive):
             if body is None:
                 head += chunk
                 if len(head) < align_at and len(head) < declared:

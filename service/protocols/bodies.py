@@ -1,0 +1,67 @@
+"""The one reader of request bodies, for every HTTP protocol (bare endpoints and routes alike).
+
+It works on the ASGI `receive` itself: the inference endpoints run without Starlette's Request
+(service/protocols/fast_routes.py says why), and a route's Request hands over the same callable.
+A body is refused with 413 as soon as it crosses its limit, declared or streamed, and a client
+that goes away mid-body raises ClientDisconnected (logged as aborted, never a server error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from service.errors import too_large
+from service.protocols.disconnect import ClientDisconnected
+
+Receive = Callable[[], Awaitable[dict]]
+
+
+async def known_model(service, model: str, version: str | None = None) -> None:
+    """NotFound for an unknown model or version, before a body is read (or its tensors judged):
+    what the process holds answers a served model at once, only any other name costs a call
+    (in a front, to the engine)."""
+    if not service.serves(model, version):
+        await service.model_ready(model, version)
+
+
+def declared_length(scope: dict) -> int | None:
+    """The request's Content-Length, None when absent or not a plain number."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """The body as it arrives."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def read_body(scope: dict, receive: Receive, limit: int, what: str) -> bytes:
+    """The whole body; one that arrives in one message is returned as it came (no copy)."""
+    declared = declared_length(scope)
+    if declared is not None and declared > limit:
+        raise too_large(what, limit)
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnected()
+    body = message.get("body", b"")
+    if len(body) > limit:
+        raise too_large(what, limit)
+    if not message.get("more_body", False):
+        return body
+    parts, size = [body], len(body)
+    async for chunk in chunks(receive):
+        size += len(chunk)
+        if size > limit:
+            raise too_large(what, limit)
+        parts.append(chunk)
+    return b"".join(parts)
