@@ -125,6 +125,7 @@ UPLOAD_PROGRAM_COUNT = _rule("upload.program_count", REFUSED, "more than one 'pr
 UPLOAD_NAME_MISSING = _rule("upload.name_missing", REFUSED, "no 'name' field")
 UPLOAD_UNKNOWN_FIELD = _rule("upload.unknown_field", REFUSED, "a form field the upload has not")
 UPLOAD_REPLACE = _rule("upload.replace", REFUSED, "'replace' is not a boolean")
+UPLOAD_VERSION = _rule("upload.version", REFUSED, "'version' is not a model version number")
 UPLOAD_CONTENT_TYPE = _rule("upload.content_type", REFUSED, "the body is not multipart/form-data")
 UPLOAD_MALFORMED = _rule(
     "upload.malformed", REFUSED, "the multipart body is malformed (or a part header over 4 KiB)"
@@ -212,6 +213,9 @@ CONFIG_MAX_BATCH_SIZE = _rule(
     "config.max_batch_size", REFUSED, "max_batch_size above the program's bound on dim 0"
 )
 CONFIG_PRIORITY = _rule("config.priority", REFUSED, "priority settings that do not fit together")
+CONFIG_VERSION_POLICY = _rule(
+    "config.version_policy", REFUSED, "a version_policy without exactly one of its three kinds"
+)
 CONFIG_WARMUP = _rule("config.warmup", REFUSED, "a warmup sample the model cannot run")
 CONFIG_WARMUP_DATA_FILE = _rule(
     "config.warmup_data_file", REFUSED, "a warmup input_data_file (uploads carry none)"

@@ -25,6 +25,7 @@ def deploy(
     config: str | None,
     replace: bool,
     quiet_stdout: bool = False,
+    version: str | None = None,
 ) -> dict:
     """Uploads and returns the model description; raises ServerError on a refusal.
     With quiet_stdout (--json) the progress goes to stderr, so stdout is only the answer."""
@@ -37,6 +38,8 @@ def deploy(
         fields["replace"] = "true"
     if config is not None:
         fields["config"] = config
+    if version is not None:
+        fields["version"] = version
     body = UploadBody(name, files, fields)
     body.progress = Progress(body.length, to_stderr=quiet_stdout)
     headers = {**server.headers, "Content-Type": body.content_type}

@@ -71,7 +71,11 @@ def check(program, data, config, name, as_json, gpu, platform, tensorrt_version)
 @click.argument("data", nargs=-1, type=_FILE)
 @click.option("--config", "config", type=_FILE, help="model configuration (JSON file)")
 @click.option("--replace", is_flag=True, help="replace a model of that name atomically")
-@click.option("--version", default="1", show_default=True, help="model version to await")
+@click.option(
+    "--version",
+    default=None,
+    help="store it as this model version (default: 1 for a new model, the newest with --replace)",
+)
 @click.option("--wait", default=120.0, show_default=True, help="seconds to wait for READY")
 @click.option("--json", "as_json", is_flag=True, help="print the description as JSON")
 @_url
@@ -84,9 +88,12 @@ def deploy(name, program, data, config, replace, version, wait, as_json, url, to
     server = Server(url, token)
     try:
         text = config.read_text() if config else None
-        model = upload(server, name, program, list(data), text, replace, quiet_stdout=as_json)
+        model = upload(
+            server, name, program, list(data), text, replace, quiet_stdout=as_json, version=version
+        )
     except ServerError as exc:
         _fail(exc)
+    version = model.get("version") or version or "1"  # the version the server stored it as
     if model.get("runnable", True) and not wait_ready(server, name, version, wait):
         output.error(f"model {name!r} was stored but is not READY after {wait} s")
         sys.exit(1)

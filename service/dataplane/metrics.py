@@ -71,11 +71,18 @@ class Metrics:
         )
         self.backends = [m for m in (backends or []) if m is not None]
         self._live: dict[str, object] = {}
-        # (model, method) -> the scheduler's current queue depth, read when rendering.
-        self._queues: dict[tuple[str, str], Callable[[], int]] = {}
-        # model -> its serving pool, whose memory is measured when rendering (weak: a replaced
-        # or deleted model's pool must not be kept alive by its metrics).
-        self._pools: dict[str, weakref.ref] = {}
+        # (model, method, version) -> the scheduler's current queue depth, read when rendering;
+        # the gauge sums a model's versions.
+        self._queues: dict[tuple[str, str, str], Callable[[], int]] = {}
+        # (model, version) -> its serving pool, whose memory is measured when rendering (weak: a
+        # replaced or deleted version's pool must not be kept alive by its metrics).
+        self._pools: dict[tuple[str, int], weakref.ref] = {}
+        self.warmups = Gauge(
+            "etrt_model_warmup_seconds",
+            "Seconds a served model version's model_warmup took, on every instance, before it "
+            "served",
+            ("model", "version"),
+        )
 
     def request_started(self, model: str) -> object:
         """Returns a token for request_finished; a model deleted meanwhile invalidates it."""
@@ -128,10 +135,12 @@ class Metrics:
         with self._lock:
             self.batch_size.observe((model, method), rows)
 
-    def watch_queue(self, model: str, method: str, depth: Callable[[], int]) -> None:
+    def watch_queue(
+        self, model: str, method: str, depth: Callable[[], int], version: str = "1"
+    ) -> None:
         """Registers the live queue depth of a model method (replacing a replaced model's)."""
         with self._lock:
-            self._queues[(model, method)] = depth
+            self._queues[(model, method, version)] = depth
 
     def _queue_depths(self) -> Gauge:
         depths = Gauge(
@@ -139,8 +148,8 @@ class Metrics:
             "Requests waiting to execute: queued for a dynamic batch or for a free method instance",
             ("model", "method"),
         )
-        for labels, depth in self._queues.items():
-            depths.add(labels, depth())
+        for (model, method, _), depth in self._queues.items():
+            depths.add((model, method), depth())
         return depths
 
     def upload_finished(self, outcome: str, rules: list[str]) -> None:
@@ -149,14 +158,30 @@ class Metrics:
             for rule in rules:
                 self.problems.add((rule,))
 
-    def open_pool(self, model: str, open_pool: Callable):
+    def open_pool(self, model: str, open_pool: Callable, version: int = 1):
         """Runs open_pool() so that each backend can count the delegates it creates for `model`."""
         for backend in self.backends:
             open_pool = functools.partial(backend.open, model, open_pool)
         pool = open_pool()
         with self._lock:
-            self._pools[model] = weakref.ref(pool)
+            self._pools[(model, version)] = weakref.ref(pool)
         return pool
+
+    def warmed_up(self, model: str, version: int, seconds: float | None) -> None:
+        """A version's warmups took `seconds` (None: it has none) before it served."""
+        with self._lock:
+            if seconds is None:
+                self.warmups.samples.pop((model, str(version)), None)
+            else:
+                self.warmups.samples[(model, str(version))] = seconds
+
+    def forget_pool(self, model: str, version: int) -> None:
+        """A version's pool closed (unloaded, deleted, replaced, or out of its policy)."""
+        with self._lock:
+            ref = self._pools.get((model, version))
+            if ref is not None and (ref() is None or ref().closed):
+                del self._pools[(model, version)]
+                self.warmups.samples.pop((model, str(version)), None)
 
     def forget_model(self, model: str) -> None:
         with self._lock:
@@ -170,7 +195,8 @@ class Metrics:
             ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
-            self._pools.pop(model, None)
+            self._pools = {k: v for k, v in self._pools.items() if k[0] != model}
+            self.warmups.remove("model", model)
             for backend in self.backends:
                 backend.forget(model)
 
@@ -189,8 +215,9 @@ class Metrics:
             ("model",),
         )
         with self._lock:
-            pools = [(model, ref()) for model, ref in self._pools.items()]
+            pools = [(key[0], ref()) for key, ref in self._pools.items()]
         files = residency.mapped_files()
+        # A model's figures are its served versions' together.
         for model, pool in pools:
             if pool is None:
                 continue
@@ -224,6 +251,7 @@ class Metrics:
                 self._queue_depths(),
                 self.fronts,
                 self.arenas,
+                self.warmups,
                 *memory,
             ]
             families += [f for backend in self.backends for f in backend.families()]

@@ -1,7 +1,7 @@
 """The model repository side of the dataplane: load, unload, the index, and model directories.
 
-ModelService inherits these; they share its state (served models, unavailable ones, per-name
-locks) and use its deploy(), so every way a model arrives -- a multipart upload, the v2
+ModelService inherits these; they share its state (the catalog of models and their versions,
+per-name locks) and use its deploy(), so every way a model arrives -- a multipart upload, the v2
 repository `load`, a model directory at start -- goes through the same staging and ingest.
 """
 
@@ -10,35 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from service import rules
-from service.dataplane.model_pool import ModelPool
-from service.dataplane.signature import signature_of
-from service.dataplane.types import MethodSignature
 from service.errors import ServiceError, Unavailable, clip, invalid
 from service.ingest.model_dirs import stage_folder, unchanged
 from service.ingest.staging import stage_files, stage_stored
-from service.store.records import StoredModel
 
 log = logging.getLogger(__name__)
-# Every model has one version: a replace swaps it atomically rather than adding a second one.
-MODEL_VERSION = "1"
-# Why a model that is stored and could serve does not: the repository API unloaded it.
-UNLOADED = "unloaded"
-
-
-@dataclass
-class Served:
-    stored: StoredModel
-    pool: ModelPool
-    signatures: dict[str, MethodSignature]
-    schedulers: dict = field(default_factory=dict)  # method -> its scheduling Policy, on first use
-
-    @property
-    def max_batch(self) -> int:
-        return self.stored.description.effective_config.max_batch
 
 
 def load_config(value) -> dict:
@@ -53,20 +32,6 @@ def load_config(value) -> dict:
     if not isinstance(config, dict):
         raise invalid(rules.REPOSITORY_CONFIG, "'config' must be a JSON object")
     return config
-
-
-def serve(stored: StoredModel, pool: ModelPool) -> Served:
-    return Served(stored, pool, {m: signature_of(pool.meta(m)) for m in pool.method_names})
-
-
-def not_runnable(stored: StoredModel) -> str | None:
-    """Why ingest stored this model as unable to run on this host; None when it can run.
-
-    Such a model is kept and listed but never opened: opening it would initialize delegates that
-    cannot work here (e.g. TensorRT plans on a host without TensorRT), so /infer answers with
-    this reason instead.
-    """
-    return stored.description.not_runnable
 
 
 def refused_view(name: str, error: ServiceError) -> dict:
@@ -88,70 +53,80 @@ class Repository:
         self, name: str, files: dict[str, bytes] | None = None, config: dict | None = None
     ) -> dict:
         """The repository `load`: with files ({"<version>/<filename>": bytes}) an upload that
-        replaces any model of that name, through the same ingest as every other; without, the
-        stored model is served again (re-ingested from its stored files if a config is given)."""
+        makes the model exactly those versions, through the same ingest as every other; without,
+        the stored model is served again (re-ingested from its stored files if a config is
+        given), as many of its versions as its policy selects."""
         if files is not None:
             return await self.deploy(
                 lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config)
             )
         if config is not None:
-            stored = self._stored(name)
+            stored = sorted(self._entry(name).stored.values(), key=lambda m: m.version)
             return await self.deploy(
                 lambda: asyncio.to_thread(stage_stored, self.begin_staging(), stored, config)
             )
-        self._stored(name)  # before the lock: locks exist only for names that exist
+        self._entry(name)  # before the lock: locks exist only for names that exist
         async with self._lock(name):
-            stored = self._stored(name)
-            if name not in self._models:
-                reason = not_runnable(stored)
-                if reason is not None:
-                    raise Unavailable(f"model {name!r} cannot be loaded: {reason}")
-                try:
-                    pool = await asyncio.to_thread(self._open_pool, stored)
-                except Exception as exc:
-                    self._unavailable[name] = (stored, f"{type(exc).__name__}: {exc}")
-                    raise Unavailable(f"model {name!r} could not be opened: {exc}") from None
-                self._models[name] = serve(stored, pool)
-                self._unavailable.pop(name, None)
+            entry = self._entry(name)
+            if entry.unloaded or not entry.served:
+                was = set(entry.unloaded)
+                entry.unloaded.clear()
+                closing = await self._settle(entry, dict(entry.stored))
                 self._changed()
-                await asyncio.to_thread(self.storage.set_unloaded, name, False)
+                for served in closing:
+                    await self._close(served)
+                if was:
+                    await asyncio.to_thread(self.storage.set_unloaded, name, False)
+                if not entry.served:
+                    raise Unavailable(
+                        f"model {name!r} cannot be loaded: {entry.unavailable_reason()}"
+                    )
             return self._description(name)
 
     async def unload_model(self, name: str) -> None:
-        """Stops serving a model but keeps it stored, also across restarts; load_model(name)
-        serves it again."""
-        self._stored(name)
+        """Stops serving a model (every version) but keeps it stored, also across restarts;
+        load_model(name) serves it again."""
+        self._entry(name)
         async with self._lock(name):
-            served = self._models.pop(name, None)
-            if served is not None:
-                self._unavailable[name] = (served.stored, UNLOADED)
-                self._changed()
-                await asyncio.to_thread(self.storage.set_unloaded, name, True)
-                await served.pool.close()
+            entry = self._entry(name)
+            if entry.unloaded == set(entry.stored) and not entry.served:
+                return
+            entry.unloaded = set(entry.stored)
+            closing = await self._settle(entry, dict(entry.stored))
+            self._changed()
+            await asyncio.to_thread(self.storage.set_unloaded, name, True)
+            for served in closing:
+                await self._close(served)
 
     async def repository_index(self) -> list[dict]:
+        """Every stored version of every model, with its state and why it does not serve."""
         index = []
         for name in self._names():
             if name in self._refused:
                 reason = self._refused[name].message
+                entry = self._catalog.get(name)
+                versions = sorted(entry.stored) if entry is not None else [1]
+                reasons = {v: reason for v in versions}
             else:
-                reason = self._unavailable[name][1] if name in self._unavailable else ""
-            index.append(
-                {
-                    "name": name,
-                    "version": MODEL_VERSION,
-                    "state": "UNAVAILABLE" if reason else "READY",
-                    "reason": reason,
-                }
-            )
+                entry = self._catalog[name]
+                reasons = {v: entry.reason(v) or "" for v in sorted(entry.stored)}
+            for version, reason in reasons.items():
+                index.append(
+                    {
+                        "name": name,
+                        "version": str(version),
+                        "state": "UNAVAILABLE" if reason else "READY",
+                        "reason": reason,
+                    }
+                )
         return index
 
     async def _load_model_dirs(self, entries: list[tuple[str, Path]]) -> None:
         """Ingests each model directory entry that differs from what is stored; a refused one is
         listed unavailable and the rest still serve. The server is ready once all are done."""
         for name, folder in entries:
-            current = self._models.get(name)
-            stored = current.stored if current else self._unavailable.get(name, (None,))[0]
+            entry = self._catalog.get(name)
+            stored = entry.newest if entry is not None and entry.stored else None
             try:
                 if stored is not None and await asyncio.to_thread(unchanged, stored, folder):
                     continue
@@ -176,9 +151,12 @@ class Repository:
         """A stored model of the same name no longer matches its directory: it stops serving."""
         async with self._lock(name):
             self._refused[name] = error
-            served = self._models.pop(name, None)
-            if served is not None:
-                self._unavailable[name] = (served.stored, error.message)
+            entry = self._catalog.get(name)
+            closing = []
+            if entry is not None:
+                closing = list(entry.served.values())
+                entry.reasons = {v: error.message for v in entry.stored}
+                entry.served = {}
             self._changed()
-            if served is not None:
-                await served.pool.close()
+            for served in closing:
+                await self._close(served)

@@ -136,9 +136,10 @@ class Statistics:
             batch["compute_infer"][1] += infer_ns
             batch["compute_output"][0] += 1
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str, version: str | None = None) -> None:
+        """Drops a model's counts (every version's, or one version's)."""
         with self._lock:
-            for key in [key for key in self._models if key[0] == name]:
+            for key in [k for k in self._models if k[0] == name and version in (None, k[1])]:
                 del self._models[key]
 
     def model_stats(self, name: str, version: str) -> dict:

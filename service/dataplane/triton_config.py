@@ -17,6 +17,7 @@ from service import oip
 from service.dataplane.signature import signature_of
 from service.dataplane.types import TensorSpec
 from service.dtypes import triton_type
+from service.model_config import version_policy
 from service.model_config.records import DynamicBatching, QueuePolicy
 from service.store.records import ModelDescription
 
@@ -94,7 +95,7 @@ def model_config(
         "name": description.name,
         "platform": oip.PLATFORM,
         "backend": oip.PLATFORM,
-        "version_policy": {"latest": {"num_versions": 1}},
+        "version_policy": config.version_policy or version_policy.DEFAULT,
         "max_batch_size": max_batch,
         "input": [_input(s, max_batch > 0) for s in signature.inputs] if signature else [],
         "output": [_output(s, max_batch > 0) for s in signature.outputs] if signature else [],

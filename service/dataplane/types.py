@@ -96,11 +96,18 @@ class ModelEntry:
 
     signatures: dict[str, MethodSignature]
     max_batch: int  # > 0: dim 0 of every input and output is the batch
+    version: str = "1"
 
 
 @dataclass(frozen=True)
 class ModelTable:
-    """The ready models as of one `generation` of the engine's model state."""
+    """The served model versions as of one `generation` of the engine's model state: `models`
+    holds each model's default version (what an unversioned request runs on), `versions` every
+    served version by (model, version)."""
 
     generation: int
     models: dict[str, ModelEntry]
+    versions: dict[tuple[str, str], ModelEntry] = field(default_factory=dict)
+
+    def entry(self, model: str, version: str | None) -> ModelEntry | None:
+        return self.models.get(model) if not version else self.versions.get((model, version))

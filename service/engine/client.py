@@ -337,7 +337,7 @@ class EngineClient:
     def serves(self, model: str, version: str | None = None) -> bool:
         """As ModelService.serves, from the cached table: True only for a model it holds
         ready (a stale table costs a call to model_ready, never a wrong answer)."""
-        return model in self._table.models and version in (None, "", "1")
+        return self._table.entry(model, version) is not None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         link = self._require()
@@ -345,11 +345,11 @@ class EngineClient:
         table = self._table
         if table.generation != link.generation()[0]:
             table = await self._current_table(link)
-        entry = table.models.get(request.model)
+        entry = table.entry(request.model, request.version)
         signature = None if entry is None else entry.signatures.get(request.method)
         inputs = [(t.name, t.datatype, t.array) for t in request.inputs]
         capacity, checked_at = 0, None
-        if signature is not None and request.version in (None, "", "1"):
+        if signature is not None:
             try:
                 arrays = bind_inputs(request.inputs, signature)
                 select_outputs(signature, request.outputs)
@@ -360,6 +360,7 @@ class EngineClient:
                     request.method,
                     "client_error",
                     time.perf_counter() - begun,
+                    request.version,
                 )
                 raise
             inputs = [

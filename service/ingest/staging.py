@@ -18,6 +18,7 @@ from typing import BinaryIO
 from service import rules
 from service.config import Settings
 from service.errors import Problem, TooLarge, clip, refused
+from service.model_config.version_policy import MAX_VERSION
 from service.store.storage import StagingArea
 
 ROLES = ("program", "data")
@@ -29,6 +30,7 @@ class StagedFile:
     path: Path
     size: int
     sha256: str
+    version: int | None = None  # the model version a repository load put it in
 
 
 @dataclass
@@ -36,7 +38,9 @@ class StagedUpload:
     """An upload received into its own staging directory under names that are safe on disk.
 
     `config` is the per-model configuration sent with it (None when none was), carried into the
-    model's description."""
+    model's description. `version` is the model version it becomes (None: the dataplane picks,
+    1 for a new model). A repository load carries `versions` instead, each one staged in a
+    directory of its own under `directory`, and the model then holds exactly those."""
 
     model_name: str
     replace: bool
@@ -44,6 +48,13 @@ class StagedUpload:
     program: StagedFile | None
     data: list[StagedFile]
     config: dict | None = None
+    version: int | None = None
+    versions: tuple[StagedUpload, ...] = ()
+
+    @property
+    def parts(self) -> tuple[StagedUpload, ...]:
+        """Each version's own upload (this one, when it is not a repository load)."""
+        return self.versions or (self,)
 
 
 class StagedWriter:
@@ -90,13 +101,16 @@ class Staging:
     def settings(self) -> Settings:
         return self._settings
 
-    def open_file(self, role: str, filename: str) -> StagedWriter:
-        """For transports that push bytes (a multipart parser); finish() it before the next."""
+    def open_file(self, role: str, filename: str, version: int | None = None) -> StagedWriter:
+        """For transports that push bytes (a multipart parser); finish() it before the next.
+        A file of a `version` is staged in that version's own directory."""
         if role not in ROLES:
             raise ValueError(f"unknown file role {role!r}")
         self.close_open_file()
         index = len(self.programs) + len(self.data)
-        staged = StagedFile(filename, self.directory / f"part-{index}", 0, "")
+        folder = self.directory if version is None else self.directory / str(version)
+        folder.mkdir(exist_ok=True)
+        staged = StagedFile(filename, folder / f"part-{index}", 0, "", version)
         (self.programs if role == "program" else self.data).append(staged)
         if role == "data" and len(self.data) > self._settings.max_data_files:
             raise TooLarge(f"more than {self._settings.max_data_files} data files in one upload")
@@ -106,9 +120,11 @@ class Staging:
         self._open = StagedWriter(staged, limit)
         return self._open
 
-    def add_file(self, role: str, filename: str, chunks: Iterable[bytes]) -> StagedFile:
+    def add_file(
+        self, role: str, filename: str, chunks: Iterable[bytes], version: int | None = None
+    ) -> StagedFile:
         """For transports that hold or pull the bytes (v2 load, model directories)."""
-        writer = self.open_file(role, filename)
+        writer = self.open_file(role, filename, version)
         for chunk in chunks:
             writer.write(chunk)
         self._open = None
@@ -120,15 +136,19 @@ class Staging:
             self._open = None
 
     def program_count_problems(self) -> list[Problem]:
-        if len(self.programs) > 1:
-            return [
-                Problem(
-                    None,
-                    rules.UPLOAD_PROGRAM_COUNT,
-                    f"the upload has {len(self.programs)} 'program' files; send one",
+        problems = []
+        for version in sorted({f.version for f in self.programs}, key=lambda v: v or 0):
+            count = sum(f.version == version for f in self.programs)
+            if count > 1:
+                where = "the upload" if version is None else f"version {version} of the upload"
+                problems.append(
+                    Problem(
+                        None,
+                        rules.UPLOAD_PROGRAM_COUNT,
+                        f"{where} has {count} 'program' files; send one",
+                    )
                 )
-            ]
-        return []
+        return problems
 
     def commit(
         self,
@@ -136,20 +156,38 @@ class Staging:
         replace: bool,
         config: dict | None = None,
         problems: list[Problem] = (),
+        version: int | None = None,
     ) -> StagedUpload:
-        """Hands the received files to ingest; `problems` found by the transport refuse it."""
+        """Hands the received files to ingest; `problems` found by the transport refuse it.
+        Files staged under versions (a repository load) become one upload per version."""
         self.close_open_file()
         problems = list(problems) + [p for p in self.program_count_problems() if p not in problems]
         if problems:
             self.abort()
             raise refused("upload refused", problems)
+        versions = sorted({f.version for f in [*self.programs, *self.data]} - {None})
+        parts = tuple(
+            StagedUpload(
+                model_name,
+                replace,
+                self.directory / str(v),
+                next((f for f in self.programs if f.version == v), None),
+                [f for f in self.data if f.version == v],
+                config,
+                v,
+            )
+            for v in versions
+        )
+        unversioned = [f for f in self.programs if f.version is None]
         return StagedUpload(
             model_name,
             replace,
             self.directory,
-            self.programs[0] if self.programs else None,
-            self.data,
+            None if parts else (unversioned[0] if unversioned else None),
+            [] if parts else [f for f in self.data if f.version is None],
             config,
+            version,
+            parts,
         )
 
     def abort(self) -> None:
@@ -167,18 +205,19 @@ def _role(filename: str) -> str | None:
     return "program" if filename.endswith(".pte") else "data" if filename.endswith(".ptd") else None
 
 
-def file_role(key: str, version: str = "1") -> tuple[str, str] | Problem:
-    """(role, filename) of a file keyed as a model repository lays it out ("<version>/<filename>",
-    as the v2 repository `load` overrides them): the .pte is the program, .ptd files its data;
-    a Problem for any other key."""
+def file_role(key: str) -> tuple[int, str, str] | Problem:
+    """(version, role, filename) of a file keyed as a model repository lays it out
+    ("<version>/<filename>", as the v2 repository `load` overrides them; a bare filename is in
+    version 1): the .pte is the program, .ptd files its data; a Problem for any other key."""
     folder, _, filename = key.rpartition("/")
     role = _role(filename)
-    if folder not in ("", version):
+    version = 1 if folder == "" else version_number(folder)
+    if version is None:
         return Problem(
             clip(key),
             rules.LOAD_FILE_PATH,
-            f"file {clip(key)!r} must be '<version>/<filename>' with "
-            f"version {version!r} (the model's only version)",
+            f"file {clip(key)!r} must be '<version>/<filename>' with a version number from 1 "
+            f"to {MAX_VERSION}",
         )
     if role is None:
         return Problem(
@@ -186,7 +225,14 @@ def file_role(key: str, version: str = "1") -> tuple[str, str] | Problem:
             rules.LOAD_FILE_KIND,
             f"file {clip(key)!r} is neither a .pte program nor a .ptd data file",
         )
-    return role, filename
+    return version, role, filename
+
+
+def version_number(text: str) -> int | None:
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        return None
+    number = int(text)
+    return number if 1 <= number <= MAX_VERSION else None
 
 
 def stage_files(
@@ -200,24 +246,29 @@ def stage_files(
     problems = []
     try:
         for key, content in files.items():
-            role = file_role(key)
-            if isinstance(role, Problem):
-                problems.append(role)
+            place = file_role(key)
+            if isinstance(place, Problem):
+                problems.append(place)
             else:
-                staging.add_file(*role, [content])
+                version, role, filename = place
+                staging.add_file(role, filename, [content], version)
         return staging.commit(model_name, True, config, problems)
     except BaseException:
         staging.abort()
         raise
 
 
-def stage_stored(staging: Staging, stored, config: dict | None) -> StagedUpload:
-    """Stages a stored model's own files again, to re-ingest it (with a new config)."""
+def stage_stored(staging: Staging, stored: list, config: dict | None) -> StagedUpload:
+    """Stages a stored model's own files again (every version given), to re-ingest it with a
+    new config."""
     try:
-        staging.add_file("program", stored.program_name, read_chunks(stored.program_path))
-        for name, path in stored.data_files:
-            staging.add_file("data", name, read_chunks(path))
-        return staging.commit(stored.name, True, config)
+        for version in stored:
+            staging.add_file(
+                "program", version.program_name, read_chunks(version.program_path), version.version
+            )
+            for name, path in version.data_files:
+                staging.add_file("data", name, read_chunks(path), version.version)
+        return staging.commit(stored[0].name, True, config)
     except BaseException:
         staging.abort()
         raise

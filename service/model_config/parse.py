@@ -19,12 +19,13 @@ from service.errors import Problem
 from service.model_config.checks import TOP, Checker, problem
 from service.model_config.priority import parse_priorities
 from service.model_config.records import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy
+from service.model_config.version_policy import parse_version_policy
 from service.model_config.warmup import check_warmups, parse_warmups
 
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
-_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup")
+_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup", "version_policy")
 _BATCHING = (
     "max_queue_delay_microseconds",
     "preferred_batch_size",
@@ -78,6 +79,7 @@ def parse_model_config(
             if "model_warmup" in top
             else None
         ),
+        (parse_version_policy(check, top["version_policy"]) if "version_policy" in top else None),
     )
     return (None if check.problems else config), check.problems
 

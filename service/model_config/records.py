@@ -118,6 +118,9 @@ class ModelConfig:
     dynamic_batching: DynamicBatching | None = None
     instance_group: tuple[InstanceGroup, ...] | None = None
     model_warmup: tuple[Warmup, ...] | None = None
+    # Normalized by service.model_config.version_policy: {"latest": {"num_versions": N}},
+    # {"all": {}} or {"specific": {"versions": [...]}}.
+    version_policy: Mapping | None = None
 
     @property
     def max_batch(self) -> int:
@@ -153,6 +156,8 @@ class ModelConfig:
             answer["instance_group"] = [{"count": group.count} for group in self.instance_group]
         if self.model_warmup is not None:
             answer["model_warmup"] = [warmup.to_json() for warmup in self.model_warmup]
+        if self.version_policy is not None:
+            answer["version_policy"] = dict(self.version_policy)
         return answer
 
 

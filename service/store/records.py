@@ -111,9 +111,12 @@ class ModelDescription:
 
 @dataclass(frozen=True)
 class StoredModel:
+    """One stored version of a model (a model holds one or more, numbered from 1)."""
+
     name: str
     directory: Path
     description: ModelDescription = field(repr=False)
+    version: int = 1
 
     @property
     def program_path(self) -> Path:

@@ -1,18 +1,21 @@
-"""Durable model storage: one directory per model generation plus a SQLite registry.
+"""Durable model storage: one directory per stored model version plus a SQLite registry.
 
-The registry row is the single source of truth for what is deployed. Files are written into a
-staging directory, fsynced, and renamed into place *before* the row points at them, so a model is
-never visible half-written; anything on disk that no row points at is a leftover of an interrupted
-upload, replace or delete, and startup reconciliation removes it.
+The registry row (one per model version) is the single source of truth for what is deployed.
+Files are written into a staging directory, fsynced, and renamed into place *before* the row
+points at them, so a version is never visible half-written; the rows of one upload (a repository
+load may carry several versions) are written in one transaction, so a crash leaves all or none
+of them. Anything on disk that no row points at is a leftover of an interrupted upload, replace
+or delete, and startup reconciliation removes it.
 
 The registry's form is versioned (PRAGMA user_version, SCHEMA_VERSION): a registry written by
 an earlier release is migrated in place when the store opens, in one transaction, and one written
 by a later release is refused rather than misread.
 
 Layout under the artifacts root:
-    registry.sqlite3            the registry (the only file outside the two directories below)
-    models/<name>.<generation>/ program.pte and the model's .ptd files under their uploaded names
-    staging/<uuid>/             uploads being received and checked
+    registry.sqlite3              the registry (the only file outside the two directories below)
+    models/<name>.<v>.<uuid>/     program.pte and the version's .ptd files under their uploaded
+                                  names (directories of schema < 3 are <name>.<uuid>)
+    staging/<uuid>/               uploads being received and checked
 """
 
 from __future__ import annotations
@@ -31,16 +34,20 @@ from service.store.records import PROGRAM_FILE, ModelDescription, StoredModel  #
 
 REGISTRY = "registry.sqlite3"
 # 0: rows hold the native API's description dict (before versioning); 1: rows hold records;
-# 2: rows say whether the model was unloaded (the repository API), which a restart keeps.
-SCHEMA_VERSION = 2
-_CREATE = (
-    "CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+# 2: rows say whether the model was unloaded (the repository API), which a restart keeps;
+# 3: one row per model version (the primary key is name and version).
+SCHEMA_VERSION = 3
+_TABLE = (
+    "(name TEXT NOT NULL, version INTEGER NOT NULL, directory TEXT NOT NULL, "
     "description TEXT NOT NULL, created_at REAL NOT NULL, "
-    "unloaded INTEGER NOT NULL DEFAULT 0)"
+    "unloaded INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (name, version))"
 )
+_CREATE = "CREATE TABLE models " + _TABLE
 _REPLACE = (
-    "INSERT OR REPLACE INTO models (name, directory, description, created_at) VALUES (?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO models (name, version, directory, description, created_at) "
+    "VALUES (?, ?, ?, ?, ?)"
 )
+_COLUMNS = "SELECT name, directory, description, version FROM models"
 log = logging.getLogger(__name__)
 
 
@@ -92,87 +99,152 @@ class Storage(StagingArea):
         db.execute("PRAGMA synchronous=FULL")
         return _Transaction(db)
 
-    def get(self, name: str) -> StoredModel | None:
+    def get(self, name: str, version: int | None = None) -> StoredModel | None:
+        """That version of the model, or (`version` None) its highest stored one."""
         with self._connect() as db:
+            return self._get(db, name, version)
+
+    def _get(self, db, name: str, version: int | None) -> StoredModel | None:
+        if version is None:
             row = db.execute(
-                "SELECT name, directory, description FROM models WHERE name = ?", (name,)
+                _COLUMNS + " WHERE name = ? ORDER BY version DESC LIMIT 1", (name,)
+            ).fetchone()
+        else:
+            row = db.execute(
+                _COLUMNS + " WHERE name = ? AND version = ?", (name, version)
             ).fetchone()
         return None if row is None else self._model(row)
 
     def all(self) -> list[StoredModel]:
         with self._connect() as db:
-            rows = db.execute("SELECT name, directory, description FROM models ORDER BY name")
+            rows = db.execute(_COLUMNS + " ORDER BY name, version")
             return [self._model(row) for row in rows.fetchall()]
 
     def _model(self, row) -> StoredModel:
         return StoredModel(
-            row[0], self.models_dir / row[1], ModelDescription.from_json(json.loads(row[2]))
+            row[0],
+            self.models_dir / row[1],
+            ModelDescription.from_json(json.loads(row[2])),
+            row[3],
         )
 
     def commit(
-        self, name: str, staged: Path, description: ModelDescription, replace: bool
+        self,
+        name: str,
+        staged: Path,
+        description: ModelDescription,
+        replace: bool,
+        version: int = 1,
     ) -> tuple[StoredModel, StoredModel | None]:
-        """Moves a checked upload into place and registers it; returns (new, replaced).
+        """Moves one checked version into place and registers it; returns (new, replaced)."""
+        new, displaced = self.commit_versions(name, {version: (staged, description)}, replace)
+        return new[0], displaced[0] if displaced else None
 
-        The replaced model's directory stays until the caller calls remove_directory, so requests
-        still running on the old generation keep their files.
+    def commit_versions(
+        self,
+        name: str,
+        staged: dict[int, tuple[Path, ModelDescription]],
+        replace: bool,
+        exclusive: bool = False,
+    ) -> tuple[list[StoredModel], list[StoredModel]]:
+        """Moves checked versions into place and registers them in one transaction; returns
+        (new, displaced): the versions they replaced and, when `exclusive` (the model is to
+        hold exactly these versions), every other stored version, unregistered with them.
+        NameTaken if a version exists and not `replace`.
+
+        Displaced directories stay until the caller calls remove_directory, so requests still
+        running on them keep their files.
         """
-        for child in staged.iterdir():
-            _fsync_file(child)
-        fsync_directory(staged)
-        directory_name = f"{name}.{uuid.uuid4().hex}"
-        target = self.models_dir / directory_name
-        os.rename(staged, target)
-        fsync_directory(self.models_dir)
-        fsync_directory(self.staging_dir)
-        new = StoredModel(name, target, description)
+        targets = {}
         try:
+            for version, (directory, _) in sorted(staged.items()):
+                for child in directory.iterdir():
+                    _fsync_file(child)
+                fsync_directory(directory)
+                directory_name = f"{name}.{version}.{uuid.uuid4().hex}"
+                os.rename(directory, self.models_dir / directory_name)
+                targets[version] = directory_name
+            fsync_directory(self.models_dir)
+            fsync_directory(self.staging_dir)
             with self._lock, self._connect() as db:
-                row = db.execute(
-                    "SELECT name, directory, description FROM models WHERE name = ?", (name,)
-                ).fetchone()
-                if row is not None and not replace:
-                    raise NameTaken(name)
-                db.execute(
-                    _REPLACE, (name, directory_name, json.dumps(description.to_json()), time.time())
-                )
+                rows = db.execute(_COLUMNS + " WHERE name = ?", (name,)).fetchall()
+                current = {row[3]: self._model(row) for row in rows}
+                taken = sorted(set(current) & set(staged))
+                if taken and not replace:
+                    raise NameTaken(name, taken[0])
+                displaced = [model for v, model in current.items() if exclusive or v in staged]
+                if exclusive:
+                    db.execute("DELETE FROM models WHERE name = ?", (name,))
+                now = time.time()
+                for version, directory_name in targets.items():
+                    description = staged[version][1]
+                    db.execute(
+                        _REPLACE,
+                        (name, version, directory_name, json.dumps(description.to_json()), now),
+                    )
         except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
+            for directory_name in targets.values():
+                shutil.rmtree(self.models_dir / directory_name, ignore_errors=True)
             raise
-        return new, None if row is None else self._model(row)
+        new = [
+            StoredModel(name, self.models_dir / directory_name, staged[version][1], version)
+            for version, directory_name in targets.items()
+        ]
+        return new, sorted(displaced, key=lambda m: m.version)
 
-    def set_unloaded(self, name: str, unloaded: bool) -> None:
-        """Remembers that a model is not to be served until loaded again (a new upload of the
-        name is served: committing resets it)."""
+    def set_unloaded(self, name: str, unloaded: bool, version: int | None = None) -> None:
+        """Remembers that a model (or one version) is not to be served until loaded again; a
+        new upload of a version is served: committing resets it."""
         with self._lock, self._connect() as db:
-            db.execute("UPDATE models SET unloaded = ? WHERE name = ?", (int(unloaded), name))
+            if version is None:
+                db.execute("UPDATE models SET unloaded = ? WHERE name = ?", (int(unloaded), name))
+            else:
+                db.execute(
+                    "UPDATE models SET unloaded = ? WHERE name = ? AND version = ?",
+                    (int(unloaded), name, version),
+                )
 
-    def unloaded(self) -> set[str]:
+    def unloaded(self) -> set[tuple[str, int]]:
+        """(name, version) of every stored version that was unloaded."""
         with self._connect() as db:
-            return {row[0] for row in db.execute("SELECT name FROM models WHERE unloaded != 0")}
+            rows = db.execute("SELECT name, version FROM models WHERE unloaded != 0")
+            return {(row[0], row[1]) for row in rows}
 
-    def unregister(self, name: str) -> StoredModel | None:
+    def unregister(self, name: str, version: int | None = None) -> list[StoredModel]:
+        """Removes the model's rows (every version, or one); returns what they pointed at."""
         with self._lock, self._connect() as db:
-            row = db.execute(
-                "SELECT name, directory, description FROM models WHERE name = ?", (name,)
-            ).fetchone()
-            if row is not None:
+            if version is None:
+                rows = db.execute(_COLUMNS + " WHERE name = ?", (name,)).fetchall()
                 db.execute("DELETE FROM models WHERE name = ?", (name,))
-        return None if row is None else self._model(row)
+            else:
+                rows = db.execute(
+                    _COLUMNS + " WHERE name = ? AND version = ?", (name, version)
+                ).fetchall()
+                db.execute("DELETE FROM models WHERE name = ? AND version = ?", (name, version))
+        return [self._model(row) for row in rows]
 
-    def reinstate(self, model: StoredModel, failed: StoredModel) -> None:
-        """Undoes a commit whose model could not be served: the replaced one is registered again."""
+    def rollback(self, new: list[StoredModel], displaced: list[StoredModel]) -> None:
+        """Undoes a commit whose versions could not be served, in one transaction: its rows go,
+        the displaced ones are registered again; then the new directories are removed."""
         with self._lock, self._connect() as db:
-            db.execute(
-                _REPLACE,
-                (
-                    model.name,
-                    model.directory.name,
-                    json.dumps(model.description.to_json()),
-                    time.time(),
-                ),
-            )
-        self.remove_directory(failed)
+            for model in new:
+                db.execute(
+                    "DELETE FROM models WHERE name = ? AND version = ? AND directory = ?",
+                    (model.name, model.version, model.directory.name),
+                )
+            for model in displaced:
+                db.execute(
+                    _REPLACE,
+                    (
+                        model.name,
+                        model.version,
+                        model.directory.name,
+                        json.dumps(model.description.to_json()),
+                        time.time(),
+                    ),
+                )
+        for model in new:
+            self.remove_directory(model)
 
     def remove_directory(self, model: StoredModel) -> None:
         shutil.rmtree(model.directory, ignore_errors=True)
@@ -191,11 +263,12 @@ class Storage(StagingArea):
             missing = _missing_files(model)
             if missing:
                 log.warning(
-                    "model %s lost files (%s); removing it from the registry",
+                    "model %s version %d lost files (%s); removing it from the registry",
                     model.name,
+                    model.version,
                     ", ".join(missing),
                 )
-                self.unregister(model.name)
+                self.unregister(model.name, model.version)
             else:
                 kept.append(model)
         referenced = {m.directory.name for m in kept}
@@ -272,5 +345,13 @@ def _migrate(db: sqlite3.Connection) -> None:
             )
     if version < 2:
         db.execute("ALTER TABLE models ADD COLUMN unloaded INTEGER NOT NULL DEFAULT 0")
+    if version < 3:  # each stored model becomes its version 1 (SQLite cannot alter a key)
+        db.execute("CREATE TABLE models_v3 " + _TABLE)
+        db.execute(
+            "INSERT INTO models_v3 (name, version, directory, description, created_at, "
+            "unloaded) SELECT name, 1, directory, description, created_at, unloaded FROM models"
+        )
+        db.execute("DROP TABLE models")
+        db.execute("ALTER TABLE models_v3 RENAME TO models")
     log.info("registry migrated from schema %d to %d", version, SCHEMA_VERSION)
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

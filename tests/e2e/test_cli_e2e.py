@@ -132,6 +132,21 @@ def test_deploy_replace_and_name_conflicts(server, linear_relu_program):
     assert replaced.code == 0, replaced.err
 
 
+def test_deploy_a_second_version_serves_it_under_the_default_policy(server, linear_relu_program):
+    assert etrt("deploy", "versioned", linear_relu_program.pte, "--url", server.url).code == 0
+    run = etrt(
+        "deploy", "versioned", linear_relu_program.pte, "--version", "2", "--json",
+        "--url", server.url,
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    described = run.json()
+    assert described["version"] == "2" and described["state"] == "ready"
+    assert [(v["version"], v["state"]) for v in described["versions"]] == [
+        ("1", "unavailable"),  # latest 1: only the newest serves
+        ("2", "ready"),
+    ]
+
+
 def test_deploy_with_a_configuration_file(server, linear_relu_program, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"instance_group": [{"count": 3}]}))

@@ -68,7 +68,7 @@ def served(shared_server, linear_relu_program):
     [
         ("/v2/models/nothing/infer", "'nothing' not found"),
         ("/v2/models/nothing/versions/1/infer", "'nothing' not found"),
-        ("/v2/models/m/versions/7/infer", "no version '7'"),
+        ("/v2/models/m/versions/7/infer", "'m' has no version 7"),
     ],
 )
 def test_an_unknown_model_or_version_is_answered_before_the_body(served, path, names, binary):

@@ -160,7 +160,7 @@ def test_errors_reach_the_client_with_our_message(shared_server, client, linear_
     deploy(shared_server, "linear", linear_relu_program)
     good = np.zeros((2, 4), np.float32)
     raises(lambda: client.get_model_metadata("nope"), "404", "model 'nope' not found")
-    raises(lambda: client.get_model_metadata("linear", "3"), "404", "no version '3'")
+    raises(lambda: client.get_model_metadata("linear", "3"), "404", "'linear' has no version 3")
     raises(lambda: client.infer("nope", [tensor_input("input_0", good, True)]), "404", "not found")
     raises(
         lambda: client.infer(

@@ -11,6 +11,7 @@ from tritonclient.utils import InferenceServerException
 
 from support import programs
 from support.program_fixtures import dynamic_batch_program, dynamic_lookup_program  # noqa: F401
+from support.prometheus import parse, series, value
 from support.server import tensor, upload
 
 
@@ -45,10 +46,23 @@ def test_a_model_serves_warmed_and_shows_its_warmup(start_server, dynamic_batch_
         listed = triton.get_model_config("warm")["model_warmup"]
         assert listed[0] == {**samples[0], "inputs": {"input_0": zero([4])}}
         assert listed[1]["count"] == 0 and listed[1]["inputs"]["input_0"]["random_data"] is True
+    with server.client() as client:  # the same seconds in /metrics, per model version
+        scraped = parse(client.get("/metrics").text)
+        seconds = value(scraped, "etrt_model_warmup_seconds", model="warm", version="1")
+        assert seconds == pytest.approx(description["warmup_s"])
     server.restart()  # stored models are warmed again before they serve
     with server.client() as client:
         again = client.get("/models/warm").json()
         assert again["state"] == "ready" and again["warmup_s"] > 0
+        scraped = parse(client.get("/metrics").text)
+        assert value(scraped, "etrt_model_warmup_seconds", model="warm", version="1") == (
+            pytest.approx(again["warmup_s"])
+        )
+        # A model without warmups has no sample; a deleted one loses its sample.
+        assert upload(client, "cold", dynamic_batch_program.pte).status_code == 201
+        assert client.delete("/models/warm").status_code == 204
+        scraped = parse(client.get("/metrics").text)
+        assert series(scraped, "etrt_model_warmup_seconds") == {}
 
 
 def test_a_warmup_that_does_not_fit_is_refused_naming_it_and_its_input(

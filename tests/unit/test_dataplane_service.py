@@ -35,7 +35,7 @@ def test_at_most_the_configured_number_of_uploads_are_checked_at_once(
 ):
     # Ingest runs on threads of its own, bounded, so slow load checks queue there instead of
     # taking the threads that parse other requests.
-    import service.dataplane.service as core
+    import service.dataplane.deployment as core
 
     running, most, lock = 0, 0, threading.Lock()
     real = core.run_ingest

@@ -44,8 +44,8 @@ def _read(body: bytes, tmp_path, chunk: int, settings: Settings | None = None):
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
 def test_files_and_config_are_the_same_however_the_body_is_split(tmp_path, chunk):
     reader = _read(BODY, tmp_path, chunk)
-    upload = reader.upload("m")
-    assert upload.program.path.read_bytes() == PROGRAM
+    [upload] = reader.upload("m").parts
+    assert upload.version == 1 and upload.program.path.read_bytes() == PROGRAM
     assert [f.path.read_bytes() for f in upload.data] == [WEIGHTS]
     assert [f.name for f in upload.data] == ["w.ptd"]
     assert upload.config == {"max_batch_size": 4, "note": 'a "quoted" \\ value'}
@@ -58,7 +58,7 @@ def test_escaped_slashes_in_base64_are_slashes(tmp_path):
     body = b'{"parameters": {"file:1/model.pte": "' + text.encode() + b'"}}'
     for chunk in (1, 2, 1000):
         reader = _read(body, tmp_path / str(chunk), chunk)
-        assert reader.upload("m").program.path.read_bytes() == content
+        assert reader.upload("m").parts[0].program.path.read_bytes() == content
 
 
 def test_a_body_without_files_never_stages(tmp_path):
@@ -71,7 +71,7 @@ def test_a_body_without_files_never_stages(tmp_path):
 
 
 def test_files_with_wrong_paths_are_problems_not_writes(tmp_path):
-    body = b'{"parameters": {"file:2/model.pte": "AAAA", "file:1/notes.txt": "AAAA"}}'
+    body = b'{"parameters": {"file:0/model.pte": "AAAA", "file:1/notes.txt": "AAAA"}}'
     reader = _read(body, tmp_path, 5)
     with pytest.raises(Invalid) as refused:
         reader.upload("m")

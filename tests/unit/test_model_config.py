@@ -159,9 +159,9 @@ def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_r
                     "/models", data=fields, files={"program": ("m.pte", pte.read())}
                 )
             assert response.status_code == 201, response.text
-        served = app.state.service._models
-        assert served["three"].pool.instance_count("forward") == 3
-        assert served["default"].pool.instance_count("forward") == 2
+        catalog = app.state.service._catalog
+        assert catalog["three"].default().pool.instance_count("forward") == 3
+        assert catalog["default"].default().pool.instance_count("forward") == 2
 
 
 def warmup(name="w", batch_size=None, count=None, **inputs):

@@ -63,7 +63,7 @@ def test_load_refusals_are_ingest_refusals_and_leave_nothing(
             )
         with pytest.raises(Invalid) as bad_keys:
             await service.load_model(
-                "m", {"2/model.pte": b"x", "1/notes.txt": b"x", "1/a.pte": b"x", "1/b.pte": b"x"}
+                "m", {"0/model.pte": b"x", "1/notes.txt": b"x", "1/a.pte": b"x", "1/b.pte": b"x"}
             )
         with pytest.raises(Invalid) as bad_name:
             await service.load_model("bad name!", {"1/model.pte": b"not a program"})

@@ -42,7 +42,7 @@ def test_commit_moves_files_into_a_model_directory_and_registers(tmp_path):
     assert stored.program_path.read_bytes() == b"program"
     assert [p.read_bytes() for p in stored.data_paths] == [b"E"]
     assert stored.directory.parent == tmp_path / "models"
-    assert rows(tmp_path) == [("m", stored.directory.name)]
+    assert rows(tmp_path) == [("m", stored.directory.name)] and stored.version == 1
     again = Storage(tmp_path).get("m")
     assert again.description == description and again.directory == stored.directory
 
@@ -75,21 +75,21 @@ def test_replace_switches_the_row_and_keeps_the_old_files_until_removed(tmp_path
     assert not first.directory.exists() and len(rows(tmp_path)) == 1
 
 
-def test_reinstate_undoes_a_replace(tmp_path):
+def test_rollback_undoes_a_replace(tmp_path):
     storage = Storage(tmp_path)
     first, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
     second, replaced = storage.commit("m", *_stage(storage, b"two"), replace=True)
-    storage.reinstate(replaced, second)
+    storage.rollback([second], [replaced])
     assert storage.get("m").directory == first.directory and not second.directory.exists()
 
 
 def test_unregister_then_remove_leaves_only_the_registry(tmp_path):
     storage = Storage(tmp_path)
     stored, _ = storage.commit("m", *_stage(storage, data={"w.ptd": b"W"}), replace=False)
-    assert storage.unregister("m").directory == stored.directory
+    assert [m.directory for m in storage.unregister("m")] == [stored.directory]
     storage.remove_directory(stored)
     assert all_files(tmp_path) == [REGISTRY] and rows(tmp_path) == []
-    assert storage.unregister("m") is None
+    assert storage.unregister("m") == []
 
 
 def test_reconcile_removes_leftovers_and_rows_whose_files_are_gone(tmp_path):
@@ -177,7 +177,7 @@ def test_a_registry_written_before_versioning_is_migrated(tmp_path):
     assert Storage(tmp_path).get("stored").description == stored.description
     assert storage.unloaded() == set()
     storage.set_unloaded("ready", True)
-    assert Storage(tmp_path).unloaded() == {"ready"}
+    assert Storage(tmp_path).unloaded() == {("ready", 1)}
 
 
 def test_a_new_upload_of_an_unloaded_name_is_served(tmp_path):
@@ -210,3 +210,91 @@ def test_the_migration_is_logged_only_when_something_migrated(tmp_path, caplog):
         Storage(tmp_path / "new")  # created at it
         Storage(tmp_path / "new")
     assert not [r for r in caplog.records if "migrated" in r.getMessage()]
+
+
+# --- versions: one row per model version (schema 3) -------------------------------------------
+
+
+def test_versions_of_a_model_are_rows_of_their_own(tmp_path):
+    storage = Storage(tmp_path)
+    one, _ = storage.commit("m", *_stage(storage, b"one"), replace=False)
+    two, replaced = storage.commit("m", *_stage(storage, b"two"), replace=False, version=2)
+    assert replaced is None and (one.version, two.version) == (1, 2)
+    assert one.directory != two.directory and one.program_path.read_bytes() == b"one"
+    assert storage.get("m").version == 2 and storage.get("m", 1).directory == one.directory
+    with pytest.raises(NameTaken):
+        storage.commit("m", *_stage(storage, b"again"), replace=False, version=2)
+    assert [m.version for m in Storage(tmp_path).reconcile()] == [1, 2]
+    storage.set_unloaded("m", True, version=1)
+    assert storage.unloaded() == {("m", 1)}
+    assert [m.version for m in storage.unregister("m", 1)] == [1]
+    assert [(m.name, m.version) for m in storage.all()] == [("m", 2)]
+
+
+def test_an_exclusive_commit_makes_the_model_exactly_its_versions_in_one_transaction(tmp_path):
+    storage = Storage(tmp_path)
+    old = [storage.commit("m", *_stage(storage, b"v%d" % v), False, version=v)[0] for v in (1, 2)]
+    staged = {v: _stage(storage, b"new%d" % v) for v in (2, 3)}
+    new, displaced = storage.commit_versions("m", staged, replace=True, exclusive=True)
+    assert [m.version for m in new] == [2, 3]
+    assert [m.directory for m in displaced] == [m.directory for m in old]
+    assert [(m.version, m.program_path.read_bytes()) for m in storage.all()] == [
+        (2, b"new2"),
+        (3, b"new3"),
+    ]
+    storage.rollback(new, displaced)  # as if version 3 could not be opened
+    assert [(m.version, m.program_path.read_bytes()) for m in storage.all()] == [
+        (1, b"v1"),
+        (2, b"v2"),
+    ]
+    assert not any(m.directory.exists() for m in new)
+
+
+def test_a_commit_that_fails_in_its_transaction_leaves_no_version_behind(tmp_path):
+    storage = Storage(tmp_path)
+    storage.commit("m", *_stage(storage, b"one"), replace=False)
+    staged = {v: _stage(storage, b"x") for v in (1, 2)}  # 1 is taken
+    with pytest.raises(NameTaken):
+        storage.commit_versions("m", staged, replace=False)
+    assert [m.version for m in storage.all()] == [1]
+    assert len(list((tmp_path / "models").iterdir())) == 1
+
+
+def _schema_2_registry(root, rows):
+    """A registry exactly as schema 2 wrote it: one row per model, keyed by name."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "models").mkdir(exist_ok=True)
+    with sqlite3.connect(root / REGISTRY) as db:
+        db.execute(
+            "CREATE TABLE models (name TEXT PRIMARY KEY, directory TEXT NOT NULL, "
+            "description TEXT NOT NULL, created_at REAL NOT NULL, "
+            "unloaded INTEGER NOT NULL DEFAULT 0)"
+        )
+        for name, unloaded in rows:
+            folder = root / "models" / f"{name}.0123abcd"
+            folder.mkdir()
+            (folder / PROGRAM_FILE).write_bytes(b"program")
+            record = ModelDescription(
+                name, (StoredFile("m.pte", "program", 7, "ab"),), ({"name": "forward"},)
+            )
+            db.execute(
+                "INSERT INTO models VALUES (?, ?, ?, 0, ?)",
+                (name, folder.name, json.dumps(record.to_json()), unloaded),
+            )
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+
+
+def test_a_schema_2_registry_becomes_version_1_of_each_model(tmp_path, caplog):
+    _schema_2_registry(tmp_path, [("a", 0), ("b", 1)])
+    with caplog.at_level("INFO", logger="service.store.storage"):
+        storage = Storage(tmp_path)
+    assert "registry migrated from schema 2 to 3" in caplog.text
+    a, b = storage.reconcile()
+    assert (a.name, a.version, b.name, b.version) == ("a", 1, "b", 1)
+    assert a.program_path.read_bytes() == b"program" and a.description.methods[0]["name"]
+    assert storage.unloaded() == {("b", 1)}
+    two, _ = storage.commit("a", *_stage(storage, b"two"), replace=False, version=2)
+    assert [m.version for m in Storage(tmp_path).reconcile()] == [1, 2, 1]
+    with sqlite3.connect(tmp_path / REGISTRY) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3

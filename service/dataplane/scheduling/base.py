@@ -62,7 +62,7 @@ class Policy:
         # Weakly: the gauge must not keep a replaced model's pool (and its native instances)
         # alive until the new model's first request registers its own queue.
         alive = weakref.ref(self)
-        metrics.watch_queue(model, method, lambda: alive().depth if alive() else 0)
+        metrics.watch_queue(model, method, lambda: alive().depth if alive() else 0, version)
 
     @property
     def depth(self) -> int:

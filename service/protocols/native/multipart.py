@@ -18,8 +18,9 @@ from starlette.requests import ClientDisconnect, Request
 from service import rules
 from service.config import FALSE_WORDS, TRUE_WORDS
 from service.errors import Aborted, Problem, TooLarge, clip, refused
-from service.ingest.staging import StagedFile, StagedUpload, Staging
+from service.ingest.staging import StagedFile, StagedUpload, Staging, version_number
 from service.model_config.parse import decode_config
+from service.model_config.version_policy import MAX_VERSION
 from service.protocols.native import upload_digests
 
 _FIELD_LIMIT = 4096
@@ -90,7 +91,7 @@ class _Receiver:
             name = "" if filename is None else _header_text(filename)
             declared = self._declared_digests(name)
             self._part = ("file", self.staging.open_file(field, name), declared.hashers(), declared)
-        elif field in ("name", "replace", "config") or field.startswith(
+        elif field in ("name", "replace", "config", "version") or field.startswith(
             upload_digests.FIELD_PREFIX
         ):
             digest_fields = sum(f.startswith(upload_digests.FIELD_PREFIX) for f in self.fields)
@@ -104,7 +105,7 @@ class _Receiver:
             reported = {p.message for p in self.problems if p.rule == rules.UPLOAD_UNKNOWN_FIELD}
             message = (
                 f"unknown form field {clip(field)!r}; expected 'name', 'program', "
-                "'data' and optionally 'replace', 'config' and 'sha256.<file name>'"
+                "'data' and optionally 'replace', 'version', 'config' and 'sha256.<file name>'"
             )
             if message not in reported and len(reported) < _UNKNOWN_FIELDS_REPORTED:
                 self.problems.append(Problem(None, rules.UPLOAD_UNKNOWN_FIELD, message))
@@ -200,8 +201,20 @@ class _Receiver:
         if "config" in self.fields:
             config, config_problems = decode_config(bytes(self.fields["config"]))
             problems += config_problems
+        version = None
+        if "version" in self.fields:
+            text = _header_text(bytes(self.fields["version"])).strip()
+            version = version_number(text)
+            if version is None:
+                problems.append(
+                    Problem(
+                        None,
+                        rules.UPLOAD_VERSION,
+                        f"'version' must be a number from 1 to {MAX_VERSION}, not {clip(text)!r}",
+                    )
+                )
         return self.staging.commit(
-            name, replace_query or replace_text in TRUE_WORDS, config, problems
+            name, replace_query or replace_text in TRUE_WORDS, config, problems, version
         )
 
 

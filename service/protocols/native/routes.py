@@ -56,7 +56,13 @@ _UPLOAD_FORM = {
                         },
                         "replace": {
                             "type": "boolean",
-                            "description": "replace an existing model atomically",
+                            "description": "replace an existing model (its newest version, or "
+                            "the version given) atomically",
+                        },
+                        "version": {
+                            "type": "integer",
+                            "description": "the model version to store this as (default: 1 "
+                            "for a new model; with replace, the newest version)",
                         },
                         "config": {
                             "type": "string",
@@ -99,13 +105,19 @@ async def list_models(request: Request) -> list[dict]:
 
 
 @router.get("/models/{name}", response_model=ModelDescription, responses=_MODEL_ERRORS)
-async def describe_model(request: Request, name: str) -> dict:
-    return await _service(request).describe(name)
+@router.get(
+    "/models/{name}/versions/{version}", response_model=ModelDescription, responses=_MODEL_ERRORS
+)
+async def describe_model(request: Request, name: str, version: str | None = None) -> dict:
+    """Of one version, or of the default one (the highest served); `versions` lists all."""
+    return await _service(request).describe(name, version)
 
 
 @router.delete("/models/{name}", status_code=204, responses=_MODEL_ERRORS)
-async def delete_model(request: Request, name: str) -> Response:
-    await _service(request).delete(name)
+@router.delete("/models/{name}/versions/{version}", status_code=204, responses=_MODEL_ERRORS)
+async def delete_model(request: Request, name: str, version: str | None = None) -> Response:
+    """The whole model, or one version (the version policy then serves from the others)."""
+    await _service(request).delete(name, version)
     return Response(status_code=204)
 
 

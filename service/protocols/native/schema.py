@@ -49,8 +49,23 @@ class MemoryModel(BaseModel):
     )
 
 
+class VersionModel(BaseModel):
+    version: str
+    state: str = Field(description="ready, or unavailable (with `error` saying why)")
+    error: str | None = None
+    unavailable_reason: str | None = None
+    files: list[FileModel]
+    warmup_s: float | None = None
+
+
 class ModelDescription(BaseModel):
     name: str
+    version: str | None = Field(
+        None, description="the version described: the highest served, else the newest stored"
+    )
+    versions: list[VersionModel] = Field(
+        [], description="every stored version with its state (the version_policy picks which serve)"
+    )
     state: str = Field(
         description="ready, or unavailable when a stored model failed to load "
         "or cannot run on this host"

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 
 from service import oip, rules
 from service.dataplane.repository import load_config
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import Invalid, NotFound, clip, invalid
 from service.protocols.v2_grpc import codec, messages, wire
@@ -184,7 +184,9 @@ class InferenceServicer(SharedMemoryRpcs):
         signatures = await self.service.signatures(request.name, request.version or None)
         signature = signatures.get(oip.DEFAULT_METHOD)
         response = messages.ModelMetadataResponse(
-            name=request.name, versions=[MODEL_VERSION], platform=oip.PLATFORM
+            name=request.name,
+            versions=await self.service.served_versions(request.name),
+            platform=oip.PLATFORM,
         )
         for specs, target in (
             ((signature.inputs, response.inputs), (signature.outputs, response.outputs))

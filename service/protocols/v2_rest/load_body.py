@@ -278,11 +278,12 @@ class LoadBody:
         return position + 1
 
     def _open(self, path: str) -> StagedWriter | None:
-        role = file_role(path)
-        if isinstance(role, Problem):
-            self.problems.append(role)
+        place = file_role(path)
+        if isinstance(place, Problem):
+            self.problems.append(place)
             return None
-        return self.staging.open_file(*role)
+        version, role, filename = place
+        return self.staging.open_file(role, filename, version)
 
     def _read_file(self, position: int) -> int:
         buffer = self._buffer

@@ -12,7 +12,7 @@ import importlib.metadata
 
 from service import oip
 from service.backends.versions import runtime_versions
-from service.dataplane.service import MODEL_VERSION, ModelService
+from service.dataplane.service import ModelService
 from service.dataplane.types import MethodSignature, TensorSpec
 
 
@@ -55,7 +55,7 @@ async def model_metadata(service: ModelService, name: str, version: str | None) 
     forward = signatures.get(oip.DEFAULT_METHOD)
     return {
         "name": name,
-        "versions": [MODEL_VERSION],
+        "versions": await service.served_versions(name),
         "platform": oip.PLATFORM,
         **(_method(forward) if forward else {"inputs": [], "outputs": []}),
         "methods": {method: _method(sig) for method, sig in signatures.items()},

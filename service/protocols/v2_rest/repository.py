@@ -3,9 +3,9 @@
 `load` with `"file:<version>/<filename>"` parameters (base64 content, as tritonclient's
 load_model(name, files=...) sends them) is an upload, decoded into staging as it arrives
 (load_body.py): the dataplane runs the same ingest as POST /models, with the same limits, rules
-and refusals, and replaces a model of that name. The `config`
-parameter is a JSON string of the model configuration. Without files, `load` serves a stored
-model again.
+and refusals, and the model becomes exactly the versions uploaded (replacing a model of that
+name). The `config` parameter is a JSON string of the model configuration. Without files, `load`
+serves a stored model again.
 """
 
 from __future__ import annotations

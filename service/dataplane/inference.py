@@ -1,0 +1,282 @@
+"""The inference path of the dataplane: a request is checked against its version's method,
+queued by that method's scheduler, executed, and counted under names that exist.
+
+ModelService inherits this; it shares the service's catalog (which version a request runs on:
+service.dataplane.catalog), metrics and statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from service import oip, rules
+from service.dataplane.catalog import Served, parse_version
+from service.dataplane.deployment import outcome_of
+from service.dataplane.kernel_errors import is_input_fault, kernel_reason
+from service.dataplane.metrics import UNKNOWN
+from service.dataplane.model_pool import PoolClosed
+from service.dataplane.scheduler import Policy, policy_for
+from service.dataplane.signature import bind_inputs, select_outputs
+from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
+from service.errors import (
+    Busy,
+    DeadlineExceeded,
+    ExecutionFailed,
+    Invalid,
+    NotFound,
+    ServiceError,
+    Unavailable,
+    clip,
+    input_problem,
+)
+
+# The service's logger: operators filter its upload and access lines by this name.
+log = logging.getLogger("service.dataplane.service")
+_INFER_OUTCOMES = (
+    (Unavailable, "unavailable"),
+    (Busy, "busy"),
+    (DeadlineExceeded, "deadline_exceeded"),
+    (NotFound, "client_error"),
+    (Invalid, "client_error"),
+)
+
+
+class Inference:
+    def _find(self, model: str, version: str | None) -> Served | None:
+        """The served version a request runs on; None where there is none (_infer says why)."""
+        entry = self._catalog.get(model)
+        if entry is None:
+            return None
+        if not version:
+            return entry.default()
+        try:
+            return entry.served.get(parse_version(model, version))
+        except NotFound:
+            return None
+
+    def _statistics_version(self, model: str, served: Served | None) -> str | None:
+        """The version a request's statistics count under: the one it ran on, else the model's
+        default (never a version the client made up: each would be kept)."""
+        if served is not None:
+            return served.version
+        entry = self._catalog.get(model)
+        if entry is None or not entry.stored:
+            return None
+        return str(entry.stored_version(None).version)
+
+    def record_refused(
+        self, model: str, method: str, outcome: str, elapsed_s: float, version: str | None = None
+    ) -> None:
+        """Counts a request a front refused before it crossed (as infer() counts its own)."""
+        self._finished(None, model, version, method, outcome, None, elapsed_s, {})
+
+    def _scheduler_for(self, served: Served, method: str) -> Policy:
+        scheduler = served.schedulers.get(method)
+        if scheduler is None:
+            config = served.stored.description.effective_config
+            scheduler = served.schedulers[method] = policy_for(config)(
+                served.stored.name,
+                method,
+                served.pool,
+                config,
+                self._executor,
+                self.metrics,
+                self.statistics,
+                served.version,
+            )
+        return scheduler
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Runs one request, then counts and logs it under names that exist (else UNKNOWN)."""
+        begun = time.perf_counter()
+        model, method = request.model, request.method
+        served = self._find(model, request.version)
+        model_label = model if self._exists(model) else UNKNOWN
+        token = self.metrics.request_started(model_label)
+        queued: list[float] = []
+        phases: dict[str, int] = {}
+        outcome = "error"
+        try:
+            response = await self._infer(served, request, queued.append, phases)
+            outcome = "ok"
+            return response
+        except ServiceError as exc:
+            outcome = outcome_of(exc, _INFER_OUTCOMES)
+            raise
+        except asyncio.CancelledError:  # the client went away
+            outcome = "cancelled"
+            raise
+        finally:
+            elapsed_s = time.perf_counter() - begun
+            queued_s = queued[0] if queued else None
+            self._finished(
+                token, model, request.version, method, outcome, queued_s, elapsed_s, phases,
+                model_label,
+            )  # fmt: skip
+
+    def infer_now(self, request: InferRequest) -> InferResponse | None:
+        """infer() without a task or a wait, when the request can run at once and inline: its
+        model method is scheduled directly (no queue), an instance is free and its recent
+        executes are short. None: nothing was done, serve it with infer().
+
+        For a small program the coroutines, task and semaphore of infer() cost several times
+        the execute itself, and the engine's one thread serves every front: this is what
+        bounds the server's throughput on a many-core host."""
+        served = self._find(request.model, request.version)
+        if served is None:
+            return None
+        signature = served.signatures.get(request.method)
+        if signature is None:
+            return None
+        scheduler = self._scheduler_for(served, request.method)
+        if not scheduler.can_run_now():
+            return None
+        begun = time.perf_counter_ns()
+        model, method = request.model, request.method
+        try:
+            arrays, selected = self._bind(request, signature)
+            bound = time.perf_counter_ns()
+            try:
+                results, rows, infer_ns = scheduler.run_now(arrays)
+            except (ValueError, RuntimeError) as exc:
+                raise _execution_error(exc, model, method) from None
+            executed = time.perf_counter_ns()
+            response = _response(request, served.version, signature, selected, results)
+        except ServiceError as exc:
+            elapsed_s = (time.perf_counter_ns() - begun) / 1e9
+            outcome = outcome_of(exc, _INFER_OUTCOMES)
+            self._finished(None, model, request.version, method, outcome, 0.0, elapsed_s, {})
+            raise
+        done = time.perf_counter_ns()
+        self.statistics.record_served(
+            model, served.version, rows, done - begun, bound - begun, infer_ns, done - executed
+        )
+        self.metrics.record_served(model, method, rows, (done - begun) / 1e9)
+        if self.settings.access_log:
+            self._log(model, method, "ok", (done - begun) / 1e9)
+        return response
+
+    def _finished(
+        self, token, model, version, method, outcome, queued_s, elapsed_s, phases, model_label=None
+    ) -> None:
+        """Counts one request once, in the metrics and the statistics, under names that exist
+        (else UNKNOWN, and in the metrics only; statistics under the version it ran on, else
+        the model's default), and logs it under the names it gave. `model_label`: the one its
+        request_started token was taken under."""
+        served = self._find(model, version)
+        if model_label is None:
+            model_label = model if served is not None or self._exists(model) else UNKNOWN
+        method_label = method if served is not None and method in served.signatures else UNKNOWN
+        self.metrics.request_finished(
+            token, model_label, method_label, outcome, queued_s, elapsed_s
+        )
+        counted = self._statistics_version(model, served)
+        if model_label != UNKNOWN and counted is not None:
+            self.statistics.record_request(
+                model,
+                counted,
+                outcome == "ok",
+                int(elapsed_s * 1e9),
+                None if queued_s is None else int(queued_s * 1e9),
+                phases.get("input"),
+                phases.get("infer"),
+                phases.get("output"),
+            )
+        if self.settings.access_log:
+            self._log(model, method, outcome, elapsed_s)
+
+    @staticmethod
+    def _log(model: str, method: str, outcome: str, elapsed_s: float) -> None:
+        log.info(
+            "infer model=%r method=%r outcome=%s duration_s=%.6f",
+            clip(model),
+            clip(method),
+            outcome,
+            elapsed_s,
+        )
+
+    def _bind(self, request: InferRequest, signature: MethodSignature) -> tuple[list, list]:
+        """The input arrays in the method's order, and the indices of the outputs asked for."""
+        if request.checked_at == self.generation:  # a front checked them against this signature
+            arrays = [tensor.array for tensor in request.inputs]
+        else:
+            arrays = bind_inputs(request.inputs, signature)
+        return arrays, select_outputs(signature, request.outputs)
+
+    async def _infer(
+        self,
+        served: Served | None,
+        request: InferRequest,
+        acquired: Callable[[float], None],
+        phases: dict[str, int],
+    ) -> InferResponse:
+        """`phases` receives the nanoseconds spent checking inputs, executing (after the wait for
+        an instance) and collecting outputs, for the statistics extension."""
+        model, method = request.model, request.method
+        if served is None:
+            if model in self._refused:
+                raise Unavailable(self._refused[model].message)
+            entry = self._catalog.get(model)
+            if entry is None:
+                raise NotFound(f"model {clip(model)!r} not found")
+            entry.served_version(parse_version(model, request.version))  # raises why
+        signature = served.signatures.get(method)
+        if signature is None:
+            raise NotFound(
+                f"model {model!r} has no method {clip(method)!r} (methods: "
+                f"{', '.join(served.pool.method_names)})"
+            )
+        mark = time.perf_counter_ns()
+        arrays, selected = self._bind(request, signature)
+        phases["input"] = time.perf_counter_ns() - mark
+
+        def started(waited: float) -> None:
+            nonlocal mark
+            mark = time.perf_counter_ns()
+            acquired(waited)
+
+        try:
+            results = await self._scheduler_for(served, method).submit(
+                arrays, request.timeout_s, started, request.parameters.get(oip.PRIORITY_PARAMETER)
+            )
+        except PoolClosed:
+            raise Unavailable(f"model {model!r} is being deleted or replaced") from None
+        except (ValueError, RuntimeError) as exc:
+            raise _execution_error(exc, model, method) from None
+        phases["infer"] = time.perf_counter_ns() - mark
+        mark = time.perf_counter_ns()
+        response = _response(request, served.version, signature, selected, results)
+        phases["output"] = time.perf_counter_ns() - mark
+        return response
+
+
+def _response(
+    request: InferRequest, version: str, signature: MethodSignature, selected, results
+) -> InferResponse:
+    outputs = []
+    for index in selected:
+        spec = signature.outputs[index]
+        outputs.append(Tensor(spec.name, spec.datatype, results[index]))
+    return InferResponse(request.model, version, request.method, request.id, outputs)
+
+
+def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:
+    """What an execute's failure means for the client: the host's own input validation
+    (ethost.InputError, a ValueError), a kernel refusing the inputs, or a real failure."""
+    if isinstance(exc, ValueError):
+        label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
+        return input_problem(label, rules.INPUT_INVALID, str(exc))
+    if is_input_fault(exc):
+        reason = kernel_reason(exc)
+        # One line per refused input: the host captures ExecuTorch's own lines instead of
+        # printing them, so this is the only trace of it in the log.
+        log.warning("infer model=%r method=%r outcome=input_rejected: %s", model, method, reason)
+        return input_problem(
+            None,
+            rules.INPUT_REJECTED,
+            f"model {model!r} method {method!r} rejected the inputs while executing: {reason}",
+        )
+    return ExecutionFailed(f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}")
