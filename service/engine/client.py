@@ -27,7 +27,6 @@ import asyncio
 import itertools
 import logging
 import pickle
-import struct
 import time
 from collections.abc import Awaitable, Callable
 
@@ -38,6 +37,7 @@ from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine import handshake
+from service.engine.link import Link, Outage, Pending, output_bytes
 from service.errors import Busy, ServiceError, TooLarge
 from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.ipc import frames
@@ -46,111 +46,13 @@ from service.shm.refs import placeholder, to_wire
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
-_CONTROL = struct.Struct("<QQQ")  # generation, ready, serving (service/engine/server.py)
 _RECONNECT_S = 0.2
 _REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
-_SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
 _SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
 
 
 class EngineDown(Busy):
     """The engine process is not connected (it is starting or being restarted)."""
-
-
-class _Outage:
-    """When the engine went away and how long its last start took, for Retry-After."""
-
-    def __init__(self):
-        self.since = time.monotonic()  # the front starts before the engine answers
-        self.last_s = 0.0
-
-    def retry_after_s(self) -> float:
-        return max(1.0, self.last_s - (time.monotonic() - self.since))
-
-    def ended(self) -> None:
-        self.last_s = time.monotonic() - self.since
-
-    def began(self) -> None:
-        self.since = time.monotonic()
-
-
-class _Pending:
-    __slots__ = ("future", "leases")
-
-    def __init__(self, future: asyncio.Future, leases: list[Lease]):
-        self.future = future
-        self.leases = leases
-
-    def settle(self) -> None:
-        for lease in self.leases:
-            lease.release()
-        self.leases = []
-
-
-class _Link:
-    """One connection to the engine, with the arena and control page that go with it."""
-
-    def __init__(self, client: EngineClient, arena: Arena, control):
-        self.client = client
-        self.arena = arena
-        self.control = control
-        self.pending: dict[int, _Pending] = {}
-        self.calls: dict[int, asyncio.Future] = {}
-        self.protocol = frames.FrameProtocol(self._received, self._lost)
-        self.alive = True
-
-    def generation(self) -> tuple[int, bool]:
-        generation, ready, _ = _CONTROL.unpack_from(self.control, 0)
-        return generation, bool(ready)
-
-    def serving(self) -> bool:
-        return bool(_CONTROL.unpack_from(self.control, 0)[2])
-
-    def _received(self, message: tuple) -> None:
-        kind, key = message[0], message[1]
-        if kind == frames.DONE:
-            pending = self.pending.pop(key, None)
-            if pending is None:
-                return
-            if pending.future.done():  # cancelled: nobody waits, only the slots remain
-                pending.settle()
-            else:
-                pending.future.set_result((message[2], message[3], pending))
-        elif kind == frames.RESULT:
-            future = self.calls.pop(key, None)
-            if future is not None and not future.done():
-                future.set_result(message[2:])
-
-    def _lost(self, exc) -> None:
-        self.alive = False
-        for pending in self.pending.values():
-            # The slots are abandoned with the arena, never reused: the engine may still write.
-            if not pending.future.done():
-                pending.future.set_exception(self.client.down())
-        for future in self.calls.values():
-            if not future.done():
-                future.set_exception(self.client.down())
-        self.pending.clear()
-        self.calls.clear()
-        self.client._link_lost(self)
-
-
-def _output_bytes(entry, method: str, rows: int | None) -> int:
-    """Room for a method's outputs at their upper bounds (per request rows when batched)."""
-    total = 0
-    for spec in entry.signatures[method].outputs:
-        if spec.tag != "Tensor":
-            total += align_up(_SCALAR_BYTES)
-            continue
-        dtype = BY_DATATYPE.get(spec.datatype)
-        if dtype is None:
-            continue
-        count = 1
-        dims = spec.shape[1:] if rows is not None and spec.shape else spec.shape
-        for dim in dims:
-            count *= dim
-        total += align_up(count * dtype.itemsize * (rows if rows is not None else 1))
-    return total
 
 
 class EngineClient:
@@ -162,7 +64,7 @@ class EngineClient:
         self._secret = secret
         self._front_id = front_id
         self._staging = StagingArea(settings.artifacts)
-        self._link: _Link | None = None
+        self._link: Link | None = None
         self._table = ModelTable(-1, {})
         self._refreshing: asyncio.Task | None = None
         self._ids = itertools.count(1)
@@ -170,7 +72,7 @@ class EngineClient:
         self._closing = False
         self._connected = asyncio.Event()
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
-        self._outage = _Outage()
+        self._outage = Outage()
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -214,14 +116,14 @@ class EngineClient:
             None, handshake.connect, self._socket_name, self._secret, self._front_id, arena.fd
         )
         arena.pinned = pinned
-        link = _Link(self, arena, control)
+        link = Link(self, arena, control)
         await loop.connect_accepted_socket(lambda: link.protocol, sock)
         self._table = ModelTable(-1, {})  # another engine's generations mean nothing here
         self._link = link
         self._outage.ended()
         log.info("front %d connected to the engine", self._front_id)
 
-    def _link_lost(self, link: _Link) -> None:
+    def _link_lost(self, link: Link) -> None:
         if self._link is link:
             self._link = None
             self._outage.began()
@@ -240,7 +142,7 @@ class EngineClient:
             retry_after_s=self._outage.retry_after_s(),
         )
 
-    def _require(self) -> _Link:
+    def _require(self) -> Link:
         """The link to an engine that has its stored models open again, else EngineDown."""
         link = self._link
         if link is None or not link.alive or not link.serving():
@@ -321,7 +223,7 @@ class EngineClient:
                 retry_after_s=max(1.0, self._holding_s),
             ) from None
 
-    async def _current_table(self, link: _Link) -> ModelTable:
+    async def _current_table(self, link: Link) -> ModelTable:
         generation = link.generation()[0]
         while self._table.generation != generation:
             if self._refreshing is None or self._refreshing.done():
@@ -371,12 +273,12 @@ class EngineClient:
                 rows = arrays[0].shape[0]
             # Upper bounds can be far above what a request produces: an output that outgrows
             # its room comes back inline instead, so the room never crowds out other requests.
-            capacity = min(_output_bytes(entry, request.method, rows), link.arena.size // 4)
+            capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
             checked_at = table.generation
         return await self._send(link, request, inputs, capacity, checked_at)
 
     async def _send(
-        self, link: _Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
+        self, link: Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
     ) -> InferResponse:
         region = link.arena.region
         placed, copies, size = [], [], 0
@@ -410,7 +312,7 @@ class EngineClient:
             placed[index][3] = lease.offset + at
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
-        pending = _Pending(future, leases)
+        pending = Pending(future, leases)
         link.pending[request_id] = pending
         link.protocol.send(
             (

@@ -17,6 +17,8 @@ import socket
 import struct
 
 CONTROL_BYTES = mmap.PAGESIZE
+# The control page: model-table generation, ready, serving (written by the engine, read by fronts).
+CONTROL = struct.Struct("<QQQ")
 _TIMEOUT_S = 10.0
 _MAX_HELLO = 4096
 

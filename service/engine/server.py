@@ -22,7 +22,6 @@ import mmap
 import os
 import pickle
 import socket
-import struct
 import threading
 
 from service import rules
@@ -39,7 +38,6 @@ from service.shm.refs import from_wire
 from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
-_CONTROL = struct.Struct("<QQQ")  # generation, ready, serving
 # Fire-and-forget notes the fronts send (counts of what they refused themselves).
 _NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
 # Coroutines of ModelService that fronts must not call by name.
@@ -125,7 +123,7 @@ class EngineServer:
         service.metrics.backends.append(ShmMetrics(self.shm))
 
     def _publish(self) -> None:
-        _CONTROL.pack_into(
+        handshake.CONTROL.pack_into(
             self._control,
             0,
             self.service.generation,

@@ -1,0 +1,114 @@
+"""A front's connection to the engine: its socket, the arena and control page that come with it,
+and the requests and calls waiting on answers (service/engine/client.py drives it).
+
+When the connection is lost, everything waiting on it fails with the client's EngineDown at once
+and its slots are abandoned with the arena, never reused: the old engine may still write them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from service.dtypes import BY_DATATYPE
+from service.engine.handshake import CONTROL
+from service.ipc import frames
+from service.ipc.arena import Arena, Lease, align_up
+
+_SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
+
+
+class Outage:
+    """When the engine went away and how long its last start took, for Retry-After."""
+
+    def __init__(self):
+        self.since = time.monotonic()  # the front starts before the engine answers
+        self.last_s = 0.0
+
+    def retry_after_s(self) -> float:
+        return max(1.0, self.last_s - (time.monotonic() - self.since))
+
+    def ended(self) -> None:
+        self.last_s = time.monotonic() - self.since
+
+    def began(self) -> None:
+        self.since = time.monotonic()
+
+
+class Pending:
+    __slots__ = ("future", "leases")
+
+    def __init__(self, future: asyncio.Future, leases: list[Lease]):
+        self.future = future
+        self.leases = leases
+
+    def settle(self) -> None:
+        for lease in self.leases:
+            lease.release()
+        self.leases = []
+
+
+class Link:
+    """One connection to the engine, with the arena and control page that go with it."""
+
+    def __init__(self, client, arena: Arena, control):
+        self.client = client
+        self.arena = arena
+        self.control = control
+        self.pending: dict[int, Pending] = {}
+        self.calls: dict[int, asyncio.Future] = {}
+        self.protocol = frames.FrameProtocol(self._received, self._lost)
+        self.alive = True
+
+    def generation(self) -> tuple[int, bool]:
+        generation, ready, _ = CONTROL.unpack_from(self.control, 0)
+        return generation, bool(ready)
+
+    def serving(self) -> bool:
+        return bool(CONTROL.unpack_from(self.control, 0)[2])
+
+    def _received(self, message: tuple) -> None:
+        kind, key = message[0], message[1]
+        if kind == frames.DONE:
+            pending = self.pending.pop(key, None)
+            if pending is None:
+                return
+            if pending.future.done():  # cancelled: nobody waits, only the slots remain
+                pending.settle()
+            else:
+                pending.future.set_result((message[2], message[3], pending))
+        elif kind == frames.RESULT:
+            future = self.calls.pop(key, None)
+            if future is not None and not future.done():
+                future.set_result(message[2:])
+
+    def _lost(self, exc) -> None:
+        self.alive = False
+        for pending in self.pending.values():
+            # The slots are abandoned with the arena, never reused: the engine may still write.
+            if not pending.future.done():
+                pending.future.set_exception(self.client.down())
+        for future in self.calls.values():
+            if not future.done():
+                future.set_exception(self.client.down())
+        self.pending.clear()
+        self.calls.clear()
+        self.client._link_lost(self)
+
+
+def output_bytes(entry, method: str, rows: int | None) -> int:
+    """Room for a method's outputs at their upper bounds (per request rows when batched)."""
+    total = 0
+    for spec in entry.signatures[method].outputs:
+        if spec.tag != "Tensor":
+            total += align_up(_SCALAR_BYTES)
+            continue
+        dtype = BY_DATATYPE.get(spec.datatype)
+        if dtype is None:
+            continue
+        count = 1
+        dims = spec.shape[1:] if rows is not None and spec.shape else spec.shape
+        for dim in dims:
+            count *= dim
+        total += align_up(count * dtype.itemsize * (rows if rows is not None else 1))
+    return total
