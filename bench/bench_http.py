@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -249,7 +251,8 @@ class Baseline:
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, str(APPS), kind, str(pte), str(self.port), str(workers)]
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=out)
+            # A session of its own, so stop() ends the workers it starts (LitServe's, uvicorn's).
+            self.process = subprocess.Popen(command, stdout=out, stderr=out, start_new_session=True)
         deadline = time.monotonic() + ready_within_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -270,12 +273,20 @@ class Baseline:
         raise RuntimeError(f"{kind} not ready; see {log}")
 
     def stop(self) -> None:
-        self.process.terminate()
+        """Ends the baseline and every process it started (its process group)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            pass
+        try:  # whatever outlived the leader, or the leader itself
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
 
 
 def _ratio(name: str, ours: float, theirs: float, goal: float) -> str:
