@@ -72,16 +72,9 @@ class Statistics:
         """One request's outcome and phase durations (None: the request never reached that
         phase). A request in a batch has the batch's compute time as its own, as in Triton."""
         with self._lock:
-            model = self._model(name, version)
-            model.last_inference_ms = int(time.time() * 1000)
-            if not ok:
-                model.add("fail", total_ns)
-                return
-            model.add("success", total_ns)
-            model.add("queue", queue_ns)
-            model.add("compute_input", input_ns)
-            model.add("compute_infer", infer_ns)
-            model.add("compute_output", output_ns)
+            _request(
+                self._model(name, version), ok, total_ns, queue_ns, input_ns, infer_ns, output_ns
+            )
 
     def record_execution(
         self, name: str, version: str, size: int, input_ns: int, infer_ns: int, output_ns: int
@@ -89,15 +82,7 @@ class Statistics:
         """One successful execute of batch size `size`: building its inputs, running it and
         splitting its outputs took these nanoseconds. Each of its rows is an inference."""
         with self._lock:
-            model = self._model(name, version)
-            model.execution_count += 1
-            model.inference_count += size
-            phases = model.batches.get(size)
-            if phases is None:
-                phases = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
-            for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
-                phases[phase][0] += 1
-                phases[phase][1] += int(ns)
+            _execution(self._model(name, version), size, input_ns, infer_ns, output_ns)
 
     def record_served(
         self,
@@ -110,31 +95,12 @@ class Statistics:
         output_ns: int,
     ) -> None:
         """record_execution and a successful record_request, unqueued, of a request that was an
-        execute of its own: one call and one lock on the engine's shortest path."""
+        execute of its own: one call and one lock on the engine's shortest path. The execute
+        counts only its run, as the scheduler counts one; the request all of its phases."""
         with self._lock:
             model = self._model(name, version)
-            model.last_inference_ms = int(time.time() * 1000)
-            model.execution_count += 1
-            model.inference_count += size
-            phases = model.phases
-            for phase, ns in (
-                ("success", total_ns),
-                ("queue", 0),
-                ("compute_input", input_ns),
-                ("compute_infer", infer_ns),
-                ("compute_output", output_ns),
-            ):
-                slot = phases[phase]
-                slot[0] += 1
-                slot[1] += ns
-            batch = model.batches.get(size)
-            if batch is None:
-                batch = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
-            # As the scheduler counts an execute: its own compute time, not its request's.
-            batch["compute_input"][0] += 1
-            batch["compute_infer"][0] += 1
-            batch["compute_infer"][1] += infer_ns
-            batch["compute_output"][0] += 1
+            _execution(model, size, 0, infer_ns, 0)
+            _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns)
 
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""
@@ -159,3 +125,26 @@ class Statistics:
                 ],
                 "memory_usage": [],
             }
+
+
+def _request(model: _Model, ok, total_ns, queue_ns, input_ns, infer_ns, output_ns) -> None:
+    model.last_inference_ms = int(time.time() * 1000)
+    if not ok:
+        model.add("fail", total_ns)
+        return
+    model.add("success", total_ns)
+    model.add("queue", queue_ns)
+    model.add("compute_input", input_ns)
+    model.add("compute_infer", infer_ns)
+    model.add("compute_output", output_ns)
+
+
+def _execution(model: _Model, size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    model.execution_count += 1
+    model.inference_count += size
+    phases = model.batches.get(size)
+    if phases is None:
+        phases = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
+    for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
+        phases[phase][0] += 1
+        phases[phase][1] += int(ns)
