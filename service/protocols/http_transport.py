@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol, with each answer written to its connection in one write.
+"""uvicorn's httptools protocol, with each answer written to its connection in one write and
+large bodies received straight into the memory their reader gives.
 
 uvicorn writes a response's head and its body (and each part of a multipart body) as separate
 `transport.write`s, and uvloop makes a system call for each at once, holding the GIL: measured on
@@ -7,13 +8,22 @@ out together once the response is complete (uvicorn's on_response_complete), so 
 system call and waits for nothing else; whatever is written outside a response (a 100 Continue,
 uvicorn's own 400s) goes out at the end of the loop turn. Bytes and order are unchanged, and data
 written just before a close goes out before the close.
+
+A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
+the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
+come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
+the reader would copy each message again. A chunk that does not fit goes the usual way, so the
+reader sees a body longer than its room and refuses it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.protocols.bodies import BODY_INTO, BodySink
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
@@ -73,9 +83,32 @@ class _GatheringTransport:
         return getattr(self._transport, name)
 
 
+def _body_into(cycle, view, filled: int) -> BodySink:
+    sink = cycle.etrt_sink = BodySink(view, filled)
+    return sink
+
+
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_GatheringTransport(transport, self.loop))
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # this request's (not an upgrade)
+            self.scope.setdefault("extensions", {})[BODY_INTO] = partial(_body_into, cycle)
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        sink = getattr(cycle, "etrt_sink", None)
+        if sink is not None and not cycle.response_complete:
+            end = sink.filled + len(body)
+            if end <= len(sink.view):
+                sink.view[sink.filled : end] = body
+                sink.filled = end
+                return
+            cycle.etrt_sink = None  # longer than its room: the reader is told the usual way
+        super().on_body(body)
 
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.
