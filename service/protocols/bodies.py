@@ -16,10 +16,11 @@ from service.protocols.disconnect import ClientDisconnected
 Receive = Callable[[], Awaitable[dict]]
 
 # An ASGI scope extension of the fronts' HTTP transport (service/protocols/http_transport.py):
-# `scope["extensions"][BODY_INTO](view, filled)` has the rest of the request's body written into
-# `view` from byte `filled` on as it arrives, and returns the BodySink that counts it; receive()
-# then only says when the body has ended. A large binary body lands in its arena slot in one copy,
-# instead of being gathered into a buffer, copied into a message and copied again into the slot.
+# `scope["extensions"][BODY_INTO](scope, view, filled)` has the rest of the request's body written
+# into `view` from byte `filled` on as it arrives, and returns the BodySink that counts it (None:
+# read it as usual); receive() then only says when the body has ended. A large binary body lands
+# in its arena slot in one copy, instead of being gathered into a buffer, copied into a message
+# and copied again into the slot.
 BODY_INTO = "etrt.body_into"
 
 

@@ -19,7 +19,6 @@ reader sees a body longer than its room and refuses it.
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -83,32 +82,36 @@ class _GatheringTransport:
         return getattr(self._transport, name)
 
 
-def _body_into(cycle, view, filled: int) -> BodySink:
-    sink = cycle.etrt_sink = BodySink(view, filled)
-    return sink
-
-
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_GatheringTransport(transport, self.loop))
+        self._sink: BodySink | None = None  # the body arriving now goes here
+        self._extensions = {BODY_INTO: self._body_into}
 
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
+        self.scope["extensions"] = self._extensions
+        self._sink = None
+
+    def _body_into(self, scope: dict, view, filled: int) -> BodySink | None:
+        """None when the body arriving now is not that request's: a pipelined request's came
+        after it (that request's own body has arrived whole by then)."""
         cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:  # this request's (not an upgrade)
-            self.scope.setdefault("extensions", {})[BODY_INTO] = partial(_body_into, cycle)
+        if cycle is None or cycle.scope is not scope or cycle.response_complete:
+            return None
+        self._sink = BodySink(view, filled)
+        return self._sink
 
     def on_body(self, body: bytes) -> None:
-        cycle = self.cycle
-        sink = getattr(cycle, "etrt_sink", None)
-        if sink is not None and not cycle.response_complete:
+        sink = self._sink
+        if sink is not None:
             end = sink.filled + len(body)
             if end <= len(sink.view):
                 sink.view[sink.filled : end] = body
                 sink.filled = end
                 return
-            cycle.etrt_sink = None  # longer than its room: the reader is told the usual way
-        super().on_body(body)
+            self._sink = None  # longer than its room: the reader is told the usual way
+        HttpToolsProtocol.on_body(self, body)
 
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.

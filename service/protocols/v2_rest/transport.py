@@ -60,7 +60,8 @@ async def read_aligned_body(
             body[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
             if into is not None:  # the rest goes straight into the slot (bodies.BODY_INTO)
-                sink = into(body, filled)
+                sink = into(request.scope, body, filled)
+                into = None
         if body is None:  # it ended before its header did (or it is empty)
             body, filled = head, len(head)
         elif sink is not None:
