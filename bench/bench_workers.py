@@ -192,6 +192,17 @@ class Ours:
                 found[series] = int(float(value))
         return found
 
+    def front_requests(self) -> dict[str, int]:
+        """Requests each front has sent to the engine so far (etrt_front_requests_total)."""
+        with self.server.client() as client:
+            text = client.get("/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if line.startswith("etrt_front_requests_total{"):
+                series, _, value = line.rpartition(" ")
+                found[series.split('"')[1]] = int(float(value))
+        return found
+
     def stop(self) -> None:
         self.server.stop()
 
@@ -239,8 +250,12 @@ def main() -> None:
         print(f"  {label:<34} {results[label]}", flush=True)
 
     def ours(label: str, server: Ours, request: Request, conns: int):
+        before = server.front_requests()
         results[label] = _load(server.url, request, conns, seconds, scratch)
-        print(f"  {label:<34} {results[label]}", flush=True)
+        after = server.front_requests()
+        shares = sorted(after[f] - before.get(f, 0) for f in after)
+        spread = f"  (per front, fewest to most: {shares})" if len(shares) > 1 else ""
+        print(f"  {label:<34} {results[label]}{spread}", flush=True)
 
     instances = max(2, n)
     one = Ours(scratch, exported, 1, instances)
