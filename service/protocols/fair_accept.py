@@ -3,9 +3,8 @@ accepted from one connection per wakeup.
 
 Every front inherits the one HTTP listening socket the supervisor bound (service/front.py). A
 uvloop server accepts until nothing is pending, so when a client opens its connections at once
-(wrk, a connection pool), the first front to wake takes them all: measured with 4 fronts and 32
-connections, one front served none and the busiest three times the least busy, and every
-connection of one front waits on that front's one core while others idle. Accepting one
+(wrk, a connection pool), the first front to wake takes most of them, and every connection of
+one front waits on that front's one core while others idle. Accepting one
 connection and going back to the loop lets each pending connection go to whichever front wakes
 for it next; a busy front comes back to its listener later than an idle one, so new connections
 lean towards idle fronts. The socket stays shared, so connections waiting for a front that dies
