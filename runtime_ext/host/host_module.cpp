@@ -192,9 +192,12 @@ NB_MODULE(ethost, m) {
       .def_prop_ro("last_run_ns", &MethodInstance::last_run_ns,
                    "Nanoseconds the last execute spent binding inputs, executing and copying "
                    "outputs, without the GIL (0 before the first).")
-      .def("execute", &execute, "inputs"_a,
-           "Runs the method; returns numpy copies of the outputs. Raises InputError before "
-           "running when inputs do not fit, InstanceBusy if another thread is running it.");
+      .def(
+          "execute", &execute, "inputs"_a,
+          "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
+          "in device memory described by __cuda_array_interface__ (see device_input_counts). "
+          "Raises InputError before running when inputs do not fit, InstanceBusy if another "
+          "thread is running it.");
 
   nb::class_<PyProgram>(m, "Program")
       .def(
@@ -251,6 +254,19 @@ NB_MODULE(ethost, m) {
         if (!unpinned.ok()) throw std::runtime_error(unpinned.reason);
       },
       "address"_a);
+  m.def(
+      "device_input_counts",
+      [] {
+        DeviceInputCounts counts = device_input_counts();
+        nb::dict out;
+        out["bound"] = counts.bound;
+        out["device_to_device"] = counts.device_to_device;
+        out["to_host"] = counts.to_host;
+        return out;
+      },
+      "Inputs given in device memory (__cuda_array_interface__) since the process started, by "
+      "where they went: bound (not memory-planned: the method read them in place), "
+      "device_to_device or to_host (copied into a buffer planned in device or host memory).");
   m.def("registered_backends", &registered_backends);
   m.def("load_backend_library", &load_backend_library_py, "path"_a);
   m.def(

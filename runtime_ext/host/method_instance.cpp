@@ -9,6 +9,7 @@
 #include <executorch/runtime/core/portable_type/tensor_impl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <deque>
 
 using executorch::aten::Tensor;
@@ -21,18 +22,25 @@ namespace ethost {
 namespace {
 
 // The method's planned input takes the caller's shape (dynamic dimensions), then the caller's
-// bytes are queued for the device. Both are contiguous in the same dim order, else refused.
-Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies) {
+// bytes are queued into it by `copy`. Both are contiguous in the same dim order, else refused.
+template <typename Copy>
+Status queue_planned_input(Tensor& planned, const InputBinding& in, Copy copy) {
   if (!executorch::runtime::is_contiguous_dim_order(planned.dim_order().data(), planned.dim())) {
     return Status(Error::NotSupported,
-                  "its device buffer is planned in a non-contiguous dim order, which the host "
-                  "cannot fill");
+                  "its buffer is planned in a non-contiguous dim order, which the host cannot "
+                  "fill");
   }
   Error resized = executorch::runtime::resize_tensor(planned, {in.sizes.data(), in.ndim});
   if (resized != Error::Ok) {
-    return Status(resized, "its planned device tensor cannot take the given shape");
+    return Status(resized, "its planned tensor cannot take the given shape");
   }
-  Status copied = copies.to_device(planned.mutable_data_ptr(), in.data, planned.nbytes());
+  return copy(planned.mutable_data_ptr(), in.data, planned.nbytes());
+}
+
+Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies) {
+  Status copied = queue_planned_input(planned, in, [&](void* dst, const void* src, size_t n) {
+    return copies.to_device(dst, src, n);
+  });
   if (!copied.ok()) copied.reason = "copying it to device memory: " + copied.reason;
   return copied;
 }
@@ -100,7 +108,11 @@ Status MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
     const std::string action =
         "setting input " + std::to_string(i) + " of method '" + name_ + "' of";
     Error status;
-    if (device_inputs_[i]) {
+    if (in.is_tensor && in.on_device) {
+      Status placed = set_device_input(i, in, impls);
+      if (!placed.ok()) return placed.at(action, path);
+      continue;
+    } else if (device_inputs_[i]) {
       Status queued = queue_device_input(*device_inputs_[i], in, *device_copies_);
       if (!queued.ok()) return queued.at(action, path);
       continue;
@@ -116,6 +128,59 @@ Status MethodInstance::set_inputs(std::vector<InputBinding>& inputs,
     }
   }
   return Status();
+}
+
+Outcome<DeviceCopies*> MethodInstance::device_copies() {
+  if (device_copies_) return device_copies_.get();
+  auto memory = ethost_device::active_memory();
+  if (!memory.ok()) {
+    return Status(Error::NotSupported,
+                  "it is in device memory, but this host has no device memory to read it from (" +
+                      memory.status().reason + ")");
+  }
+  ETHOST_ASSIGN_OR_RETURN(device_copies_, DeviceCopies::create(memory.take(), program_->path()));
+  return device_copies_.get();
+}
+
+Status MethodInstance::set_device_input(size_t index, InputBinding& in,
+                                        std::deque<TensorImpl>& impls) {
+  ETHOST_ASSIGN_OR_RETURN(DeviceCopies * copies, device_copies());
+  if (in.data != nullptr && !copies->memory().is_device_pointer(in.data)) {
+    char address[32];
+    std::snprintf(address, sizeof(address), "%p", in.data);
+    return Status(Error::InvalidArgument, std::string("it claims device memory at ") + address +
+                                              ", which this host's " + copies->memory().kind() +
+                                              " memory does not recognize");
+  }
+  DeviceInputRoute route =
+      route_device_input(device_inputs_[index].has_value(), spec_.inputs[index].memory_planned);
+  Status placed;
+  if (route == DeviceInputRoute::DeviceToDevice) {
+    placed =
+        queue_planned_input(*device_inputs_[index], in, [&](void* dst, const void* src, size_t n) {
+          return copies->device_to_device(dst, src, n);
+        });
+    if (!placed.ok()) placed.reason = "copying it between device buffers: " + placed.reason;
+  } else if (route == DeviceInputRoute::ToHost) {
+    // Set with set_input, ExecuTorch would memcpy device memory on the CPU: the planned host
+    // tensor is filled by a device-to-host copy instead.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    EValue& planned = method_->mutable_input(index);
+#pragma GCC diagnostic pop
+    placed = queue_planned_input(planned.toTensor(), in, [&](void* dst, const void* src, size_t n) {
+      return copies->to_host(dst, src, n);
+    });
+    if (!placed.ok()) placed.reason = "copying it from device memory: " + placed.reason;
+  } else {
+    // Not memory-planned: ExecuTorch shares the pointer, so the delegate sees device memory.
+    impls.emplace_back(in.dtype, static_cast<ssize_t>(in.ndim), in.sizes.data(), in.data,
+                       in.dim_order.data(), in.strides.data());
+    Error status = method_->set_input(EValue(Tensor(&impls.back())), index);
+    if (status != Error::Ok) return Status(status, last_log_error());
+  }
+  if (placed.ok()) count_device_input(route);
+  return placed;
 }
 
 Status MethodInstance::finish_device_copies(Status failed, const char* what) {
