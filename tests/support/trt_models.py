@@ -14,6 +14,8 @@ MODELS = {
     "add": ([(3, 5), (3, 5)], lambda x, y: x + y),
     "mixed": ([(3, 5), (3, 5)], lambda x, y: np.maximum(x + y, 0) + x),
     "matmul": ([(3, 7), (7, 5)], lambda a, b: a @ b),
+    # image-sized, for bench/bench_shm.py --cuda
+    "image_add": ([(1, 3, 224, 224), (1, 3, 224, 224)], lambda x, y: x + y),
 }
 
 # The programs the GPU run uses: (model, planning alignment, engine in a .ptd).
@@ -37,7 +39,7 @@ IN_GRAPH_COPIES_SET = [("mixed", 256), ("matmul", 256), ("mixed", 16)]
 # Programs whose inputs are left out of memory planning (model, planning alignment): the host
 # hands the method the caller's buffer, so an input in device memory (a CUDA shared memory
 # region) reaches the delegate as it is, bound directly when aligned, staged when not.
-UNPLANNED_INPUTS_SET = [("add", 256)]
+UNPLANNED_INPUTS_SET = [("add", 256), ("image_add", 256)]
 
 
 def program_name(

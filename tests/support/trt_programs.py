@@ -133,7 +133,12 @@ class MatmulModel(torch.nn.Module):
         return torch.mm(a, b)
 
 
-TORCH_MODELS = {"add": AddModel, "mixed": MixedModel, "matmul": MatmulModel}
+TORCH_MODELS = {
+    "add": AddModel,
+    "image_add": AddModel,
+    "mixed": MixedModel,
+    "matmul": MatmulModel,
+}
 
 
 def _device_planning(device_planned, in_graph_copies):
