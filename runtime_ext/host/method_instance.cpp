@@ -5,9 +5,11 @@
 #include <executorch/extension/threadpool/threadpool_guard.h>
 
 #include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/core/portable_type/tensor_impl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -37,6 +39,12 @@ Status queue_planned_input(Tensor& planned, const InputBinding& in, Copy copy) {
   return copy(planned.mutable_data_ptr(), in.data, planned.nbytes());
 }
 
+size_t tensor_nbytes(const InputBinding& in) {
+  size_t n = executorch::runtime::elementSize(in.dtype);
+  for (size_t d = 0; d < in.ndim; ++d) n *= static_cast<size_t>(in.sizes[d]);
+  return n;
+}
+
 Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies& copies) {
   Status copied = queue_planned_input(planned, in, [&](void* dst, const void* src, size_t n) {
     return copies.to_device(dst, src, n);
@@ -46,6 +54,19 @@ Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies&
 }
 
 }  // namespace
+
+Outcome<void*> HostBuffer::reserve(size_t nbytes) {
+  if (nbytes <= capacity_ && data_) return data_.get();
+  size_t rounded = (nbytes + 255) / 256 * 256;
+  void* memory = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
+  if (memory == nullptr) {
+    return Status(Error::MemoryAllocationFailed,
+                  "could not allocate " + std::to_string(nbytes) + " bytes of host memory");
+  }
+  data_.reset(memory);
+  capacity_ = rounded;
+  return memory;
+}
 
 Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
     std::shared_ptr<const LoadedProgram> program, const std::string& name) {
@@ -97,6 +118,11 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
 
   ETHOST_ASSIGN_OR_RETURN(instance->spec_,
                           describe_method(meta, *instance->method_, loaded.path()));
+  std::vector<bool> device_read = loaded.inputs_read_only_by_device_delegates(name);
+  for (size_t i = 0; i < device_read.size() && i < instance->spec_.inputs.size(); ++i) {
+    instance->spec_.inputs[i].read_by_device_delegates_only = device_read[i];
+  }
+  instance->host_copies_.resize(instance->spec_.inputs.size());
   return instance;
 }
 
@@ -152,29 +178,40 @@ Status MethodInstance::set_device_input(size_t index, InputBinding& in,
                                               ", which this host's " + copies->memory().kind() +
                                               " memory does not recognize");
   }
-  DeviceInputRoute route =
-      route_device_input(device_inputs_[index].has_value(), spec_.inputs[index].memory_planned);
+  const TensorSpec& spec = spec_.inputs[index];
+  DeviceInputRoute route = route_device_input(
+      device_inputs_[index].has_value(), spec.memory_planned, spec.read_by_device_delegates_only);
   Status placed;
+  auto to_host = [&](void* dst, const void* src, size_t n) { return copies->to_host(dst, src, n); };
   if (route == DeviceInputRoute::DeviceToDevice) {
     placed =
         queue_planned_input(*device_inputs_[index], in, [&](void* dst, const void* src, size_t n) {
           return copies->device_to_device(dst, src, n);
         });
     if (!placed.ok()) placed.reason = "copying it between device buffers: " + placed.reason;
-  } else if (route == DeviceInputRoute::ToHost) {
+  } else if (route == DeviceInputRoute::ToPlannedHost) {
     // Set with set_input, ExecuTorch would memcpy device memory on the CPU: the planned host
     // tensor is filled by a device-to-host copy instead.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     EValue& planned = method_->mutable_input(index);
 #pragma GCC diagnostic pop
-    placed = queue_planned_input(planned.toTensor(), in, [&](void* dst, const void* src, size_t n) {
-      return copies->to_host(dst, src, n);
-    });
+    placed = queue_planned_input(planned.toTensor(), in, to_host);
     if (!placed.ok()) placed.reason = "copying it from device memory: " + placed.reason;
   } else {
-    // Not memory-planned: ExecuTorch shares the pointer, so the delegate sees device memory.
-    impls.emplace_back(in.dtype, static_cast<ssize_t>(in.ndim), in.sizes.data(), in.data,
+    void* data = in.data;
+    if (route == DeviceInputRoute::ToHostBuffer) {
+      // Not planned, but a CPU kernel (or the output copy) may read it: it gets host memory.
+      ETHOST_ASSIGN_OR_RETURN(
+          data, host_copies_[index].reserve(std::max(spec.nbytes, tensor_nbytes(in))));
+      placed = to_host(data, in.data, tensor_nbytes(in));
+      if (!placed.ok()) {
+        placed.reason = "copying it from device memory: " + placed.reason;
+        return placed;
+      }
+    }
+    // Not memory-planned: ExecuTorch shares the pointer, so a delegate sees the device memory.
+    impls.emplace_back(in.dtype, static_cast<ssize_t>(in.ndim), in.sizes.data(), data,
                        in.dim_order.data(), in.strides.data());
     Error status = method_->set_input(EValue(Tensor(&impls.back())), index);
     if (status != Error::Ok) return Status(status, last_log_error());

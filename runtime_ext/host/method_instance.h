@@ -14,6 +14,7 @@
 #include <executorch/runtime/executor/method.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -22,6 +23,16 @@
 #include <vector>
 
 namespace ethost {
+
+// 256-byte aligned host memory that grows to the largest size asked of it.
+class HostBuffer {
+ public:
+  Outcome<void*> reserve(size_t nbytes);
+
+ private:
+  std::unique_ptr<void, void (*)(void*)> data_{nullptr, &std::free};
+  size_t capacity_ = 0;
+};
 
 class MethodInstance {
  public:
@@ -70,6 +81,8 @@ class MethodInstance {
   std::unique_ptr<DeviceCopies> device_copies_;
   // Per input: the method's own planned tensor when it lives in device memory.
   std::vector<std::optional<executorch::aten::Tensor>> device_inputs_;
+  // Per input: host memory for a device input the CPU may read (device_inputs.h).
+  std::vector<HostBuffer> host_copies_;
   executorch::extension::MallocMemoryAllocator method_allocator_;
   executorch::extension::MallocMemoryAllocator temp_allocator_;
   std::unique_ptr<executorch::runtime::MemoryManager> memory_manager_;

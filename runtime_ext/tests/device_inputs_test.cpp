@@ -1,11 +1,14 @@
 // Inputs in device memory through a method instance, on real exported programs with the
-// host-memory stand-in as the device: an input the program does not plan is handed over as the
-// device pointer itself (no copy), one planned in host memory is filled by one device-to-host
-// copy (never a CPU memcpy of device memory), and the refusals: an address the device memory
-// does not own, and a host without device memory.
+// host-memory stand-in as the device: each is filled by one device-to-host copy (never a CPU
+// memcpy of device memory), into the planned buffer or, for an input left out of planning that
+// CPU kernels read, into a host buffer of the instance; and the refusals: an address the device
+// memory does not own, and a host without device memory. (An unplanned input only a device
+// delegate reads is bound as it is: tests/unit/test_device_inputs.py, with the TensorRT
+// delegate; plan_reader_test.cpp for the reading of the plan.)
 //
 // Programs (ETHOST_TEST_PROGRAMS, exported by tests/unit/test_native_checks.py): cpu.pte plans
-// its input in host memory, unplanned.pte leaves it out of planning; both are linear + relu.
+// its input in host memory, unplanned.pte leaves it out of planning; both are linear + relu on
+// the CPU.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -120,13 +123,14 @@ Runs run_both(MethodInstance& method, CountingMemory& memory) {
 
 }  // namespace
 
-TEST(routes_follow_where_the_input_is_planned) {
-  CHECK(route_device_input(false, false) == DeviceInputRoute::Bound);
-  CHECK(route_device_input(false, true) == DeviceInputRoute::ToHost);
-  CHECK(route_device_input(true, true) == DeviceInputRoute::DeviceToDevice);
+TEST(routes_follow_where_the_input_is_planned_and_who_reads_it) {
+  CHECK(route_device_input(false, false, true) == DeviceInputRoute::Bound);
+  CHECK(route_device_input(false, false, false) == DeviceInputRoute::ToHostBuffer);
+  CHECK(route_device_input(false, true, true) == DeviceInputRoute::ToPlannedHost);
+  CHECK(route_device_input(true, true, true) == DeviceInputRoute::DeviceToDevice);
 }
 
-TEST(an_unplanned_input_in_device_memory_is_bound_without_a_copy) {
+TEST(an_unplanned_input_cpu_kernels_read_is_copied_into_host_memory) {
   auto program = open("unplanned.pte");
   if (!program) return;
   auto memory = std::make_shared<CountingMemory>();
@@ -135,14 +139,15 @@ TEST(an_unplanned_input_in_device_memory_is_bound_without_a_copy) {
   CHECK(method.ok());
   if (!method.ok()) return;
   CHECK(!method.value()->spec().inputs[0].memory_planned);
+  CHECK(!method.value()->spec().inputs[0].read_by_device_delegates_only);
   DeviceInputCounts before = device_input_counts();
   Runs runs = run_both(*method.value(), *memory);
   CHECK(runs.device_status.ok());
   CHECK(!runs.from_host.empty() && runs.from_device == runs.from_host);
-  for (int kind = 0; kind < 4; ++kind) CHECK(memory->copies[kind] == 0);
+  CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 1);
   DeviceInputCounts after = device_input_counts();
-  CHECK(after.bound == before.bound + 1);
-  CHECK(after.to_host == before.to_host && after.device_to_device == before.device_to_device);
+  CHECK(after.to_host == before.to_host + 1);
+  CHECK(after.bound == before.bound && after.device_to_device == before.device_to_device);
   ethost_device::use_memory(nullptr);
 }
 

@@ -5,11 +5,13 @@ they sit on a 256-byte boundary, staged when 16 bytes off, copied device-to-devi
 host into planned buffers otherwise.
 
 Programs: exported beforehand into $ETHOST_TRT_PROGRAMS (`cd tests && python -m
-support.trt_programs DIR`), since executorch.exir does not import on the GPU machine; exported
-here when that variable is unset.
+support.trt_programs DIR`, plus linear_relu_align256_unplanned.pte from
+support.programs.export_linear_relu), since executorch.exir does not import on the GPU machine;
+exported here when that variable is unset.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -32,10 +34,15 @@ def device_input_programs(programs_dir):
         found = {k: TrtProgram.at(where, *spec, **kw) for k, (spec, kw) in FLAVOURS.items()}
         missing = [str(p.pte) for p in found.values() if not p.exists()]
         assert not missing, f"ETHOST_TRT_PROGRAMS lacks {missing}"
-        return found
+        cpu = Path(where) / "linear_relu_align256_unplanned.pte"
+        assert cpu.exists(), f"ETHOST_TRT_PROGRAMS lacks {cpu}"
+        return {**found, "cpu_unplanned": cpu}
+    from support.programs import export_linear_relu
     from support.trt_programs import export_trt_program
 
-    return {k: export_trt_program(programs_dir, *spec, **kw) for k, (spec, kw) in FLAVOURS.items()}
+    found = {k: export_trt_program(programs_dir, *spec, **kw) for k, (spec, kw) in FLAVOURS.items()}
+    cpu = export_linear_relu(programs_dir, alignment=256, planned_inputs=False).pte
+    return {**found, "cpu_unplanned": cpu}
 
 
 class TestDeviceInputsCudaMemory(DeviceInputCases):

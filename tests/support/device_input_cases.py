@@ -8,8 +8,11 @@ directly on a 256-byte boundary and staged (counted) off it; one planned in devi
 (DEVICE_PLANNED_SET) is copied device to device; one planned in host memory (GPU_SET) is
 copied from the device into it. ethost.device_input_counts() says which happened.
 
+An unplanned input that CPU kernels read ("cpu_unplanned", linear + relu on the CPU) is never
+handed over as device memory: it is copied into a host buffer first.
+
 A test module provides the `device_input_programs` fixture: {"unplanned" | "device_planned" |
-"host_planned": TrtProgram}.
+"host_planned": TrtProgram, "cpu_unplanned": Path of a .pte}.
 """
 
 import ethost
@@ -58,6 +61,7 @@ class DeviceInputCases(SelectedMemory):
         program = device_input_programs["unplanned"]
         meta = ethost.Program(str(program.pte)).method_meta("forward")
         assert not any(t["memory_planned"] for t in meta["inputs"])
+        assert load(program).inputs_read_in_device_memory == [True, True]
         bindings, counts = self.run(program)
         inputs = [b for b in bindings if b["is_input"]]
         assert [b["direct_calls"] for b in inputs] == [1, 1]
@@ -87,6 +91,19 @@ class DeviceInputCases(SelectedMemory):
     def test_inputs_planned_in_host_memory_are_copied_to_the_host(self, device_input_programs):
         _, counts = self.run(device_input_programs["host_planned"])
         assert counts == {"bound": 0, "device_to_device": 0, "to_host": 2}
+
+    def test_an_unplanned_input_cpu_kernels_read_is_copied_to_the_host_first(
+        self, device_input_programs
+    ):
+        method = ethost.Program(str(device_input_programs["cpu_unplanned"])).load_method("forward")
+        assert [t["memory_planned"] for t in method.meta["inputs"]] == [False]
+        assert method.inputs_read_in_device_memory == [False]
+        x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+        [expected] = method.execute([x])
+        before = ethost.device_input_counts()
+        [got] = method.execute(self.on_device([x]))
+        np.testing.assert_array_equal(got, expected)
+        assert counts_since(before) == {"bound": 0, "device_to_device": 0, "to_host": 1}
 
     def test_a_host_address_claimed_as_device_memory_is_refused(self, device_input_programs):
         program = device_input_programs["unplanned"]

@@ -15,6 +15,7 @@ from support.trt_models import DEVICE_PLANNED_SET, GPU_SET, UNPLANNED_INPUTS_SET
 
 @pytest.fixture(scope="module")
 def device_input_programs(programs_dir):
+    from support.programs import export_linear_relu
     from support.trt_programs import export_trt_program
 
     host_planned = next(spec for spec in GPU_SET if spec[1] == 256)
@@ -26,6 +27,7 @@ def device_input_programs(programs_dir):
             programs_dir, *DEVICE_PLANNED_SET[0], device_planned=True
         ),
         "host_planned": export_trt_program(programs_dir, *host_planned),
+        "cpu_unplanned": export_linear_relu(programs_dir, alignment=256, planned_inputs=False).pte,
     }
 
 
