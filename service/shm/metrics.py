@@ -1,8 +1,7 @@
 """What /metrics says about shared memory and the GPUs, rendered with the dataplane's families:
-the regions registered, the copies the engine had to make for them (its own and the native
-host's), the CUDA inputs bound without one, and each GPU's memory (as
-Triton's nv_gpu_memory_total_bytes / nv_gpu_memory_used_bytes), read through cuda-python when
-it is installed and a device exists."""
+the regions registered, the copies made for them (the engine's own and the native host's), the
+CUDA inputs bound without one, and each GPU's memory (as Triton's nv_gpu_memory_total_bytes /
+nv_gpu_memory_used_bytes), read through cuda-python when it is installed and a device exists."""
 
 from __future__ import annotations
 
@@ -62,7 +61,7 @@ class ShmMetrics:
         bound = Counter(
             "etrt_shm_bound_total",
             "CUDA shared memory inputs handed to the program at their device address, no copy "
-            "(inputs the program leaves out of memory planning)",
+            "(inputs left out of memory planning that only device delegates read)",
             ("kind",),
         )
         native = _native_counts()
