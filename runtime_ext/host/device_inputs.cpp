@@ -10,6 +10,9 @@ namespace {
 std::atomic<uint64_t> g_bound{0};
 std::atomic<uint64_t> g_device_to_device{0};
 std::atomic<uint64_t> g_to_host{0};
+std::atomic<uint64_t> g_out_bound{0};
+std::atomic<uint64_t> g_out_device_to_device{0};
+std::atomic<uint64_t> g_out_from_host{0};
 
 std::mutex g_backends_mu;
 std::set<std::string>& device_backends() {
@@ -45,6 +48,26 @@ DeviceInputCounts device_input_counts() {
   counts.bound = g_bound.load(std::memory_order_relaxed);
   counts.device_to_device = g_device_to_device.load(std::memory_order_relaxed);
   counts.to_host = g_to_host.load(std::memory_order_relaxed);
+  return counts;
+}
+
+void count_device_output(DeviceOutputRoute route) {
+  switch (route) {
+    case DeviceOutputRoute::Bound: g_out_bound.fetch_add(1, std::memory_order_relaxed); break;
+    case DeviceOutputRoute::DeviceToDevice:
+      g_out_device_to_device.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case DeviceOutputRoute::FromHost:
+      g_out_from_host.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
+DeviceOutputCounts device_output_counts() {
+  DeviceOutputCounts counts;
+  counts.bound = g_out_bound.load(std::memory_order_relaxed);
+  counts.device_to_device = g_out_device_to_device.load(std::memory_order_relaxed);
+  counts.from_host = g_out_from_host.load(std::memory_order_relaxed);
   return counts;
 }
 

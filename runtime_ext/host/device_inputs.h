@@ -44,4 +44,28 @@ struct DeviceInputCounts {
 void count_device_input(DeviceInputRoute route);
 DeviceInputCounts device_input_counts();
 
+// Outputs the caller asked into device memory (a CUDA shared memory region), the same way
+// round: one the program does not plan, and that only delegates taking device memory write, is
+// given to the method as the destination itself (the delegate writes there, staging only off a
+// 256-byte boundary); one planned in device memory is copied device to device after execute;
+// any other (planned in host memory, or written by the CPU into a host buffer of the instance)
+// is copied from the host to the destination. The CPU never writes the destination.
+enum class DeviceOutputRoute { Bound, DeviceToDevice, FromHost };
+
+inline DeviceOutputRoute route_device_output(bool memory_planned,
+                                             bool written_only_by_device_delegates,
+                                             bool result_on_device) {
+  if (!memory_planned && written_only_by_device_delegates) return DeviceOutputRoute::Bound;
+  return result_on_device ? DeviceOutputRoute::DeviceToDevice : DeviceOutputRoute::FromHost;
+}
+
+struct DeviceOutputCounts {
+  uint64_t bound = 0;
+  uint64_t device_to_device = 0;
+  uint64_t from_host = 0;
+};
+
+void count_device_output(DeviceOutputRoute route);
+DeviceOutputCounts device_output_counts();
+
 }  // namespace ethost

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 namespace nb = nanobind;
@@ -122,7 +123,7 @@ class Claim {
   bool held_;
 };
 
-nb::list execute(MethodInstance& self, nb::sequence values) {
+nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinations) {
   Claim claim(self);
   if (!claim.held()) {
     raise_python(Status::busy(self.name()));
@@ -139,10 +140,27 @@ nb::list execute(MethodInstance& self, nb::sequence values) {
   for (size_t i = 0; i < count; ++i) {
     bindings.push_back(unwrap(bind_input(values[i], specs[i], keep_alive)));
   }
+  // Kept alive by the caller's sequence, which the call holds, until execute returns.
+  std::optional<std::vector<OutputDestination>> into;
+  if (!destinations.is_none()) {
+    const auto& output_specs = self.spec().outputs;
+    nb::sequence given = nb::borrow<nb::sequence>(destinations);
+    if (nb::len(given) != output_specs.size()) {
+      raise_python(Status(Error::InvalidArgument,
+                          "expected " + std::to_string(output_specs.size()) +
+                              " output destinations (one per output, None for none), got " +
+                              std::to_string(nb::len(given))));
+    }
+    into.emplace();
+    into->reserve(output_specs.size());
+    for (size_t i = 0; i < output_specs.size(); ++i) {
+      into->push_back(unwrap(bind_output_destination(given[i], output_specs[i])));
+    }
+  }
   Outcome<std::vector<OutputBuffer>> ran = Status(Error::Internal, "not run");
   {
     nb::gil_scoped_release released;
-    ran = self.run(bindings);
+    ran = self.run(bindings, into ? &*into : nullptr);
   }
   std::vector<OutputBuffer> outputs = unwrap(std::move(ran));
   nb::list result;
@@ -205,11 +223,25 @@ NB_MODULE(ethost, m) {
                    "Nanoseconds the last execute spent binding inputs, executing and copying "
                    "outputs, without the GIL (0 before the first).")
       .def(
-          "execute", &execute, "inputs"_a,
+          "execute", &execute, "inputs"_a, "outputs"_a = nb::none(),
           "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
           "in device memory described by __cuda_array_interface__ (see device_input_counts). "
+          "`outputs`, if given, has one entry per output: None, or device memory "
+          "(__cuda_array_interface__, read for its address and byte size) the output is written "
+          "into, returned as a WrittenOutput (see device_output_counts). "
           "Raises InputError before running when inputs do not fit, InstanceBusy if another "
           "thread is running it.");
+
+  nb::class_<WrittenOutput>(m, "WrittenOutput",
+                            "An output written into the device memory given for it: no bytes, "
+                            "its shape, numpy dtype and byte count.")
+      .def_ro("shape", &WrittenOutput::shape)
+      .def_ro("dtype", &WrittenOutput::dtype)
+      .def_ro("nbytes", &WrittenOutput::nbytes)
+      .def("__repr__", [](const WrittenOutput& self) {
+        return "WrittenOutput(shape=" + nb::cast<std::string>(nb::repr(self.shape)) +
+               ", dtype=" + nb::cast<std::string>(nb::str(self.dtype)) + ")";
+      });
 
   nb::class_<PyProgram>(m, "Program")
       .def(
@@ -279,6 +311,20 @@ NB_MODULE(ethost, m) {
       "Inputs given in device memory (__cuda_array_interface__) since the process started, by "
       "where they went: bound (not memory-planned: the method read them in place), "
       "device_to_device or to_host (copied into a buffer planned in device or host memory).");
+  m.def(
+      "device_output_counts",
+      [] {
+        DeviceOutputCounts counts = device_output_counts();
+        nb::dict out;
+        out["bound"] = counts.bound;
+        out["device_to_device"] = counts.device_to_device;
+        out["from_host"] = counts.from_host;
+        return out;
+      },
+      "Outputs written into device memory given for them (execute's `outputs`) since the "
+      "process started, by how: bound (not memory-planned, written there by a device delegate), "
+      "device_to_device or from_host (copied there from a buffer planned in device or host "
+      "memory, or the instance's host buffer).");
   m.def("accept_device_memory", &accept_device_memory, "backend_id"_a,
         "Declares that delegates of this backend take device memory for their arguments, so an "
         "input in device memory that only they read is handed to the method as it is. Call it "

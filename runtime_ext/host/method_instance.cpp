@@ -123,6 +123,13 @@ Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
     instance->spec_.inputs[i].read_by_device_delegates_only = device_read[i];
   }
   instance->host_copies_.resize(instance->spec_.inputs.size());
+  std::vector<bool> device_written = loaded.outputs_written_only_by_device_delegates(name);
+  for (size_t i = 0; i < instance->spec_.outputs.size(); ++i) {
+    TensorSpec& output = instance->spec_.outputs[i];
+    output.written_by_device_delegates_only = i < device_written.size() && device_written[i];
+    instance->unplanned_outputs_ |= output.is_tensor && !output.memory_planned;
+  }
+  instance->output_buffers_.resize(instance->spec_.outputs.size());
   return instance;
 }
 
@@ -233,16 +240,121 @@ Status MethodInstance::finish_device_copies(Status failed, const char* what) {
   return failed;
 }
 
-Outcome<std::vector<OutputBuffer>> MethodInstance::run(std::vector<InputBinding>& inputs) {
+Status MethodInstance::set_outputs(const std::vector<OutputDestination>* destinations) {
+  const std::string& path = program_->path();
+  if (destinations != nullptr) {
+    if (destinations->size() != spec_.outputs.size()) {
+      return Status(Error::InvalidArgument,
+                    "expected " + std::to_string(spec_.outputs.size()) +
+                        " output destinations (one per output, None for none), got " +
+                        std::to_string(destinations->size()))
+          .at("writing outputs of method '" + name_ + "' of", path);
+    }
+    for (size_t i = 0; i < destinations->size(); ++i) {
+      const OutputDestination& dest = (*destinations)[i];
+      if (dest.data == nullptr) continue;
+      const std::string action =
+          "writing output " + std::to_string(i) + " of method '" + name_ + "' of";
+      auto copies = device_copies();
+      if (!copies.ok()) return copies.take_status().at(action, path);
+      if (!copies.value()->memory().is_device_pointer(dest.data)) {
+        char address[32];
+        std::snprintf(address, sizeof(address), "%p", dest.data);
+        return Status(Error::InvalidArgument,
+                      spec_.outputs[i].name + ": its destination " + address + " is not " +
+                          copies.value()->memory().kind() + " device memory")
+            .at(action, path);
+      }
+    }
+  }
+  if (!unplanned_outputs_) return Status();
+  for (size_t i = 0; i < spec_.outputs.size(); ++i) {
+    const TensorSpec& spec = spec_.outputs[i];
+    if (!spec.is_tensor || spec.memory_planned) continue;
+    const OutputDestination* dest =
+        destinations != nullptr && (*destinations)[i].data != nullptr ? &(*destinations)[i]
+                                                                       : nullptr;
+    const std::string action =
+        "setting output " + std::to_string(i) + " of method '" + name_ + "' of";
+    void* data = nullptr;
+    size_t nbytes = spec.nbytes;
+    if (dest != nullptr && route_device_output(false, spec.written_by_device_delegates_only,
+                                               false) == DeviceOutputRoute::Bound) {
+      if (dest->nbytes < spec.nbytes) {
+        return Status(Error::InvalidArgument, spec.name + ": its destination holds " +
+                                                  std::to_string(dest->nbytes) +
+                                                  " bytes, the output needs up to " +
+                                                  std::to_string(spec.nbytes))
+            .at(action, path);
+      }
+      data = dest->data;  // the delegate writes it there (or stages it, off a boundary)
+      nbytes = dest->nbytes;
+    } else {
+      ETHOST_ASSIGN_OR_RETURN(data, output_buffers_[i].reserve(spec.nbytes));
+    }
+    Error status = method_->set_output_data_ptr(data, nbytes, i);
+    if (status != Error::Ok) return from_executorch(status, action, path);
+  }
+  return Status();
+}
+
+Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
+                                                   const OutputDestination& destination,
+                                                   std::vector<DeviceOutputRoute>& routes) {
+  const std::string action =
+      "writing output " + std::to_string(index) + " of method '" + name_ + "' of";
+  const std::string& path = program_->path();
+  const TensorSpec& spec = spec_.outputs[index];
+  const EValue& value = method_->get_output(index);
+  if (!value.isTensor()) {
+    return Status(Error::InvalidArgument,
+                  spec.name + " is not a tensor, so it cannot be written to device memory")
+        .at(action, path);
+  }
+  const Tensor& tensor = value.toTensor();
+  OutputBuffer out;
+  out.in_destination = true;
+  out.dtype = tensor.scalar_type();
+  out.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+  size_t nbytes = tensor.nbytes();
+  if (destination.nbytes < nbytes) {
+    return Status(Error::InvalidArgument, spec.name + ": its destination holds " +
+                                              std::to_string(destination.nbytes) +
+                                              " bytes, the output needs " +
+                                              std::to_string(nbytes))
+        .at(action, path);
+  }
+  const void* source = tensor.const_data_ptr();
+  bool on_device = arenas_->on_device(source);
+  DeviceOutputRoute route = source == destination.data
+                                ? DeviceOutputRoute::Bound
+                                : route_device_output(true, false, on_device);
+  Status copied;
+  if (route == DeviceOutputRoute::DeviceToDevice) {
+    copied = device_copies_->device_to_device(destination.data, source, nbytes);
+  } else if (route == DeviceOutputRoute::FromHost && nbytes > 0) {
+    copied = device_copies_->to_device(destination.data, source, nbytes);
+  }
+  if (!copied.ok()) {
+    copied.reason = "copying it into its destination: " + copied.reason;
+    return copied.at(action, path);
+  }
+  routes.push_back(route);
+  return out;
+}
+
+Outcome<std::vector<OutputBuffer>> MethodInstance::run(
+    std::vector<InputBinding>& inputs, const std::vector<OutputDestination>* destinations) {
   auto begun = std::chrono::steady_clock::now();
-  Outcome<std::vector<OutputBuffer>> outcome = run_timed(inputs);
+  Outcome<std::vector<OutputBuffer>> outcome = run_timed(inputs, destinations);
   auto took = std::chrono::steady_clock::now() - begun;
   last_run_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count(),
                      std::memory_order_relaxed);
   return outcome;
 }
 
-Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(std::vector<InputBinding>& inputs) {
+Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(
+    std::vector<InputBinding>& inputs, const std::vector<OutputDestination>* destinations) {
   const std::string& path = program_->path();
   // TensorImpls point into `inputs`, which is not resized while they live; a deque never moves
   // its elements, so the Tensors handed to set_input stay valid.
@@ -250,6 +362,7 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(std::vector<InputBi
   clear_last_log_error();
   Status failed = finish_device_copies(set_inputs(inputs, impls), "inputs");
   ETHOST_RETURN_IF_ERROR(failed);
+  if (destinations != nullptr || unplanned_outputs_) ETHOST_RETURN_IF_ERROR(set_outputs(destinations));
   Error status;
   {
     // Kernels share one process-wide thread pool, which runs one parallel region at a time
@@ -264,7 +377,17 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(std::vector<InputBi
   }
   std::vector<OutputBuffer> outputs;
   outputs.reserve(method_->outputs_size());
+  std::vector<DeviceOutputRoute> routes;
   for (size_t i = 0; i < method_->outputs_size() && failed.ok(); ++i) {
+    if (destinations != nullptr && (*destinations)[i].data != nullptr) {
+      auto written = write_output(i, (*destinations)[i], routes);
+      if (written.ok()) {
+        outputs.push_back(written.take());
+      } else {
+        failed = written.take_status();
+      }
+      continue;
+    }
     const EValue& value = method_->get_output(i);
     bool on_device = value.isTensor() && arenas_->on_device(value.toTensor().const_data_ptr());
     auto output = copy_output(value, i, name_, on_device ? device_copies_.get() : nullptr);
@@ -276,6 +399,7 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(std::vector<InputBi
     }
   }
   ETHOST_RETURN_IF_ERROR(finish_device_copies(std::move(failed), "outputs"));
+  for (DeviceOutputRoute route : routes) count_device_output(route);
   return outputs;
 }
 

@@ -53,8 +53,12 @@ class MethodInstance {
   bool try_acquire() { return !busy_.exchange(true, std::memory_order_acquire); }
   void release() { busy_.store(false, std::memory_order_release); }
 
-  // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim.
-  Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs);
+  // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim. `destinations`,
+  // when given, has one entry per output: device memory to write it into (device_inputs.h),
+  // or none (a null data pointer: the output comes back as a host copy).
+  Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs,
+                                         const std::vector<OutputDestination>* destinations =
+                                             nullptr);
 
   // How long the last run() took. Measured here rather than by the caller, whose clock would
   // also count the wait to take the GIL back (up to the interpreter's switch interval).
@@ -62,7 +66,14 @@ class MethodInstance {
 
  private:
   MethodInstance() = default;
-  Outcome<std::vector<OutputBuffer>> run_timed(std::vector<InputBinding>& inputs);
+  Outcome<std::vector<OutputBuffer>> run_timed(std::vector<InputBinding>& inputs,
+                                               const std::vector<OutputDestination>* destinations);
+  // Before execute: checks the destinations, and gives each output left out of planning its
+  // memory (its destination when only device delegates write it, else a host buffer).
+  Status set_outputs(const std::vector<OutputDestination>* destinations);
+  // After execute: the output's bytes into its destination (nothing to do when bound there).
+  Outcome<OutputBuffer> write_output(size_t index, const OutputDestination& destination,
+                                     std::vector<DeviceOutputRoute>& routes);
   Status set_inputs(std::vector<InputBinding>& inputs,
                     std::deque<executorch::aten::TensorImpl>& impls);
   Status set_device_input(size_t index, InputBinding& in,
@@ -83,6 +94,9 @@ class MethodInstance {
   std::vector<std::optional<executorch::aten::Tensor>> device_inputs_;
   // Per input: host memory for a device input the CPU may read (device_inputs.h).
   std::vector<HostBuffer> host_copies_;
+  // Per output: host memory for an output left out of planning, when not written in place.
+  std::vector<HostBuffer> output_buffers_;
+  bool unplanned_outputs_ = false;
   executorch::extension::MallocMemoryAllocator method_allocator_;
   executorch::extension::MallocMemoryAllocator temp_allocator_;
   std::unique_ptr<executorch::runtime::MemoryManager> memory_manager_;

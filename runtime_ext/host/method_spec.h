@@ -23,6 +23,8 @@ struct TensorSpec {
   bool memory_planned = false;
   // An input only delegates taking device memory read: one in device memory is bound as is.
   bool read_by_device_delegates_only = false;
+  // An output only delegates taking device memory write: it may be given a device destination.
+  bool written_by_device_delegates_only = false;
   size_t nbytes = 0;
   std::string name;  // "input 0", with the program's own name appended when it has one
 };

@@ -104,7 +104,11 @@ class Reader {
   size_t size_;
 };
 
-std::optional<std::vector<bool>> read_plan(
+struct DelegateOnly {
+  std::vector<bool> inputs, outputs;
+};
+
+std::optional<DelegateOnly> read_plan(
     const Reader& r, const std::string& method,
     const std::function<bool(const std::string&)>& takes_device_memory) {
   auto root = r.follow(0);
@@ -125,8 +129,9 @@ std::optional<std::vector<bool>> read_plan(
       if (!id) return std::nullopt;
       device_delegate.push_back(takes_device_memory(*id));
     }
-    // Values something other than a device delegate may read on the CPU.
-    std::set<int32_t> cpu_read(outputs->begin(), outputs->end());
+    // Values something other than a device delegate may read or write on the CPU (method
+    // outputs are read by the host's copy out; inputs written by the caller).
+    std::set<int32_t> cpu_read;
     std::set<int32_t> delegate_read;
     for (size_t value : *values) {
       auto type = r.field(value, kUnionType);
@@ -161,9 +166,16 @@ std::optional<std::vector<bool>> read_plan(
         }
       }
     }
-    std::vector<bool> out;
+    DelegateOnly out;
+    std::set<int32_t> input_set(inputs->begin(), inputs->end());
+    std::set<int32_t> output_set(outputs->begin(), outputs->end());
     for (int32_t input : *inputs) {
-      out.push_back(delegate_read.count(input) > 0 && cpu_read.count(input) == 0);
+      out.inputs.push_back(delegate_read.count(input) > 0 && cpu_read.count(input) == 0 &&
+                           output_set.count(input) == 0);
+    }
+    for (int32_t output : *outputs) {
+      out.outputs.push_back(delegate_read.count(output) > 0 && cpu_read.count(output) == 0 &&
+                            input_set.count(output) == 0);
     }
     return out;
   }
@@ -176,7 +188,14 @@ std::vector<bool> inputs_read_only_by_delegates(
     const uint8_t* data, size_t size, const std::string& method,
     const std::function<bool(const std::string&)>& takes_device_memory) {
   auto read = read_plan(Reader(data, size), method, takes_device_memory);
-  return read ? *read : std::vector<bool>();
+  return read ? read->inputs : std::vector<bool>();
+}
+
+std::vector<bool> outputs_written_only_by_delegates(
+    const uint8_t* data, size_t size, const std::string& method,
+    const std::function<bool(const std::string&)>& takes_device_memory) {
+  auto read = read_plan(Reader(data, size), method, takes_device_memory);
+  return read ? read->outputs : std::vector<bool>();
 }
 
 }  // namespace ethost

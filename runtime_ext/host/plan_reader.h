@@ -20,4 +20,11 @@ std::vector<bool> inputs_read_only_by_delegates(
     const uint8_t* data, size_t size, const std::string& method,
     const std::function<bool(const std::string& backend_id)>& takes_device_memory);
 
+// Per output, the same for writing: every instruction naming it is a call to a device-memory
+// delegate, and it is not also a method input, moved, or in a tensor list. Such an output,
+// left out of planning, may be given device memory to write.
+std::vector<bool> outputs_written_only_by_delegates(
+    const uint8_t* data, size_t size, const std::string& method,
+    const std::function<bool(const std::string& backend_id)>& takes_device_memory);
+
 }  // namespace ethost

@@ -137,6 +137,13 @@ std::vector<bool> LoadedProgram::inputs_read_only_by_device_delegates(
                                        method, &takes_device_memory);
 }
 
+std::vector<bool> LoadedProgram::outputs_written_only_by_device_delegates(
+    const std::string& method) const {
+  if (!bytes_) return {};
+  return outputs_written_only_by_delegates(static_cast<const uint8_t*>(bytes_->data()),
+                                           bytes_->size(), method, &takes_device_memory);
+}
+
 std::vector<std::string> LoadedProgram::method_names() const {
   std::vector<std::string> names;
   for (size_t i = 0; i < program_->num_methods(); ++i) {

@@ -37,6 +37,7 @@ class LoadedProgram {
   // Per input of the method: whether only delegates taking device memory read it
   // (plan_reader.h); all false where the plan cannot be read.
   std::vector<bool> inputs_read_only_by_device_delegates(const std::string& method) const;
+  std::vector<bool> outputs_written_only_by_device_delegates(const std::string& method) const;
 
  private:
   LoadedProgram() = default;

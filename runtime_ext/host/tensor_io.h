@@ -37,8 +37,17 @@ struct InputBinding {
   executorch::runtime::EValue scalar;
 };
 
+// Device memory the caller wants an output written into (device_inputs.h says how it gets
+// there); a null `data` asks for the output back as a host copy, as without destinations.
+struct OutputDestination {
+  void* data = nullptr;
+  size_t nbytes = 0;
+};
+
 struct OutputBuffer {
   bool is_none = false;
+  // Written into its destination: shape and dtype only, no bytes.
+  bool in_destination = false;
   executorch::aten::ScalarType dtype = executorch::aten::ScalarType::Float;
   std::vector<size_t> shape;
   std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};

@@ -333,11 +333,41 @@ std::optional<nb::object> copy_into_numpy(const OutputBuffer& output, const Dtyp
 
 }  // namespace
 
+Outcome<OutputDestination> bind_output_destination(nb::handle value, const TensorSpec& spec) {
+  OutputDestination dest;
+  if (value.is_none()) return dest;
+  auto described = device_array(value, spec);
+  if (!described) {
+    return Status::input(spec.index, spec.name,
+                         "its destination must be None or a device array "
+                         "(__cuda_array_interface__), got " +
+                             python_type_name(value));
+  }
+  if (!described->ok()) return described->take_status();
+  DeviceArray device = described->take();
+  size_t nbytes = device.dtype->size();
+  for (size_t d = 0; d < device.ndim; ++d) nbytes *= static_cast<size_t>(device.shape[d]);
+  dest.data = nbytes > 0 ? device.data : nullptr;
+  dest.nbytes = nbytes;
+  return dest;
+}
+
 nb::object to_numpy(OutputBuffer&& output) {
   if (output.is_none) {
     return nb::none();
   }
   const Dtype* entry = numpy_carrier(find_dtype(output.dtype));
+  if (output.in_destination) {
+    size_t nbytes = entry->bits / 8;
+    nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(output.shape.size())));
+    for (size_t d = 0; d < output.shape.size(); ++d) {
+      nbytes *= output.shape[d];
+      PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d),
+                       PyLong_FromSize_t(output.shape[d]));
+    }
+    return nb::cast(WrittenOutput{nb::borrow<nb::tuple>(shape),
+                                  nb::borrow(numpy_dtype(entry)), nbytes});
+  }
   if (auto copied = copy_into_numpy(output, entry)) {
     return std::move(*copied);
   }

@@ -44,7 +44,20 @@ class HeldInput {
 Outcome<InputBinding> bind_input(nanobind::handle value, const TensorSpec& spec,
                                  std::vector<HeldInput>& keep_alive);
 
-// Needs the GIL; the numpy array takes ownership of the copied bytes.
+// Needs the GIL. None, or an object with __cuda_array_interface__ (device memory the output
+// is written into: its address and size; its shape and dtype are not the output's own).
+Outcome<OutputDestination> bind_output_destination(nanobind::handle value, const TensorSpec& spec);
+
+// What execute returns for an output written into its destination: no bytes, only what the
+// caller needs to describe them (ethost.WrittenOutput).
+struct WrittenOutput {
+  nanobind::tuple shape;
+  nanobind::object dtype;  // numpy's (a uint16 carrier for bfloat16)
+  size_t nbytes = 0;
+};
+
+// Needs the GIL; the numpy array takes ownership of the copied bytes. An output written into
+// its destination becomes a WrittenOutput.
 nanobind::object to_numpy(OutputBuffer&& output);
 
 }  // namespace ethost

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import UNKNOWN
 from service.dataplane.model_pool import PoolClosed
 from service.dataplane.scheduler import Policy, policy_for
+from service.dataplane.scheduling.direct import DirectPolicy
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (
@@ -238,9 +240,18 @@ class Inference:
             mark = time.perf_counter_ns()
             acquired(waited)
 
+        scheduler = self._scheduler_for(served, method)
+        # Outputs requested into CUDA shared memory, written there by the host (direct only:
+        # batching and priority queues merge or reorder requests, and copy them as before).
+        destinations = _destinations(request, served, signature, scheduler)
+        extra = {"outputs": destinations} if destinations is not None else {}
         try:
-            results = await self._scheduler_for(served, method).submit(
-                arrays, request.timeout_s, started, request.parameters.get(oip.PRIORITY_PARAMETER)
+            results = await scheduler.submit(
+                arrays,
+                request.timeout_s,
+                started,
+                request.parameters.get(oip.PRIORITY_PARAMETER),
+                **extra,
             )
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
@@ -261,6 +272,16 @@ def _response(
         spec = signature.outputs[index]
         outputs.append(Tensor(spec.name, spec.datatype, results[index]))
     return InferResponse(request.model, version, request.method, request.id, outputs)
+
+
+def _destinations(request: InferRequest, served, signature: MethodSignature, scheduler):
+    """Per output, the device memory (RequestShm.destinations) to execute it into, or None."""
+    shm = request.shared_memory
+    if shm is None or not shm.shared.outputs or type(scheduler) is not DirectPolicy:
+        return None
+    specs = served.pool.meta(request.method)["outputs"]
+    most = [spec.get("nbytes", math.inf) for spec in specs]
+    return shm.destinations([spec.name for spec in signature.outputs], most)
 
 
 def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:

@@ -36,9 +36,10 @@ class _MethodSlots:
         self.recent_s: float | None = None
         self._last_s = 0.0
 
-    def execute(self, instance, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def execute(self, instance, inputs: list[np.ndarray], outputs: list | None = None) -> list:
+        """`outputs`: device memory per output to write it into (Method.execute's)."""
         try:
-            return instance.execute(inputs)
+            return instance.execute(inputs) if outputs is None else instance.execute(inputs, outputs)
         finally:
             # The host's own measure: a clock around the call in a worker thread would count
             # the wait for the GIL too, which is long exactly when the server is busy.
@@ -130,12 +131,13 @@ class ModelPool:
         executor: Executor,
         acquired: Callable[[float], None] | None = None,
         timeout_s: float | None = None,
+        outputs: list | None = None,
     ) -> list[np.ndarray]:
         """`acquired(seconds waited)` is called once an instance is free, so callers can tell
         waiting for an instance from running on one. Past `timeout_s` without a free instance,
-        TimeoutError: the request was never executed."""
+        TimeoutError: the request was never executed. `outputs`: _MethodSlots.execute's."""
         self.admit()
-        return await self.run_admitted(method, inputs, executor, acquired, timeout_s)
+        return await self.run_admitted(method, inputs, executor, acquired, timeout_s, outputs)
 
     def can_run_now(self, method: str) -> bool:
         """Whether run_now may execute the method: an instance is free, its recent executes are
@@ -180,6 +182,7 @@ class ModelPool:
         executor: Executor,
         acquired: Callable[[float], None] | None = None,
         timeout_s: float | None = None,
+        outputs: list | None = None,
     ) -> list[np.ndarray]:
         slots = self._methods[method]
         waiting_since = time.perf_counter()
@@ -207,11 +210,11 @@ class ModelPool:
 
         if slots.recent_s is not None and slots.recent_s < self.inline_below_s:
             try:
-                return slots.execute(instance, inputs)
+                return slots.execute(instance, inputs, outputs)
             finally:
                 release()
         future = asyncio.get_running_loop().run_in_executor(
-            executor, slots.execute, instance, inputs
+            executor, slots.execute, instance, inputs, outputs
         )
         future.add_done_callback(release)
         return await asyncio.shield(future)

@@ -6,9 +6,12 @@ buffer otherwise, counted. A CUDA input is not copied here: it goes to the nativ
 DeviceArray (its device address), and the host binds it where the program leaves the input out
 of memory planning (a TensorRT delegate then reads the region itself, or stages it when it is
 off a 256-byte boundary, which the staging metric counts) or copies it into the planned buffer
-on the device's stream (counted by the host; see ShmMetrics). A CUDA output is copied from the
-host result into the region, counted. Outputs requested into a region are written there and
-travel back without their bytes.
+on the device's stream (counted by the host; see ShmMetrics). A CUDA output goes to the native
+host as its region's window (destinations()), which it writes into the same ways round: the
+delegate writes an unplanned output there itself, a planned one is copied by the host from the
+device or host buffer, counted; where that path is not taken (a batched request, a window
+smaller than the output can be) it is copied from the host result here, counted. Outputs
+requested into a region are written there and travel back without their bytes.
 
 Every reference is checked against the region before any byte is touched: a region that does
 not exist, a size that does not match the tensor, a window past the region's end or a region
@@ -119,12 +122,33 @@ class RequestShm:
             array = (data != 0).reshape(tuple(shape))  # any non-zero byte is true, stored as 1
         return Tensor(name, datatype, array)
 
+    def destinations(self, names: list[str], most_bytes: list[int]) -> list | None:
+        """Per output of the method (its name, and the most bytes it can take), the window of
+        its CUDA region for the native host to write it into, else None; None when there is
+        none at all. A window smaller than the output may be is not given: the output comes
+        back to write_outputs, which refuses it by its real size."""
+        found = None
+        for index, name in enumerate(names):
+            ref = self.shared.outputs.get(name)
+            region = self.memory.lookup(ref.region) if ref is not None else None
+            if region is None or region.kind != "cuda" or ref.byte_size < most_bytes[index]:
+                continue
+            region.check_intact()
+            found = found or [None] * len(names)
+            found[index] = DeviceArray(
+                region.address + ref.offset, (ref.byte_size,), np.dtype(np.uint8), region.device_id
+            )
+        return found
+
     def write_outputs(self, outputs: list[Tensor]) -> set[str]:
         """Writes the outputs requested into regions; returns their names."""
         written = set()
         for tensor in outputs:
             ref = self.shared.outputs.get(tensor.name)
             if ref is None:
+                continue
+            if not isinstance(tensor.array, np.ndarray):  # the host wrote it there (destinations)
+                written.add(tensor.name)
                 continue
             array = np.ascontiguousarray(tensor.array)
             if array.nbytes > ref.byte_size:

@@ -12,11 +12,13 @@ from service.prometheus import Counter, Gauge
 from service.shm.regions import KINDS, SharedMemory
 
 
-def _native_counts() -> dict[str, int]:
-    """What the native host did with inputs in device memory (only CUDA shared memory gives it
-    any); nothing before it is imported."""
+def _native_counts() -> tuple[dict[str, int], dict[str, int]]:
+    """What the native host did with inputs and outputs in device memory (only CUDA shared
+    memory gives it any); nothing before it is imported."""
     host = sys.modules.get("ethost")
-    return host.device_input_counts() if host is not None else {}
+    if host is None:
+        return {}, {}
+    return host.device_input_counts(), host.device_output_counts()
 
 
 class ShmMetrics:
@@ -51,24 +53,25 @@ class ShmMetrics:
             "Tensors the engine copied instead of binding them in their shared memory region "
             "(misaligned: a system region's input off a 256-byte boundary, copied to an aligned "
             "buffer; to_host: a CUDA input copied into a buffer the program plans in host memory; "
-            "device_to_device: a CUDA input copied into a buffer planned in device memory; "
-            "from_host: a CUDA output copied from the host result). A TensorRT delegate's own "
-            "staging of a bound input is etrt_tensorrt_staging_copies_total",
+            "device_to_device: a CUDA input or output copied between it and a buffer planned in "
+            "device memory; from_host: a CUDA output copied from host memory). A TensorRT "
+            "delegate's own staging of a bound tensor is etrt_tensorrt_staging_copies_total",
             ("kind", "reason"),
         )
         for labels, count in self.memory.copies.items():
             copies.samples[labels] = count
         bound = Counter(
             "etrt_shm_bound_total",
-            "CUDA shared memory inputs handed to the program at their device address, no copy "
-            "(inputs left out of memory planning that only device delegates read)",
+            "CUDA shared memory inputs and outputs handed to the program at their device address, "
+            "no copy (tensors left out of memory planning that only device delegates use)",
             ("kind",),
         )
-        native = _native_counts()
-        bound.samples[("cuda",)] = native.get("bound", 0)
-        for reason in ("to_host", "device_to_device"):
+        inputs, outputs = _native_counts()
+        bound.samples[("cuda",)] = inputs.get("bound", 0) + outputs.get("bound", 0)
+        for reason in ("to_host", "device_to_device", "from_host"):
             key = ("cuda", reason)
-            copies.samples[key] = copies.samples.get(key, 0) + native.get(reason, 0)
+            count = inputs.get(reason, 0) + outputs.get(reason, 0)
+            copies.samples[key] = copies.samples.get(key, 0) + count
         families = [regions, copies, bound]
         devices = cuda.devices()
         if devices:

@@ -16,12 +16,22 @@ from pathlib import Path
 import pytest
 
 from support.device_input_cases import DeviceInputCases
-from support.trt_models import DEVICE_PLANNED_SET, GPU_SET, UNPLANNED_INPUTS_SET, TrtProgram
+from support.trt_models import (
+    DEVICE_PLANNED_SET,
+    GPU_SET,
+    UNPLANNED_INPUTS_SET,
+    UNPLANNED_OUTPUTS_SET,
+    TrtProgram,
+)
 
 pytestmark = pytest.mark.gpu
 
 FLAVOURS = {
     "unplanned": (UNPLANNED_INPUTS_SET[0], {"planned_inputs": False}),
+    "unplanned_outputs": (
+        UNPLANNED_OUTPUTS_SET[0],
+        {"planned_inputs": False, "planned_outputs": False},
+    ),
     "device_planned": (DEVICE_PLANNED_SET[0], {"device_planned": True}),
     "host_planned": (next((m, a, e) for m, a, e in GPU_SET if a == 256), {}),
 }

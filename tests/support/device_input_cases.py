@@ -11,8 +11,13 @@ copied from the device into it. ethost.device_input_counts() says which happened
 An unplanned input that CPU kernels read ("cpu_unplanned", linear + relu on the CPU) is never
 handed over as device memory: it is copied into a host buffer first.
 
-A test module provides the `device_input_programs` fixture: {"unplanned" | "device_planned" |
-"host_planned": TrtProgram, "cpu_unplanned": Path of a .pte}.
+Outputs asked into device memory (execute's `outputs`) go the same ways: one the program leaves
+out of planning (UNPLANNED_OUTPUTS_SET) is written there by the delegate, bound on a 256-byte
+boundary and staged off it; one planned in device memory is copied device to device, one
+planned in host memory from the host. ethost.device_output_counts() says which.
+
+A test module provides the `device_input_programs` fixture: {"unplanned" | "unplanned_outputs" |
+"device_planned" | "host_planned": TrtProgram, "cpu_unplanned": Path of a .pte}.
 """
 
 import ethost
@@ -21,12 +26,12 @@ import pytest
 
 from service.shm.device_array import DeviceArray
 from support.device_planned_cases import SelectedMemory, T, load, trt
-from support.staging_cases import DeviceArena, put
+from support.staging_cases import DeviceArena, get, put
 from support.trt_host import labels, new_delegate_counters
 
 
-def counts_since(before):
-    after = ethost.device_input_counts()
+def counts_since(before, counts=ethost.device_input_counts):
+    after = counts()
     return {key: after[key] - before[key] for key in after}
 
 
@@ -121,3 +126,95 @@ class DeviceInputCases(SelectedMemory):
         with pytest.raises(ethost.InputError) as e:
             load(program).execute(inputs)
         assert e.value.index == 1 and "expected shape (3, 5)" in str(e.value)
+
+    # -- outputs into device memory -------------------------------------------------------------
+
+    def run_into(self, program, misalign=0, room=0):
+        """Runs once on device inputs, writing the output into device memory `misalign` bytes
+        off a boundary (`room` bytes short of it); returns the delegates' output bindings and
+        what the host did with the output."""
+        before_labels, before = labels(trt), ethost.device_output_counts()
+        method = load(program)
+        inputs = program.example_inputs(5)
+        expected = program.reference(*inputs)[0]
+        self.out_address = self.arena.buf(expected.nbytes, misalign)
+        size = expected.nbytes - room
+        destination = DeviceArray(self.out_address, (size,), np.dtype(np.uint8), 0)
+        [written] = method.execute(self.on_device(inputs), [destination])
+        assert isinstance(written, ethost.WrittenOutput)
+        assert written.shape == expected.shape and written.dtype == np.float32
+        assert written.nbytes == expected.nbytes
+        got = get(self.out_address, expected.shape)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        delegates = new_delegate_counters(trt, before_labels)
+        outputs = [b for d in delegates for b in d["bindings"] if not b["is_input"]]
+        return outputs, counts_since(before, ethost.device_output_counts)
+
+    def test_an_unplanned_output_is_written_into_aligned_device_memory_by_the_delegate(
+        self, device_input_programs
+    ):
+        program = device_input_programs["unplanned_outputs"]
+        meta = ethost.Program(str(program.pte)).method_meta("forward")
+        assert not any(t["memory_planned"] for t in meta["inputs"] + meta["outputs"])
+        bindings, counts = self.run_into(program)
+        assert [b["staging_copies"] for b in bindings] == [0]
+        assert [b["direct_calls"] for b in bindings] == [1]
+        assert counts == {"bound": 1, "device_to_device": 0, "from_host": 0}
+        assert self.out_address in {address for _, address in self.provider.addresses}
+
+    def test_an_unplanned_output_16_bytes_off_a_boundary_is_staged_by_the_delegate(
+        self, device_input_programs
+    ):
+        bindings, counts = self.run_into(device_input_programs["unplanned_outputs"], misalign=16)
+        assert [b["staging_copies"] for b in bindings] == [1]
+        assert [b["misaligned_copies"] for b in bindings] == [1]
+        assert counts == {"bound": 1, "device_to_device": 0, "from_host": 0}
+
+    def test_an_unplanned_output_without_a_destination_comes_back_as_an_array(
+        self, device_input_programs
+    ):
+        program = device_input_programs["unplanned_outputs"]
+        self.run_into(program)  # the same instance, once written into device memory
+        method = load(program)
+        inputs = program.example_inputs(2)
+        for given in (None, [None]):
+            [output] = method.execute(inputs, given)
+            assert isinstance(output, np.ndarray)
+            np.testing.assert_allclose(output, program.reference(*inputs)[0], rtol=1e-5)
+
+    def test_an_output_planned_in_host_memory_is_copied_from_the_host(
+        self, device_input_programs
+    ):
+        for flavour in ("unplanned", "host_planned"):
+            _, counts = self.run_into(device_input_programs[flavour])
+            assert counts == {"bound": 0, "device_to_device": 0, "from_host": 1}, flavour
+
+    def test_an_output_planned_in_device_memory_is_copied_device_to_device(
+        self, device_input_programs
+    ):
+        _, counts = self.run_into(device_input_programs["device_planned"])
+        assert counts == {"bound": 0, "device_to_device": 1, "from_host": 0}
+
+    @pytest.mark.parametrize("flavour", ["unplanned_outputs", "unplanned"])
+    def test_a_destination_too_small_is_refused_naming_the_output(
+        self, device_input_programs, flavour
+    ):
+        before = ethost.device_output_counts()
+        with pytest.raises(ethost.ExecuTorchError, match="output 0.*destination holds 56 bytes"):
+            self.run_into(device_input_programs[flavour], room=4)
+        assert counts_since(before, ethost.device_output_counts) == dict.fromkeys(before, 0)
+
+    def test_destinations_that_are_not_device_memory_or_miscounted_are_refused(
+        self, device_input_programs
+    ):
+        program = device_input_programs["unplanned_outputs"]
+        method = load(program)
+        inputs = program.example_inputs()
+        host = np.zeros(15, np.float32)
+        claimed = DeviceArray(host.ctypes.data, (60,), np.dtype(np.uint8), 0)
+        with pytest.raises(ethost.ExecuTorchError, match="is not .*device memory"):
+            method.execute(inputs, [claimed])
+        with pytest.raises(ethost.ExecuTorchError, match="expected 1 output destinations"):
+            method.execute(inputs, [None, None])
+        with pytest.raises(ethost.InputError, match="must be None or a device array"):
+            method.execute(inputs, [host])

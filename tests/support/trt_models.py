@@ -41,12 +41,23 @@ IN_GRAPH_COPIES_SET = [("mixed", 256), ("matmul", 256), ("mixed", 16)]
 # region) reaches the delegate as it is, bound directly when aligned, staged when not.
 UNPLANNED_INPUTS_SET = [("add", 256), ("image_add", 256)]
 
+# Programs whose inputs and outputs are both left out of memory planning (model, alignment):
+# an output requested into device memory is then written there by the delegate itself.
+UNPLANNED_OUTPUTS_SET = [("add", 256)]
+
 
 def program_name(
-    model, alignment, external, device_planned=False, in_graph_copies=False, planned_inputs=True
+    model,
+    alignment,
+    external,
+    device_planned=False,
+    in_graph_copies=False,
+    planned_inputs=True,
+    planned_outputs=True,
 ):
     suffix = "_cuda" if device_planned else "_cudacopies" if in_graph_copies else ""
     suffix += "" if planned_inputs else "_unplanned"
+    suffix += "" if planned_outputs else "_outunplanned"
     return f"trt_{model}_a{alignment}{'_ext' if external else ''}{suffix}"
 
 
@@ -66,9 +77,16 @@ class TrtProgram:
         device_planned=False,
         in_graph_copies=False,
         planned_inputs=True,
+        planned_outputs=True,
     ):
         name = program_name(
-            model, alignment, external, device_planned, in_graph_copies, planned_inputs
+            model,
+            alignment,
+            external,
+            device_planned,
+            in_graph_copies,
+            planned_inputs,
+            planned_outputs,
         )
         out_dir = Path(out_dir)
         return cls(

@@ -40,6 +40,7 @@ from support.trt_models import (
     GPU_SET,
     IN_GRAPH_COPIES_SET,
     UNPLANNED_INPUTS_SET,
+    UNPLANNED_OUTPUTS_SET,
     TrtProgram,
     program_name,
 )
@@ -166,12 +167,20 @@ def export_trt_program(
     device_planned=False,
     in_graph_copies=False,
     planned_inputs=True,
+    planned_outputs=True,
 ) -> TrtProgram:
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
     result = TrtProgram.at(
-        out_dir, model, alignment, external, device_planned, in_graph_copies, planned_inputs
+        out_dir,
+        model,
+        alignment,
+        external,
+        device_planned,
+        in_graph_copies,
+        planned_inputs,
+        planned_outputs,
     )
     if result.exists():
         return result
@@ -184,7 +193,9 @@ def export_trt_program(
     program = lowered.to_executorch(
         ExecutorchBackendConfig(
             memory_planning_pass=MemoryPlanningPass(
-                alignment=alignment, alloc_graph_input=planned_inputs
+                alignment=alignment,
+                alloc_graph_input=planned_inputs,
+                alloc_graph_output=planned_outputs,
             ),
             **_device_planning(device_planned, in_graph_copies),
         )
@@ -206,6 +217,11 @@ if __name__ == "__main__":
         print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
     for model, alignment in UNPLANNED_INPUTS_SET:
         print(export_trt_program(sys.argv[1], model, alignment, planned_inputs=False).pte)
+    for model, alignment in UNPLANNED_OUTPUTS_SET:
+        program = export_trt_program(
+            sys.argv[1], model, alignment, planned_inputs=False, planned_outputs=False
+        )
+        print(program.pte)
 
 
 def with_plans_rewritten(source, target, blob_fields=None, **fields):

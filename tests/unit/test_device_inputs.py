@@ -10,7 +10,12 @@ import pytest
 from service.shm.device_array import DeviceArray
 from support.device_input_cases import DeviceInputCases
 from support.device_planned_cases import SelectedMemory, load
-from support.trt_models import DEVICE_PLANNED_SET, GPU_SET, UNPLANNED_INPUTS_SET
+from support.trt_models import (
+    DEVICE_PLANNED_SET,
+    GPU_SET,
+    UNPLANNED_INPUTS_SET,
+    UNPLANNED_OUTPUTS_SET,
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +27,9 @@ def device_input_programs(programs_dir):
     return {
         "unplanned": export_trt_program(
             programs_dir, *UNPLANNED_INPUTS_SET[0], planned_inputs=False
+        ),
+        "unplanned_outputs": export_trt_program(
+            programs_dir, *UNPLANNED_OUTPUTS_SET[0], planned_inputs=False, planned_outputs=False
         ),
         "device_planned": export_trt_program(
             programs_dir, *DEVICE_PLANNED_SET[0], device_planned=True

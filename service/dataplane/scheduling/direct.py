@@ -33,7 +33,10 @@ class DirectPolicy(Policy):
         timeout_s: float | None = None,
         acquired: Callable[[float], None] | None = None,
         priority=None,
+        outputs: list | None = None,
     ) -> list[np.ndarray]:
+        """`outputs`: device memory to write outputs into (ModelPool.run's); only this policy
+        takes it, since it runs each request on its own."""
         # As in Triton, a model without priority levels ignores the request's `priority`.
         if self._max_queue and self.pool.waiting(self.method) >= self._max_queue:
             raise self._busy(0, self.policy)
@@ -48,14 +51,14 @@ class DirectPolicy(Policy):
                 acquired(waited_s)
 
         try:
-            outputs = await self.pool.run(
-                self.method, arrays, self._executor, on_instance, timeout_s
+            results = await self.pool.run(
+                self.method, arrays, self._executor, on_instance, timeout_s, outputs
             )
         except TimeoutError:
             raise self._expired(timeout_s) from None
         now = time.perf_counter_ns()
         self._record(rows, 0, now - started[0], 0, 1, now)
-        return outputs
+        return results
 
     def can_run_now(self) -> bool:
         # It runs at once, never queued (ModelPool.can_run_now), so the bound cannot refuse it.
