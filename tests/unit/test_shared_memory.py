@@ -289,3 +289,80 @@ def test_cuda_inputs_reach_the_host_as_device_addresses_bound_without_a_copy(pro
         use.close()
         region.close()
         trt.set_engine_provider(None)
+
+
+def test_cuda_outputs_are_written_into_the_region_by_the_host(tmp_path, programs_dir):
+    """Through the dataplane (ModelService.infer, the direct policy): an output requested into
+    a CUDA region goes to the host as the region's window, which the delegate writes itself for
+    a program that leaves its output unplanned; the engine copies nothing, and the response
+    carries the output's shape only. A window smaller than the output can be is not handed
+    over: the output comes back and write_outputs refuses it, a 400 naming it."""
+    import ethost
+
+    from service.config import Settings as ServiceSettings
+    from service.dataplane.service import ModelService
+    from service.dataplane.types import InferRequest
+    from service.shm.metrics import ShmMetrics
+    from support.device_planned_cases import T
+    from support.trt_programs import export_trt_program
+
+    setup = ("support.test_backend_setup:install_test_backend",)
+    program = export_trt_program(
+        programs_dir, "add", 256, planned_inputs=False, planned_outputs=False
+    )
+    x, y = program.example_inputs(4)
+    memory = SharedMemory(Settings())
+
+    def sample(name, labels):
+        [family] = [f for f in ShmMetrics(memory).families() if f.name == name]
+        return family.samples.get(labels, 0)
+
+    async def body(service):
+        await service.load_model("add", {"1/model.pte": program.pte.read_bytes()})
+        # after the backend setup, which selects the host-memory stand-in for the GPU
+        memory.regions["cuda"]["gpu"] = region = DeviceRegion(T, "gpu", 4096)
+        signature = (await service.signatures("add"))["forward"]
+        names = [spec.name for spec in signature.inputs]
+        output = signature.outputs[0].name
+        T.device_write(region.address + 256, x.tobytes())
+        T.device_write(region.address + 1024, y.tobytes())
+
+        async def infer(out_size):
+            inputs = [(names[0], "gpu", 60, 256), (names[1], "gpu", 60, 1024)]
+            use = RequestShm(memory, _shared(inputs, [(output, "gpu", out_size, 2048)]))
+            tensors = [use.input(n, "FP32", [3, 5], (r, s, o)) for n, r, s, o in inputs]
+            request = InferRequest("add", tensors, outputs=[output], shared_memory=use)
+            try:
+                response = await service.infer(request)
+                return response, use.write_outputs(response.outputs)
+            finally:
+                use.close()
+
+        counts = dict(bound=sample("etrt_shm_bound_total", ("cuda",)))
+        counts["from_host"] = sample("etrt_shm_copies_total", ("cuda", "from_host"))
+        outputs_before = ethost.device_output_counts()
+        response, written = await infer(60)
+        [tensor] = response.outputs
+        assert written == {output} and tensor.array.shape == (3, 5)
+        assert not isinstance(tensor.array, np.ndarray)  # no bytes came back
+        got = np.frombuffer(T.device_read(region.address + 2048, 60), np.float32)
+        np.testing.assert_allclose(got.reshape(3, 5), x + y, rtol=1e-6)
+        assert ethost.device_output_counts()["bound"] == outputs_before["bound"] + 1
+        assert sample("etrt_shm_bound_total", ("cuda",)) == counts["bound"] + 3
+        assert sample("etrt_shm_copies_total", ("cuda", "from_host")) == counts["from_host"]
+        assert memory.copies == {}
+        with pytest.raises(Invalid, match=f"output '{output}' needs 60 bytes"):
+            await infer(56)
+        region.close()
+
+    async def main():
+        service = ModelService(
+            ServiceSettings(artifacts=tmp_path / "artifacts", backend_setup=setup)
+        )
+        await service.start()
+        try:
+            await body(service)
+        finally:
+            await service.stop()
+
+    asyncio.run(main())
