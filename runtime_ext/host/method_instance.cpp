@@ -271,9 +271,9 @@ Status MethodInstance::set_outputs(const std::vector<OutputDestination>* destina
   for (size_t i = 0; i < spec_.outputs.size(); ++i) {
     const TensorSpec& spec = spec_.outputs[i];
     if (!spec.is_tensor || spec.memory_planned) continue;
-    const OutputDestination* dest =
-        destinations != nullptr && (*destinations)[i].data != nullptr ? &(*destinations)[i]
-                                                                       : nullptr;
+    const OutputDestination* dest = destinations != nullptr && (*destinations)[i].data != nullptr
+                                        ? &(*destinations)[i]
+                                        : nullptr;
     const std::string action =
         "setting output " + std::to_string(i) + " of method '" + name_ + "' of";
     void* data = nullptr;
@@ -281,10 +281,9 @@ Status MethodInstance::set_outputs(const std::vector<OutputDestination>* destina
     if (dest != nullptr && route_device_output(false, spec.written_by_device_delegates_only,
                                                false) == DeviceOutputRoute::Bound) {
       if (dest->nbytes < spec.nbytes) {
-        return Status(Error::InvalidArgument, spec.name + ": its destination holds " +
-                                                  std::to_string(dest->nbytes) +
-                                                  " bytes, the output needs up to " +
-                                                  std::to_string(spec.nbytes))
+        return Status(Error::InvalidArgument,
+                      spec.name + ": its destination holds " + std::to_string(dest->nbytes) +
+                          " bytes, the output needs up to " + std::to_string(spec.nbytes))
             .at(action, path);
       }
       data = dest->data;  // the delegate writes it there (or stages it, off a boundary)
@@ -320,8 +319,7 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
   if (destination.nbytes < nbytes) {
     return Status(Error::InvalidArgument, spec.name + ": its destination holds " +
                                               std::to_string(destination.nbytes) +
-                                              " bytes, the output needs " +
-                                              std::to_string(nbytes))
+                                              " bytes, the output needs " + std::to_string(nbytes))
         .at(action, path);
   }
   const void* source = tensor.const_data_ptr();
@@ -362,7 +360,8 @@ Outcome<std::vector<OutputBuffer>> MethodInstance::run_timed(
   clear_last_log_error();
   Status failed = finish_device_copies(set_inputs(inputs, impls), "inputs");
   ETHOST_RETURN_IF_ERROR(failed);
-  if (destinations != nullptr || unplanned_outputs_) ETHOST_RETURN_IF_ERROR(set_outputs(destinations));
+  if (destinations != nullptr || unplanned_outputs_)
+    ETHOST_RETURN_IF_ERROR(set_outputs(destinations));
   Error status;
   {
     // Kernels share one process-wide thread pool, which runs one parallel region at a time

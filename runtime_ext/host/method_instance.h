@@ -56,9 +56,9 @@ class MethodInstance {
   // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim. `destinations`,
   // when given, has one entry per output: device memory to write it into (device_inputs.h),
   // or none (a null data pointer: the output comes back as a host copy).
-  Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs,
-                                         const std::vector<OutputDestination>* destinations =
-                                             nullptr);
+  Outcome<std::vector<OutputBuffer>> run(
+      std::vector<InputBinding>& inputs,
+      const std::vector<OutputDestination>* destinations = nullptr);
 
   // How long the last run() took. Measured here rather than by the caller, whose clock would
   // also count the wait to take the GIL back (up to the interpreter's switch interval).

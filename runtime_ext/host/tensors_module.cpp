@@ -362,11 +362,10 @@ nb::object to_numpy(OutputBuffer&& output) {
     nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(output.shape.size())));
     for (size_t d = 0; d < output.shape.size(); ++d) {
       nbytes *= output.shape[d];
-      PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d),
-                       PyLong_FromSize_t(output.shape[d]));
+      PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d), PyLong_FromSize_t(output.shape[d]));
     }
-    return nb::cast(WrittenOutput{nb::borrow<nb::tuple>(shape),
-                                  nb::borrow(numpy_dtype(entry)), nbytes});
+    return nb::cast(
+        WrittenOutput{nb::borrow<nb::tuple>(shape), nb::borrow(numpy_dtype(entry)), nbytes});
   }
   if (auto copied = copy_into_numpy(output, entry)) {
     return std::move(*copied);

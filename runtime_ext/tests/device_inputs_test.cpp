@@ -207,3 +207,83 @@ TEST(a_device_input_on_a_host_without_device_memory_is_refused) {
     CHECK_CONTAINS(ran.status().message(), "no device memory to read it from");
   }
 }
+
+TEST(output_routes_follow_planning_and_who_writes_it) {
+  CHECK(route_device_output(false, true, false) == DeviceOutputRoute::Bound);
+  CHECK(route_device_output(false, false, false) == DeviceOutputRoute::FromHost);
+  CHECK(route_device_output(true, true, false) == DeviceOutputRoute::FromHost);
+  CHECK(route_device_output(true, false, true) == DeviceOutputRoute::DeviceToDevice);
+}
+
+TEST(an_output_planned_in_host_memory_takes_one_host_to_device_copy_into_its_destination) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  CHECK(method.value()->spec().outputs[0].memory_planned);
+  float host[8];
+  std::memcpy(host, kInput, sizeof(host));
+  std::vector<InputBinding> inputs{input_at(host, false)};
+  auto expected = method.value()->run(inputs);
+  CHECK(expected.ok());
+  if (!expected.ok()) return;
+  size_t nbytes = values(expected.value()[0]).size() * sizeof(float);
+  void* device = memory->allocate(nbytes).take();
+  std::vector<OutputDestination> into{{device, nbytes}};
+  DeviceOutputCounts before = device_output_counts();
+  auto ran = method.value()->run(inputs, &into);
+  CHECK(ran.ok());
+  if (ran.ok()) {
+    const OutputBuffer& out = ran.value()[0];
+    CHECK(out.in_destination && out.data == nullptr);
+    CHECK(out.shape == expected.value()[0].shape);
+    std::vector<float> written(nbytes / sizeof(float));
+    std::memcpy(written.data(), device, nbytes);  // the stand-in's device memory is host memory
+    CHECK(written == values(expected.value()[0]));
+  }
+  CHECK(memory->copies[static_cast<int>(CopyKind::HostToDevice)] == 1);
+  CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 0);
+  DeviceOutputCounts after = device_output_counts();
+  CHECK(after.from_host == before.from_host + 1);
+  CHECK(after.bound == before.bound && after.device_to_device == before.device_to_device);
+  memory->release(device);
+  ethost_device::use_memory(nullptr);
+}
+
+TEST(a_destination_too_small_or_not_device_memory_is_refused_naming_the_output) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  if (!method.ok()) return;
+  float host[8];
+  std::memcpy(host, kInput, sizeof(host));
+  std::vector<InputBinding> inputs{input_at(host, false)};
+  void* device = memory->allocate(4).take();
+  DeviceOutputCounts before = device_output_counts();
+  std::vector<OutputDestination> small{{device, 4}};
+  auto ran = method.value()->run(inputs, &small);
+  CHECK(!ran.ok());
+  if (!ran.ok()) {
+    CHECK(ran.status().code == Error::InvalidArgument);
+    CHECK_CONTAINS(ran.status().message(), "writing output 0 of method 'forward'");
+    CHECK_CONTAINS(ran.status().message(), "destination holds 4 bytes");
+  }
+  float not_device[64] = {};
+  std::vector<OutputDestination> host_memory{{not_device, sizeof(not_device)}};
+  ran = method.value()->run(inputs, &host_memory);
+  CHECK(!ran.ok());
+  if (!ran.ok()) CHECK_CONTAINS(ran.status().message(), "is not counting device memory");
+  std::vector<OutputDestination> two{{}, {}};
+  ran = method.value()->run(inputs, &two);
+  CHECK(!ran.ok());
+  if (!ran.ok()) CHECK_CONTAINS(ran.status().message(), "expected 1 output destinations");
+  CHECK(memory->copies[static_cast<int>(CopyKind::HostToDevice)] == 0);
+  CHECK(device_output_counts().from_host == before.from_host);
+  memory->release(device);
+  ethost_device::use_memory(nullptr);
+}

@@ -39,7 +39,9 @@ class _MethodSlots:
     def execute(self, instance, inputs: list[np.ndarray], outputs: list | None = None) -> list:
         """`outputs`: device memory per output to write it into (Method.execute's)."""
         try:
-            return instance.execute(inputs) if outputs is None else instance.execute(inputs, outputs)
+            return (
+                instance.execute(inputs) if outputs is None else instance.execute(inputs, outputs)
+            )
         finally:
             # The host's own measure: a clock around the call in a worker thread would count
             # the wait for the GIL too, which is long exactly when the server is busy.

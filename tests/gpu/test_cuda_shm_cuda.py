@@ -10,7 +10,10 @@ memory: the native host copies each CUDA input into it device-to-host (to_host) 
 output is copied back (from_host). The TensorRT add program with unplanned inputs
 ($ETHOST_TRT_PROGRAMS, served with the test engine provider on CUDA memory) takes the region's
 device address itself: aligned, the delegate binds it (etrt_shm_bound_total, 0 staging copies,
-0 copies); 16 bytes off, the delegate stages it (etrt_tensorrt_staging_copies_total).
+0 copies); 16 bytes off, the delegate stages it (etrt_tensorrt_staging_copies_total). Its
+output, planned in host memory, is copied into the region by the host (from_host). The same
+program with its output unplanned too (UNPLANNED_OUTPUTS_SET) has the delegate write the output
+into the region itself: bound when aligned, staged 16 bytes off, no copy by the engine.
 """
 
 from __future__ import annotations
@@ -246,7 +249,22 @@ def add_program(programs_dir):
 
 
 @pytest.fixture(scope="module")
-def trt_server(tmp_path_factory, add_program):
+def add_out_program(programs_dir):
+    from support.trt_models import UNPLANNED_OUTPUTS_SET, TrtProgram
+
+    unplanned = {"planned_inputs": False, "planned_outputs": False}
+    where = os.environ.get("ETHOST_TRT_PROGRAMS")
+    if where:
+        found = TrtProgram.at(where, *UNPLANNED_OUTPUTS_SET[0], **unplanned)
+        assert found.exists(), f"ETHOST_TRT_PROGRAMS lacks {found.pte}"
+        return found
+    from support.trt_programs import export_trt_program
+
+    return export_trt_program(programs_dir, *UNPLANNED_OUTPUTS_SET[0], **unplanned)
+
+
+@pytest.fixture(scope="module")
+def trt_server(tmp_path_factory, add_program, add_out_program):
     server = ServerProcess(
         tmp_path_factory.mktemp("cudashm_trt") / "artifacts",
         "--allow-client-shm",
@@ -258,6 +276,8 @@ def trt_server(tmp_path_factory, add_program):
     with server.client() as client:
         response = upload(client, "add", add_program.pte)
         assert response.status_code == 201, response.text
+        response = upload(client, "addout", add_out_program.pte)
+        assert response.status_code == 201, response.text
         metadata = client.get("/v2/models/add").json()
     server.add_inputs = [i["name"] for i in metadata["inputs"]]
     server.add_output = metadata["outputs"][0]["name"]
@@ -265,7 +285,7 @@ def trt_server(tmp_path_factory, add_program):
     server.stop()
 
 
-def infer_add(server, name, offsets, out_offset=None):
+def infer_add(server, name, offsets, out_offset=None, model="add"):
     def ref(offset):
         return {
             "shared_memory_region": name,
@@ -281,7 +301,7 @@ def infer_add(server, name, offsets, out_offset=None):
     }
     if out_offset is not None:
         body["outputs"] = [{"name": server.add_output, "parameters": ref(out_offset)}]
-    return httpx.post(f"{server.url}/v2/models/add/infer", json=body, timeout=60)
+    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=60)
 
 
 @pytest.mark.parametrize("misalign", [0, 16], ids=["aligned", "misaligned16"])
@@ -323,3 +343,30 @@ def test_tensorrt_outputs_into_cuda_shm_match(trt_server, region):
     np.testing.assert_allclose(region.read(ADD, 2048), x + y, rtol=1e-6)
     assert copies(trt_server).get("from_host", 0) == before.get("from_host", 0) + 1
     unregister(trt_server, "trt_out")
+
+
+@pytest.mark.parametrize("misalign", [0, 16], ids=["aligned", "misaligned16"])
+def test_tensorrt_delegate_writes_an_unplanned_output_into_the_cuda_region(
+    trt_server, region, misalign
+):
+    rng = np.random.default_rng(11 + misalign)
+    x, y = (rng.standard_normal(ADD, dtype=np.float32) for _ in range(2))
+    region.write(x, 0)
+    region.write(y, 1024)
+    name = f"trt_out_{misalign}"
+    assert register(trt_server, name, region).status_code == 200
+    before, staged_before = copies(trt_server), staging(trt_server, "addout")
+    out_offset = 2048 + misalign
+    response = infer_add(trt_server, name, (0, 1024), out_offset=out_offset, model="addout")
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    assert "data" not in output and output["shape"] == list(ADD)
+    np.testing.assert_allclose(region.read(ADD, out_offset), x + y, rtol=1e-6)
+    after, staged = copies(trt_server), staging(trt_server, "addout")
+    # two inputs and the output handed over at their device addresses; nothing copied
+    assert after.get("bound", 0) == before.get("bound", 0) + 3
+    for reason in ("to_host", "device_to_device", "from_host"):
+        assert after.get(reason, 0) == before.get(reason, 0), reason
+    added = {b: staged.get(b, 0) - staged_before.get(b, 0) for b in ("input0", "input1", "output0")}
+    assert added == {"input0": 0, "input1": 0, "output0": 1 if misalign else 0}
+    unregister(trt_server, name)

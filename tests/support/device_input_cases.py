@@ -182,9 +182,7 @@ class DeviceInputCases(SelectedMemory):
             assert isinstance(output, np.ndarray)
             np.testing.assert_allclose(output, program.reference(*inputs)[0], rtol=1e-5)
 
-    def test_an_output_planned_in_host_memory_is_copied_from_the_host(
-        self, device_input_programs
-    ):
+    def test_an_output_planned_in_host_memory_is_copied_from_the_host(self, device_input_programs):
         for flavour in ("unplanned", "host_planned"):
             _, counts = self.run_into(device_input_programs[flavour])
             assert counts == {"bound": 0, "device_to_device": 0, "from_host": 1}, flavour
