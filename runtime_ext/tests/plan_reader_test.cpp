@@ -1,7 +1,9 @@
 // Reading which method inputs only device delegates read, from real exported programs and from
 // damaged copies of one: a CPU-only program reads its input on the CPU; a TensorRT-delegated
 // add whose inputs feed only its delegate qualifies when (and only when) TensorRTBackend takes
-// device memory; a truncated or scrambled file reads as "the CPU may read everything".
+// device memory; a truncated or scrambled file reads as "the CPU may read everything". Outputs
+// the same way round: the add's output is written by its delegate alone, linear + relu's by a
+// CPU kernel.
 //
 // Programs (ETHOST_TEST_PROGRAMS, exported by tests/unit/test_native_checks.py): unplanned.pte
 // (linear + relu on the CPU) and trt_unplanned.pte (the TensorRT test add, inputs unplanned).
@@ -15,6 +17,7 @@
 #include "plan_reader.h"
 
 using ethost::inputs_read_only_by_delegates;
+using ethost::outputs_written_only_by_delegates;
 
 namespace {
 
@@ -68,4 +71,16 @@ TEST(an_unknown_method_or_a_damaged_file_reads_as_nothing_qualifies) {
   auto read =
       inputs_read_only_by_delegates(scrambled.data(), scrambled.size(), "forward", tensorrt);
   for (bool qualifies : read) CHECK(!qualifies);
+}
+
+TEST(an_output_only_a_device_delegate_writes_qualifies) {
+  auto trt = bytes_of("trt_unplanned.pte");
+  CHECK(outputs_written_only_by_delegates(trt.data(), trt.size(), "forward", tensorrt) ==
+        std::vector<bool>{true});
+  CHECK(outputs_written_only_by_delegates(trt.data(), trt.size(), "forward", none) ==
+        std::vector<bool>{false});
+  auto cpu = bytes_of("unplanned.pte");
+  CHECK(outputs_written_only_by_delegates(cpu.data(), cpu.size(), "forward", tensorrt) ==
+        std::vector<bool>{false});
+  CHECK(outputs_written_only_by_delegates(trt.data(), trt.size() / 2, "forward", tensorrt).empty());
 }
