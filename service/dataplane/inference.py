@@ -73,6 +73,24 @@ class Inference:
         """Counts a request a front refused before it crossed (as infer() counts its own)."""
         self._finished(None, model, version, method, outcome, None, elapsed_s, {})
 
+    def refuses(self, model: str, version: str | None, protocol: str) -> Busy | None:
+        """The refusal for a request to `model` whose method is in a body not read yet, when
+        every method's queue is full now (so a protocol answers before reading the body); the
+        refusal is counted as the default method's. `protocol`: what a front's gate shares
+        places by (service/dataplane/scheduling/gate.py); here the queue itself decides."""
+        served = self._find(model, version)
+        if served is None:
+            return None
+        refusal = None
+        for method in served.signatures:
+            scheduler = served.schedulers.get(method)
+            refusal = None if scheduler is None else scheduler.refusal()
+            if refusal is None:
+                return None
+        if refusal is not None:
+            self.record_refused(model, oip.DEFAULT_METHOD, "busy", 0.0, version)
+        return refusal
+
     def _scheduler_for(self, served: Served, method: str) -> Policy:
         scheduler = served.schedulers.get(method)
         if scheduler is None:

@@ -139,8 +139,11 @@ async def _grpc_loops(address, body, outcome, until, honor, connections, started
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     outcome.refused += 1
-                    if honor:
-                        await asyncio.sleep(min(1.0, max(0.0, until - time.perf_counter())))
+                    trailers = dict(exc.trailing_metadata() or ())
+                    retry = float(trailers.get("retry-after", "nan"))
+                    outcome.retry_after_s.append(retry)
+                    if honor and retry == retry:
+                        await asyncio.sleep(min(retry, max(0.0, until - time.perf_counter())))
                 else:
                     name = exc.code().name
                     outcome.other[name] = outcome.other.get(name, 0) + 1
