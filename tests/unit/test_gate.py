@@ -98,15 +98,15 @@ def test_protocols_take_turns_at_the_freed_places():
     assert gate.admit("m", "1", "forward", "native") is None
 
 
-def test_a_place_its_protocol_does_not_claim_goes_to_whoever_asks_after_half_the_drain_time():
+def test_while_the_others_fill_the_queue_one_place_keeps_waiting_for_the_slow_protocol():
     gate, clock = closed_gate()
     gate.admit("m", "1", "forward", "gRPC")
     clock.now += 1.1 * PACE
     assert gate.admit("m", "1", "forward", "native") is None
-    clock.now += PACE
-    assert gate.admit("m", "1", "forward", "native") is not None  # gRPC's turn
-    clock.now += DRAIN / 2  # gRPC did not come for it
-    assert gate.admit("m", "1", "forward", "native") is None
+    clock.now += 6 * PACE  # six more places: five for whoever asks, one kept for gRPC
+    passed = [gate.admit("m", "1", "forward", "native") is None for _ in range(7)]
+    assert passed == [True] * 5 + [False] * 2
+    assert gate.admit("m", "1", "forward", "gRPC") is None
 
 
 def test_a_protocol_that_stopped_asking_has_no_turn():
@@ -141,3 +141,14 @@ def test_a_queue_full_refusal_crosses_processes_whole():
     assert (refusal.model, refusal.version, refusal.method) == ("m", "1", "forward")
     assert (refusal.pace_s, refusal.drain_s, refusal.retry_after_s) == (0.5, 3.2, 3.2)
     assert refusal.message == full().message
+
+
+def test_only_one_place_at_a_time_waits_for_a_turn():
+    gate, clock = closed_gate()
+    gate.admit("m", "1", "forward", "gRPC")
+    clock.now += 1.1 * PACE
+    assert gate.admit("m", "1", "forward", "native") is None
+    clock.now += 2 * PACE  # two places free: the older waits for gRPC, the newer goes now
+    assert gate.admit("m", "1", "forward", "native") is None
+    assert gate.admit("m", "1", "forward", "native") is not None
+    assert gate.admit("m", "1", "forward", "gRPC") is None

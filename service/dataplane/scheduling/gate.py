@@ -17,9 +17,10 @@ Who gets a freed place: the first request to arrive for it, except that the prot
 encodings) take turns. Retries come at very different rates through one front (a refused HTTP
 request costs less than a refused gRPC call, so it is back sooner): first come alone would hand
 nearly every place to the quickest to retry. So a place goes to a request of the protocol that
-was let through least recently among those that asked lately. A place that no such request
-claims goes, after half the queue's drain time, to whoever asks first: the other half of the
-queue keeps the instances busy meanwhile, and no place waits long for a protocol gone quiet.
+was let through least recently among those that asked lately (within the retry hint). Only
+one place at a time waits for its turn, while the rest of the queue keeps the instances busy:
+a protocol slow to come back still gets its share, and a second freed place goes to whoever
+asks first, so no instance waits for a protocol gone quiet.
 """
 
 from __future__ import annotations
@@ -56,12 +57,11 @@ class _Closed:
 
     def place_for(self, protocol: str, now: float) -> bool:
         """Whether a freed place is there for a request of `protocol` now."""
-        freed = int((now - self.since) / self.pace_s)
-        if self.let_through >= freed:
+        free = int((now - self.since) / self.pace_s) - self.let_through
+        if free <= 0:
             return False
-        waiting_s = now - (self.since + (self.let_through + 1) * self.pace_s)
-        if waiting_s > self.drain_s / 2:
-            return True  # unclaimed too long: the first to ask takes it
+        if free > 1:
+            return True  # only one place at a time waits for a turn
         mine = self.passed.get(protocol, -math.inf)
         lately = now - self.retry_after_s
         return not any(
