@@ -86,9 +86,8 @@ def test_a_mixed_flood_is_served_fairly_and_refused_with_a_drain_time(start_serv
     assert 0.5 * drain_s <= median <= 2.0 * drain_s + 1, (median, drain_s)
     # The fronts run below the engine's CPU priority: their refusals wait for its executes.
     (engine,) = role_pids(server, "engine")
-    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in role_pids(server, "front")] == [
-        os.getpriority(os.PRIO_PROCESS, engine) + 10
-    ]
+    lowered = min(os.getpriority(os.PRIO_PROCESS, engine) + 10, 19)  # 19: the lowest there is
+    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in role_pids(server, "front")] == [lowered]
 
 
 def _sent_to_engine(server) -> float:
