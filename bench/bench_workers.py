@@ -8,7 +8,7 @@ Meant for the 16-core GPU host (issue 15); on a 2-core machine run `--workers 2 
 native host (executorch.runtime does not run on the GPU host), each started by this script:
 the floor (one raw ASGI route, orjson, execute on the event loop, no validation) in 1 and N
 processes (`uvicorn --workers N`), and LitServe with N workers. Load comes from wrk (`-t4`) for
-HTTP and from 4 client processes of raw unary calls for gRPC.
+HTTP and from 4 client processes of raw unary calls for gRPC, each connection a channel of its own.
 
 a. tiny program (Linear 8->4 + ReLU, [2, 8] FP32), native JSON /infer, 64 connections;
 b. the same over v2 binary, 64 connections;
@@ -89,29 +89,35 @@ def v2_binary(model: str, x: np.ndarray) -> Request:
     )
 
 
-def _grpc_client(address: str, body: bytes, seconds: float, concurrency: int, out) -> None:
+def _grpc_client(address: str, body: bytes, seconds: float, connections: int, out) -> None:
+    """`connections` channels of one call at a time each. Each channel has a connection of its
+    own (a local subchannel pool): channels to one address in a process otherwise share one
+    HTTP/2 connection, and the kernel spreads connections, not calls, over the fronts."""
     import asyncio
 
     import grpc
 
     async def run():
-        async with grpc.aio.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", -1)]
-        ) as channel:
+        options = [("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(connections)]
+        done, latencies = 0, []
+        deadline = time.monotonic() + seconds
+
+        async def worker(channel):
+            nonlocal done
             call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-            done, latencies = 0, []
-            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                begun = time.perf_counter()
+                await call(body)
+                latencies.append(time.perf_counter() - begun)
+                done += 1
 
-            async def worker():
-                nonlocal done
-                while time.monotonic() < deadline:
-                    begun = time.perf_counter()
-                    await call(body)
-                    latencies.append(time.perf_counter() - begun)
-                    done += 1
-
-            await asyncio.gather(*[worker() for _ in range(concurrency)])
-            out.put((done, latencies))
+        try:
+            await asyncio.gather(*[worker(channel) for channel in channels])
+        finally:
+            for channel in channels:
+                await channel.close()
+        out.put((done, latencies))
 
     asyncio.run(run())
 
@@ -186,6 +192,17 @@ class Ours:
                 found[series] = int(float(value))
         return found
 
+    def front_requests(self) -> dict[str, int]:
+        """Requests each front has sent to the engine so far (etrt_front_requests_total)."""
+        with self.server.client() as client:
+            text = client.get("/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if line.startswith("etrt_front_requests_total{"):
+                series, _, value = line.rpartition(" ")
+                found[series.split('"')[1]] = int(float(value))
+        return found
+
     def stop(self) -> None:
         self.server.stop()
 
@@ -233,8 +250,12 @@ def main() -> None:
         print(f"  {label:<34} {results[label]}", flush=True)
 
     def ours(label: str, server: Ours, request: Request, conns: int):
+        before = server.front_requests()
         results[label] = _load(server.url, request, conns, seconds, scratch)
-        print(f"  {label:<34} {results[label]}", flush=True)
+        after = server.front_requests()
+        shares = sorted(after[f] - before.get(f, 0) for f in after)
+        spread = f"  (per front, fewest to most: {shares})" if len(shares) > 1 else ""
+        print(f"  {label:<34} {results[label]}{spread}", flush=True)
 
     instances = max(2, n)
     one = Ours(scratch, exported, 1, instances)

@@ -50,7 +50,8 @@ def main() -> None:
     server = uvicorn.Server(
         uvicorn.Config(
             app,
-            loop="uvloop",
+            # uvloop, accepting one connection at a time from the shared listening socket.
+            loop="service.protocols.fair_accept:new_loop",
             http=GatheringHttpToolsProtocol,
             # Nothing here reads the client's address or scheme, so X-Forwarded-* need not be
             # parsed on every request.

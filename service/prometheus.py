@@ -110,15 +110,26 @@ class Histogram(Family):
         self.buckets = tuple(sorted(buckets))
         self.samples: dict[tuple[str, ...], list[float]] = {}
 
-    def observe(self, labels: tuple[str, ...], value: float) -> None:
+    def _state(self, labels: tuple[str, ...]) -> list[float]:
         # Per bucket (non-cumulative), then +Inf, sum and count.
         state = self.samples.get(labels)
         if state is None:
             state = self.samples[labels] = [0.0] * (len(self.buckets) + 3)
-        index = bisect.bisect_left(self.buckets, value)  # the first bound >= value
-        state[index] += 1
-        state[-2] += value
-        state[-1] += 1
+        return state
+
+    def observe(self, labels: tuple[str, ...], value: float, count: int = 1) -> None:
+        """`count` observations of `value`."""
+        state = self._state(labels)
+        state[bisect.bisect_left(self.buckets, value)] += count  # the first bound >= value
+        state[-2] += value * count
+        state[-1] += count
+
+    def observe_many(self, labels: tuple[str, ...], values: list[float]) -> None:
+        state = self._state(labels)
+        for value in values:
+            state[bisect.bisect_left(self.buckets, value)] += 1
+        state[-2] += math.fsum(values)
+        state[-1] += len(values)
 
     def _lines(self) -> list[str]:
         names = (*self.label_names, "le")

@@ -184,6 +184,18 @@ NB_MODULE(ethost, m) {
       .def_prop_ro("name", &MethodInstance::name)
       .def_prop_ro("meta", [](const MethodInstance& self) { return method_spec_dict(self.spec()); })
       .def("arena_addresses", &MethodInstance::arena_addresses)
+      .def_prop_ro(
+          "inputs_read_in_device_memory",
+          [](const MethodInstance& self) {
+            std::vector<bool> out;
+            for (const auto& input : self.spec().inputs) {
+              out.push_back(!input.memory_planned && input.read_by_device_delegates_only);
+            }
+            return out;
+          },
+          "Per input: whether one given in device memory is read where it is (not memory-"
+          "planned, and only delegates of backends that take device memory read it; see "
+          "accept_device_memory). Others are copied into planned or host memory first.")
       .def_prop_rw("kernel_threadpool", &MethodInstance::kernel_threadpool,
                    &MethodInstance::set_kernel_threadpool,
                    "Whether kernels may use ExecuTorch's process-wide thread pool (default True). "
@@ -192,9 +204,12 @@ NB_MODULE(ethost, m) {
       .def_prop_ro("last_run_ns", &MethodInstance::last_run_ns,
                    "Nanoseconds the last execute spent binding inputs, executing and copying "
                    "outputs, without the GIL (0 before the first).")
-      .def("execute", &execute, "inputs"_a,
-           "Runs the method; returns numpy copies of the outputs. Raises InputError before "
-           "running when inputs do not fit, InstanceBusy if another thread is running it.");
+      .def(
+          "execute", &execute, "inputs"_a,
+          "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
+          "in device memory described by __cuda_array_interface__ (see device_input_counts). "
+          "Raises InputError before running when inputs do not fit, InstanceBusy if another "
+          "thread is running it.");
 
   nb::class_<PyProgram>(m, "Program")
       .def(
@@ -251,6 +266,23 @@ NB_MODULE(ethost, m) {
         if (!unpinned.ok()) throw std::runtime_error(unpinned.reason);
       },
       "address"_a);
+  m.def(
+      "device_input_counts",
+      [] {
+        DeviceInputCounts counts = device_input_counts();
+        nb::dict out;
+        out["bound"] = counts.bound;
+        out["device_to_device"] = counts.device_to_device;
+        out["to_host"] = counts.to_host;
+        return out;
+      },
+      "Inputs given in device memory (__cuda_array_interface__) since the process started, by "
+      "where they went: bound (not memory-planned: the method read them in place), "
+      "device_to_device or to_host (copied into a buffer planned in device or host memory).");
+  m.def("accept_device_memory", &accept_device_memory, "backend_id"_a,
+        "Declares that delegates of this backend take device memory for their arguments, so an "
+        "input in device memory that only they read is handed to the method as it is. Call it "
+        "before opening programs (methods decide when loaded).");
   m.def("registered_backends", &registered_backends);
   m.def("load_backend_library", &load_backend_library_py, "path"_a);
   m.def(

@@ -4,6 +4,7 @@
 
 #include "arenas.h"
 #include "device_copies.h"
+#include "device_inputs.h"
 #include "method_spec.h"
 #include "program.h"
 #include "tensor_io.h"
@@ -13,6 +14,7 @@
 #include <executorch/runtime/executor/method.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -21,6 +23,16 @@
 #include <vector>
 
 namespace ethost {
+
+// 256-byte aligned host memory that grows to the largest size asked of it.
+class HostBuffer {
+ public:
+  Outcome<void*> reserve(size_t nbytes);
+
+ private:
+  std::unique_ptr<void, void (*)(void*)> data_{nullptr, &std::free};
+  size_t capacity_ = 0;
+};
 
 class MethodInstance {
  public:
@@ -53,6 +65,11 @@ class MethodInstance {
   Outcome<std::vector<OutputBuffer>> run_timed(std::vector<InputBinding>& inputs);
   Status set_inputs(std::vector<InputBinding>& inputs,
                     std::deque<executorch::aten::TensorImpl>& impls);
+  Status set_device_input(size_t index, InputBinding& in,
+                          std::deque<executorch::aten::TensorImpl>& impls);
+  // The instance's copies, made on the first input in device memory for a method that plans
+  // nothing there; refused on a host without device memory.
+  Outcome<DeviceCopies*> device_copies();
   // Waits for queued device copies; returns `failed`, or the copies' own failure.
   Status finish_device_copies(Status failed, const char* what);
 
@@ -60,10 +77,12 @@ class MethodInstance {
   std::shared_ptr<const LoadedProgram> program_;
   // The Method points into everything below, so it is declared last (destroyed first).
   std::unique_ptr<PlannedArenas> arenas_;
-  // Only for methods with planned buffers in device memory.
+  // For methods with planned buffers in device memory, and once an input came in device memory.
   std::unique_ptr<DeviceCopies> device_copies_;
   // Per input: the method's own planned tensor when it lives in device memory.
   std::vector<std::optional<executorch::aten::Tensor>> device_inputs_;
+  // Per input: host memory for a device input the CPU may read (device_inputs.h).
+  std::vector<HostBuffer> host_copies_;
   executorch::extension::MallocMemoryAllocator method_allocator_;
   executorch::extension::MallocMemoryAllocator temp_allocator_;
   std::unique_ptr<executorch::runtime::MemoryManager> memory_manager_;

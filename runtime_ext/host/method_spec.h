@@ -21,6 +21,8 @@ struct TensorSpec {
   std::vector<int32_t> shape;  // upper bounds for dynamic tensors
   bool dynamic = false;
   bool memory_planned = false;
+  // An input only delegates taking device memory read: one in device memory is bound as is.
+  bool read_by_device_delegates_only = false;
   size_t nbytes = 0;
   std::string name;  // "input 0", with the program's own name appended when it has one
 };

@@ -1,5 +1,8 @@
 #include "program.h"
 
+#include "device_inputs.h"
+#include "plan_reader.h"
+
 #include "executorch_log.h"
 
 #include <sys/stat.h>
@@ -116,7 +119,22 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
     return from_executorch(program.error(), "loading program", pte_path);
   }
   loaded->program_.emplace(std::move(program.get()));
+  auto size = loaded->pte_loader_->size();
+  if (size.ok()) {
+    auto bytes =
+        loaded->pte_loader_->load(0, size.get(),
+                                  executorch::runtime::DataLoader::SegmentInfo(
+                                      executorch::runtime::DataLoader::SegmentInfo::Type::Program));
+    if (bytes.ok()) loaded->bytes_.emplace(std::move(bytes.get()));
+  }
   return loaded;
+}
+
+std::vector<bool> LoadedProgram::inputs_read_only_by_device_delegates(
+    const std::string& method) const {
+  if (!bytes_) return {};
+  return inputs_read_only_by_delegates(static_cast<const uint8_t*>(bytes_->data()), bytes_->size(),
+                                       method, &takes_device_memory);
 }
 
 std::vector<std::string> LoadedProgram::method_names() const {

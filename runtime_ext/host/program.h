@@ -34,6 +34,9 @@ class LoadedProgram {
   const std::vector<std::string>& data_paths() const { return data_paths_; }
   std::vector<std::string> method_names() const;
   Outcome<executorch::runtime::MethodMeta> method_meta(const std::string& name) const;
+  // Per input of the method: whether only delegates taking device memory read it
+  // (plan_reader.h); all false where the plan cannot be read.
+  std::vector<bool> inputs_read_only_by_device_delegates(const std::string& method) const;
 
  private:
   LoadedProgram() = default;
@@ -47,6 +50,8 @@ class LoadedProgram {
   std::unique_ptr<executorch::extension::merged_data_map::MergedDataMap> merged_;
   const executorch::runtime::NamedDataMap* data_map_ = nullptr;
   std::optional<executorch::runtime::Program> program_;
+  // The whole .pte, mapped once more for what Program does not expose (plan_reader.h).
+  std::optional<executorch::runtime::FreeableBuffer> bytes_;
 };
 
 }  // namespace ethost

@@ -32,6 +32,8 @@ struct InputBinding {
   std::array<uint8_t, kMaxInputDims> dim_order{};
   std::array<int32_t, kMaxInputDims> strides{};
   void* data = nullptr;
+  // `data` is device memory (device_inputs.h says where such an input goes).
+  bool on_device = false;
   executorch::runtime::EValue scalar;
 };
 

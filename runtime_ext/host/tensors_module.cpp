@@ -4,6 +4,7 @@
 
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -90,6 +91,87 @@ bool dlpack_matches(nb::dlpack::dtype got, const Dtype* entry) {
   return got.code == static_cast<uint8_t>(entry->code) && got.bits == entry->bits && got.lanes == 1;
 }
 
+// The dtype a __cuda_array_interface__ typestr ("<f4", "|u1", "|b1") denotes; nullptr otherwise.
+const Dtype* typestr_dtype(const std::string& typestr) {
+  if (typestr.size() < 3 || (typestr[0] != '<' && typestr[0] != '|' && typestr[0] != '=')) {
+    return nullptr;
+  }
+  DtypeCode code;
+  switch (typestr[1]) {
+    case 'f': code = DtypeCode::Float; break;
+    case 'i': code = DtypeCode::Int; break;
+    case 'u': code = DtypeCode::UInt; break;
+    case 'b': code = DtypeCode::Bool; break;
+    default: return nullptr;
+  }
+  int bytes = std::atoi(typestr.c_str() + 2);
+  for (const auto& entry : kDtypes) {
+    if (entry.code == code && entry.bits == bytes * 8) return &entry;
+  }
+  return nullptr;
+}
+
+// An array in device memory, described by the CUDA array interface (version 2 and later): its
+// address, shape and typestr, C-contiguous. Nothing is read from the memory itself here.
+struct DeviceArray {
+  const Dtype* dtype = nullptr;
+  std::array<int64_t, kMaxInputDims> shape{};
+  size_t ndim = 0;
+  void* data = nullptr;
+};
+
+// nullopt when `value` has no __cuda_array_interface__ (and no Python error set).
+std::optional<Outcome<DeviceArray>> device_array(nb::handle value, const TensorSpec& spec) {
+  PyObject* raw = PyObject_GetAttrString(value.ptr(), "__cuda_array_interface__");
+  if (raw == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  nb::object described = nb::steal(raw);
+  auto refuse = [&](const std::string& why) -> Outcome<DeviceArray> {
+    return Status::input(spec.index, spec.name, "its __cuda_array_interface__ " + why);
+  };
+  if (!nb::isinstance<nb::dict>(described)) return refuse("is not a dict");
+  nb::dict fields = nb::borrow<nb::dict>(described);
+  if (!fields.contains("shape") || !fields.contains("typestr") || !fields.contains("data")) {
+    return refuse("lacks shape, typestr or data");
+  }
+  DeviceArray out;
+  nb::tuple shape, data;
+  std::string typestr;
+  if (!nb::try_cast(fields["shape"], shape) || !nb::try_cast(fields["typestr"], typestr) ||
+      !nb::try_cast(fields["data"], data) || data.size() < 1) {
+    return refuse("has a shape, typestr or data of the wrong type");
+  }
+  if (shape.size() > kMaxInputDims) return refuse("has too many dimensions");
+  int64_t count = 1;
+  out.ndim = shape.size();
+  for (size_t d = 0; d < out.ndim; ++d) {
+    if (!nb::try_cast(shape[d], out.shape[d]) || out.shape[d] < 0) {
+      return refuse("has a shape that is not non-negative integers");
+    }
+    count *= out.shape[d];
+  }
+  out.dtype = typestr_dtype(typestr);
+  if (out.dtype == nullptr) return refuse("has typestr '" + typestr + "', which is not supported");
+  if (fields.contains("strides") && !fields["strides"].is_none()) {
+    nb::tuple strides;
+    bool contiguous = nb::try_cast(fields["strides"], strides) && strides.size() == out.ndim;
+    int64_t expected = static_cast<int64_t>(out.dtype->size());
+    for (size_t d = out.ndim; contiguous && d-- > 0;) {
+      int64_t stride = 0;
+      contiguous = nb::try_cast(strides[d], stride) && (stride == expected || out.shape[d] == 1);
+      expected *= out.shape[d];
+    }
+    if (!contiguous) return refuse("describes a strided array; only C-contiguous ones are read");
+  }
+  uintptr_t address = 0;
+  if (!nb::try_cast(data[0], address)) return refuse("has a data address that is not an integer");
+  if (address == 0 && count > 0) return refuse("has a null data address");
+  out.data = reinterpret_cast<void*>(address);
+  return Outcome<DeviceArray>(out);
+}
+
 Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
                                   std::vector<HeldInput>& keep_alive) {
   const Dtype* expected = find_dtype(spec.dtype);
@@ -104,6 +186,8 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
   const void* data = nullptr;
   Py_buffer view;
   const Dtype* viewed = nullptr;
+  DeviceArray device;
+  bool on_device = false;
   if (view_buffer(value, view, viewed)) {
     keep_alive.emplace_back(view);
     if (viewed != expected && viewed != numpy_carrier(expected)) {
@@ -114,13 +198,26 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
     view_shape = view.shape;
     ndim = static_cast<size_t>(view.ndim);
     data = view.buf;
+  } else if (auto described = device_array(value, spec)) {
+    if (!described->ok()) return described->take_status();
+    device = described->take();
+    if (device.dtype != expected && device.dtype != numpy_carrier(expected)) {
+      return Status::input(
+          spec.index, spec.name,
+          std::string("expected dtype ") + expected->name + ", got " + device.dtype->name);
+    }
+    array_shape = device.shape.data();
+    ndim = device.ndim;
+    data = device.data;
+    on_device = true;
   } else {
     InputArray array;
     if (!nb::try_cast(value, array, true)) {
-      return Status::input(spec.index, spec.name,
-                           "expected a host array (numpy, buffer protocol or DLPack) of " +
-                               std::string(dtype_name(spec.dtype)) + ", got " +
-                               python_type_name(value));
+      return Status::input(
+          spec.index, spec.name,
+          "expected a host array (numpy, buffer protocol or DLPack) or a device array "
+          "(__cuda_array_interface__) of " +
+              std::string(dtype_name(spec.dtype)) + ", got " + python_type_name(value));
     }
     nb::dlpack::dtype got = array.dtype();
     if (!dlpack_matches(got, expected) && !dlpack_matches(got, numpy_carrier(expected))) {
@@ -160,6 +257,7 @@ Outcome<InputBinding> bind_tensor(nb::handle value, const TensorSpec& spec,
     stride *= binding.sizes[d];
   }
   binding.data = const_cast<void*>(data);
+  binding.on_device = on_device;
   return binding;
 }
 

@@ -5,6 +5,9 @@ The core updates them and any transport renders them; nothing here knows about H
 Cardinality stays bounded: model names have passed the ingest name rules, method names come from
 stored programs, and a request naming a model or method that does not exist is counted under
 UNKNOWN, never under the client's string. Deleting a model removes its series.
+
+Requests served at once by the engine's shortest path are counted when next rendered (or every
+FOLD_AT of them), summed per model and method, as service/dataplane/statistics.py counts them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 
 from service.dataplane import residency
+from service.dataplane.statistics import FOLD_AT
 from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
@@ -70,6 +75,8 @@ class Metrics:
             ("front", "state"),
         )
         self.backends = [m for m in (backends or []) if m is not None]
+        # record_served's requests not counted yet (deque appends and pops are thread-safe).
+        self._served: deque[tuple] = deque()
         self._live: dict[str, object] = {}
         # (model, method, version) -> the scheduler's current queue depth, read when rendering;
         # the gauge sums a model's versions.
@@ -114,13 +121,29 @@ class Metrics:
 
     def record_served(self, model: str, method: str, rows: int, total_s: float) -> None:
         """request_finished (ok, not queued) and batch_executed of a request that was an
-        execute of its own: one call and one lock on the engine's shortest path."""
-        labels = (model, method)
-        with self._lock:
-            self.requests.add((model, method, "ok"))
-            self.duration.observe(labels, total_s)
-            self.queue.observe(labels, 0.0)
-            self.batch_size.observe(labels, rows)
+        execute of its own, counted when next rendered (the module says why)."""
+        self._served.append((model, method, rows, total_s))
+        if len(self._served) >= FOLD_AT:
+            with self._lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Counts the served requests recorded so far; under the lock."""
+        served, sums = self._served, {}
+        for _ in range(len(served)):
+            model, method, rows, total_s = served.popleft()
+            found = sums.get((model, method))
+            if found is None:
+                found = sums[(model, method)] = ([], {})
+            found[0].append(total_s)
+            found[1][rows] = found[1].get(rows, 0) + 1
+        for (model, method), (durations, sizes) in sums.items():
+            labels = (model, method)
+            self.requests.add((model, method, "ok"), len(durations))
+            self.duration.observe_many(labels, durations)
+            self.queue.observe(labels, 0.0, len(durations))
+            for rows, count in sizes.items():
+                self.batch_size.observe(labels, rows, count)
 
     def front_request(self, front: int) -> None:
         with self._lock:
@@ -185,6 +208,7 @@ class Metrics:
 
     def forget_model(self, model: str) -> None:
         with self._lock:
+            self._fold()
             self._live.pop(model, None)
             for family in (
                 self.requests,
@@ -239,6 +263,7 @@ class Metrics:
             states.add((state,), count)
         memory = self._memory()
         with self._lock:
+            self._fold()
             families = [
                 self.requests,
                 self.duration,

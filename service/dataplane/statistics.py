@@ -7,12 +7,18 @@ them, because users tune batching by these numbers: each request's outcome and p
 (record_request, by ModelService.infer), and each execute with its batch size (record_execution,
 by the scheduler that ran it), so 64 requests merged into 4 executes are 4 executions and 64
 inferences. Recording may happen from worker threads, hence the lock.
+
+Requests served at once by the engine's shortest path (record_served) are the engine's most
+frequent event, and its one thread's time per request bounds the server: they are appended to a
+deque as they happen and folded into the counts, summed per model, version and size, before any
+read and every FOLD_AT of them. Every read sees every request recorded before it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 PHASES = (
@@ -26,6 +32,8 @@ PHASES = (
     "cache_miss",
 )
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
+# Served requests kept unfolded at most (a few hundred KB).
+FOLD_AT = 4096
 
 
 @dataclass
@@ -36,10 +44,11 @@ class _Model:
     phases: dict = field(default_factory=lambda: {p: [0, 0] for p in PHASES})
     batches: dict = field(default_factory=dict)  # size -> {phase: [count, ns]}
 
-    def add(self, phase: str, ns: int | None) -> None:
+    def add(self, phase: str, ns: int | None, count: int = 1) -> None:
+        """`count` events of `ns` nanoseconds in all."""
         if ns is not None:
             slot = self.phases[phase]
-            slot[0] += 1
+            slot[0] += count
             slot[1] += int(ns)
 
 
@@ -51,6 +60,8 @@ class Statistics:
     def __init__(self):
         self._models: dict[tuple[str, str], _Model] = {}
         self._lock = threading.Lock()
+        # record_served's requests not folded yet: deque appends and pops are thread-safe.
+        self._served: deque[tuple] = deque()
 
     def _model(self, name: str, version: str) -> _Model:
         model = self._models.get((name, version))
@@ -95,22 +106,47 @@ class Statistics:
         output_ns: int,
     ) -> None:
         """record_execution and a successful record_request, unqueued, of a request that was an
-        execute of its own: one call and one lock on the engine's shortest path. The execute
-        counts only its run, as the scheduler counts one; the request all of its phases."""
-        with self._lock:
+        execute of its own, counted when next read (the module says why). The execute counts
+        only its run, as the scheduler counts one; the request all of its phases."""
+        served = (name, version, size, total_ns, input_ns, infer_ns, output_ns, time.time())
+        self._served.append(served)
+        if len(self._served) >= FOLD_AT:
+            with self._lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Counts the served requests recorded so far; under the lock."""
+        served, sums = self._served, {}
+        for _ in range(len(served)):
+            name, version, size, total_ns, input_ns, infer_ns, output_ns, at = served.popleft()
+            key = (name, version, size)
+            found = sums.get(key)
+            if found is None:
+                sums[key] = [1, total_ns, input_ns, infer_ns, output_ns, at]
+            else:
+                found[0] += 1
+                found[1] += total_ns
+                found[2] += input_ns
+                found[3] += infer_ns
+                found[4] += output_ns
+                found[5] = at
+        for (name, version, size), sum_ in sums.items():
+            count, total_ns, input_ns, infer_ns, output_ns, at = sum_
             model = self._model(name, version)
-            _execution(model, size, 0, infer_ns, 0)
-            _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns)
+            _execution(model, size, 0, infer_ns, 0, count)
+            _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns, count, at)
 
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""
         with self._lock:
+            self._fold()
             for key in [k for k in self._models if k[0] == name and version in (None, k[1])]:
                 del self._models[key]
 
     def model_stats(self, name: str, version: str) -> dict:
         """Triton's ModelStatistics object (zeros for a model nothing was recorded for)."""
         with self._lock:
+            self._fold()
             model = self._models.get((name, version)) or _Model()
             return {
                 "name": name,
@@ -127,24 +163,32 @@ class Statistics:
             }
 
 
-def _request(model: _Model, ok, total_ns, queue_ns, input_ns, infer_ns, output_ns) -> None:
-    model.last_inference_ms = int(time.time() * 1000)
+def _request(
+    model: _Model, ok, total_ns, queue_ns, input_ns, infer_ns, output_ns, count=1, at=None
+) -> None:
+    """`count` requests with these nanoseconds in all, the last at `at` (time.time(); None: now)."""
+    model.last_inference_ms = max(
+        model.last_inference_ms, int((time.time() if at is None else at) * 1000)
+    )
     if not ok:
-        model.add("fail", total_ns)
+        model.add("fail", total_ns, count)
         return
-    model.add("success", total_ns)
-    model.add("queue", queue_ns)
-    model.add("compute_input", input_ns)
-    model.add("compute_infer", infer_ns)
-    model.add("compute_output", output_ns)
+    model.add("success", total_ns, count)
+    model.add("queue", queue_ns, count)
+    model.add("compute_input", input_ns, count)
+    model.add("compute_infer", infer_ns, count)
+    model.add("compute_output", output_ns, count)
 
 
-def _execution(model: _Model, size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-    model.execution_count += 1
-    model.inference_count += size
+def _execution(
+    model: _Model, size: int, input_ns: int, infer_ns: int, output_ns: int, count: int = 1
+) -> None:
+    """`count` executes of batch size `size` with these nanoseconds in all."""
+    model.execution_count += count
+    model.inference_count += size * count
     phases = model.batches.get(size)
     if phases is None:
         phases = model.batches[size] = {p: [0, 0] for p in BATCH_PHASES}
     for phase, ns in zip(BATCH_PHASES, (input_ns, infer_ns, output_ns)):
-        phases[phase][0] += 1
+        phases[phase][0] += count
         phases[phase][1] += int(ns)

@@ -15,6 +15,28 @@ from service.protocols.disconnect import ClientDisconnected
 
 Receive = Callable[[], Awaitable[dict]]
 
+# An ASGI scope extension of the fronts' HTTP transport (service/protocols/http_transport.py):
+# `scope["extensions"][BODY_INTO](scope, view, filled)` has the rest of the request's body written
+# into `view` from byte `filled` on as it arrives, and returns the BodySink that counts it (None:
+# read it as usual); receive() then only says when the body has ended. A large binary body lands
+# in its arena slot in one copy, instead of being gathered into a buffer, copied into a message
+# and copied again into the slot.
+BODY_INTO = "etrt.body_into"
+
+
+class BodySink:
+    """`view[:filled]` holds the body so far."""
+
+    __slots__ = ("view", "filled")
+
+    def __init__(self, view, filled: int):
+        self.view = view
+        self.filled = filled
+
+    def detach(self) -> None:
+        """No more bytes go into the view: its memory may be given to another request now."""
+        self.view = b""
+
 
 async def known_model(service, model: str, version: str | None = None) -> None:
     """NotFound for an unknown model or version, before a body is read (or its tensors judged):

@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol, with each answer written to its connection in one write.
+"""uvicorn's httptools protocol, with each answer written to its connection in one write and
+large bodies received straight into the memory their reader gives.
 
 uvicorn writes a response's head and its body (and each part of a multipart body) as separate
 `transport.write`s, and uvloop makes a system call for each at once, holding the GIL: measured on
@@ -7,6 +8,12 @@ out together once the response is complete (uvicorn's on_response_complete), so 
 system call and waits for nothing else; whatever is written outside a response (a 100 Continue,
 uvicorn's own 400s) goes out at the end of the loop turn. Bytes and order are unchanged, and data
 written just before a close goes out before the close.
+
+A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
+the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
+come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
+the reader would copy each message again. A chunk that does not fit goes the usual way, so the
+reader sees a body longer than its room and refuses it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.protocols.bodies import BODY_INTO, BodySink
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
@@ -76,6 +85,33 @@ class _GatheringTransport:
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_GatheringTransport(transport, self.loop))
+        self._sink: BodySink | None = None  # the body arriving now goes here
+        self._extensions = {BODY_INTO: self._body_into}
+
+    def on_headers_complete(self) -> None:
+        HttpToolsProtocol.on_headers_complete(self)
+        self.scope["extensions"] = self._extensions
+        self._sink = None
+
+    def _body_into(self, scope: dict, view, filled: int) -> BodySink | None:
+        """None when the body arriving now is not that request's: a pipelined request's came
+        after it (that request's own body has arrived whole by then)."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not scope or cycle.response_complete:
+            return None
+        self._sink = BodySink(view, filled)
+        return self._sink
+
+    def on_body(self, body: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            end = sink.filled + len(body)
+            if end <= len(sink.view):
+                sink.view[sink.filled : end] = body
+                sink.filled = end
+                return
+            self._sink = None  # longer than its room: the reader is told the usual way
+        HttpToolsProtocol.on_body(self, body)
 
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.

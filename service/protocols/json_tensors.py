@@ -103,8 +103,15 @@ def _out_of_range(value, datatype: str, label: str, bounds: str = "") -> CodecEr
     return CodecError(f"{label}: value {clip(value)} is outside the {datatype} range{bounds}")
 
 
+# Values within these bounds convert without overflowing: no check needed (nearly every request).
+_IN_RANGE = {name: float(np.finfo(_FLOATS[name]).max) for name in ("FP16", "FP32", "FP64")}
+
+
 def _floats(values: list, datatype: str, label: str) -> np.ndarray:
     target = _FLOATS[datatype]
+    bound = _IN_RANGE.get(datatype)
+    if bound is not None and values and -bound <= min(values) and max(values) <= bound:
+        return np.array(values, dtype=target)  # NaN passes either way and stays NaN
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             array = np.array(values, dtype=target)

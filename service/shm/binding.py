@@ -2,10 +2,13 @@
 
 System regions are mapped here, so an input is a view of the client's bytes at its address: no
 copy when it sits on a 256-byte boundary (TensorRT's, and the arena's), a copy into an aligned
-buffer otherwise, counted. CUDA regions hold device memory; the programs this engine runs take
-host tensors (ExecuTorch copies request inputs into its planned memory), so a CUDA input is
-copied to the host and a CUDA output copied back, each counted, and the count says so.
-Outputs requested into a region are written there and travel back without their bytes.
+buffer otherwise, counted. A CUDA input is not copied here: it goes to the native host as a
+DeviceArray (its device address), and the host binds it where the program leaves the input out
+of memory planning (a TensorRT delegate then reads the region itself, or stages it when it is
+off a 256-byte boundary, which the staging metric counts) or copies it into the planned buffer
+on the device's stream (counted by the host; see ShmMetrics). A CUDA output is copied from the
+host result into the region, counted. Outputs requested into a region are written there and
+travel back without their bytes.
 
 Every reference is checked against the region before any byte is touched: a region that does
 not exist, a size that does not match the tensor, a window past the region's end or a region
@@ -21,6 +24,7 @@ from service.dataplane.types import Tensor
 from service.dtypes import BY_DATATYPE
 from service.errors import Forbidden, clip
 from service.ipc.arena import ALIGNMENT
+from service.shm.device_array import DeviceArray
 from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
 from service.shm.regions import FLAG, SharedMemory
 
@@ -94,15 +98,22 @@ class RequestShm:
             )
         region.check_intact()
         if region.kind == "cuda":
+            return Tensor(
+                name,
+                datatype,
+                DeviceArray(
+                    region.address + ref.offset,
+                    tuple(shape),
+                    np.dtype(entry.carrier),
+                    region.device_id,
+                    lambda: self.memory.count_copy("cuda", "to_host"),
+                ),
+            )
+        data = region.window(ref.offset, expected)
+        if data.ctypes.data % ALIGNMENT:
             data = _aligned_empty(expected)
-            cuda.copy(data.ctypes.data, region.address + ref.offset, expected, region.device_id)
-            self.memory.count_copy("cuda", "to_host")
-        else:
-            data = region.window(ref.offset, expected)
-            if data.ctypes.data % ALIGNMENT:
-                data = _aligned_empty(expected)
-                data[...] = region.window(ref.offset, expected)
-                self.memory.count_copy("system", "misaligned")
+            data[...] = region.window(ref.offset, expected)
+            self.memory.count_copy("system", "misaligned")
         array = data.view(entry.carrier).reshape(tuple(shape))
         if datatype == "BOOL" and bool((data > 1).any()):
             array = (data != 0).reshape(tuple(shape))  # any non-zero byte is true, stored as 1

@@ -1,13 +1,22 @@
 """What /metrics says about shared memory and the GPUs, rendered with the dataplane's families:
-the regions registered, the copies the engine had to make for them, and each GPU's memory (as
-Triton's nv_gpu_memory_total_bytes / nv_gpu_memory_used_bytes), read through cuda-python when
-it is installed and a device exists."""
+the regions registered, the copies made for them (the engine's own and the native host's), the
+CUDA inputs bound without one, and each GPU's memory (as Triton's nv_gpu_memory_total_bytes /
+nv_gpu_memory_used_bytes), read through cuda-python when it is installed and a device exists."""
 
 from __future__ import annotations
+
+import sys
 
 from service import cuda
 from service.prometheus import Counter, Gauge
 from service.shm.regions import KINDS, SharedMemory
+
+
+def _native_counts() -> dict[str, int]:
+    """What the native host did with inputs in device memory (only CUDA shared memory gives it
+    any); nothing before it is imported."""
+    host = sys.modules.get("ethost")
+    return host.device_input_counts() if host is not None else {}
 
 
 class ShmMetrics:
@@ -40,13 +49,27 @@ class ShmMetrics:
         copies = Counter(
             "etrt_shm_copies_total",
             "Tensors the engine copied instead of binding them in their shared memory region "
-            "(misaligned: not on a 256-byte boundary; to_host/from_host: CUDA memory for a "
-            "program that takes host tensors)",
+            "(misaligned: a system region's input off a 256-byte boundary, copied to an aligned "
+            "buffer; to_host: a CUDA input copied into a buffer the program plans in host memory; "
+            "device_to_device: a CUDA input copied into a buffer planned in device memory; "
+            "from_host: a CUDA output copied from the host result). A TensorRT delegate's own "
+            "staging of a bound input is etrt_tensorrt_staging_copies_total",
             ("kind", "reason"),
         )
         for labels, count in self.memory.copies.items():
             copies.samples[labels] = count
-        families = [regions, copies]
+        bound = Counter(
+            "etrt_shm_bound_total",
+            "CUDA shared memory inputs handed to the program at their device address, no copy "
+            "(inputs left out of memory planning that only device delegates read)",
+            ("kind",),
+        )
+        native = _native_counts()
+        bound.samples[("cuda",)] = native.get("bound", 0)
+        for reason in ("to_host", "device_to_device"):
+            key = ("cuda", reason)
+            copies.samples[key] = copies.samples.get(key, 0) + native.get(reason, 0)
+        families = [regions, copies, bound]
         devices = cuda.devices()
         if devices:
             total = Gauge(

@@ -2,17 +2,22 @@
 --allow-client-shm, regions exported by this test process the way tritonclient's
 cuda_shared_memory does it (cudaMalloc + cudaIpcGetMemHandle through cuda-python; the engine,
 another process, opens the handle), registered over REST and gRPC, inputs read from and
-outputs written to device memory, and the copies the engine makes counted on /metrics.
+outputs written to device memory, and what the engine did counted on /metrics.
 
-The image program (x * 2 + 1, exported on the CPU machine into $ETRT_TEST_PROGRAMS_DIR) runs
-on ExecuTorch's portable kernels, which take host tensors: each CUDA input is copied to the
-host and each CUDA output back (etrt_shm_copies_total{kind="cuda"}), aligned or not.
+Two programs. The image program (x * 2 + 1, exported on the CPU machine into
+$ETRT_TEST_PROGRAMS_DIR) runs on ExecuTorch's portable kernels and plans its input in host
+memory: the native host copies each CUDA input into it device-to-host (to_host) and each CUDA
+output is copied back (from_host). The TensorRT add program with unplanned inputs
+($ETHOST_TRT_PROGRAMS, served with the test engine provider on CUDA memory) takes the region's
+device address itself: aligned, the delegate binds it (etrt_shm_bound_total, 0 staging copies,
+0 copies); 16 bytes off, the delegate stages it (etrt_tensorrt_staging_copies_total).
 """
 
 from __future__ import annotations
 
 import base64
 import ctypes
+import os
 
 import grpc
 import httpx
@@ -121,11 +126,24 @@ def infer(server, name, in_offset, out_offset):
 
 
 def copies(server) -> dict[str, float]:
+    """etrt_shm_copies_total{kind="cuda"} by reason, plus "bound" (etrt_shm_bound_total)."""
     found = {}
     for line in httpx.get(f"{server.url}/metrics").text.splitlines():
         if line.startswith('etrt_shm_copies_total{kind="cuda"'):
             reason = line.split('reason="', 1)[1].split('"', 1)[0]
             found[reason] = float(line.split()[-1])
+        elif line.startswith('etrt_shm_bound_total{kind="cuda"}'):
+            found["bound"] = float(line.split()[-1])
+    return found
+
+
+def staging(server, model) -> dict[str, float]:
+    """etrt_tensorrt_staging_copies_total of `model`, by binding."""
+    found = {}
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith("etrt_tensorrt_staging_copies_total{") and f'model="{model}"' in line:
+            binding = line.split('binding="', 1)[1].split('"', 1)[0]
+            found[binding] = found.get(binding, 0) + float(line.split()[-1])
     return found
 
 
@@ -147,8 +165,10 @@ def test_inputs_and_outputs_through_cuda_shm(server, region, image_program, in_o
     expected = x * 2 + 1
     np.testing.assert_allclose(region.read(IMAGE, out_offset), expected, rtol=1e-6)
     after = copies(server)
+    # the image program plans its input in host memory: one device-to-host copy by the host
     assert after.get("to_host", 0) == before.get("to_host", 0) + 1
     assert after.get("from_host", 0) == before.get("from_host", 0) + 1
+    assert after.get("bound", 0) == before.get("bound", 0)
     unregister(server, name)
     assert httpx.get(f"{server.url}/v2/cudasharedmemory/status").json() == []
 
@@ -202,3 +222,104 @@ def test_metrics_report_gpu_memory(server):
     assert total and used, text[-2000:]
     assert 'gpu="0"' in total[0] and "H200" in total[0]
     assert float(total[0].split()[-1]) > 100e9
+
+
+# --- the TensorRT delegate reading the region itself ----------------------------------------
+
+TRT_BACKEND = "support.test_backend_setup:install_test_backend_on_cuda"
+ADD = (3, 5)
+ADD_BYTES = 3 * 5 * 4
+
+
+@pytest.fixture(scope="module")
+def add_program(programs_dir):
+    from support.trt_models import UNPLANNED_INPUTS_SET, TrtProgram
+
+    where = os.environ.get("ETHOST_TRT_PROGRAMS")
+    if where:
+        found = TrtProgram.at(where, *UNPLANNED_INPUTS_SET[0], planned_inputs=False)
+        assert found.exists(), f"ETHOST_TRT_PROGRAMS lacks {found.pte}"
+        return found
+    from support.trt_programs import export_trt_program
+
+    return export_trt_program(programs_dir, *UNPLANNED_INPUTS_SET[0], planned_inputs=False)
+
+
+@pytest.fixture(scope="module")
+def trt_server(tmp_path_factory, add_program):
+    server = ServerProcess(
+        tmp_path_factory.mktemp("cudashm_trt") / "artifacts",
+        "--allow-client-shm",
+        "--workers",
+        "1",
+        "--backend-setup",
+        TRT_BACKEND,
+    ).start()
+    with server.client() as client:
+        response = upload(client, "add", add_program.pte)
+        assert response.status_code == 201, response.text
+        metadata = client.get("/v2/models/add").json()
+    server.add_inputs = [i["name"] for i in metadata["inputs"]]
+    server.add_output = metadata["outputs"][0]["name"]
+    yield server
+    server.stop()
+
+
+def infer_add(server, name, offsets, out_offset=None):
+    def ref(offset):
+        return {
+            "shared_memory_region": name,
+            "shared_memory_byte_size": ADD_BYTES,
+            "shared_memory_offset": offset,
+        }
+
+    body = {
+        "inputs": [
+            {"name": n, "datatype": "FP32", "shape": list(ADD), "parameters": ref(offset)}
+            for n, offset in zip(server.add_inputs, offsets, strict=True)
+        ]
+    }
+    if out_offset is not None:
+        body["outputs"] = [{"name": server.add_output, "parameters": ref(out_offset)}]
+    return httpx.post(f"{server.url}/v2/models/add/infer", json=body, timeout=60)
+
+
+@pytest.mark.parametrize("misalign", [0, 16], ids=["aligned", "misaligned16"])
+def test_tensorrt_delegate_reads_the_cuda_region_itself(trt_server, region, misalign):
+    rng = np.random.default_rng(misalign)
+    x, y = (rng.standard_normal(ADD, dtype=np.float32) for _ in range(2))
+    offsets = (misalign, 1024 + misalign)
+    region.write(x, offsets[0])
+    region.write(y, offsets[1])
+    name = f"trt_{misalign}"
+    assert register(trt_server, name, region).status_code == 200
+    before, staged_before = copies(trt_server), staging(trt_server, "add")
+    response = infer_add(trt_server, name, offsets)
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    np.testing.assert_allclose(np.array(output["data"]).reshape(ADD), x + y, rtol=1e-6)
+    after, staged = copies(trt_server), staging(trt_server, "add")
+    # both inputs handed over at their device addresses: no copy by the engine or the host
+    assert after.get("bound", 0) == before.get("bound", 0) + 2
+    for reason in ("to_host", "device_to_device"):
+        assert after.get(reason, 0) == before.get(reason, 0), reason
+    # the delegate's bindings are input0, input1 (the region) and output0 (host-planned)
+    added = {b: staged.get(b, 0) - staged_before.get(b, 0) for b in ("input0", "input1")}
+    assert added == ({"input0": 1, "input1": 1} if misalign else {"input0": 0, "input1": 0})
+    unregister(trt_server, name)
+
+
+def test_tensorrt_outputs_into_cuda_shm_match(trt_server, region):
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(ADD, dtype=np.float32) for _ in range(2))
+    region.write(x, 0)
+    region.write(y, 1024)
+    assert register(trt_server, "trt_out", region).status_code == 200
+    before = copies(trt_server)
+    response = infer_add(trt_server, "trt_out", (0, 1024), out_offset=2048)
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    assert "data" not in output and output["parameters"]["shared_memory_region"] == "trt_out"
+    np.testing.assert_allclose(region.read(ADD, 2048), x + y, rtol=1e-6)
+    assert copies(trt_server).get("from_host", 0) == before.get("from_host", 0) + 1
+    unregister(trt_server, "trt_out")

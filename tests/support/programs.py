@@ -151,11 +151,15 @@ def _export(
             name: constant_prop_pass(ep.run_decompositions()) for name, ep in exported.items()
         }
     alignment = config_kwargs.pop("memory_planning_alignment", None)
-    if alignment is not None:
+    unplanned_inputs = config_kwargs.pop("unplanned_inputs", False)
+    if alignment is not None or unplanned_inputs:
         # Imported only when exporting: reading cached files must work without the exporter.
         from executorch.exir.passes import MemoryPlanningPass
+        from executorch.exir.passes.memory_planning_pass import ALIGNMENT
 
-        config_kwargs["memory_planning_pass"] = MemoryPlanningPass(alignment=alignment)
+        config_kwargs["memory_planning_pass"] = MemoryPlanningPass(
+            alignment=alignment or ALIGNMENT, alloc_graph_input=not unplanned_inputs
+        )
     program = _lower(exported, config_kwargs)
     program.save(str(pte))
     before = set(folder.glob("*.ptd"))
@@ -174,9 +178,12 @@ def _seeded():
     return torch
 
 
-def export_linear_relu(out_dir: Path, alignment: int | None = None) -> ExportedProgram:
+def export_linear_relu(
+    out_dir: Path, alignment: int | None = None, planned_inputs: bool = True
+) -> ExportedProgram:
     """alignment: planning alignment for memory-planned tensors (e.g. 256 for TensorRT
-    placement)."""
+    placement); planned_inputs False leaves the input out of memory planning, so the host
+    hands the method the caller's buffer itself."""
     torch = _seeded()
     module = _modules()[0]()
     inputs = (torch.randn(2, 4),)
@@ -185,6 +192,9 @@ def export_linear_relu(out_dir: Path, alignment: int | None = None) -> ExportedP
     if alignment is not None:
         config["memory_planning_alignment"] = alignment
         folder = Path(out_dir) / f"linear_relu_align{alignment}"
+    if not planned_inputs:
+        config["unplanned_inputs"] = True
+        folder = folder.with_name(folder.name + "_unplanned")
     pte, ptds = _export(folder, {"forward": (module, inputs)}, config)
     return ExportedProgram(pte, ptds, module, inputs)
 

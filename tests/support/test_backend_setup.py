@@ -23,3 +23,12 @@ def install_test_backend_reading_host_memory() -> None:
     default) cannot, so the delegate stages every host buffer; this one stages a buffer only
     for its alignment, which is what ingest predicts per call from the planned offsets."""
     install_test_backend(reads_pageable_host=True)
+
+
+def install_test_backend_on_cuda() -> None:
+    """The test engine provider on real CUDA memory (GPU hosts): the delegate's bindings,
+    staging and the host's device inputs are the production code on the device; only the
+    engine is a stand-in."""
+    trt = load_tensorrt_backend()
+    trt.testing.use_cuda_memory()
+    trt.set_engine_provider(TestEngineProvider())

@@ -15,6 +15,7 @@ def load_tensorrt_backend():
     if error is not None:
         raise RuntimeError(error)
     assert "TensorRTBackend" in ethost.registered_backends()
+    ethost.accept_device_memory("TensorRTBackend")  # as install_backend does
     return ethost_tensorrt
 
 

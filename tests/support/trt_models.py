@@ -14,6 +14,8 @@ MODELS = {
     "add": ([(3, 5), (3, 5)], lambda x, y: x + y),
     "mixed": ([(3, 5), (3, 5)], lambda x, y: np.maximum(x + y, 0) + x),
     "matmul": ([(3, 7), (7, 5)], lambda a, b: a @ b),
+    # image-sized, for bench/bench_shm.py --cuda
+    "image_add": ([(1, 3, 224, 224), (1, 3, 224, 224)], lambda x, y: x + y),
 }
 
 # The programs the GPU run uses: (model, planning alignment, engine in a .ptd).
@@ -34,8 +36,17 @@ DEVICE_PLANNED_SET = [("add", 256), ("matmul", 256), ("add", 16)]
 IN_GRAPH_COPIES_SET = [("mixed", 256), ("matmul", 256), ("mixed", 16)]
 
 
-def program_name(model, alignment, external, device_planned=False, in_graph_copies=False):
+# Programs whose inputs are left out of memory planning (model, planning alignment): the host
+# hands the method the caller's buffer, so an input in device memory (a CUDA shared memory
+# region) reaches the delegate as it is, bound directly when aligned, staged when not.
+UNPLANNED_INPUTS_SET = [("add", 256), ("image_add", 256)]
+
+
+def program_name(
+    model, alignment, external, device_planned=False, in_graph_copies=False, planned_inputs=True
+):
     suffix = "_cuda" if device_planned else "_cudacopies" if in_graph_copies else ""
+    suffix += "" if planned_inputs else "_unplanned"
     return f"trt_{model}_a{alignment}{'_ext' if external else ''}{suffix}"
 
 
@@ -54,8 +65,11 @@ class TrtProgram:
         external=False,
         device_planned=False,
         in_graph_copies=False,
+        planned_inputs=True,
     ):
-        name = program_name(model, alignment, external, device_planned, in_graph_copies)
+        name = program_name(
+            model, alignment, external, device_planned, in_graph_copies, planned_inputs
+        )
         out_dir = Path(out_dir)
         return cls(
             out_dir / f"{name}.pte", [out_dir / f"{name}_engines.ptd"] if external else [], model

@@ -39,6 +39,7 @@ from support.trt_models import (
     DEVICE_PLANNED_SET,
     GPU_SET,
     IN_GRAPH_COPIES_SET,
+    UNPLANNED_INPUTS_SET,
     TrtProgram,
     program_name,
 )
@@ -132,7 +133,12 @@ class MatmulModel(torch.nn.Module):
         return torch.mm(a, b)
 
 
-TORCH_MODELS = {"add": AddModel, "mixed": MixedModel, "matmul": MatmulModel}
+TORCH_MODELS = {
+    "add": AddModel,
+    "image_add": AddModel,
+    "mixed": MixedModel,
+    "matmul": MatmulModel,
+}
 
 
 def _device_planning(device_planned, in_graph_copies):
@@ -159,11 +165,14 @@ def export_trt_program(
     external=False,
     device_planned=False,
     in_graph_copies=False,
+    planned_inputs=True,
 ) -> TrtProgram:
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
-    result = TrtProgram.at(out_dir, model, alignment, external, device_planned, in_graph_copies)
+    result = TrtProgram.at(
+        out_dir, model, alignment, external, device_planned, in_graph_copies, planned_inputs
+    )
     if result.exists():
         return result
     tag = f"{program_name(model, alignment, external)}_engines" if external else None
@@ -174,7 +183,9 @@ def export_trt_program(
     lowered = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     program = lowered.to_executorch(
         ExecutorchBackendConfig(
-            memory_planning_pass=MemoryPlanningPass(alignment=alignment),
+            memory_planning_pass=MemoryPlanningPass(
+                alignment=alignment, alloc_graph_input=planned_inputs
+            ),
             **_device_planning(device_planned, in_graph_copies),
         )
     )
@@ -193,6 +204,8 @@ if __name__ == "__main__":
         print(export_trt_program(sys.argv[1], model, alignment, device_planned=True).pte)
     for model, alignment in IN_GRAPH_COPIES_SET:
         print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
+    for model, alignment in UNPLANNED_INPUTS_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, planned_inputs=False).pte)
 
 
 def with_plans_rewritten(source, target, blob_fields=None, **fields):

@@ -26,6 +26,12 @@ class RecordingTransport:
     def get_write_buffer_size(self):
         return 0
 
+    def pause_reading(self):
+        self.calls.append(("pause_reading", None))
+
+    def resume_reading(self):
+        self.calls.append(("resume_reading", None))
+
     def get_extra_info(self, name, default=None):
         return ("127.0.0.1", 1) if name == "peername" else default
 
@@ -88,3 +94,130 @@ def test_a_complete_answer_is_written_at_once_in_one_call():
     at_once, later = asyncio.run(main())
     assert at_once == [("write", b"headbody")]
     assert later == at_once  # nothing more at the end of the turn
+
+
+def _protocol(app):
+    """The fronts' protocol on a recording transport, as uvicorn makes one per connection."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from service.protocols.http_transport import GatheringHttpToolsProtocol
+
+    config = Config(app=app, http=GatheringHttpToolsProtocol, lifespan="off", log_level="error")
+    protocol = GatheringHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    protocol.connection_made(RecordingTransport())
+    return protocol
+
+
+def _post(body: bytes) -> bytes:
+    head = f"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    return head + body
+
+
+def _receiving_app(room: int, seen: dict):
+    """Reads the first message, then hands the rest of the body to a buffer of `room` bytes."""
+    from service.protocols.bodies import BODY_INTO, chunks
+
+    async def app(scope, receive, send):
+        first = await receive()
+        buffer = bytearray(room)
+        start = first["body"]
+        buffer[: len(start)] = start
+        sink = scope["extensions"][BODY_INTO](scope, memoryview(buffer), len(start))
+        seen["later"] = [chunk async for chunk in chunks(receive)]
+        seen["body"] = bytes(buffer[: sink.filled])
+        sink.detach()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+def test_a_body_handed_to_its_reader_lands_in_its_memory_as_it_arrives():
+    body = bytes(range(256)) * 1024  # 256 KiB, in pieces: the reader takes the first one
+    seen: dict = {}
+
+    async def main():
+        protocol = _protocol(_receiving_app(len(body), seen))
+        wire = _post(body)
+        protocol.data_received(wire[:1000])
+        await asyncio.sleep(0.01)  # the app reads the first part and hands over its buffer
+        for at in range(1000, len(wire), 65536):
+            protocol.data_received(wire[at : at + 65536])
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        return protocol.transport.calls
+
+    calls = asyncio.run(main())
+    assert seen["body"] == body
+    assert seen["later"] == []  # no chunk went through a message after the hand-over
+    writes = [data for call, data in calls if call == "write"]
+    assert writes and writes[0].startswith(b"HTTP/1.1 200 OK") and writes[0].endswith(b"ok")
+
+
+def test_a_body_longer_than_its_readers_room_reaches_it_the_usual_way():
+    body = b"x" * 5000
+    seen: dict = {}
+
+    async def main():
+        protocol = _protocol(_receiving_app(3000, seen))
+        wire = _post(body)
+        protocol.data_received(wire[:-4000])
+        await asyncio.sleep(0.01)
+        protocol.data_received(wire[-4000:])
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert b"".join(seen["later"]) == b"x" * 4000  # what did not fit, for the reader to refuse
+    assert len(seen["body"]) == len(body) - 4000
+
+
+def test_a_detached_reader_gets_no_more_bytes_in_its_memory():
+    from service.protocols.bodies import BODY_INTO
+
+    buffer = bytearray(100)
+    done: list = []
+
+    async def app(scope, receive, send):
+        await receive()
+        sink = scope["extensions"][BODY_INTO](scope, memoryview(buffer), 0)
+        sink.detach()  # as a reader that gave up (refused or cancelled) does
+        done.append(True)
+
+    async def main():
+        protocol = _protocol(app)
+        wire = _post(b"y" * 100)
+        protocol.data_received(wire[:-100])
+        await asyncio.sleep(0.01)
+        protocol.data_received(wire[-100:])
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert done and buffer == bytearray(100)
+
+
+def test_a_pipelined_requests_reader_is_not_handed_the_next_requests_body():
+    from service.protocols.bodies import BODY_INTO
+
+    answers: list = []
+
+    async def app(scope, receive, send):
+        first = await receive()
+        sink = scope["extensions"][BODY_INTO](scope, memoryview(bytearray(10)), 0)
+        answers.append((first["body"], sink))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def main():
+        protocol = _protocol(app)
+        protocol.data_received(_post(b"first") + _post(b"second"))  # both at once
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    # The first request's body had arrived whole; the body arriving after it is the second's.
+    assert answers[0] == (b"first", None)
+    assert answers[1][0] == b"second"

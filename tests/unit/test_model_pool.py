@@ -269,3 +269,51 @@ def test_run_now_is_not_offered_while_the_only_instance_runs_in_a_thread(heavy):
     with ThreadPoolExecutor(2) as executor:
         busy, after = asyncio.run(main(executor))
     assert (busy, after) == (False, True)
+
+
+def test_run_now_goes_ahead_of_requests_that_only_wait_for_the_loop_not_of_real_waiters(
+    programs_dir,
+):
+    """Under load a line of requests woken but not yet resumed is always there; queueing new
+    requests behind it kept the engine on the slow path. A request that waits for an instance a
+    thread holds is never overtaken."""
+    exported = programs.export_linear_relu(programs_dir)
+    description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
+    stored = StoredModel("lin", exported.pte.parent, description)
+    pool = ModelPool(stored, import_host(), 2, inline_below_s=60.0)
+    x = exported.example_inputs[0].numpy()
+    with ThreadPoolExecutor(1) as executor:
+        asyncio.run(pool.run("forward", [x], executor))  # measured
+    slots = pool._methods["forward"]
+    slots.waiting = 1  # someone waits, and every instance is free: it waits for the loop
+    assert pool.can_run_now("forward")
+    held = slots.free.pop()  # an instance executing in a thread: that wait is real
+    assert not pool.can_run_now("forward")
+    slots.free.append(held)
+    slots.waiting = 0
+    assert pool.can_run_now("forward")
+
+
+class _Timed:
+    """An instance whose executes took what the test says."""
+
+    def __init__(self):
+        self.last_run_ns = 0
+
+    def execute(self, inputs):
+        return []
+
+
+def test_one_long_execute_does_not_move_a_method_off_the_loop_but_two_do():
+    from service.dataplane.model_pool import _MethodSlots
+
+    instance = _Timed()
+    slots = _MethodSlots([instance])
+    for took_s in (2e-6, 2e-6, 2e-6):
+        instance.last_run_ns = int(took_s * 1e9)
+        slots.execute(instance, [])
+    instance.last_run_ns = int(5e-3 * 1e9)  # preempted once
+    slots.execute(instance, [])
+    assert slots.recent_s < 10e-6
+    slots.execute(instance, [])  # and again: the method really is slow now
+    assert slots.recent_s > 500e-6

@@ -46,7 +46,9 @@ def test_python_passes_ruff_lint_and_format():
 
 
 def _arena_programs(programs_dir: Path, folder: Path) -> Path:
-    """The programs arenas_test reads (ETHOST_TEST_PROGRAMS): host-planned and CUDA-planned."""
+    """The programs arenas_test, device_inputs_test and plan_reader_test read
+    (ETHOST_TEST_PROGRAMS): host-planned, CUDA-planned, and with inputs left out of planning
+    (on the CPU, and TensorRT-delegated)."""
     from support.programs import export_linear_relu
     from support.trt_models import DEVICE_PLANNED_SET
     from support.trt_programs import export_trt_program
@@ -55,6 +57,10 @@ def _arena_programs(programs_dir: Path, folder: Path) -> Path:
     (folder / "cpu.pte").symlink_to(export_linear_relu(programs_dir, alignment=256).pte)
     device = export_trt_program(programs_dir, *DEVICE_PLANNED_SET[0], device_planned=True)
     (folder / "device.pte").symlink_to(device.pte)
+    unplanned = export_linear_relu(programs_dir, alignment=256, planned_inputs=False)
+    (folder / "unplanned.pte").symlink_to(unplanned.pte)
+    trt = export_trt_program(programs_dir, "add", 256, planned_inputs=False)
+    (folder / "trt_unplanned.pte").symlink_to(trt.pte)
     return folder
 
 
@@ -87,5 +93,6 @@ def test_cpp_unit_tests_pass_under_ctest(tmp_path, programs_dir):
     )
     assert tested.returncode == 0, tested.stdout[-4000:]
     assert "100% tests passed" in tested.stdout, tested.stdout[-4000:]
-    for name in ("engine_runner_test", "backend_test", "arenas_test", "tensor_io_test"):
+    tests = ("engine_runner_test", "backend_test", "arenas_test", "tensor_io_test")
+    for name in (*tests, "device_inputs_test", "plan_reader_test"):
         assert f" {name} " in tested.stdout, f"{name} did not run"

@@ -228,3 +228,64 @@ def test_references_parse_and_cross_the_control_messages():
             refs.parse("x", bad)
     placeholder = refs.placeholder("FP32", [1, 3, 224, 224])
     assert placeholder.shape == (1, 3, 224, 224) and placeholder.strides == (0, 0, 0, 0)
+
+
+class DeviceRegion:
+    """A CUDA region as the registry holds one, over the host-memory stand-in for the GPU
+    (opening a real IPC handle needs a GPU: tests/gpu/test_cuda_shm_cuda.py does)."""
+
+    kind = "cuda"
+
+    def __init__(self, testing, name: str, byte_size: int):
+        self.testing, self.name, self.byte_size = testing, name, byte_size
+        self.address, self.device_id, self.in_use = testing.device_alloc(byte_size), 0, 0
+
+    def check_intact(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.testing.device_free(self.address)
+
+
+def test_cuda_inputs_reach_the_host_as_device_addresses_bound_without_a_copy(programs_dir):
+    """The engine copies nothing: the host binds the region's address for a program that
+    leaves its inputs unplanned, and /metrics counts it bound, not copied."""
+    import ethost
+
+    from service.shm.device_array import DeviceArray
+    from service.shm.metrics import ShmMetrics
+    from support.device_planned_cases import T, load, trt
+    from support.test_engine_provider import TestEngineProvider
+    from support.trt_programs import export_trt_program
+
+    T.use_host_memory(reads_pageable_host=False)
+    trt.set_engine_provider(TestEngineProvider())
+    program = export_trt_program(programs_dir, "add", 256, planned_inputs=False)
+    memory = SharedMemory(Settings())
+    region = DeviceRegion(T, "gpu", 4096)
+    memory.regions["cuda"]["gpu"] = region
+    x, y = program.example_inputs()
+    T.device_write(region.address + 256, x.tobytes())
+    T.device_write(region.address + 1024, y.tobytes())
+    use = RequestShm(memory, _shared([("a", "gpu", 60, 256), ("b", "gpu", 60, 1024)]))
+
+    def sample(name, labels):
+        [family] = [f for f in ShmMetrics(memory).families() if f.name == name]
+        return family.samples.get(labels, 0)
+
+    try:
+        a = use.input("a", "FP32", [3, 5], ("gpu", 60, 256))
+        b = use.input("b", "FP32", [3, 5], ("gpu", 60, 1024))
+        assert isinstance(a.array, DeviceArray) and a.array.address == region.address + 256
+        assert a.array.shape == (3, 5) and a.array.dtype == np.float32
+        bound = sample("etrt_shm_bound_total", ("cuda",))
+        to_host = sample("etrt_shm_copies_total", ("cuda", "to_host"))
+        [out] = load(program).execute([a.array, b.array])
+        np.testing.assert_allclose(out, x + y, rtol=1e-6)
+        assert sample("etrt_shm_bound_total", ("cuda",)) == bound + 2
+        assert sample("etrt_shm_copies_total", ("cuda", "to_host")) == to_host
+        assert memory.copies == {} and ethost.device_input_counts()["bound"] >= 2
+    finally:
+        use.close()
+        region.close()
+        trt.set_engine_provider(None)

@@ -32,3 +32,47 @@ def test_metrics_record_served_renders_as_a_finished_request_and_an_execute():
     assert 'etrt_inference_requests_total{model="m",method="forward",outcome="ok"} 2' in (
         together.render({})
     )
+
+
+def test_served_requests_are_all_counted_at_the_next_read_before_and_past_a_fold(monkeypatch):
+    import time
+
+    from service.dataplane import statistics
+
+    apart, together = Statistics(), Statistics()
+    sizes = [1, 1, 2, 1, 4] * (statistics.FOLD_AT // 5 + 3)  # a fold on the way, then some left
+    for size in sizes:
+        apart.record_execution("m", "1", size, 0, 700, 0)
+        apart.record_request("m", "1", True, 900, 0, 100, 700, 50)
+        together.record_served("m", "1", size, 900, 100, 700, 50)
+    together.record_served("other", "2", 1, 10, 1, 8, 1)
+    assert len(together._served) < statistics.FOLD_AT  # folded once on the way
+    assert _without_clock(together.model_stats("m", "1")) == _without_clock(
+        apart.model_stats("m", "1")
+    )
+    assert together.model_stats("m", "1")["inference_count"] == sum(sizes)
+    assert together.model_stats("other", "2")["execution_count"] == 1
+    # The last inference's time, not the time of the read that counted it.
+    served_at = time.time()
+    together.record_served("m", "1", 1, 900, 100, 700, 50)
+    monkeypatch.setattr(statistics.time, "time", lambda: served_at + 60)
+    assert abs(together.model_stats("m", "1")["last_inference"] - served_at * 1000) < 1000
+
+
+def test_metrics_count_every_served_request_at_the_next_render():
+    from service.dataplane import statistics
+
+    apart, together = Metrics(), Metrics()
+    count = statistics.FOLD_AT + 7
+    for i in range(count):
+        rows, seconds = (1, 0.25) if i % 3 else (4, 0.5)  # exact in binary: sums match exactly
+        apart.request_finished(None, "m", "forward", "ok", 0.0, seconds)
+        apart.batch_executed("m", "forward", rows)
+        together.record_served("m", "forward", rows, seconds)
+    assert together.render({}) == apart.render({})
+    assert f'etrt_inference_requests_total{{model="m",method="forward",outcome="ok"}} {count}' in (
+        together.render({})
+    )
+    together.record_served("m", "forward", 1, 0.25)
+    together.forget_model("m")  # counted, then dropped with the model's series
+    assert 'model="m"' not in together.render({})

@@ -382,4 +382,7 @@ def install_backend() -> None:
     error = ethost_tensorrt.registration_error()
     if error is not None:
         raise RuntimeError(f"{BACKEND_ID} could not be registered: {error}")
+    # Its delegates bind device pointers (staging them only off a 256-byte boundary), so an
+    # input in device memory (CUDA shared memory) that only they read is handed over as is.
+    ethost.accept_device_memory(BACKEND_ID)
     ethost_tensorrt.set_engine_provider(TensorRTEngineProvider())

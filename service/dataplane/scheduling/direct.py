@@ -58,8 +58,7 @@ class DirectPolicy(Policy):
         return outputs
 
     def can_run_now(self) -> bool:
-        # Nobody waits for an instance when one is free (ModelPool.can_run_now), so the bound
-        # cannot refuse this request either.
+        # It runs at once, never queued (ModelPool.can_run_now), so the bound cannot refuse it.
         return self.pool.can_run_now(self.method)
 
     def run_now(self, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], int, int]:

@@ -8,7 +8,9 @@ reads: service/ipc/arena.py), placed so that the tensor data after the JSON head
 256-byte boundary: otherwise the header's arbitrary length would leave inputs misaligned, and
 they would have to be copied (TensorRT takes no buffer off that boundary). Arena pages cost
 memory only once written, so a request that declares a large body and sends little costs
-little. A response's binary outputs are sent from the result arrays themselves in slices, so a
+little. In a front, the chunks that arrive once the slot is taken are written into it by the
+HTTP transport itself (bodies.BODY_INTO): one copy per byte, no message per chunk. A response's
+binary outputs are sent from the result arrays themselves in slices, so a
 100 MB output is never joined into a second 100 MB string and no single send holds the event
 loop for long.
 """
@@ -22,7 +24,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from service.errors import Invalid, too_large
-from service.protocols.bodies import chunks, declared_length, read_body
+from service.protocols.bodies import BODY_INTO, chunks, declared_length, read_body
 
 _SLICE = 4 * 1024 * 1024
 ALIGNMENT = 256
@@ -41,7 +43,8 @@ async def read_aligned_body(
         return await read_body(request.scope, request.receive, limit, what), None
     if declared > limit:
         raise too_large(what, limit)
-    head, body, lease, filled = bytearray(), None, None, 0
+    into = request.scope.get("extensions", {}).get(BODY_INTO)
+    head, body, lease, filled, sink = bytearray(), None, None, 0, None
     try:
         async for chunk in chunks(request.receive):
             if body is None:
@@ -52,15 +55,23 @@ async def read_aligned_body(
                 start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
                 body = buffer[start : start + declared]
                 chunk, head = head, None
-            if filled + len(chunk) > declared:
+            if sink is not None or filled + len(chunk) > declared:
                 raise Invalid(f"{what} is longer than its Content-Length")
             body[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
+            if into is not None:  # the rest goes straight into the slot (bodies.BODY_INTO)
+                sink = into(request.scope, body, filled)
+                into = None
         if body is None:  # it ended before its header did (or it is empty)
             body, filled = head, len(head)
+        elif sink is not None:
+            filled = sink.filled
+            sink.detach()
         if filled != declared:
             raise Invalid(f"{what} is shorter than its Content-Length")
     except BaseException:
+        if sink is not None:
+            sink.detach()
         if lease is not None:
             lease.release()
         raise

@@ -1,0 +1,209 @@
+// Inputs in device memory through a method instance, on real exported programs with the
+// host-memory stand-in as the device: each is filled by one device-to-host copy (never a CPU
+// memcpy of device memory), into the planned buffer or, for an input left out of planning that
+// CPU kernels read, into a host buffer of the instance; and the refusals: an address the device
+// memory does not own, and a host without device memory. (An unplanned input only a device
+// delegate reads is bound as it is: tests/unit/test_device_inputs.py, with the TensorRT
+// delegate; plan_reader_test.cpp for the reading of the plan.)
+//
+// Programs (ETHOST_TEST_PROGRAMS, exported by tests/unit/test_native_checks.py): cpu.pte plans
+// its input in host memory, unplanned.pte leaves it out of planning; both are linear + relu on
+// the CPU.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/platform/runtime.h>
+
+#include "check.h"
+#include "device_inputs.h"
+#include "device_memory.h"
+#include "method_instance.h"
+#include "program.h"
+
+using namespace ethost;
+using ethost_device::CopyKind;
+using ethost_device::DeviceMemory;
+
+namespace {
+
+std::shared_ptr<const LoadedProgram> open(const char* file) {
+  executorch::runtime::runtime_init();
+  const char* dir = std::getenv("ETHOST_TEST_PROGRAMS");
+  if (dir == nullptr || dir[0] == '\0') {
+    std::fprintf(stderr, "ETHOST_TEST_PROGRAMS is not set (tests/unit/test_native_checks.py)\n");
+    ++ethost_test::failures();
+    return nullptr;
+  }
+  auto loaded = LoadedProgram::open(std::string(dir) + "/" + file, {});
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.status().message().c_str());
+    ++ethost_test::failures();
+    return nullptr;
+  }
+  return loaded.take();
+}
+
+// The host-memory stand-in, counting the copies queued on it by kind.
+class CountingMemory final : public DeviceMemory {
+ public:
+  CountingMemory() : inner_(ethost_device::make_host_memory(false)) {}
+  const char* kind() const override { return "counting"; }
+  int device_id() const override { return 0; }
+  bool reads_pageable_host_memory() const override { return false; }
+  bool is_device_pointer(const void* p) const override { return inner_->is_device_pointer(p); }
+  Outcome<void*> allocate(size_t nbytes) override { return inner_->allocate(nbytes); }
+  void release(void* p) override { inner_->release(p); }
+  Status copy_async(void* dst, const void* src, size_t n, CopyKind kind,
+                    ethost_device::StreamHandle stream) override {
+    ++copies[static_cast<int>(kind)];
+    return inner_->copy_async(dst, src, n, kind, stream);
+  }
+  Outcome<ethost_device::StreamHandle> create_stream() override { return inner_->create_stream(); }
+  Status synchronize(ethost_device::StreamHandle s) override { return inner_->synchronize(s); }
+  void destroy_stream(ethost_device::StreamHandle s) override { inner_->destroy_stream(s); }
+
+  int copies[4] = {0, 0, 0, 0};
+
+ private:
+  std::shared_ptr<DeviceMemory> inner_;
+};
+
+constexpr float kInput[8] = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f, -2.0f, 3.0f};
+
+InputBinding input_at(void* data, bool on_device) {
+  InputBinding in;
+  in.is_tensor = true;
+  in.dtype = executorch::aten::ScalarType::Float;
+  in.ndim = 2;
+  in.sizes[0] = 2;
+  in.sizes[1] = 4;
+  in.dim_order[0] = 0;
+  in.dim_order[1] = 1;
+  in.strides[0] = 4;
+  in.strides[1] = 1;
+  in.data = data;
+  in.on_device = on_device;
+  return in;
+}
+
+std::vector<float> values(const OutputBuffer& out) {
+  size_t n = 1;
+  for (size_t extent : out.shape) n *= extent;
+  std::vector<float> v(n);
+  std::memcpy(v.data(), out.data.get(), n * sizeof(float));
+  return v;
+}
+
+// The outputs of one run with the input in host memory, then one with it in device memory.
+struct Runs {
+  std::vector<float> from_host, from_device;
+  Status device_status;
+};
+
+Runs run_both(MethodInstance& method, CountingMemory& memory) {
+  Runs runs;
+  float host[8];
+  std::memcpy(host, kInput, sizeof(host));
+  std::vector<InputBinding> inputs{input_at(host, false)};
+  auto ran = method.run(inputs);
+  CHECK(ran.ok());
+  if (ran.ok()) runs.from_host = values(ran.value()[0]);
+  void* device = memory.allocate(sizeof(kInput)).take();
+  std::memcpy(device, kInput, sizeof(kInput));  // the stand-in's device memory is host memory
+  inputs = {input_at(device, true)};
+  auto on_device = method.run(inputs);
+  runs.device_status = status_of(on_device);
+  if (on_device.ok()) runs.from_device = values(on_device.value()[0]);
+  memory.release(device);
+  return runs;
+}
+
+}  // namespace
+
+TEST(routes_follow_where_the_input_is_planned_and_who_reads_it) {
+  CHECK(route_device_input(false, false, true) == DeviceInputRoute::Bound);
+  CHECK(route_device_input(false, false, false) == DeviceInputRoute::ToHostBuffer);
+  CHECK(route_device_input(false, true, true) == DeviceInputRoute::ToPlannedHost);
+  CHECK(route_device_input(true, true, true) == DeviceInputRoute::DeviceToDevice);
+}
+
+TEST(an_unplanned_input_cpu_kernels_read_is_copied_into_host_memory) {
+  auto program = open("unplanned.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  CHECK(!method.value()->spec().inputs[0].memory_planned);
+  CHECK(!method.value()->spec().inputs[0].read_by_device_delegates_only);
+  DeviceInputCounts before = device_input_counts();
+  Runs runs = run_both(*method.value(), *memory);
+  CHECK(runs.device_status.ok());
+  CHECK(!runs.from_host.empty() && runs.from_device == runs.from_host);
+  CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 1);
+  DeviceInputCounts after = device_input_counts();
+  CHECK(after.to_host == before.to_host + 1);
+  CHECK(after.bound == before.bound && after.device_to_device == before.device_to_device);
+  ethost_device::use_memory(nullptr);
+}
+
+TEST(an_input_planned_in_host_memory_takes_one_device_to_host_copy) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  CHECK(method.value()->spec().inputs[0].memory_planned);
+  DeviceInputCounts before = device_input_counts();
+  Runs runs = run_both(*method.value(), *memory);
+  CHECK(runs.device_status.ok());
+  CHECK(!runs.from_host.empty() && runs.from_device == runs.from_host);
+  CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 1);
+  CHECK(memory->copies[static_cast<int>(CopyKind::HostToDevice)] == 0);
+  CHECK(device_input_counts().to_host == before.to_host + 1);
+  CHECK(device_input_counts().bound == before.bound);
+  ethost_device::use_memory(nullptr);
+}
+
+TEST(an_address_the_device_memory_does_not_own_is_refused) {
+  auto program = open("unplanned.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  if (!method.ok()) return;
+  float host[8] = {};
+  std::vector<InputBinding> inputs{input_at(host, true)};
+  auto ran = method.value()->run(inputs);
+  CHECK(!ran.ok());
+  if (!ran.ok()) {
+    CHECK(ran.status().code == Error::InvalidArgument);
+    CHECK_CONTAINS(ran.status().message(), "setting input 0 of method 'forward'");
+    CHECK_CONTAINS(ran.status().message(), "counting memory does not recognize");
+  }
+  ethost_device::use_memory(nullptr);
+}
+
+TEST(a_device_input_on_a_host_without_device_memory_is_refused) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  ethost_device::use_memory(nullptr);               // CUDA, which this CPU host lacks
+  if (ethost_device::active_memory().ok()) return;  // a CUDA host: nothing to refuse
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  float data[8] = {};
+  std::vector<InputBinding> inputs{input_at(data, true)};
+  auto ran = method.value()->run(inputs);
+  CHECK(!ran.ok());
+  if (!ran.ok()) {
+    CHECK(ran.status().code == Error::NotSupported);
+    CHECK_CONTAINS(ran.status().message(), "no device memory to read it from");
+  }
+}

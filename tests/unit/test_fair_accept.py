@@ -1,0 +1,91 @@
+"""The fronts' loop takes one connection per wakeup from a listening socket shared by fronts."""
+
+import asyncio
+import socket
+
+from service.protocols.fair_accept import FrontLoop, OneAtATimeServer
+
+
+class Counting(asyncio.Protocol):
+    def __init__(self, made: list):
+        self.made = made
+
+    def connection_made(self, transport):
+        self.made.append(transport)
+
+
+class CountingListener:
+    """A listening socket that counts its accepts."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.accepts = 0
+
+    def accept(self):
+        self.accepts += 1
+        return self.sock.accept()
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def _run(main):
+    loop = FrontLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_the_fronts_loop_serves_a_passed_socket_one_connection_at_a_time():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+
+    async def main():
+        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, sock=sock)
+        server.close()
+        return server
+
+    try:
+        server = _run(main)
+    finally:
+        sock.close()
+    assert isinstance(server, OneAtATimeServer) and server.sockets == (sock,)
+
+
+def test_each_wakeup_accepts_one_connection_and_close_stops_accepting():
+    listener = CountingListener()
+    address = listener.getsockname()
+    made: list = []
+    clients = [socket.create_connection(address) for _ in range(3)]  # all queued at once
+
+    async def main():
+        server = OneAtATimeServer(asyncio.get_running_loop(), lambda: Counting(made), listener)
+        per_turn = []
+        for _ in range(6):
+            before = listener.accepts
+            await asyncio.sleep(0)
+            per_turn.append(listener.accepts - before)
+        for _ in range(50):
+            if len(made) == 3:
+                break
+            await asyncio.sleep(0.01)
+        accepted = len(made)
+        server.close()
+        clients.append(socket.create_connection(address))
+        await asyncio.sleep(0.05)
+        await server.wait_closed()
+        return per_turn, accepted
+
+    try:
+        per_turn, accepted = _run(main)
+    finally:
+        for client in clients:
+            client.close()
+        listener.close()
+    assert max(per_turn) == 1  # never two in one turn: another front may take the next one
+    assert accepted == 3
+    assert len(made) == 3  # once closed, new connections are left to the other fronts
