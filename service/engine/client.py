@@ -34,7 +34,7 @@ import numpy as np
 
 from service import oip
 from service.config import Settings
-from service.dataplane.scheduling.gate import Gate
+from service.dataplane.scheduling.gate import Gate, Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
 from service.dtypes import BY_DATATYPE
@@ -244,7 +244,7 @@ class EngineClient:
         ready (a stale table costs a call to model_ready, never a wrong answer)."""
         return self._table.entry(model, version) is not None
 
-    def refuses(self, model: str, version: str | None, protocol: str) -> Busy | None:
+    def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
         """As ModelService.refuses, from this front's gate; the refusal is counted as the
         default method's."""
         entry = self._table.entry(model, version)
@@ -267,11 +267,11 @@ class EngineClient:
         capacity, checked_at = 0, None
         if signature is not None:
             model, method, version = request.model, request.method, request.version
-            refusal = self.gate.admit(model, entry.version, method, request.protocol)
-            if refusal is not None:  # the engine said this queue is full: no crossing
+            refused = self.gate.admit(model, entry.version, method, request.protocol)
+            if refused is not None:  # the engine said this queue is full: no crossing
                 elapsed_s = time.perf_counter() - begun
                 self._note("record_refused", model, method, "busy", elapsed_s, version)
-                raise refusal
+                raise refused.error()
             try:
                 arrays = bind_inputs(request.inputs, signature)
                 select_outputs(signature, request.outputs)
@@ -296,6 +296,13 @@ class EngineClient:
             capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
             checked_at = table.generation
         return await self._send(link, request, inputs, capacity, checked_at)
+
+    def _engines_error(self, error: Exception) -> Exception:
+        """The engine's answer to a request it refused, once a full queue's has closed the gate
+        (returned, not raised here: see gate.Refusal)."""
+        if type(error) is QueueFull:
+            self.gate.refused(error)
+        return error
 
     async def _send(
         self, link: Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
@@ -365,10 +372,7 @@ class EngineClient:
         self._holding_s += _SMOOTHING * (time.perf_counter() - sent - self._holding_s)
         if not ok:
             pending.settle()
-            error = pickle.loads(payload)
-            if type(error) is QueueFull:
-                self.gate.refused(error)
-            raise error
+            raise self._engines_error(pickle.loads(payload))
         version, outputs = payload
         tensors = []
         for name, datatype, shape, offset, inline in outputs:

@@ -50,9 +50,9 @@ def refuse_when_full(service, model: str, version: str | None, protocol: str) ->
     """Busy, before a body is read, for a model whose every method's queue is full now: under
     a flood most requests are such refusals, and reading and decoding their bodies would take
     the cores the admitted requests' executes need (service/dataplane/scheduling/gate.py)."""
-    refusal = service.refuses(model, version, protocol)
-    if refusal is not None:
-        raise refusal
+    refused = service.refuses(model, version, protocol)
+    if refused is not None:
+        raise refused.error()
 
 
 def declared_length(scope: dict) -> int | None:

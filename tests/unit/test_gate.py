@@ -4,7 +4,7 @@ when it opens again."""
 
 import pickle
 
-from service.dataplane.scheduling.gate import Gate
+from service.dataplane.scheduling.gate import Gate, Refusal
 from service.errors import Busy, QueueFull
 
 PACE, DRAIN = 0.010, 0.080  # 8 queued, one leaving every 10 ms
@@ -39,8 +39,9 @@ def test_an_open_gate_lets_every_request_through():
 def test_a_full_queue_is_refused_with_the_engines_message_and_hint_until_a_place_frees():
     gate, clock = closed_gate()
     refusal = gate.admit("m", "1", "forward", "native")
-    assert type(refusal) is Busy
-    assert refusal.message == full().message and refusal.retry_after_s == 1.0
+    assert refusal == Refusal(full().message, 1.0)
+    error = refusal.error()
+    assert type(error) is Busy and (error.message, error.retry_after_s) == (full().message, 1.0)
     clock.now += PACE * 0.9
     assert gate.admit("m", "1", "forward", "native") is not None
     clock.now += PACE * 0.2  # the first place has freed: one request, not two
@@ -127,7 +128,7 @@ def test_a_request_whose_method_is_not_read_yet_is_refused_only_when_every_metho
     assert gate.refuses("m", "1", ["forward", "other"], "v2 JSON") is None  # other is open
     gate.refused(full(method="other"))
     refusal = gate.refuses("m", "1", ["forward", "other"], "v2 JSON")
-    assert type(refusal) is Busy and refusal.retry_after_s == 1.0
+    assert refusal == Refusal(full().message, 1.0)
     clock.now += 1.1 * PACE
     # A place has freed: the body is worth reading, and asking took no place.
     assert gate.refuses("m", "1", ["forward", "other"], "v2 JSON") is None

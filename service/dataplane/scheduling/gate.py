@@ -33,6 +33,19 @@ from dataclasses import dataclass, field
 from service.errors import Busy, QueueFull
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """What to refuse a request with. A record rather than the exception: an exception raised
+    from a local variable is held by its own traceback's frame, a reference cycle that would keep
+    the request (and its tensors) until the garbage collector's next full pass."""
+
+    message: str
+    retry_after_s: float
+
+    def error(self) -> Busy:
+        return Busy(self.message, self.retry_after_s)
+
+
 @dataclass
 class _Closed:
     """One full queue as the engine last reported it, and who has had its places since."""
@@ -90,7 +103,7 @@ class Gate:
             closed = self._closed[key] = _Closed(now, 0.0, 0.0, "", 0.0)
         closed.close(refusal, now)
 
-    def admit(self, model: str, version: str, method: str, protocol: str) -> Busy | None:
+    def admit(self, model: str, version: str, method: str, protocol: str) -> Refusal | None:
         """None: the request may go to the engine (taking a freed place, if the queue is
         full); else the refusal to answer it with."""
         key = (model, version, method)
@@ -106,11 +119,11 @@ class Gate:
             closed.let_through += 1
             closed.passed[protocol] = now
             return None
-        return Busy(closed.message, closed.retry_after_s)
+        return Refusal(closed.message, closed.retry_after_s)
 
     def refuses(
         self, model: str, version: str, methods: Iterable[str], protocol: str
-    ) -> Busy | None:
+    ) -> Refusal | None:
         """The refusal for a request to `model` whose method is not known yet (it is in a body
         not read yet) when every one of the `methods` would refuse it now; takes no place."""
         now = self._clock()
@@ -122,5 +135,5 @@ class Gate:
             closed.asked[protocol] = now
             if closed.place_for(protocol, now):
                 return None
-            refusal = refusal or Busy(closed.message, closed.retry_after_s)
+            refusal = refusal or Refusal(closed.message, closed.retry_after_s)
         return refusal
