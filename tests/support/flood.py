@@ -116,9 +116,11 @@ async def _http_loop(port, request, outcome, until, honor, started):
 
 
 def _grpc_request(model: str, x: np.ndarray) -> bytes:
-    from tritonclient.grpc import service_pb2
+    # The server's own message classes: the same wire format as tritonclient's, and present on
+    # a host that has only the server (bench_flood on the GPU host).
+    from service.protocols.v2_grpc import messages
 
-    request = service_pb2.ModelInferRequest(model_name=model)
+    request = messages.ModelInferRequest(model_name=model)
     request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
     request.raw_input_contents.append(x.tobytes())
     return request.SerializeToString()
