@@ -8,7 +8,13 @@ a ratio of the sequential client's rate (goal: >= 0.8); p50/p99 of the successes
 bound of (queue length + instances) x execute time; and the Retry-After values the 503s named.
 
 usage: python bench/bench_flood.py [--seconds 10] [--connections 16] [--max-queue 8]
-       [--workers 1] [--honor-retry-after] [--programs-dir DIR]
+       [--workers 1] [--honor-retry-after] [--width 2048] [--layers 4] [--programs-dir DIR]
+       [--export-only]
+
+The program (`--layers` x Linear(`--width`, `--width`), 4 x width^2 x layers bytes of weights) is
+exported into `--programs-dir` once and read from there afterwards without torch or the
+exporter: export it here with `--export-only`, then run the bench on a host that has only the
+server (e.g. `--width 1024 --layers 8`, 32 MiB, for a host reached with a 64 MiB carry).
 """
 
 import argparse
@@ -21,12 +27,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support import programs  # noqa: E402
+from support import programs  # noqa: E402 (torch only when it exports)
 from support.flood import PROTOCOLS, flood, sequential  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
 MODEL = "flood"
-WIDTH, LAYERS = 2048, 4  # 4 x Linear(2048, 2048): about 10 ms per execute on one core here
+# 4 x Linear(2048, 2048) by default: about 10 ms per execute on one core here
+
+
+def _program(directory: Path, width: int, layers: int) -> programs.ExportedProgram:
+    """The exported program in `directory`, exporting it only if it is not there yet."""
+    folder = directory / f"weight_bound_{width}_{layers}"
+    marker = folder / "files.json"
+    if marker.exists():  # what programs.export_weight_bound wrote: no torch needed to read it
+        names = json.loads(marker.read_text())
+        return programs.ExportedProgram(
+            folder / "program.pte", [folder / n for n in names], None, ()
+        )
+    return programs.export_weight_bound(directory, width, layers)
 
 
 def _stats(client) -> dict:
@@ -47,15 +65,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--honor-retry-after", action="store_true")
     parser.add_argument("--client-nice", type=int, default=0)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--programs-dir", type=Path, default=None)
+    parser.add_argument("--export-only", action="store_true", help="export the program and stop")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-flood-"))
-    program = programs.export_weight_bound(args.programs_dir or scratch / "programs", WIDTH, LAYERS)
+    program = _program(args.programs_dir or scratch / "programs", args.width, args.layers)
+    if args.export_only:
+        print(f"exported {program.pte} and {[str(p) for p in program.ptds]}")
+        return
     config = {
         "dynamic_batching": {"default_queue_policy": {"max_queue_size": args.max_queue}},
         "instance_group": [{"count": 1}],
     }
-    x = np.random.default_rng(0).standard_normal((1, WIDTH)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1, args.width)).astype(np.float32)
     server = ServerProcess(
         scratch / "artifacts", "--log-level", "warning", "--workers", str(args.workers)
     )
@@ -90,7 +114,8 @@ def main() -> None:
     )
     print(
         f"flood: {args.connections} connections x {len(PROTOCOLS)} protocols, "
-        f"max_queue_size {args.max_queue}, 1 instance, {args.seconds:g} s"
+        f"max_queue_size {args.max_queue}, 1 instance, {args.layers} x Linear({args.width}, "
+        f"{args.width}), {args.workers} front(s), {args.seconds:g} s"
         + (", clients honor Retry-After" if args.honor_retry_after else "")
         + f"; in the engine meanwhile: execute {execute_s * 1e3:.1f} ms, "
         f"queued {queue_s * 1e3:.1f} ms per request"

@@ -8,6 +8,7 @@ act on every problem of a request at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from service import rules
@@ -86,6 +87,30 @@ class Busy(ServiceError):
     def __init__(self, message: str, retry_after_s: float = 1.0):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class QueueFull(Busy):
+    """A model method's bounded queue is full. Says which queue, `pace_s` (the seconds between
+    requests leaving it, as measured) and `drain_s` (until the requests in it have left), so
+    that a front can refuse the next requests for it by itself until a place has freed
+    (service/dataplane/scheduling/gate.py). The retry hint is the drain time, at least 1 s."""
+
+    def __init__(
+        self, message: str, model: str, version: str, method: str, pace_s: float, drain_s: float
+    ):
+        super().__init__(message, max(1.0, drain_s))
+        self.model, self.version, self.method = model, version, method
+        self.pace_s, self.drain_s = pace_s, drain_s
+
+    def __reduce__(self):  # it crosses from the engine to the fronts
+        fields = (self.message, self.model, self.version, self.method, self.pace_s, self.drain_s)
+        return type(self), fields, self.__dict__
+
+
+def retry_after_seconds(exc: Busy) -> int:
+    """The retry hint as every protocol sends it: whole seconds, rounded up (never an
+    invitation to come back too early), at least 1."""
+    return max(1, math.ceil(exc.retry_after_s))
 
 
 class DeadlineExceeded(ServiceError):

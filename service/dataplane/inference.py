@@ -21,6 +21,7 @@ from service.dataplane.metrics import UNKNOWN
 from service.dataplane.model_pool import PoolClosed
 from service.dataplane.scheduler import Policy, policy_for
 from service.dataplane.scheduling.direct import DirectPolicy
+from service.dataplane.scheduling.gate import Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, MethodSignature, Tensor
 from service.errors import (
@@ -74,6 +75,25 @@ class Inference:
     ) -> None:
         """Counts a request a front refused before it crossed (as infer() counts its own)."""
         self._finished(None, model, version, method, outcome, None, elapsed_s, {})
+
+    def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
+        """The refusal for a request to `model` whose method is in a body not read yet, when
+        every method's queue is full now (so a protocol answers before reading the body); the
+        refusal is counted as the default method's. `protocol`: what a front's gate shares
+        places by (service/dataplane/scheduling/gate.py); here the queue itself decides."""
+        served = self._find(model, version)
+        if served is None:
+            return None
+        refusal = None
+        for method in served.signatures:
+            scheduler = served.schedulers.get(method)
+            refusal = None if scheduler is None else scheduler.refusal()
+            if refusal is None:
+                return None
+        if refusal is None:
+            return None
+        self.record_refused(model, oip.DEFAULT_METHOD, "busy", 0.0, version)
+        return Refusal(refusal.message, refusal.retry_after_s)
 
     def _scheduler_for(self, served: Served, method: str) -> Policy:
         scheduler = served.schedulers.get(method)

@@ -32,13 +32,15 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from service import oip
 from service.config import Settings
+from service.dataplane.scheduling.gate import Gate, Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine import handshake
 from service.engine.link import Link, Outage, Pending, output_bytes
-from service.errors import Busy, ServiceError, TooLarge
+from service.errors import Busy, QueueFull, ServiceError, TooLarge
 from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.ipc import frames
 from service.ipc.arena import Arena, ArenaFull, Lease, align_up
@@ -73,6 +75,7 @@ class EngineClient:
         self._connected = asyncio.Event()
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
         self._outage = Outage()
+        self.gate = Gate()  # refuses for full queues without crossing
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -241,6 +244,17 @@ class EngineClient:
         ready (a stale table costs a call to model_ready, never a wrong answer)."""
         return self._table.entry(model, version) is not None
 
+    def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
+        """As ModelService.refuses, from this front's gate; the refusal is counted as the
+        default method's."""
+        entry = self._table.entry(model, version)
+        if entry is None:
+            return None
+        refusal = self.gate.refuses(model, entry.version, entry.signatures, protocol)
+        if refusal is not None:
+            self._note("record_refused", model, oip.DEFAULT_METHOD, "busy", 0.0, version)
+        return refusal
+
     async def infer(self, request: InferRequest) -> InferResponse:
         link = self._require()
         begun = time.perf_counter()
@@ -252,6 +266,12 @@ class EngineClient:
         inputs = [(t.name, t.datatype, t.array) for t in request.inputs]
         capacity, checked_at = 0, None
         if signature is not None:
+            model, method, version = request.model, request.method, request.version
+            refused = self.gate.admit(model, entry.version, method, request.protocol)
+            if refused is not None:  # the engine said this queue is full: no crossing
+                elapsed_s = time.perf_counter() - begun
+                self._note("record_refused", model, method, "busy", elapsed_s, version)
+                raise refused.error()
             try:
                 arrays = bind_inputs(request.inputs, signature)
                 select_outputs(signature, request.outputs)
@@ -276,6 +296,13 @@ class EngineClient:
             capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
             checked_at = table.generation
         return await self._send(link, request, inputs, capacity, checked_at)
+
+    def _engines_error(self, error: Exception) -> Exception:
+        """The engine's answer to a request it refused, once a full queue's has closed the gate
+        (returned, not raised here: see gate.Refusal)."""
+        if type(error) is QueueFull:
+            self.gate.refused(error)
+        return error
 
     async def _send(
         self, link: Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
@@ -345,7 +372,7 @@ class EngineClient:
         self._holding_s += _SMOOTHING * (time.perf_counter() - sent - self._holding_s)
         if not ok:
             pending.settle()
-            raise pickle.loads(payload)
+            raise self._engines_error(pickle.loads(payload))
         version, outputs = payload
         tensors = []
         for name, datatype, shape, offset, inline in outputs:

@@ -46,6 +46,15 @@ async def known_model(service, model: str, version: str | None = None) -> None:
         await service.model_ready(model, version)
 
 
+def refuse_when_full(service, model: str, version: str | None, protocol: str) -> None:
+    """Busy, before a body is read, for a model whose every method's queue is full now: under
+    a flood most requests are such refusals, and reading and decoding their bodies would take
+    the cores the admitted requests' executes need (service/dataplane/scheduling/gate.py)."""
+    refused = service.refuses(model, version, protocol)
+    if refused is not None:
+        raise refused.error()
+
+
 def declared_length(scope: dict) -> int | None:
     """The request's Content-Length, None when absent or not a plain number."""
     for key, value in scope["headers"]:

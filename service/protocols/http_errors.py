@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import re
 
 from fastapi import FastAPI, Request
@@ -40,6 +39,7 @@ from service.errors import (
     Unauthorized,
     Unavailable,
     clip,
+    retry_after_seconds,
 )
 from service.protocols.disconnect import ClientDisconnected, log_aborted
 
@@ -112,12 +112,7 @@ def service_error_response(exc: ServiceError, invalid_status: int = 422) -> JSON
         status = invalid_status
     else:
         status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
-    # Retry-After takes whole seconds; rounding up never invites a retry too early.
-    headers = (
-        {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
-        if isinstance(exc, Busy)
-        else None
-    )
+    headers = {"Retry-After": str(retry_after_seconds(exc))} if isinstance(exc, Busy) else None
     return ErrorResponse(
         {"error": exc.message, "problems": [p.as_dict() for p in exc.problems]},
         status_code=status,

@@ -116,9 +116,11 @@ async def _http_loop(port, request, outcome, until, honor, started):
 
 
 def _grpc_request(model: str, x: np.ndarray) -> bytes:
-    from tritonclient.grpc import service_pb2
+    # The server's own message classes: the same wire format as tritonclient's, and present on
+    # a host that has only the server (bench_flood on the GPU host).
+    from service.protocols.v2_grpc import messages
 
-    request = service_pb2.ModelInferRequest(model_name=model)
+    request = messages.ModelInferRequest(model_name=model)
     request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
     request.raw_input_contents.append(x.tobytes())
     return request.SerializeToString()
@@ -139,8 +141,11 @@ async def _grpc_loops(address, body, outcome, until, honor, connections, started
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
                     outcome.refused += 1
-                    if honor:
-                        await asyncio.sleep(min(1.0, max(0.0, until - time.perf_counter())))
+                    trailers = dict(exc.trailing_metadata() or ())
+                    retry = float(trailers.get("retry-after", "nan"))
+                    outcome.retry_after_s.append(retry)
+                    if honor and retry == retry:
+                        await asyncio.sleep(min(retry, max(0.0, until - time.perf_counter())))
                 else:
                     name = exc.code().name
                     outcome.other[name] = outcome.other.get(name, 0) + 1

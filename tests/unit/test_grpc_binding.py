@@ -1,16 +1,17 @@
 """gRPC binding: large work leaves the event loop; the problem list of an error travels in
-bounded trailing metadata."""
+bounded trailing metadata, a busy refusal's retry hint in `retry-after`."""
 
 import asyncio
 import json
 import threading
 
-from service.errors import Invalid, Problem
+from service.errors import Busy, Invalid, Problem, QueueFull
 from service.protocols.v2_grpc.binding import (
     OFF_LOOP_BYTES,
     PROBLEMS_METADATA_CHARS,
     off_loop,
     problems_metadata,
+    refusal,
 )
 
 
@@ -32,3 +33,14 @@ def test_problems_metadata_stays_under_the_clients_limit():
     assert key == "etrt-problems" and 0 < len(text) <= PROBLEMS_METADATA_CHARS
     assert 5 < len(json.loads(text)) < 100
     assert problems_metadata(Invalid("no problems")) == ()
+
+
+def test_a_busy_refusal_says_when_to_come_back_in_whole_seconds_as_rest_does():
+    full = QueueFull(
+        "model 'm' method 'forward' has 8 requests queued", "m", "1", "forward", 0.3, 2.4
+    )
+    details, trailers = refusal(full)
+    assert details == "model 'm' method 'forward' has 8 requests queued (retry after 3 s)"
+    assert trailers == (("retry-after", "3"),)
+    assert refusal(Busy("restarting", retry_after_s=0.2))[1] == (("retry-after", "1"),)
+    assert refusal(Invalid("bad")) == ("bad", ())

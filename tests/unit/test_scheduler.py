@@ -16,7 +16,7 @@ from service.dataplane.scheduling.batching import BatchingPolicy
 from service.dataplane.scheduling.direct import DirectPolicy
 from service.dataplane.scheduling.priority import PriorityPolicy
 from service.dataplane.statistics import Statistics
-from service.errors import Busy, DeadlineExceeded, Invalid
+from service.errors import Busy, DeadlineExceeded, Invalid, QueueFull
 from service.model_config.parse import parse_model_config
 from service.native_host import import_host
 from service.store.records import ModelDescription, StoredFile, StoredModel
@@ -221,11 +221,18 @@ def test_a_full_queue_refuses_at_once_with_a_retry_hint(heavy_program):
         assert 'etrt_queue_depth{model="m",method="forward"} 2' in metrics.render({})
         with pytest.raises(Busy) as busy:
             await scheduler.submit([x])
+        ahead = scheduler.refusal()  # what a protocol asks before reading a body
         outputs = await asyncio.gather(*running)
-        return busy.value, outputs
+        return busy.value, ahead, scheduler.refusal(), outputs
 
-    busy, outputs = run(heavy_program, config, scenario)
+    busy, ahead, after, outputs = run(heavy_program, config, scenario)
     assert busy.retry_after_s >= 1.0 and "max_queue_size 2" in busy.message
+    # It names its queue, for the fronts' gates (service/dataplane/scheduling/gate.py).
+    assert type(busy) is QueueFull
+    assert (busy.model, busy.version, busy.method) == ("m", "1", "forward")
+    assert busy.pace_s == 0.0  # nothing has finished yet: no pace for a gate to go by
+    assert type(ahead) is QueueFull and ahead.message == busy.message
+    assert after is None  # drained: room again
     assert len(outputs) == 3
 
 
@@ -443,6 +450,8 @@ def test_a_full_level_refuses_only_its_own_requests(heavy_program):
 
     busy = run(heavy_program, prioritized({2: {"max_queue_size": 1}}), scenario)
     assert "at priority level 2 (max_queue_size 1)" in busy.message
+    # Not a QueueFull: a front cannot tell which level a request will take, so must not gate.
+    assert type(busy) is Busy
 
 
 def test_a_priority_past_the_levels_is_refused(batch_program):
@@ -546,6 +555,7 @@ def test_a_refusal_names_the_queues_measured_drain_time(heavy_program):
         scenario,
     )
     assert depth == bound
-    assert busy.retry_after_s == max(1.0, drain)
+    assert busy.retry_after_s == max(1.0, drain) and busy.drain_s == drain
+    assert busy.pace_s == pytest.approx(drain / depth)
     # The pace the test saw, 1 instance: within a factor of 2 of the queue's own measure.
     assert 0.5 < drain / (depth * interval) < 2.0, (drain, depth, interval)

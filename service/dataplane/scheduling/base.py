@@ -19,7 +19,7 @@ import numpy as np
 from service.dataplane.metrics import Metrics
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.statistics import Statistics
-from service.errors import Busy, DeadlineExceeded, input_problem
+from service.errors import Busy, DeadlineExceeded, QueueFull, input_problem
 from service.model_config.records import ModelConfig, QueuePolicy
 
 _SMOOTHING = 0.2  # weight of the newest completion interval in the drain-rate average
@@ -110,6 +110,14 @@ class Policy:
             raise self._busy(level, policy)
         return level, policy
 
+    def refusal(self) -> Busy | None:
+        """What a request would be refused with now, its queue being full; None where it would
+        be queued (or where priority levels, which only the request names, decide)."""
+        bound = self.policy.max_queue_size
+        if not bound or self.config.queue.priority_levels or self.depth < bound:
+            return None
+        return self._busy(0, self.policy)
+
     def drain_s(self) -> float:
         """Seconds until the requests waiting now have left the queue, at its measured pace."""
         depth = self.depth
@@ -118,13 +126,23 @@ class Policy:
         per_batch = max(self.max_batch, 1)
         return self._recent_execute_s * math.ceil(depth / per_batch / self._instances)
 
+    def pace_s(self) -> float:
+        """Seconds between requests leaving the queue, at its measured pace."""
+        if self._per_request_s is not None:
+            return self._per_request_s
+        return self._recent_execute_s / max(self.max_batch, 1) / self._instances
+
     def _busy(self, level: int, policy: QueuePolicy) -> Busy:
         at = f" at priority level {level}" if level else ""
-        return Busy(
+        message = (
             f"model {self.model!r} method {self.method!r} has {self._waiting(level)} requests "
-            f"queued{at} (max_queue_size {policy.max_queue_size}); retry later",
-            retry_after_s=max(1.0, self.drain_s()),
+            f"queued{at} (max_queue_size {policy.max_queue_size}); retry later"
         )
+        drain_s = self.drain_s()
+        if self.config.queue.priority_levels:
+            # A full level refuses only its own requests, which a front cannot tell apart.
+            return Busy(message, max(1.0, drain_s))
+        return QueueFull(message, self.model, self.version, self.method, self.pace_s(), drain_s)
 
     def _expired(self, timeout_s: float) -> DeadlineExceeded:
         return DeadlineExceeded(

@@ -50,7 +50,10 @@ class InferEndpoint:
             label, reason = undecodable
             raise input_problem(label, rules.INPUT_DATA, reason)
         response = await unless_disconnected(
-            receive, self.service.infer(InferRequest(model=model, method=method, inputs=tensors))
+            receive,
+            self.service.infer(
+                InferRequest(model=model, method=method, inputs=tensors, protocol="native")
+            ),
         )
         try:
             text = await self.offload.write(

@@ -6,7 +6,8 @@ copied several times between the wire and the arrays (parse, bytes field, respon
 serialization), which on the loop would stall every other call, health checks included.
 
 Every ServiceError becomes a status here and only here (STATUS), with its message as the
-details and its problems, as JSON, in the `etrt-problems` trailing metadata.
+details and its problems, as JSON, in the `etrt-problems` trailing metadata; a busy refusal adds
+its retry hint (`retry-after`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from service.errors import (
     TooLarge,
     Unauthorized,
     Unavailable,
+    retry_after_seconds,
 )
 from service.protocols.v2_grpc import messages
 
@@ -110,6 +112,18 @@ def problems_metadata(exc: ServiceError) -> tuple:
     return (("etrt-problems", text),) if shown else ()
 
 
+def refusal(exc: ServiceError) -> tuple[str, tuple]:
+    """The details and trailing metadata of a call refused with `exc`. A busy refusal (a full
+    queue, a full arena, an engine restarting) says when to come back as REST's Retry-After
+    does, in the same whole seconds: in the `retry-after` trailer and in the message, which is
+    all that some clients show."""
+    trailers = problems_metadata(exc)
+    if not isinstance(exc, Busy):
+        return exc.message, trailers
+    seconds = retry_after_seconds(exc)
+    return f"{exc.message} (retry after {seconds} s)", (*trailers, ("retry-after", str(seconds)))
+
+
 def _refuse(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, trailers=()
 ) -> bytes:
@@ -139,7 +153,7 @@ def _bound(
             response = await handler(request, context)
             return response if isinstance(response, bytes) else response.SerializeToString()
         except ServiceError as exc:
-            return _refuse(context, _status(exc), exc.message, problems_metadata(exc))
+            return _refuse(context, _status(exc), *refusal(exc))
         except DecodeError:
             return _refuse(
                 context,

@@ -228,6 +228,7 @@ class InferenceServicer(SharedMemoryRpcs):
                 timeout_s=_timeout_s(parameters, context.time_remaining()),
                 parameters=parameters,
                 shared_memory=parsed.shared,
+                protocol="gRPC",
             )
         )
         try:

@@ -212,6 +212,12 @@ def parse_header(text: bytes | bytearray) -> ParsedRequest:
     return parsed
 
 
+def protocol(binary_header: str | None) -> str:
+    """The request's protocol as the gate of a full queue shares places out (its two encodings
+    apart: service/dataplane/scheduling/gate.py); `binary_header`: its binary.HEADER."""
+    return "v2 JSON" if binary_header is None else "v2 binary"
+
+
 def to_request(
     model: str, version: str | None, parsed: ParsedRequest, payload: memoryview | None
 ) -> InferRequest:
@@ -241,6 +247,7 @@ def to_request(
         parameters=parsed.parameters,
         timeout_s=parsed.timeout_s,
         shared_memory=shared or None,
+        protocol=protocol(None if payload is None else ""),
     )
 
 

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import ModelService
 from service.errors import TooLarge, Unavailable, clip
-from service.protocols.bodies import known_model, read_body
+from service.protocols.bodies import known_model, read_body, refuse_when_full
 from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import responses
 from service.protocols.offload import Offload
@@ -113,6 +113,7 @@ async def infer(request: Request, model: str, version: str | None) -> Response:
     service, offload = _service(request), _offload(request)
     await known_model(service, model, version)  # an unknown one is answered before the body
     header_length = request.headers.get(binary.HEADER)
+    refuse_when_full(service, model, version, codec.protocol(header_length))  # a full one too
     max_json = _max_json(service)
     # Without the header the body is JSON, whatever its Content-Type (tritonclient sends none).
     if header_length is None:
