@@ -37,6 +37,8 @@ class Settings:
     # Shared memory per front for the tensors of its requests in flight (service/ipc/arena.py);
     # pinned for the GPU on CUDA hosts, so it is committed memory there.
     arena_bytes: int = 512 * MiB
+    # How far below the engine's CPU priority the fronts run (nice; service/front.py says why).
+    front_nice: int = 10
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001
     artifacts: Path = Path("artifacts")
@@ -182,6 +184,14 @@ _OPTIONS = (
         "max_json_bytes",
         int,
         "largest accepted JSON inference body (native /infer, v2 JSON)",
+    ),
+    (
+        "--front-nice",
+        "ETRT_FRONT_NICE",
+        "front_nice",
+        int,
+        "how much lower than the engine's the fronts' CPU priority is (nice increment, 0-19): "
+        "under overload the engine's executes get the cores before the fronts' refusals",
     ),
     (
         "--inline-execute-us",
@@ -364,6 +374,8 @@ def parse_settings(
             parser.error(f"{attr} must be positive")
     if settings.inline_execute_us < 0:
         parser.error("inline_execute_us must be 0 or more")
+    if not 0 <= settings.front_nice <= 19:
+        parser.error("front_nice must be between 0 and 19")
     return settings
 
 

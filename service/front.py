@@ -21,19 +21,17 @@ from service.ingest import child_guard
 from service.ipc.gc_tuning import tune_for_serving
 from service.protocols.http_transport import GatheringHttpToolsProtocol
 
-# How much lower than the engine's a front's CPU priority is (nice, inherited by its threads and
-# its offload workers). Under overload the fronts are never idle: clients that send a refused
-# request again at once keep them refusing for as long as they get a core, and at equal
-# priority that work takes the cores the engine's executes need (on 2 cores, a flood's execute
-# took twice its time alone). What serves admitted requests goes first; where nothing executes,
-# a front waits for nobody. Lowering one's own priority needs no privilege.
-FRONT_NICE = 10
-
 
 def main() -> None:
-    os.nice(FRONT_NICE)
     child_guard.die_with_parent(int(os.environ["ETRT_SUPERVISOR_PID"]))
     settings = decode_settings(os.environ["ETRT_SETTINGS"])
+    # The fronts run below the engine's CPU priority (--front-nice, inherited by their threads
+    # and offload workers). Under overload the fronts are never idle: clients that send a
+    # refused request again at once keep them refusing for as long as they get a core, and at
+    # equal priority that work takes the cores the engine's executes need (on 2 cores, a flood's
+    # execute took twice its time alone). What serves admitted requests goes first; where
+    # nothing executes, a front waits for nobody. Lowering one's own priority needs no privilege.
+    os.nice(settings.front_nice)
     front_id = int(os.environ["ETRT_FRONT_ID"])
     logging.basicConfig(
         level=settings.log_level.upper(),

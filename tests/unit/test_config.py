@@ -101,3 +101,13 @@ def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_settings(argv, env)
     assert exit_info.value.code == 2
+
+
+def test_the_fronts_priority_below_the_engines_is_a_setting_within_nices_range(capsys):
+    assert parse_settings([], {}).front_nice == 10
+    assert parse_settings([], {"ETRT_FRONT_NICE": "0"}).front_nice == 0
+    assert parse_settings(["--front-nice", "19"], {}).front_nice == 19
+    for wrong in ("-1", "20"):
+        with pytest.raises(SystemExit):
+            parse_settings(["--front-nice", wrong], {})
+        assert "front_nice must be between 0 and 19" in capsys.readouterr().err
