@@ -15,11 +15,10 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable
 
 from service.dataplane import residency
-from service.dataplane.statistics import FOLD_AT
+from service.dataplane.statistics import Backlog
 from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
@@ -75,8 +74,7 @@ class Metrics:
             ("front", "state"),
         )
         self.backends = [m for m in (backends or []) if m is not None]
-        # record_served's requests not counted yet (deque appends and pops are thread-safe).
-        self._served: deque[tuple] = deque()
+        self._served = Backlog(self._lock, self._count_served)
         self._live: dict[str, object] = {}
         # (model, method, version) -> the scheduler's current queue depth, read when rendering;
         # the gauge sums a model's versions.
@@ -122,16 +120,11 @@ class Metrics:
     def record_served(self, model: str, method: str, rows: int, total_s: float) -> None:
         """request_finished (ok, not queued) and batch_executed of a request that was an
         execute of its own, counted when next rendered (the module says why)."""
-        self._served.append((model, method, rows, total_s))
-        if len(self._served) >= FOLD_AT:
-            with self._lock:
-                self._fold()
+        self._served.add((model, method, rows, total_s))
 
-    def _fold(self) -> None:
-        """Counts the served requests recorded so far; under the lock."""
-        served, sums = self._served, {}
-        for _ in range(len(served)):
-            model, method, rows, total_s = served.popleft()
+    def _count_served(self, served: list[tuple]) -> None:
+        sums = {}
+        for model, method, rows, total_s in served:
             found = sums.get((model, method))
             if found is None:
                 found = sums[(model, method)] = ([], {})
@@ -208,7 +201,7 @@ class Metrics:
 
     def forget_model(self, model: str) -> None:
         with self._lock:
-            self._fold()
+            self._served.fold()
             self._live.pop(model, None)
             for family in (
                 self.requests,
@@ -263,7 +256,7 @@ class Metrics:
             states.add((state,), count)
         memory = self._memory()
         with self._lock:
-            self._fold()
+            self._served.fold()
             families = [
                 self.requests,
                 self.duration,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PHASES = (
@@ -34,6 +35,31 @@ PHASES = (
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
 # Served requests kept unfolded at most (a few hundred KB).
 FOLD_AT = 4096
+
+
+class Backlog:
+    """Events recorded as they happen and counted in bulk by `count(events)` under `lock`,
+    before any read (fold()) and every FOLD_AT of them: recording one is a deque append, which
+    is thread-safe, so the hot path takes no lock."""
+
+    def __init__(self, lock: threading.Lock, count: Callable[[list[tuple]], None]):
+        self._lock = lock
+        self._count = count
+        self._events: deque[tuple] = deque()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def add(self, event: tuple) -> None:
+        self._events.append(event)
+        if len(self._events) >= FOLD_AT:
+            with self._lock:
+                self.fold()
+
+    def fold(self) -> None:
+        """Counts what was recorded so far; the caller holds the lock."""
+        events = self._events
+        self._count([events.popleft() for _ in range(len(events))])
 
 
 @dataclass
@@ -60,8 +86,7 @@ class Statistics:
     def __init__(self):
         self._models: dict[tuple[str, str], _Model] = {}
         self._lock = threading.Lock()
-        # record_served's requests not folded yet: deque appends and pops are thread-safe.
-        self._served: deque[tuple] = deque()
+        self._served = Backlog(self._lock, self._count_served)
 
     def _model(self, name: str, version: str) -> _Model:
         model = self._models.get((name, version))
@@ -108,17 +133,13 @@ class Statistics:
         """record_execution and a successful record_request, unqueued, of a request that was an
         execute of its own, counted when next read (the module says why). The execute counts
         only its run, as the scheduler counts one; the request all of its phases."""
-        served = (name, version, size, total_ns, input_ns, infer_ns, output_ns, time.time())
-        self._served.append(served)
-        if len(self._served) >= FOLD_AT:
-            with self._lock:
-                self._fold()
+        self._served.add(
+            (name, version, size, total_ns, input_ns, infer_ns, output_ns, time.time())
+        )
 
-    def _fold(self) -> None:
-        """Counts the served requests recorded so far; under the lock."""
-        served, sums = self._served, {}
-        for _ in range(len(served)):
-            name, version, size, total_ns, input_ns, infer_ns, output_ns, at = served.popleft()
+    def _count_served(self, served: list[tuple]) -> None:
+        sums = {}
+        for name, version, size, total_ns, input_ns, infer_ns, output_ns, at in served:
             key = (name, version, size)
             found = sums.get(key)
             if found is None:
@@ -139,14 +160,14 @@ class Statistics:
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""
         with self._lock:
-            self._fold()
+            self._served.fold()
             for key in [k for k in self._models if k[0] == name and version in (None, k[1])]:
                 del self._models[key]
 
     def model_stats(self, name: str, version: str) -> dict:
         """Triton's ModelStatistics object (zeros for a model nothing was recorded for)."""
         with self._lock:
-            self._fold()
+            self._served.fold()
             model = self._models.get((name, version)) or _Model()
             return {
                 "name": name,
