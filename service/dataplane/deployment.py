@@ -14,6 +14,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import numpy as np
+
 from service.dataplane.catalog import UNLOADED, Model, Served, serve
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.warmup import WarmupFailed, run_warmups
@@ -31,6 +33,7 @@ from service.errors import (
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
 from service.inline_policy import InlinePolicy
+from service.ipc.arena import ALIGNMENT
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
 
@@ -133,10 +136,12 @@ class Deployment:
         await served.pool.close()
         self.metrics.forget_pool(served.stored.name, served.stored.version)
 
-    def body_buffer(self, nbytes: int) -> tuple[memoryview, None]:
-        """Memory a protocol receives a request body into (a front's engine client gives a slot
-        of shared memory instead)."""
-        return memoryview(bytearray(nbytes)), None
+    def body_buffer(self, nbytes: int, align_at: int) -> tuple[memoryview, None]:
+        """Memory a protocol receives a request body into, its byte `align_at` on a 256-byte
+        boundary (a front's engine client gives a slot of shared memory instead)."""
+        buffer = bytearray(nbytes + ALIGNMENT)
+        start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
+        return memoryview(buffer)[start : start + nbytes], None
 
     async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
         """Receives an upload (the transport's part: a form, a repository load, a folder), then

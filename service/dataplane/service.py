@@ -247,8 +247,11 @@ class ModelService(Deployment, Inference, Repository):
 
     async def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether the model can serve now; an unknown model, an unknown version and a version
-        not served raise NotFound (gRPC's ModelReady answers those not ready)."""
-        self._description(name)
+        not served raise NotFound (gRPC's ModelReady answers those not ready). Fronts ask it
+        for requests whose model their table does not list: it must cost no more than a lookup
+        (a description reads the process's memory map, milliseconds on a CUDA host)."""
+        if not self._exists(name):
+            raise NotFound(f"model {clip(name)!r} not found")
         number = parse_version(name, version)
         entry = self._catalog.get(name)
         if entry is None:  # a refused model directory entry

@@ -43,7 +43,7 @@ from service.engine.link import Link, Outage, Pending, output_bytes
 from service.errors import Busy, QueueFull, ServiceError, TooLarge
 from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.ipc import frames
-from service.ipc.arena import Arena, ArenaFull, Lease, align_up
+from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
 from service.shm.refs import placeholder, to_wire
 from service.store.storage import StagingArea
 
@@ -204,12 +204,13 @@ class EngineClient:
 
     # -- inference -------------------------------------------------------------------------------
 
-    def body_buffer(self, nbytes: int) -> tuple[memoryview, Lease]:
-        """Memory to receive a request body into: a slot of the arena, so that tensors in it
-        need no copy on their way to the engine."""
+    def body_buffer(self, nbytes: int, align_at: int) -> tuple[memoryview, Lease]:
+        """Memory to receive a request body into, its byte `align_at` on a 256-byte boundary: a
+        slot of the arena, so that tensors in it need no copy on their way to the engine."""
         link = self._require()
-        lease = self._allocate(link.arena, nbytes)
-        return lease.view(0, nbytes), lease
+        start = -align_at % ALIGNMENT  # slots start on the boundary
+        lease = self._allocate(link.arena, start + nbytes)
+        return lease.view(start, nbytes), lease
 
     def _allocate(self, arena: Arena, nbytes: int) -> Lease:
         if align_up(nbytes) > arena.size:
@@ -243,6 +244,18 @@ class EngineClient:
         """As ModelService.serves, from the cached table: True only for a model it holds
         ready (a stale table costs a call to model_ready, never a wrong answer)."""
         return self._table.entry(model, version) is not None
+
+    async def model_ready(self, model: str, version: str | None = None) -> bool:
+        """As ModelService.model_ready. A table older than the engine's is brought up to date
+        first (one call shared by every request waiting on it): the requests that reach a front
+        before its first table, or just after a model changed, would otherwise each cost the
+        engine a call of their own, and under load those calls starve its inference."""
+        link = self._require()
+        if self._table.generation != link.generation()[0]:
+            table = await self._current_table(link)
+            if table.entry(model, version) is not None:
+                return True
+        return await self._call("model_ready", model, version)
 
     def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
         """As ModelService.refuses, from this front's gate; the refusal is counted as the

@@ -9,6 +9,10 @@ system call and waits for nothing else; whatever is written outside a response (
 uvicorn's own 400s) goes out at the end of the loop turn. Bytes and order are unchanged, and data
 written just before a close goes out before the close.
 
+A complete small answer may skip uvicorn's response messages altogether (bodies.RESPOND): the
+protocol writes its status line, uvicorn's default headers (date, server), the answer's own
+and its body as one buffer, and marks uvicorn's request cycle done as uvicorn's send would.
+
 A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
 the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
 come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
@@ -22,11 +26,12 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.protocols.bodies import BODY_INTO, BodySink
+from service.protocols.bodies import BODY_INTO, RESPOND, BodySink
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
 _JOIN_BELOW = 256 * 1024
+_OK = b"HTTP/1.1 200 OK\r\n"
 
 
 class _GatheringTransport:
@@ -86,7 +91,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_GatheringTransport(transport, self.loop))
         self._sink: BodySink | None = None  # the body arriving now goes here
-        self._extensions = {BODY_INTO: self._body_into}
+        self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
 
     def on_headers_complete(self) -> None:
         HttpToolsProtocol.on_headers_complete(self)
@@ -101,6 +106,35 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             return None
         self._sink = BodySink(view, filled)
         return self._sink
+
+    def _respond(self, scope: dict, content_type: bytes, headers: list, body: bytes) -> bool:
+        cycle = self.cycle
+        if (
+            cycle is None
+            or cycle.scope is not scope
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+        ):
+            return False
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        parts = [_OK]
+        for name, value in (*self.server_state.default_headers, *headers):
+            parts += (name, b": ", value, b"\r\n")
+        parts += (b"content-type: ", content_type, b"\r\ncontent-length: ")
+        parts += (str(len(body)).encode(), b"\r\n")
+        if not cycle.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts += (b"\r\n", body)
+        self.transport.write(b"".join(parts))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()
+        return True
 
     def on_body(self, body: bytes) -> None:
         sink = self._sink

@@ -66,3 +66,33 @@ def test_at_most_the_configured_number_of_uploads_are_checked_at_once(
             t.join()
         assert sorted(m["name"] for m in client.get("/models").json()) == ["m0", "m1", "m2"]
     assert most == 1
+
+
+def test_model_ready_reads_no_memory_map(tmp_path, monkeypatch, linear_relu_program):
+    # Fronts call model_ready for every request whose model their table does not list yet: it
+    # must stay a lookup. A description reads /proc/self/smaps, milliseconds per call on a CUDA
+    # host; under load those calls took the engine's thread from its inference.
+    import service.dataplane.residency as residency
+    from service.errors import NotFound
+
+    app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0))
+    with TestClient(app) as client:
+        assert _upload(client, "m", linear_relu_program).status_code == 201
+        service = app.state.service
+        read = []
+        monkeypatch.setattr(residency, "mapped_files", lambda: read.append(1) or {})
+
+        async def ask():
+            answers = [await service.model_ready("m"), await service.model_ready("m", "1")]
+            for name, version in (("nobody", None), ("m", "7")):
+                try:
+                    await service.model_ready(name, version)
+                except NotFound as exc:
+                    answers.append(exc.message)
+            return answers
+
+        answers = client.portal.call(ask)
+        assert answers[:2] == [True, True]
+        assert "'nobody' not found" in answers[2] and "7" in answers[3]
+        assert read == []
+        assert client.get("/models/m").status_code == 200 and read  # descriptions still read it

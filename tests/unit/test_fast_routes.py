@@ -13,6 +13,7 @@ from service.config import Settings
 from service.inline_policy import InlinePolicy
 from service.protocols.http_errors import UnexpectedErrors
 from service.protocols.native.infer_endpoint import InferEndpoint
+from service.protocols.v2_rest import infer_endpoint as v2_infer
 from service.protocols.v2_rest import routes as v2_routes
 
 
@@ -36,11 +37,11 @@ def test_each_inference_path_is_matched_once_with_its_parameters(app):
     native, params = _served(app, "POST", "/infer")
     assert isinstance(native, InferEndpoint) and params == {}
     assert _served(app, "POST", "/v2/models/m/infer") == (
-        v2_routes.infer_endpoint,
+        v2_infer.infer_endpoint,
         {"model": "m"},
     )
     assert _served(app, "POST", "/v2/models/m/versions/3/infer") == (
-        v2_routes.infer_endpoint,
+        v2_infer.infer_endpoint,
         {"model": "m", "version": "3"},
     )
     for method, path in (

@@ -221,3 +221,63 @@ def test_a_pipelined_requests_reader_is_not_handed_the_next_requests_body():
     # The first request's body had arrived whole; the body arriving after it is the second's.
     assert answers[0] == (b"first", None)
     assert answers[1][0] == b"second"
+
+
+def _responding_app(answered: list):
+    """Answers each request with its own body through the transport (bodies.respond)."""
+    from service.protocols.bodies import respond
+
+    async def app(scope, receive, send):
+        message = await receive()
+        await respond(scope, send, b"text/plain", [(b"x-kind", b"echo")], message["body"])
+        answered.append(message["body"])
+
+    return app
+
+
+def _answers(wire: bytes) -> list[bytes]:
+    """The raw answers on the wire, split at each status line."""
+    return [b"HTTP/1.1" + part for part in wire.split(b"HTTP/1.1")[1:]]
+
+
+def test_a_whole_answer_is_written_by_the_transport_in_one_call_and_the_connection_kept():
+    answered: list = []
+
+    async def main():
+        protocol = _protocol(_responding_app(answered))
+        # What uvicorn's server keeps there each second.
+        protocol.server_state.default_headers[:] = [(b"date", b"Wed, 02 Dec 2026 05:00:00 GMT")]
+        protocol.data_received(_post(b"one"))
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+        return protocol.transport.calls
+
+    calls = asyncio.run(main())
+    writes = [data for call, data in calls if call == "write"]
+    assert answered == [b"one"] and len(writes) == 1
+    head, _, body = writes[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK" and body == b"one"
+    assert {b"content-type: text/plain", b"x-kind: echo", b"content-length: 3"} <= set(lines)
+    assert b"date: Wed, 02 Dec 2026 05:00:00 GMT" in lines  # uvicorn's default headers too
+    assert ("close", None) not in calls and b"connection: close" not in lines
+
+
+def test_pipelined_whole_answers_leave_in_order_and_a_closing_request_closes():
+    answered: list = []
+
+    async def main():
+        protocol = _protocol(_responding_app(answered))
+        closing = _post(b"third").replace(b"Host: t\r\n", b"Host: t\r\nConnection: close\r\n")
+        protocol.data_received(_post(b"first") + _post(b"second") + closing)
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        return protocol.transport.calls
+
+    calls = asyncio.run(main())
+    wire = b"".join(data for call, data in calls if call == "write")
+    answers = _answers(wire)
+    assert answered == [b"first", b"second", b"third"]
+    assert [a.rpartition(b"\r\n\r\n")[2] for a in answers] == answered
+    assert b"connection: close" in answers[2] and b"connection: close" not in answers[0]
+    assert calls[-1] == ("close", None)

@@ -16,13 +16,13 @@ from service import rules
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
 from service.errors import ServiceError, input_problem
-from service.protocols.bodies import known_model, read_body
+from service.protocols.bodies import known_model, read_body, respond
 from service.protocols.disconnect import ClientDisconnected, log_aborted, unless_disconnected
 from service.protocols.http_errors import service_error_response
 from service.protocols.native import infer_body
 from service.protocols.offload import Offload
 
-_HEADERS = [(b"content-type", b"application/json")]
+_JSON = b"application/json"
 
 
 class InferEndpoint:
@@ -65,11 +65,4 @@ class InferEndpoint:
             )
         finally:
             response.release()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [*_HEADERS, (b"content-length", str(len(text)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": text})
+        await respond(scope, send, _JSON, [], text)

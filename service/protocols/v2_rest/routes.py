@@ -14,13 +14,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import ModelService
-from service.errors import TooLarge, Unavailable, clip
-from service.protocols.bodies import known_model, read_body, refuse_when_full
+from service.errors import Unavailable, clip
 from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import responses
-from service.protocols.offload import Offload
-from service.protocols.v2_rest import binary, codec, metadata, repository, shared_memory
-from service.protocols.v2_rest.errors import V2Route, guarded, unmatched
+from service.protocols.v2_rest import infer_endpoint, metadata, repository, shared_memory
+from service.protocols.v2_rest.errors import V2Route, unmatched
 from service.protocols.v2_rest.schema import (
     ANSWERS,
     INFER_ANSWERS,
@@ -29,7 +27,6 @@ from service.protocols.v2_rest.schema import (
     READY_ANSWERS,
     SERVER_READY_ANSWERS,
 )
-from service.protocols.v2_rest.transport import PartsResponse, read_aligned_body
 
 TAG = "v2 (Open Inference Protocol)"
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=[TAG])
@@ -37,15 +34,6 @@ router = APIRouter(prefix="/v2", route_class=V2Route, tags=[TAG])
 
 def _service(request: Request) -> ModelService:
     return request.app.state.service
-
-
-def _offload(request: Request) -> Offload:
-    return request.app.state.offload
-
-
-def _max_json(service: ModelService) -> int:
-    """JSON bodies are bounded by their own limit and by the limit of every inference body."""
-    return min(service.settings.max_json_bytes, service.settings.max_infer_bytes)
 
 
 @router.get("", responses=ANSWERS)
@@ -102,94 +90,7 @@ async def model_ready(request: Request, model: str, version: str | None = None) 
     return {"name": model, "ready": True}
 
 
-def _header_length(text: str) -> int | None:
-    """Where the binary data will start, to align it; None for a value split() will refuse."""
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
-async def infer(request: Request, model: str, version: str | None) -> Response:
-    """Served by infer_endpoint (FAST_ROUTES), not by the router."""
-    service, offload = _service(request), _offload(request)
-    await known_model(service, model, version)  # an unknown one is answered before the body
-    header_length = request.headers.get(binary.HEADER)
-    refuse_when_full(service, model, version, codec.protocol(header_length))  # a full one too
-    max_json = _max_json(service)
-    # Without the header the body is JSON, whatever its Content-Type (tritonclient sends none).
-    if header_length is None:
-        body = await read_body(
-            request.scope, request.receive, max_json, "a JSON inference request body"
-        )
-        lease = None
-    else:
-        body, lease = await read_aligned_body(
-            request,
-            service.settings.max_infer_bytes,
-            "a binary inference request body",
-            _header_length(header_length),
-            service.body_buffer,
-        )
-    try:
-        response, parsed = await _infer(
-            service, offload, model, version, body, header_length, lease
-        )
-    finally:
-        del body
-        if lease is not None:
-            lease.release()
-    try:
-        head, as_json, parts = codec.response_header(response, parsed)
-        text = await offload.write(
-            sum(tensor.array.size for _, tensor in as_json),
-            codec.dump_response,
-            head,
-            [(i, t.array, t.datatype) for i, t in as_json],
-        )
-    except BaseException:
-        response.release()
-        raise
-    if not parts:
-        response.release()
-        return Response(text, media_type="application/json")
-    return PartsResponse(
-        [text, *parts],
-        "application/octet-stream",
-        {binary.HEADER: str(len(text))},
-        response.release,
-    )
-
-
-async def _infer(service, offload, model, version, body, header_length, lease):
-    """(the dataplane's response, the parsed request): decoding and running, which may end while
-    the body is still needed; the caller then frees the body and encodes the answer."""
-    max_json = _max_json(service)
-    header, payload = binary.split(body, header_length)
-    if header.nbytes > max_json:
-        raise TooLarge(f"the request's JSON header is larger than the limit of {max_json} bytes")
-    text = body if payload is None else bytes(header)
-    parsed = await offload.parse(codec.parse_header, text)
-    del text, header
-    dataplane_request = await offload.slice(
-        0 if payload is None else payload.nbytes, codec.to_request, model, version, parsed, payload
-    )
-    dataplane_request.memory = lease
-    if dataplane_request.shared_memory:
-        service = shared_memory.engine_of(service)
-    return await service.infer(dataplane_request), parsed
-
-
-async def infer_endpoint(scope, receive, send) -> None:
-    """The infer route as a bare ASGI app (service/protocols/fast_routes.py): the same error
-    answers as the router's routes, without FastAPI's per-request work."""
-    params = scope["path_params"]
-    response = await guarded(
-        lambda request: infer(request, params["model"], params.get("version")),
-        Request(scope, receive),
-    )
-    await response(scope, receive, send)
-
-
-# What OpenAPI shows of the two inference routes (fast routes: infer_endpoint serves them).
+# What OpenAPI shows of the two inference routes (fast routes: infer_endpoint.py serves them).
 def _describes_infer(model: str) -> Response:
     """Runs the model on JSON tensors, or binary ones after a JSON header."""
     raise NotImplementedError
@@ -203,7 +104,7 @@ def _describes_versioned_infer(model: str, version: str) -> Response:
 FAST_ROUTES = [
     FastRoute(
         path,
-        infer_endpoint,
+        infer_endpoint.infer_endpoint,
         doc,
         name,
         responses=INFER_ANSWERS,

@@ -19,48 +19,47 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-from fastapi import Request
-from starlette.responses import Response
-
 from service.errors import Invalid, too_large
-from service.protocols.bodies import BODY_INTO, chunks, declared_length, read_body
+from service.protocols.bodies import BODY_INTO, chunks, declared_length, read_body, respond
 
 _SLICE = 4 * 1024 * 1024
-ALIGNMENT = 256
+# Up to this many bytes, an answer's parts are joined and sent in one body message.
+JOIN_BELOW = 64 * 1024
+# A body this small arrives in one message and is taken as it came: its tensors are copied into
+# the slot that the engine client takes for the outputs anyway, which costs less than a second
+# slot (and the transport's sink) would.
+SMALL_BODY = 64 * 1024
 
 
 async def read_aligned_body(
-    request: Request, limit: int, what: str, align_at: int | None, memory: Callable
-) -> tuple[bytearray | memoryview, object | None]:
-    """(the whole body, the lease of the memory it is in or None); where the length is declared,
-    byte `align_at` of it is 256-byte aligned, in memory from `memory(nbytes)` -> (view, lease).
-
-    That memory is taken only once the JSON header (the first `align_at` bytes) has arrived: a
-    client that declares a large body and then sends nothing holds none of it."""
-    declared = declared_length(request.scope)
-    if declared is None or align_at is None or align_at > declared:
-        return await read_body(request.scope, request.receive, limit, what), None
+    scope: dict, receive, limit: int, what: str, align_at: int | None, memory: Callable
+):
+    """(body, lease): the body in memory from `memory(nbytes, align_at)`, which gives a view
+    whose byte `align_at` lies on a 256-byte boundary, and the lease that holds it (None: plain
+    memory). Without a declared length, when `align_at` is past it, or for a SMALL_BODY, the
+    body is read as read_body does. The memory is taken once the first `align_at` bytes have
+    arrived, so a client that declares a large body and then sends nothing holds none of it."""
+    declared = declared_length(scope)
+    if declared is None or align_at is None or align_at > declared or declared <= SMALL_BODY:
+        return await read_body(scope, receive, limit, what), None
     if declared > limit:
         raise too_large(what, limit)
-    into = request.scope.get("extensions", {}).get(BODY_INTO)
+    into = scope.get("extensions", {}).get(BODY_INTO)
     head, body, lease, filled, sink = bytearray(), None, None, 0, None
     try:
-        async for chunk in chunks(request.receive):
+        async for chunk in chunks(receive):
             if body is None:
                 head += chunk
                 if len(head) < align_at and len(head) < declared:
                     continue
-                buffer, lease = memory(declared + ALIGNMENT)
-                start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
-                body = buffer[start : start + declared]
+                body, lease = memory(declared, align_at)
                 chunk, head = head, None
             if sink is not None or filled + len(chunk) > declared:
                 raise Invalid(f"{what} is longer than its Content-Length")
             body[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
             if into is not None:  # the rest goes straight into the slot (bodies.BODY_INTO)
-                sink = into(request.scope, body, filled)
+                sink = into(scope, body, filled)
                 into = None
         if body is None:  # it ended before its header did (or it is empty)
             body, filled = head, len(head)
@@ -78,36 +77,40 @@ async def read_aligned_body(
     return body, lease
 
 
-class PartsResponse(Response):
-    """A response whose body is several byte buffers (bytes or memoryviews), sent in turn."""
-
-    def __init__(self, parts: list, media_type: str, headers: dict, on_sent: Callable):
-        self.parts = parts
-        self.on_sent = on_sent  # frees what the parts view, once they are sent or abandoned
-        super().__init__(b"", media_type=media_type, headers=headers)
+async def send_parts(
+    scope: dict, send, media_type: bytes, headers: list, parts: list, on_sent: Callable | None
+) -> None:
+    """A 200 whose body is `parts` (bytes or memoryviews) in turn; `on_sent` frees what they
+    view once they are sent or abandoned."""
+    try:
         length = sum(memoryview(part).nbytes for part in parts)
-        self.headers["content-length"] = str(length)
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            for part in self.parts:
-                view = memoryview(part)
-                for start in range(0, view.nbytes, _SLICE):
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": bytes(view[start : start + _SLICE]),
-                            "more_body": True,
-                        }
-                    )
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            self.parts = []
-            self.on_sent()
+        if length <= JOIN_BELOW:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            await respond(scope, send, media_type, headers, bytes(body))
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", media_type),
+                    *headers,
+                    (b"content-length", str(length).encode()),
+                ],
+            }
+        )
+        for part in parts:
+            view = memoryview(part)
+            for start in range(0, view.nbytes, _SLICE):
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": bytes(view[start : start + _SLICE]),
+                        "more_body": True,
+                    }
+                )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        parts.clear()
+        if on_sent is not None:
+            on_sent()
