@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -203,6 +204,19 @@ class Ours:
                 found[series.split('"')[1]] = int(float(value))
         return found
 
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU seconds used so far by all fronts together, and by the engine's event-loop
+        thread (the one every request passes; its executes in worker threads are not in it)."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def used(stat: str) -> float:
+            fields = Path(stat).read_text().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+        fronts = sum(used(f"/proc/{pid}/stat") for pid in role_pids(self.server, "front"))
+        (engine,) = role_pids(self.server, "engine")
+        return fronts, used(f"/proc/{engine}/task/{engine}/stat")
+
     def stop(self) -> None:
         self.server.stop()
 
@@ -250,12 +264,16 @@ def main() -> None:
         print(f"  {label:<34} {results[label]}", flush=True)
 
     def ours(label: str, server: Ours, request: Request, conns: int):
-        before = server.front_requests()
-        results[label] = _load(server.url, request, conns, seconds, scratch)
-        after = server.front_requests()
+        wrk(server.url, request, conns, 1, scratch, threads=4)  # warm-up
+        before, cpu_before = server.front_requests(), server.cpu_s()
+        results[label] = wrk(server.url, request, conns, seconds, scratch, threads=4)
+        after, cpu_after = server.front_requests(), server.cpu_s()
         shares = sorted(after[f] - before.get(f, 0) for f in after)
         spread = f"  (per front, fewest to most: {shares})" if len(shares) > 1 else ""
-        print(f"  {label:<34} {results[label]}{spread}", flush=True)
+        served = max(1, sum(shares))
+        fronts_us, engine_us = ((b - a) / served * 1e6 for a, b in zip(cpu_before, cpu_after))
+        cost = f"  CPU per request: fronts {fronts_us:.0f} us, engine thread {engine_us:.0f} us"
+        print(f"  {label:<34} {results[label]}{spread}\n{cost}", flush=True)
 
     instances = max(2, n)
     one = Ours(scratch, exported, 1, instances)

@@ -251,11 +251,12 @@ class EngineClient:
         before its first table, or just after a model changed, would otherwise each cost the
         engine a call of their own, and under load those calls starve its inference."""
         link = self._require()
-        if self._table.generation != link.generation()[0]:
+        table = self._table
+        if table.generation != link.generation()[0]:
             table = await self._current_table(link)
-            if table.entry(model, version) is not None:
-                return True
-        return await self._call("model_ready", model, version)
+        if table.entry(model, version) is not None:
+            return True
+        return await self._call("model_ready", model, version)  # False, or NotFound saying why
 
     def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
         """As ModelService.refuses, from this front's gate; the refusal is counted as the

@@ -4,6 +4,8 @@ It works on the ASGI `receive` itself: the inference endpoints run without Starl
 (service/protocols/fast_routes.py says why), and a route's Request hands over the same callable.
 A body is refused with 413 as soon as it crosses its limit, declared or streamed, and a client
 that goes away mid-body raises ClientDisconnected (logged as aborted, never a server error).
+The inference endpoints' whole answers leave through `respond`, which the fronts' transport can
+write at once (RESPOND).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ address space."""
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -48,7 +49,7 @@ def server(tmp_path_factory, image_program):
 @pytest.fixture
 def region():
     name = f"f{uuid.uuid4().hex[:8]}"
-    handle = shm.create_shared_memory_region(name, f"/etrt_test_{name}", 2 * IMAGE_BYTES)
+    handle = shm.create_shared_memory_region(name, f"/etrt_test_{name}", 3 * IMAGE_BYTES)
     yield name, f"/etrt_test_{name}", handle
     shm.destroy_shared_memory_region(handle)
 
@@ -85,19 +86,30 @@ def test_a_region_serves_fresh_connections_through_both_fronts(server, region, i
         expected = image_program.module(torch.from_numpy(x)).numpy()
     shm.set_shared_memory_region(handle, [x])
     with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
-        grpc.register_system_shared_memory(name, key, 2 * IMAGE_BYTES, headers=GRPC_AUTH)
+        grpc.register_system_shared_memory(name, key, 3 * IMAGE_BYTES, headers=GRPC_AUTH)
     assert f"/dev/shm/etrt_test_{name}" in engine_maps(server)
-    for attempt in range(12):  # fresh connections: the kernel spreads them over both fronts
+
+    def infer(offset: int) -> None:
         client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
-        shm.set_shared_memory_region(handle, [np.zeros(IMAGE, np.float32)], offset=IMAGE_BYTES)
         tensor = httpclient.InferInput("input_0", list(IMAGE), "FP32")
         tensor.set_shared_memory(name, IMAGE_BYTES)
         output = httpclient.InferRequestedOutput("output_0")
-        output.set_shared_memory(name, IMAGE_BYTES, offset=IMAGE_BYTES)
+        output.set_shared_memory(name, IMAGE_BYTES, offset=offset)
         client.infer("img", [tensor], outputs=[output], headers=AUTH)
         client.close()
-        y = shm.get_contents_as_numpy(handle, np.float32, list(IMAGE), offset=IMAGE_BYTES)
-        np.testing.assert_allclose(y, expected, rtol=1e-6, err_msg=f"attempt {attempt}")
+
+    # Fresh connections two at a time, each answer in its own part of the region: a front busy
+    # with one leaves the other to the other front (one after another, the front that just
+    # answered is awake first and would take them all).
+    for attempt in range(12):
+        offsets = (IMAGE_BYTES, 2 * IMAGE_BYTES)
+        for offset in offsets:
+            shm.set_shared_memory_region(handle, [np.zeros(IMAGE, np.float32)], offset=offset)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(infer, offsets))
+        for offset in offsets:
+            y = shm.get_contents_as_numpy(handle, np.float32, list(IMAGE), offset=offset)
+            np.testing.assert_allclose(y, expected, rtol=1e-6, err_msg=f"attempt {attempt}")
     metrics = httpx.get(f"{server.url}/metrics", headers=AUTH).text
     fronts = [
         line for line in metrics.splitlines() if line.startswith("etrt_front_requests_total{")

@@ -238,7 +238,8 @@ def mutated_valid(draw):
             target["datatype"] = draw(st.one_of(st.sampled_from(DATATYPES), json_values))
         elif change == "shape":
             target["shape"] = draw(shapes)
-        elif change == "size" and binary:
+        elif change == "size" and binary and isinstance(target.get("parameters"), dict):
+            # (parameters replaced by an earlier change may be no object any more)
             target["parameters"]["binary_data_size"] = draw(st.one_of(dims, json_values))
         elif change == "data":
             target["data"] = draw(json_values)

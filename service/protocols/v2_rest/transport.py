@@ -49,11 +49,13 @@ async def read_aligned_body(
     try:
         async for chunk in chunks(receive):
             if body is None:
-                head += chunk
-                if len(head) < align_at and len(head) < declared:
-                    continue
+                if head or len(chunk) < align_at:  # gathered until the header is whole
+                    head += chunk
+                    if len(head) < align_at and len(head) < declared:
+                        continue
+                    chunk = head
                 body, lease = memory(declared, align_at)
-                chunk, head = head, None
+                head = None
             if sink is not None or filled + len(chunk) > declared:
                 raise Invalid(f"{what} is longer than its Content-Length")
             body[filled : filled + len(chunk)] = chunk
