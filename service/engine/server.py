@@ -114,6 +114,7 @@ class EngineServer:
         os.ftruncate(self._control_fd, handshake.CONTROL_BYTES)
         self._control = mmap.mmap(self._control_fd, handshake.CONTROL_BYTES)
         self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # False until the stored models are open again: before, every model would look unknown.
         self.serving = False
@@ -141,7 +142,10 @@ class EngineServer:
         self._loop = asyncio.get_running_loop()
         self._publish()
         self._listener = handshake.listen(self.socket_name)
-        threading.Thread(target=self._accept_loop, name="engine-accept", daemon=True).start()
+        self._accepting = threading.Thread(
+            target=self._accept_loop, name="engine-accept", daemon=True
+        )
+        self._accepting.start()
 
     def _accept_loop(self) -> None:
         """Handshakes block (and pinning an arena takes a while), so they run here, not on the
@@ -176,7 +180,13 @@ class EngineServer:
 
     def close(self) -> None:
         if self._listener is not None:
+            # Closing alone does not wake a thread blocked in accept(); shutting it down does.
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._listener.close()
+            self._accepting.join(timeout=5)
         for front in list(self.fronts):
             if front.protocol.transport is not None:
                 front.protocol.transport.close()
