@@ -54,6 +54,14 @@ class _GatheringTransport:
         self._pending.append(data)
         self._size += len(data)
 
+    def write_now(self, data) -> None:
+        """A whole answer: written at once, after whatever waits (no end-of-turn call for it)."""
+        if self._pending:
+            self.write(data)
+            self.flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def writelines(self, items) -> None:
         for data in items:
             self.write(data)
@@ -128,7 +136,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if not cycle.keep_alive:
             parts.append(b"connection: close\r\n")
         parts += (b"\r\n", body)
-        self.transport.write(b"".join(parts))
+        self.transport.write_now(b"".join(parts))
         cycle.response_complete = True
         cycle.message_event.set()
         if not cycle.keep_alive:
