@@ -19,7 +19,10 @@ from service.protocols.v2_rest import routes as v2_routes
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    return create_app(Settings(artifacts=tmp_path_factory.mktemp("fast") / "artifacts"))
+    # grpc_port=0: the lifespan of a TestClient starts the gRPC listener, on a free port.
+    return create_app(
+        Settings(artifacts=tmp_path_factory.mktemp("fast") / "artifacts", grpc_port=0)
+    )
 
 
 def _served(app, method: str, path: str):
