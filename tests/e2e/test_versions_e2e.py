@@ -4,6 +4,7 @@ their 404s, per-version statistics, config, unload and delete, restarts, and two
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -324,15 +325,21 @@ def test_versions_through_two_fronts(start_server, scale_programs):
     body = {"inputs": [{"name": "input_0", "shape": [2, 4], "datatype": "FP32",
                         "data": X.ravel().tolist()}]}  # fmt: skip
     answers = {1: set(), 2: set()}
-    for _ in range(12):  # fresh connections, so both fronts answer some
-        for version in (1, 2):
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                answer = client.post(f"/v2/models/fronts/versions/{version}/infer", json=body)
-            assert answer.status_code == 200, answer.text
-            np.testing.assert_allclose(
-                answer.json()["outputs"][0]["data"], expected(version).ravel()
-            )
-            answers[version].add(answer.json()["model_version"])
+
+    def ask(version: int):
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            return version, client.post(f"/v2/models/fronts/versions/{version}/infer", json=body)
+
+    # Fresh connections, both versions at once, so both fronts answer some (one after another,
+    # the front that just answered is awake first and could take every one).
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(12):
+            for version, answer in pool.map(ask, (1, 2)):
+                assert answer.status_code == 200, answer.text
+                np.testing.assert_allclose(
+                    answer.json()["outputs"][0]["data"], expected(version).ravel()
+                )
+                answers[version].add(answer.json()["model_version"])
     assert answers == {1: {"1"}, 2: {"2"}}
     with httpx.Client(base_url=server.url, timeout=60) as client:
         fronts = [line for line in client.get("/metrics").text.splitlines()
