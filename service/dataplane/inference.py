@@ -12,6 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from service import oip, rules
 from service.dataplane.catalog import Served, parse_version
@@ -45,6 +46,19 @@ _INFER_OUTCOMES = (
     (NotFound, "client_error"),
     (Invalid, "client_error"),
 )
+# Routes infer_now keeps at most; a generation's worth is one per model method used.
+_ROUTES_KEPT = 1024
+
+
+@dataclass(slots=True)
+class _Route:
+    """What infer_now needs of one model method; the service drops them all at every change to
+    what is served (so none keeps a deleted model's pool alive)."""
+
+    version: str
+    signature: MethodSignature
+    scheduler: Policy
+    outputs: list[tuple[int, str, str]]  # (index, name, datatype) of every output
 
 
 class Inference:
@@ -139,47 +153,67 @@ class Inference:
                 model_label,
             )  # fmt: skip
 
-    def infer_now(self, request: InferRequest) -> InferResponse | None:
-        """infer() without a task or a wait, when the request can run at once and inline: its
-        model method is scheduled directly (no queue), an instance is free and its recent
-        executes are short. None: nothing was done, serve it with infer().
+    def infer_now(
+        self, model: str, version: str | None, method: str, arrays: list, requested
+    ) -> tuple[str, list[tuple]] | None:
+        """infer() without a task or a wait, for inputs a front checked against this generation's
+        signature, when the request can run at once and inline: its model method is scheduled
+        directly (no queue), an instance is free and its recent executes are short. Answers
+        (version, [(name, datatype, array) per output asked for]); None: nothing was done, serve
+        it with infer(). `requested`: the output names asked for, None for all.
 
         For a small program the coroutines, task and semaphore of infer() cost several times
         the execute itself, and the engine's one thread serves every front: this is what
-        bounds the server's throughput on a many-core host."""
-        served = self._find(request.model, request.version)
-        if served is None:
-            return None
-        signature = served.signatures.get(request.method)
-        if signature is None:
-            return None
-        scheduler = self._scheduler_for(served, request.method)
+        bounds the server's throughput on a many-core host, so what a request's model method
+        needs is looked up once per generation (_Route), not per request."""
+        route = self._routes.get((model, version, method))
+        if route is None:
+            route = self._route(model, version, method)
+            if route is None:
+                return None
+        scheduler = route.scheduler
         if not scheduler.can_run_now():
             return None
         begun = time.perf_counter_ns()
-        model, method = request.model, request.method
         try:
-            arrays, selected = self._bind(request, signature)
+            outputs = route.outputs
+            if requested is not None:
+                outputs = [outputs[i] for i in select_outputs(route.signature, requested)]
             bound = time.perf_counter_ns()
             try:
                 results, rows, infer_ns = scheduler.run_now(arrays)
             except (ValueError, RuntimeError) as exc:
                 raise _execution_error(exc, model, method) from None
             executed = time.perf_counter_ns()
-            response = _response(request, served.version, signature, selected, results)
+            answer = [(name, datatype, results[index]) for index, name, datatype in outputs]
         except ServiceError as exc:
             elapsed_s = (time.perf_counter_ns() - begun) / 1e9
             outcome = outcome_of(exc, _INFER_OUTCOMES)
-            self._finished(None, model, request.version, method, outcome, 0.0, elapsed_s, {})
+            self._finished(None, model, version, method, outcome, 0.0, elapsed_s, {})
             raise
         done = time.perf_counter_ns()
         self.statistics.record_served(
-            model, served.version, rows, done - begun, bound - begun, infer_ns, done - executed
+            model, route.version, rows, done - begun, bound - begun, infer_ns, done - executed
         )
         self.metrics.record_served(model, method, rows, (done - begun) / 1e9)
         if self.settings.access_log:
             self._log(model, method, "ok", (done - begun) / 1e9)
-        return response
+        return route.version, answer
+
+    def _route(self, model: str, version: str | None, method: str) -> _Route | None:
+        served = self._find(model, version)
+        signature = None if served is None else served.signatures.get(method)
+        if signature is None:
+            return None
+        if len(self._routes) >= _ROUTES_KEPT:  # version spellings ("1", "01", ...) add up
+            self._routes.clear()
+        route = self._routes[(model, version, method)] = _Route(
+            served.version,
+            signature,
+            self._scheduler_for(served, method),
+            [(i, spec.name, spec.datatype) for i, spec in enumerate(signature.outputs)],
+        )
+        return route
 
     def _finished(
         self, token, model, version, method, outcome, queued_s, elapsed_s, phases, model_label=None

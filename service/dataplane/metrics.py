@@ -68,6 +68,7 @@ class Metrics:
             "Inference requests each protocol front process sent to the engine",
             ("front",),
         )
+        self._front_requests: dict[int, int] = {}
         self.arenas = Gauge(
             "etrt_arena_bytes",
             "Shared memory of each front's arena for request tensors: in_use now, and size",
@@ -139,8 +140,9 @@ class Metrics:
                 self.batch_size.observe(labels, rows, count)
 
     def front_request(self, front: int) -> None:
-        with self._lock:
-            self.fronts.add((str(front),))
+        """Called on the engine's loop for every request, so a plain count (the loop is its
+        only writer); the family takes the counts when rendered."""
+        self._front_requests[front] = self._front_requests.get(front, 0) + 1
 
     def arena_usage(self, front: int, in_use: int, size: int) -> None:
         with self._lock:
@@ -257,6 +259,8 @@ class Metrics:
         memory = self._memory()
         with self._lock:
             self._served.fold()
+            for front, count in list(self._front_requests.items()):
+                self.fronts.samples[(str(front),)] = count
             families = [
                 self.requests,
                 self.duration,

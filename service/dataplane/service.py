@@ -67,6 +67,7 @@ class ModelService(Deployment, Inference, Repository):
         # Bumped on every change to what is served; engine fronts compare it with the model
         # table they cached (service/engine/) before trusting it.
         self.generation = 0
+        self._routes: dict = {}  # infer_now's, per (model, version, method)
         self._listeners: list[Callable[[], None]] = []
 
     @property
@@ -84,6 +85,7 @@ class ModelService(Deployment, Inference, Repository):
 
     def _changed(self) -> None:
         self.generation += 1
+        self._routes.clear()
         for listener in self._listeners:
             listener()
 

@@ -202,11 +202,15 @@ class EngineServer:
         try:
             if len(message) > 13 and message[13]:  # tensors in client shared memory
                 return self._shm_request(front, message)
-            request = _request(front.region, message)
-            response = self.service.infer_now(request)
-            if response is None:
-                return request
-            self._answer(front, key, response, message[7], message[8])
+            arrays = [_array(front.region, *item) for item in message[5]]
+            # Inputs the front checked against the signatures served now may run at once.
+            if message[12] == self.service.generation:
+                answer = self.service.infer_now(model, message[3], message[4], arrays, message[6])
+                if answer is not None:
+                    placed = _place(front.region, answer[1], message[7], message[8])
+                    front.protocol.send((frames.DONE, key, True, (answer[0], placed)))
+                    return None
+            return _request(message, arrays)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except Exception:
@@ -218,7 +222,11 @@ class EngineServer:
         until it is answered; it always takes infer()'s path."""
         shm = RequestShm(self.shm, from_wire(message[13]))
         try:
-            request = _request(front.region, message, shm)
+            arrays = [
+                _array(front.region, *item) if type(item[3]) is int else shm.input(*item).array
+                for item in message[5]
+            ]
+            request = _request(message, arrays)
         except BaseException:
             shm.close()
             raise
@@ -243,7 +251,8 @@ class EngineServer:
     @staticmethod
     def _answer(front: _Front, key: int, response, out_at: int, out_room: int, shm=None) -> None:
         written = shm.write_outputs(response.outputs) if shm is not None else ()
-        placed = _place(front.region, response.outputs, out_at, out_room, written)
+        outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
+        placed = _place(front.region, outputs, out_at, out_room, written)
         front.protocol.send((frames.DONE, key, True, (response.version, placed)))
 
     @staticmethod
@@ -276,15 +285,13 @@ class EngineServer:
             getattr(self.service, name)(*pickle.loads(args))
 
 
-def _request(region: Region, message: tuple, shm: RequestShm | None = None) -> InferRequest:
-    """`shm`: the request's regions, where inputs whose offset is a reference lie."""
+def _request(message: tuple, arrays: list) -> InferRequest:
+    """`arrays`: the message's inputs, viewed where they lie (_array, RequestShm.input)."""
     (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
     request_id, parameters, checked_at = message[10:13]
     return InferRequest(
         model=model,
-        inputs=[
-            _view(region, *item) if type(item[3]) is int else shm.input(*item) for item in inputs
-        ],
+        inputs=[Tensor(item[0], item[1], array) for item, array in zip(inputs, arrays)],
         method=method,
         version=version,
         id=request_id,
@@ -295,32 +302,33 @@ def _request(region: Region, message: tuple, shm: RequestShm | None = None) -> I
     )
 
 
-def _view(region: Region, name: str, datatype: str, shape, offset: int) -> Tensor:
+def _array(region: Region, name: str, datatype: str, shape, offset: int):
+    """An input as a view of the front's arena at `offset` (no copy)."""
     dtype = BY_DATATYPE.get(datatype)
     if dtype is None:
         raise invalid(rules.INPUT_DATATYPE, f"input {name!r}: unknown datatype {datatype!r}")
     count = math.prod(shape)
     if offset < 0 or offset + count * dtype.itemsize > region.size:
         raise invalid(rules.INPUT_SHAPE, f"input {name!r} lies outside its shared memory slot")
-    return Tensor(name, datatype, region.array(offset, dtype.carrier, tuple(shape)))
+    return region.array(offset, dtype.carrier, tuple(shape))
 
 
-def _place(region: Region, outputs: list[Tensor], at: int, room: int, written=()) -> list[tuple]:
-    """Copies the outputs into the front's reserved room, 256-byte aligned; one that does not
-    fit travels inline (only a program whose outputs outgrow its own upper bounds does that).
-    Outputs `written` into client shared memory travel without bytes (offset -1)."""
+def _place(region: Region, outputs: list[tuple], at: int, room: int, written=()) -> list[tuple]:
+    """Copies the outputs, (name, datatype, array) each, into the front's reserved room,
+    256-byte aligned; one that does not fit travels inline (only a program whose outputs
+    outgrow its own upper bounds does that). Outputs `written` into client shared memory travel
+    without bytes (offset -1)."""
     placed, end = [], at + room
-    for tensor in outputs:
-        array = tensor.array
+    for name, datatype, array in outputs:
         start = align_up(at)
         shape = list(array.shape)
-        if tensor.name in written:
-            placed.append((tensor.name, tensor.datatype, shape, -1, None))
+        if name in written:
+            placed.append((name, datatype, shape, -1, None))
             continue
         if start + array.nbytes <= end:
             region.array(start, array.dtype, array.shape)[...] = array
-            placed.append((tensor.name, tensor.datatype, shape, start, None))
+            placed.append((name, datatype, shape, start, None))
             at = start + array.nbytes
         else:
-            placed.append((tensor.name, tensor.datatype, shape, 0, array.tobytes()))
+            placed.append((name, datatype, shape, 0, array.tobytes()))
     return placed
