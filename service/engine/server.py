@@ -207,8 +207,7 @@ class EngineServer:
             if message[12] == self.service.generation:
                 answer = self.service.infer_now(model, message[3], message[4], arrays, message[6])
                 if answer is not None:
-                    placed = _place(front.region, answer[1], message[7], message[8])
-                    front.protocol.send((frames.DONE, key, True, (answer[0], placed)))
+                    self._answer(front, key, *answer, message[7], message[8])
                     return None
             return _request(message, arrays)
         except ServiceError as exc:
@@ -238,7 +237,10 @@ class EngineServer:
     ) -> None:
         try:
             response = await self.service.infer(request)
-            self._answer(front, key, response, out_at, out_room, request.shared_memory)
+            shm = request.shared_memory
+            written = shm.write_outputs(response.outputs) if shm is not None else ()
+            outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
+            self._answer(front, key, response.version, outputs, out_at, out_room, written)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except asyncio.CancelledError:
@@ -249,11 +251,11 @@ class EngineServer:
             self._failed(front, key, request.model)
 
     @staticmethod
-    def _answer(front: _Front, key: int, response, out_at: int, out_room: int, shm=None) -> None:
-        written = shm.write_outputs(response.outputs) if shm is not None else ()
-        outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
+    def _answer(
+        front: _Front, key: int, version: str, outputs: list[tuple], out_at, out_room, written=()
+    ) -> None:
         placed = _place(front.region, outputs, out_at, out_room, written)
-        front.protocol.send((frames.DONE, key, True, (response.version, placed)))
+        front.protocol.send((frames.DONE, key, True, (version, placed)))
 
     @staticmethod
     def _failed(front: _Front, key: int, model: str) -> None:
