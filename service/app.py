@@ -11,7 +11,7 @@ from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
 from service.inline_policy import InlinePolicy
-from service.protocols import docs_page, http_errors
+from service.protocols import docs_page, http_errors, lanes
 from service.protocols.fast_routes import FastRoutes
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
@@ -25,15 +25,26 @@ class ServerApp(FastAPI):
     routes) go straight to their endpoints behind the same token check and 500 guard."""
 
     fast: FastRoutes  # set by create_app
+    policy: auth.Policy  # likewise
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             found = self.fast.match(scope["method"], scope["path"])
             if found is not None:
-                endpoint, scope["path_params"] = found
+                endpoint, scope["path_params"], _ = found
                 scope["app"] = self  # as Starlette sets it: handlers read app.state
                 return await endpoint(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+    def lane_for(self, scope: dict) -> lanes.Lane | None:
+        """The lane that may take this request once its body is in, if its route has one and
+        the request may try it (service/protocols/lanes.py); the HTTP transport asks."""
+        found = self.fast.match(scope["method"], scope["path"])
+        if found is None or found[2].lane is None or not lanes.may_take(scope, self.policy):
+            return None
+        scope["path_params"] = found[1]
+        scope["app"] = self
+        return found[2].lane
 
 
 def _openapi(app: FastAPI):
@@ -87,6 +98,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
         return http_errors.UnexpectedErrors(checked)
 
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
+    app.policy = policy
     app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
     v2_routes.install(app)
     docs_page.install(app)

@@ -36,7 +36,7 @@ class InferRequest:
     # whoever sends the request on holds it until the engine is done with them.
     memory: object | None = None
     # The model-table generation at which a front checked the inputs against the method's
-    # signature and put them in its order (service/engine/client.py); None: not checked.
+    # signature and put them in its order (service/engine/requests.py); None: not checked.
     checked_at: int | None = None
     # Tensors left in client shared memory regions (service/shm/refs.py SharedTensors); the
     # engine binds and writes them there.

@@ -76,7 +76,7 @@ class Link:
             if pending.future.done():  # cancelled: nobody waits, only the slots remain
                 pending.settle()
             else:
-                pending.future.set_result((message[2], message[3], pending))
+                pending.future.set_result((message[2], message[3]))
         elif kind == frames.RESULT:
             future = self.calls.pop(key, None)
             if future is not None and not future.done():

@@ -26,7 +26,8 @@ from starlette.routing import compile_path
 class FastRoute:
     """`endpoint`: the ASGI app serving `method path`; `doc`: a function whose signature says,
     for OpenAPI only, what the route takes and answers (it is never called); `responses` and
-    `openapi_extra` as FastAPI's route decorators take them."""
+    `openapi_extra` as FastAPI's route decorators take them; `lane`: what may answer a small
+    request of this route without an ASGI task (service/protocols/lanes.py), given the app."""
 
     path: str
     endpoint: Callable
@@ -36,6 +37,7 @@ class FastRoute:
     responses: dict = field(default_factory=dict)
     openapi_extra: dict | None = None
     tags: tuple[str, ...] = ()
+    lane: Callable | None = None
 
 
 class FastRoutes:
@@ -43,27 +45,30 @@ class FastRoutes:
         """`wrap` puts each endpoint behind what every request passes (the token check, the
         500 guard)."""
         self.routes = list(routes)
-        self._exact: dict[tuple[str, str], Callable] = {}
-        # (literal prefix, compiled path, endpoint) for paths with parameters
-        self._templated: list[tuple[str, re.Pattern, str, Callable]] = []
+        # (method, path) -> (endpoint, route) for paths without parameters
+        self._exact: dict[tuple[str, str], tuple[Callable, FastRoute]] = {}
+        # (literal prefix, compiled path, method, endpoint, route) for paths with parameters
+        self._templated: list[tuple[str, re.Pattern, str, Callable, FastRoute]] = []
         for route in self.routes:
             served = wrap(route.endpoint)
             if "{" not in route.path:
-                self._exact[(route.method, route.path)] = served
+                self._exact[(route.method, route.path)] = (served, route)
             else:
                 prefix = route.path[: route.path.index("{")]
-                self._templated.append((prefix, compile_path(route.path)[0], route.method, served))
+                pattern = compile_path(route.path)[0]
+                self._templated.append((prefix, pattern, route.method, served, route))
 
-    def match(self, method: str, path: str) -> tuple[Callable, dict] | None:
-        """(the endpoint, the path's parameters), or None for a request FastAPI serves."""
-        served = self._exact.get((method, path))
-        if served is not None:
-            return served, {}
-        for prefix, pattern, route_method, served in self._templated:
+    def match(self, method: str, path: str) -> tuple[Callable, dict, FastRoute] | None:
+        """(the endpoint, the path's parameters, the route), or None for a request FastAPI
+        serves."""
+        found = self._exact.get((method, path))
+        if found is not None:
+            return found[0], {}, found[1]
+        for prefix, pattern, route_method, served, route in self._templated:
             if method == route_method and path.startswith(prefix):
-                found = pattern.match(path)
-                if found is not None:
-                    return served, found.groupdict()
+                matched = pattern.match(path)
+                if matched is not None:
+                    return served, matched.groupdict(), route
         return None
 
     def schema_routes(self) -> list[APIRoute]:

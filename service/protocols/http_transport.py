@@ -13,6 +13,10 @@ A complete small answer may skip uvicorn's response messages altogether (bodies.
 protocol writes its status line, uvicorn's default headers (date, server), the answer's own
 and its body as one buffer, and marks uvicorn's request cycle done as uvicorn's send would.
 
+A small inference request may be answered without a task at all: once its body is in, the
+connection hands it to its route's lane (service/protocols/lanes.py), and a request the lane does
+not take starts its ASGI task then, its body waiting in the cycle as uvicorn leaves it.
+
 A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
 the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
 come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
@@ -23,15 +27,21 @@ reader sees a body longer than its room and refuses it.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.errors import clip
 from service.protocols.bodies import BODY_INTO, RESPOND, BodySink
+from service.protocols.disconnect import log_aborted
+from service.protocols.http_errors import internal_error_response
+from service.protocols.lanes import Reply
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
 _JOIN_BELOW = 256 * 1024
 _OK = b"HTTP/1.1 200 OK\r\n"
+log = logging.getLogger(__name__)
 
 
 class _GatheringTransport:
@@ -100,6 +110,69 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(_GatheringTransport(transport, self.loop))
         self._sink: BodySink | None = None  # the body arriving now goes here
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
+        self._lane_for = getattr(self.app, "lane_for", None)  # the app's lanes, if it has any
+        self._waiting = None  # (cycle, app, lane): a request for a lane whose body is arriving
+        self._in_flight = None  # (cycle, cancel): a request a lane took, not answered yet
+
+    def _start_asgi_task(self, cycle, app) -> None:
+        """Where uvicorn starts a request's task, once its head is in: a request that a lane may
+        take waits for its body instead."""
+        lane = None
+        if self._lane_for is not None and app is self.app and not cycle.waiting_for_100_continue:
+            lane = self._lane_for(cycle.scope)
+        if lane is None:
+            HttpToolsProtocol._start_asgi_task(self, cycle, app)
+            return
+        self._waiting = (cycle, app, lane)
+        if not cycle.more_body:  # a pipelined request, whose body came before its turn
+            self._run_lane()
+
+    def on_message_complete(self) -> None:
+        HttpToolsProtocol.on_message_complete(self)
+        waiting = self._waiting
+        if waiting is not None and waiting[0] is self.cycle:
+            self._run_lane()
+
+    def _run_lane(self) -> None:
+        cycle, app, lane = self._waiting
+        self._waiting = None
+        if cycle.disconnected:
+            return
+        body = bytes(cycle.body)
+        try:
+            cancel = lane(cycle.scope, body, Reply(self, cycle))
+        except Exception:  # a fault of the server's own, answered as the ASGI way's 500 guard does
+            scope = cycle.scope
+            log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
+            HttpToolsProtocol._start_asgi_task(self, cycle, internal_error_response())
+            return
+        if cancel is None:  # not taken: the ASGI way, with the body where uvicorn keeps it
+            HttpToolsProtocol._start_asgi_task(self, cycle, app)
+        else:
+            cycle.body = bytearray()
+            self._in_flight = (cycle, cancel)
+
+    def answered(self, cycle, content_type: bytes, headers: list, body: bytes) -> bool:
+        """A lane's 200 for `cycle`, written at once; False when it must go as ASGI messages."""
+        self._settled(cycle)
+        return self._respond(cycle.scope, content_type, headers, body)
+
+    def answer_with(self, cycle, app) -> None:
+        """A lane's answer for `cycle` from an ASGI app, run as uvicorn runs a request's."""
+        self._settled(cycle)
+        HttpToolsProtocol._start_asgi_task(self, cycle, app)
+
+    def _settled(self, cycle) -> None:
+        if self._in_flight is not None and self._in_flight[0] is cycle:
+            self._in_flight = None
+
+    def connection_lost(self, exc) -> None:
+        HttpToolsProtocol.connection_lost(self, exc)
+        self._waiting = None
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:  # nobody reads its answer: the engine need not make it
+            in_flight[1]()
+            log_aborted(in_flight[0].scope)
 
     def on_headers_complete(self) -> None:
         HttpToolsProtocol.on_headers_complete(self)

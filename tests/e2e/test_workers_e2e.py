@@ -70,6 +70,28 @@ def fronts_served(server) -> dict:
     }
 
 
+def _read_answers(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """(status, body) of `count` HTTP/1.1 answers read off one connection, in order."""
+    buffer, answers = b"", []
+    while len(answers) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {len(answers)} answers"
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(
+            int(line.split(":", 1)[1])
+            for line in lines
+            if line.lower().startswith("content-length")
+        )
+        while len(buffer) < length:
+            buffer += sock.recv(65536)
+        answers.append((int(lines[0].split()[1]), buffer[:length]))
+        buffer = buffer[length:]
+    return answers
+
+
 @pytest.fixture
 def fronted(start_server):
     return start_server("--workers", str(FRONTS))
@@ -333,3 +355,63 @@ def test_idle_connections_declaring_huge_bodies_hold_no_memory(fronted, linear_r
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_pipelined_requests_on_one_connection_are_answered_in_their_order(
+    fronted, linear_relu_program
+):
+    """Small inference requests are answered from the connection's callbacks, the rest through
+    the app (service/protocols/lanes.py): sent at once, all come back, each in its place."""
+    server = fronted
+    x = linear_relu_program.example_inputs[0].numpy()
+    expected = linear_relu_program.module(torch.from_numpy(x)).detach().numpy()
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        assert client.post("/infer", json={"model": "lin", "inputs": [tensor(x)]}).is_success
+    v2_input = {"name": "input_0", "datatype": "FP32", "shape": list(x.shape)}
+    header = json.dumps(
+        {
+            "inputs": [{**v2_input, "parameters": {"binary_data_size": x.nbytes}}],
+            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+
+    def post(path: str, body: bytes, *headers: str) -> bytes:
+        lines = [f"POST {path} HTTP/1.1", "Host: t", f"Content-Length: {len(body)}", *headers]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+    native = json.dumps({"model": "lin", "inputs": [tensor(x)]}).encode()
+    v2_json = json.dumps({"inputs": [{**v2_input, "data": x.ravel().tolist()}]}).encode()
+    wrong = json.dumps({"model": "lin", "inputs": [tensor(np.ones((3, 3), np.float32))]})
+    binary = f"Inference-Header-Content-Length: {len(header)}"
+    requests = [
+        post("/infer", native),
+        post("/v2/models/lin/infer", v2_json),
+        post("/infer", native.replace(b'"lin"', b'"nope"')),
+        post("/v2/models/lin/infer", header + x.tobytes(), binary),
+        post("/infer", wrong.encode()),
+        b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n",
+        post("/infer", native),
+    ]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        for _ in range(3):
+            sock.sendall(b"".join(requests))
+            answers = _read_answers(sock, len(requests))
+            assert [status for status, _ in answers] == [200, 200, 404, 200, 422, 200, 200]
+            for at in (0, 6):
+                got = json.loads(answers[at][1])["outputs"][0]["data"]
+                assert np.allclose(np.reshape(got, expected.shape), expected, atol=1e-5)
+            assert np.allclose(
+                np.reshape(json.loads(answers[1][1])["outputs"][0]["data"], expected.shape),
+                expected,
+                atol=1e-5,
+            )
+            raw = answers[3][1]
+            head_length = len(raw) - expected.nbytes
+            assert json.loads(raw[:head_length])["outputs"][0]["parameters"] == {
+                "binary_data_size": expected.nbytes
+            }
+            assert np.allclose(np.frombuffer(raw[head_length:], np.float32), expected.ravel())
+            assert "not found" in json.loads(answers[2][1])["error"]
+            assert "shape" in json.loads(answers[4][1])["error"]
+    wait_for(lambda: arenas_empty(server), what="arenas empty")

@@ -1,4 +1,4 @@
-"""The Retry-After of the front's own 503s (service/engine/client.py): a full arena names how long
+"""The Retry-After of the front's own 503s (service/engine/): a full arena names how long
 requests recently held their slots, an engine that is down how long its last start took."""
 
 import pytest

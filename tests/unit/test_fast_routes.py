@@ -30,7 +30,7 @@ def _served(app, method: str, path: str):
     found = app.fast.match(method, path)
     if found is None:
         return None
-    endpoint, params = found
+    endpoint, params, _ = found
     while isinstance(endpoint, (UnexpectedErrors, TokenAuth)):  # what every request passes
         endpoint = endpoint.app
     return endpoint, params

@@ -103,7 +103,13 @@ def _protocol(app):
 
     from service.protocols.http_transport import GatheringHttpToolsProtocol
 
-    config = Config(app=app, http=GatheringHttpToolsProtocol, lifespan="off", log_level="error")
+    config = Config(
+        app=app,
+        http=GatheringHttpToolsProtocol,
+        lifespan="off",
+        log_level="error",
+        proxy_headers=False,  # as the fronts run it (service/front.py)
+    )
     protocol = GatheringHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     protocol.connection_made(RecordingTransport())
     return protocol

@@ -121,6 +121,11 @@ class Gate:
             return None
         return Refusal(closed.message, closed.retry_after_s)
 
+    def open_for(self, model: str, version: str, method: str) -> bool:
+        """Whether no refusal of that queue is on record: admit() would let a request through
+        as things are, taking no freed place."""
+        return (model, version, method) not in self._closed
+
     def refuses(
         self, model: str, version: str, methods: Iterable[str], protocol: str
     ) -> Refusal | None:

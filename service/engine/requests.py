@@ -1,0 +1,312 @@
+"""Inference as a front sends it to the engine: checked here, tensors placed in the arena.
+
+The front checks a request against its copy of the model table (refusing a bad one before it
+crosses), places the input tensors in its arena unless the protocol already received them there,
+reserves room for the outputs next to them, and sends the engine a descriptor of offsets; the
+answer names where the outputs are. A request from a lane (service/protocols/lanes.py) goes the
+same way from the connection's own callbacks (submit); any other awaits its answer (infer).
+
+The model table is trusted only while its generation equals the engine's, which the engine
+publishes in a shared page and bumps before it answers any call that changed a model; so a
+request that arrives after an upload was answered, through any front, never sees the model
+table from before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from service import oip
+from service.dataplane.scheduling.gate import Refusal
+from service.dataplane.signature import bind_inputs, select_outputs
+from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
+from service.dtypes import BY_DATATYPE
+from service.engine.link import Link, Pending, output_bytes
+from service.errors import Busy, QueueFull, ServiceError, TooLarge
+from service.ipc import frames
+from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
+from service.shm.refs import placeholder, to_wire
+
+_SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
+
+
+class _Refused(Exception):
+    """A request this front refuses without crossing; `kind` is how statistics count it."""
+
+    def __init__(self, kind: str, error: ServiceError):
+        self.kind = kind
+        self.error = error
+
+
+class EngineRequests:
+    """EngineClient's inference (service/engine/client.py keeps the link, table and calls)."""
+
+    _link: Link | None
+    _table: ModelTable
+    _refreshing: asyncio.Task | None
+    _holding_s: float  # how long requests recently held arena slots (smoothed)
+
+    def body_buffer(self, nbytes: int, align_at: int) -> tuple[memoryview, Lease]:
+        """Memory to receive a request body into, its byte `align_at` on a 256-byte boundary: a
+        slot of the arena, so that tensors in it need no copy on their way to the engine."""
+        link = self._require()
+        start = -align_at % ALIGNMENT  # slots start on the boundary
+        lease = self._allocate(link.arena, start + nbytes)
+        return lease.view(start, nbytes), lease
+
+    def _allocate(self, arena: Arena, nbytes: int) -> Lease:
+        if align_up(nbytes) > arena.size:
+            raise TooLarge(
+                f"the request's tensors need {nbytes} bytes of shared memory, more than this "
+                f"server's arena of {arena.size} bytes (--arena-bytes)"
+            )
+        try:
+            return arena.allocate(nbytes)
+        except ArenaFull:
+            raise Busy(
+                f"the shared memory for requests in flight is full ({arena.in_use} of "
+                f"{arena.size} bytes in use); retry shortly",
+                retry_after_s=max(1.0, self._holding_s),
+            ) from None
+
+    async def _current_table(self, link: Link) -> ModelTable:
+        generation = link.generation()[0]
+        while self._table.generation != generation:
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = asyncio.get_running_loop().create_task(self._call("table"))
+            table = await asyncio.shield(self._refreshing)
+            if table.generation >= self._table.generation:
+                self._table = table
+            generation = link.generation()[0]
+            if table.generation >= generation:
+                break
+        return self._table
+
+    def serves(self, model: str, version: str | None = None) -> bool:
+        """As ModelService.serves, from the cached table: True only for a model it holds
+        ready (a stale table costs a call to model_ready, never a wrong answer)."""
+        return self._table.entry(model, version) is not None
+
+    async def model_ready(self, model: str, version: str | None = None) -> bool:
+        """As ModelService.model_ready. A table older than the engine's is brought up to date
+        first (one call shared by every request waiting on it): the requests that reach a front
+        before its first table, or just after a model changed, would otherwise each cost the
+        engine a call of their own, and under load those calls starve its inference."""
+        link = self._require()
+        table = self._table
+        if table.generation != link.generation()[0]:
+            table = await self._current_table(link)
+        if table.entry(model, version) is not None:
+            return True
+        return await self._call("model_ready", model, version)  # False, or NotFound saying why
+
+    def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
+        """As ModelService.refuses, from this front's gate; the refusal is counted as the
+        default method's."""
+        entry = self._table.entry(model, version)
+        if entry is None:
+            return None
+        refusal = self.gate.refuses(model, entry.version, entry.signatures, protocol)
+        if refusal is not None:
+            self._note("record_refused", model, oip.DEFAULT_METHOD, "busy", 0.0, version)
+        return refusal
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        link = self._require()
+        begun = time.perf_counter()
+        table = self._table
+        if table.generation != link.generation()[0]:
+            table = await self._current_table(link)
+        try:
+            inputs, capacity, checked_at = self._checked(link, table, request)
+        except _Refused as refused:
+            elapsed_s = time.perf_counter() - begun
+            model, method, version = request.model, request.method, request.version
+            self._note("record_refused", model, method, refused.kind, elapsed_s, version)
+            raise refused.error from None
+        request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at)
+        sent = time.perf_counter()
+        try:
+            answer = await pending.future
+        except asyncio.CancelledError:
+            # The engine may be writing the outputs: the slots stay held until it answers.
+            link.protocol.send((frames.CANCEL, request_id))
+            raise
+        except BaseException:
+            pending.settle()
+            raise
+        return self._response(link, request, pending, sent, answer)
+
+    def submit(
+        self, request: InferRequest, done: Callable[[InferResponse | Exception], None]
+    ) -> Callable[[], None] | None:
+        """Sends the request now, from the caller's own stack (no coroutine), and returns what
+        cancels it; `done(the response, or the error)` runs once the engine answers. None, with
+        nothing sent or counted, when the request cannot go that way: no current model table,
+        a model or method the table lacks, a closed gate, a refusal, a full arena. infer() then
+        answers it (service/protocols/lanes.py)."""
+        link = self._link
+        if link is None or not link.alive or not link.serving():
+            return None
+        table = self._table
+        entry = table.entry(request.model, request.version)
+        if (
+            table.generation != link.generation()[0]
+            or entry is None
+            or not self.gate.open_for(request.model, entry.version, request.method)
+        ):
+            return None
+        try:
+            inputs, capacity, checked_at = self._checked(link, table, request)
+            if checked_at is None:
+                return None
+            request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at)
+        except (_Refused, ServiceError):
+            return None
+        sent = time.perf_counter()
+
+        def answered(future: asyncio.Future) -> None:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is not None:
+                pending.settle()
+                done(error)
+                return
+            try:
+                response = self._response(link, request, pending, sent, future.result())
+            except ServiceError as exc:
+                done(exc)
+                return
+            done(response)
+
+        def cancel() -> None:
+            if not pending.future.done():
+                pending.future.cancel()
+                link.protocol.send((frames.CANCEL, request_id))
+
+        pending.future.add_done_callback(answered)
+        return cancel
+
+    def _checked(self, link: Link, table: ModelTable, request: InferRequest):
+        """(the inputs as (name, datatype, array), room for the outputs, the generation they were
+        checked at): checked against the model table where it has the method, else left for
+        the engine to judge (generation None). _Refused for a request refused here."""
+        entry = table.entry(request.model, request.version)
+        signature = None if entry is None else entry.signatures.get(request.method)
+        if signature is None:
+            return [(t.name, t.datatype, t.array) for t in request.inputs], 0, None
+        refused = self.gate.admit(request.model, entry.version, request.method, request.protocol)
+        if refused is not None:  # the engine said this queue is full: no crossing
+            raise _Refused("busy", refused.error())
+        try:
+            arrays = bind_inputs(request.inputs, signature)
+            select_outputs(signature, request.outputs)
+        except ServiceError as exc:
+            raise _Refused("client_error", exc) from None
+        inputs = [
+            (spec.name, spec.datatype, array) for spec, array in zip(signature.inputs, arrays)
+        ]
+        rows = None
+        if entry.max_batch and arrays and arrays[0].ndim:
+            rows = arrays[0].shape[0]
+        # Upper bounds can be far above what a request produces: an output that outgrows
+        # its room comes back inline instead, so the room never crowds out other requests.
+        capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
+        return inputs, capacity, table.generation
+
+    def _engines_error(self, error: Exception) -> Exception:
+        """The engine's answer to a request it refused, once a full queue's has closed the gate
+        (returned, not raised here: see gate.Refusal)."""
+        if type(error) is QueueFull:
+            self.gate.refused(error)
+        return error
+
+    def _dispatch(
+        self, link: Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
+    ) -> tuple[int, Pending]:
+        """Places the inputs in the arena (unless they are there or in a client's region),
+        reserves room for the outputs and sends the descriptor: (its id, what waits on it)."""
+        region = link.arena.region
+        placed, copies, size = [], [], 0
+        held = request.memory
+        shared = request.shared_memory
+        for name, datatype, array in inputs:
+            if shared and name in shared.inputs:  # its bytes stay in the client's region
+                ref = shared.inputs[name]
+                placed.append(
+                    [name, datatype, tuple(array.shape), (ref.region, ref.byte_size, ref.offset)]
+                )
+                continue
+            # Tensors the protocol received into its slot of the arena stay where they are.
+            offset = region.offset_of(array) if held is not None else None
+            if (
+                offset is None
+                or offset % 256
+                or not array.flags.c_contiguous
+                or not held.offset <= offset <= held.offset + held.size - array.nbytes
+            ):
+                copies.append((len(placed), array, size))
+                size += align_up(array.nbytes)
+            placed.append([name, datatype, tuple(array.shape), offset])
+        lease = self._allocate(link.arena, size + capacity)
+        leases = [lease]
+        if held is not None:
+            leases.append(held.retain())
+        for index, array, at in copies:
+            target = region.array(lease.offset + at, array.dtype, array.shape)
+            target[...] = array
+            placed[index][3] = lease.offset + at
+        request_id = next(self._ids)
+        pending = Pending(asyncio.get_running_loop().create_future(), leases)
+        link.pending[request_id] = pending
+        link.protocol.send(
+            (
+                frames.INFER,
+                request_id,
+                request.model,
+                request.version,
+                request.method,
+                [tuple(p) for p in placed],
+                request.outputs,
+                lease.offset + size,
+                lease.size - size,
+                request.timeout_s,
+                request.id,
+                pickle.dumps(request.parameters) if request.parameters else None,
+                checked_at,
+                to_wire(shared) if shared else None,
+            )
+        )
+        return request_id, pending
+
+    def _response(
+        self, link: Link, request: InferRequest, pending: Pending, sent: float, answer: tuple
+    ) -> InferResponse:
+        """The engine's answer as the dataplane's response (viewing the outputs in the arena,
+        which it holds until released), or the error it refused the request with."""
+        self._holding_s += _SMOOTHING * (time.perf_counter() - sent - self._holding_s)
+        ok, payload = answer
+        if not ok:
+            pending.settle()
+            raise self._engines_error(pickle.loads(payload))
+        version, outputs = payload
+        region = link.arena.region
+        tensors = []
+        for name, datatype, shape, offset, inline in outputs:
+            carrier = BY_DATATYPE[datatype].carrier
+            if offset == -1:  # written into the client's shared memory region
+                array = placeholder(datatype, shape)
+            elif inline is None:
+                array = region.array(offset, carrier, tuple(shape))
+            else:  # did not fit its upper bound (a program that outgrew its own plan)
+                array = np.frombuffer(inline, carrier).reshape(shape)
+            tensors.append(Tensor(name, datatype, array))
+        return InferResponse(
+            request.model, version, request.method, request.id, tensors, on_release=pending.settle
+        )
