@@ -23,7 +23,6 @@ import os
 import pickle
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from service import rules
 from service.dataplane.service import ModelService
@@ -41,14 +40,6 @@ from service.shm.regions import SharedMemory
 log = logging.getLogger(__name__)
 # Fire-and-forget notes the fronts send (counts of what they refused themselves).
 _NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
-# Outputs of this many bytes or more are copied into the front's arena by a thread, where the
-# host has cores to spare for it: on the 16-core H200 host a 602 KB image output took the
-# engine's one thread 75 us of its 180-240 per request (bench/bench_workers.py, section d: 158 us
-# with the copiers, one front's image throughput 1.2x); on 2 cores the threads only competed with
-# the fronts, and image requests went 1.6x slower. Copies are bound by memory bandwidth: a few
-# threads take all the loop sends them.
-_COPY_OFF_LOOP_BYTES = 64 * 1024
-_COPIERS = min(4, (os.cpu_count() or 1) // 4)  # 0: every copy on the loop
 # Coroutines of ModelService that fronts must not call by name.
 _NOT_CALLS = frozenset({"start", "stop", "deploy", "infer"})
 
@@ -125,9 +116,6 @@ class EngineServer:
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._copier = (
-            ThreadPoolExecutor(_COPIERS, thread_name_prefix="answer-copy") if _COPIERS else None
-        )
         # False until the stored models are open again: before, every model would look unknown.
         self.serving = False
         service.on_change(self._publish)
@@ -199,8 +187,6 @@ class EngineServer:
                 pass
             self._listener.close()
             self._accepting.join(timeout=5)
-        if self._copier is not None:
-            self._copier.shutdown(wait=True)
         for front in list(self.fronts):
             if front.protocol.transport is not None:
                 front.protocol.transport.close()
@@ -264,37 +250,12 @@ class EngineServer:
         except Exception:
             self._failed(front, key, request.model)
 
-    def _answer(
-        self,
-        front: _Front,
-        key: int,
-        version: str,
-        outputs: list[tuple],
-        out_at,
-        out_room,
-        written=(),
-    ) -> None:
-        size = sum(array.nbytes for name, _, array in outputs if name not in written)
-        if self._copier is None or size < _COPY_OFF_LOOP_BYTES:
-            placed = _place(front.region, outputs, out_at, out_room, written)
-            front.protocol.send((frames.DONE, key, True, (version, placed)))
-            return
-        # Answered once the copy is done, whatever happens to the request meanwhile: the front
-        # holds the room until then, so nothing else is written there while this copy runs.
-        copied = self._loop.run_in_executor(
-            self._copier, _place, front.region, outputs, out_at, out_room, written
-        )
-        copied.add_done_callback(lambda done: self._copied(front, key, version, done))
-
     @staticmethod
-    def _copied(front: _Front, key: int, version: str, done: asyncio.Future) -> None:
-        error = done.exception()
-        if error is None:
-            front.protocol.send((frames.DONE, key, True, (version, done.result())))
-            return
-        log.error("writing the outputs of a request into its front's arena failed", exc_info=error)
-        failure = InternalError("the inference engine failed; see its log")
-        front.protocol.send((frames.DONE, key, False, pickle.dumps(failure)))
+    def _answer(
+        front: _Front, key: int, version: str, outputs: list[tuple], out_at, out_room, written=()
+    ) -> None:
+        placed = _place(front.region, outputs, out_at, out_room, written)
+        front.protocol.send((frames.DONE, key, True, (version, placed)))
 
     @staticmethod
     def _failed(front: _Front, key: int, model: str) -> None:
