@@ -189,3 +189,41 @@ def test_only_small_declared_bodies_may_try_a_lane_and_a_token_must_check():
     assert may_take(_scope(small, (b"authorization", b"Bearer " + b"i" * 32)), tokens)
     assert not may_take(_scope(small), tokens)  # the ASGI way answers 401
     assert not may_take(_scope(small, (b"authorization", b"Bearer " + b"a" * 32)), tokens)
+
+
+def test_an_answer_that_cannot_be_encoded_frees_its_outputs_and_is_answered_as_a_fault():
+    from types import SimpleNamespace
+
+    from service.dataplane.types import InferResponse, Tensor
+    from service.inline_policy import InlinePolicy
+    from service.protocols.native.infer_endpoint import InferEndpoint
+    from service.protocols.v2_rest import codec
+    from service.protocols.v2_rest import infer_endpoint as v2
+
+    class Recording:
+        def __init__(self):
+            self.failed, self.answered = [], []
+
+        def fail(self, error, render):
+            self.failed.append(type(error))
+
+        def ok(self, *answer):
+            self.answered.append(answer)
+
+    offload = SimpleNamespace(policy=InlinePolicy())
+    parsed = codec.parse_header(b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]'
+                                b', "data": [1]}]}')  # fmt: skip
+    freed = []
+    for answer in (
+        lambda outcome, reply: v2._answer(offload, parsed, outcome, reply),
+        lambda outcome, reply: InferEndpoint(None, offload)._answer(outcome, reply),
+    ):
+        reply = Recording()
+        # An output the encoders cannot read (a fault of the server's own, never a client's).
+        broken = [Tensor("y", "FP32", object())]
+        outcome = InferResponse(
+            "m", "1", "forward", None, broken, on_release=lambda: freed.append(1)
+        )
+        answer(outcome, reply)
+        assert reply.failed == [AttributeError] and reply.answered == []
+    assert freed == [1, 1]  # the arena slots of each were given back

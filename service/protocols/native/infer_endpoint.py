@@ -90,14 +90,15 @@ class InferEndpoint:
             reply.fail(outcome, service_error_response)
             return
         try:
-            if not self.offload.policy.write_inline(sum(t.array.size for t in outcome.outputs)):
-                reply.asgi(lambda scope, receive, send: self._send_answer(scope, send, outcome))
-                return
-            try:
+            inline = self.offload.policy.write_inline(sum(t.array.size for t in outcome.outputs))
+            if inline:
                 text = infer_body.dump(outcome.model, outcome.method, outcome.outputs)
-            finally:
-                outcome.release()
         except Exception as exc:
+            outcome.release()
             reply.fail(exc, service_error_response)
             return
+        if not inline:  # written in a worker process, as __call__'s are (which frees the outputs)
+            reply.asgi(lambda scope, receive, send: self._send_answer(scope, send, outcome))
+            return
+        outcome.release()
         reply.ok(_JSON, [], text)

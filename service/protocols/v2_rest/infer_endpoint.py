@@ -149,22 +149,19 @@ def _answer(offload, parsed, outcome, reply: Reply) -> None:
         return
     try:
         head, as_json, parts = codec.response_header(outcome, parsed)
-        size = sum(part.nbytes for part in parts)
-        if not offload.policy.write_inline(sum(t.array.size for _, t in as_json)) or (
-            size > JOIN_BELOW
-        ):
-            reply.asgi(
-                lambda scope, receive, send: _send_answer(scope, send, offload, outcome, parsed)
-            )
-            return
-        try:
+        inline = offload.policy.write_inline(sum(t.array.size for _, t in as_json))
+        inline = inline and sum(part.nbytes for part in parts) <= JOIN_BELOW
+        if inline:
             text = codec.dump_response(head, [(i, t.array, t.datatype) for i, t in as_json])
             body = b"".join([text, *parts]) if parts else text
-        finally:
-            outcome.release()
     except Exception as exc:
+        outcome.release()
         reply.fail(exc, service_error_response)
         return
+    if not inline:  # encoded and sent as infer_endpoint's answers are (which frees the outputs)
+        reply.asgi(lambda scope, receive, send: _send_answer(scope, send, offload, outcome, parsed))
+        return
+    outcome.release()
     if parts:
         reply.ok(_BINARY, [(_HEADER, str(len(text)).encode())], body)
     else:
