@@ -150,8 +150,9 @@ class EngineRequests:
         nothing sent or counted, when the request cannot go that way: no current model table,
         a model or method the table lacks, a closed gate, a refusal, a full arena. infer() then
         answers it (service/protocols/lanes.py)."""
-        link = self._link
-        if link is None or not link.alive or not link.serving():
+        try:
+            link = self._require()
+        except Busy:  # the engine is down: infer() answers 503 with when to come back
             return None
         table = self._table
         entry = table.entry(request.model, request.version)

@@ -162,8 +162,13 @@ def test_what_a_lane_cannot_finish_is_left_to_infer_with_nothing_sent_or_counted
         left.append(client.submit(_request(good), print))
         for lease in held:
             lease.release()
+        from service.engine.handshake import CONTROL
+
+        CONTROL.pack_into(link.control, 0, 7, 1, 0)  # an engine not serving yet: a 503 to say
+        left.append(client.submit(_request(good), print))
+        CONTROL.pack_into(link.control, 0, 7, 1, 1)
         return left, sent, notes, client.submit(_request(good), print)
 
     left, sent, notes, taken = asyncio.run(main())
-    assert left == [None] * 6 and notes == []
+    assert left == [None] * 7 and notes == []
     assert len(sent) == 1 and taken is not None  # only the last, once all was well
