@@ -226,14 +226,15 @@ NB_MODULE(ethost, m) {
           "execute", &execute, "inputs"_a, "outputs"_a = nb::none(),
           "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
           "in device memory described by __cuda_array_interface__ (see device_input_counts). "
-          "`outputs`, if given, has one entry per output: None, or device memory "
-          "(__cuda_array_interface__, read for its address and byte size) the output is written "
-          "into, returned as a WrittenOutput (see device_output_counts). "
+          "`outputs`, if given, has one entry per output: None, device memory "
+          "(__cuda_array_interface__, read for its address and byte size) or a writable "
+          "C-contiguous host buffer (read the same way) the output is written into, returned as "
+          "a WrittenOutput (see device_output_counts, which counts device memory only). "
           "Raises InputError before running when inputs do not fit, InstanceBusy if another "
           "thread is running it.");
 
   nb::class_<WrittenOutput>(m, "WrittenOutput",
-                            "An output written into the device memory given for it: no bytes, "
+                            "An output written into the memory given for it: no bytes, "
                             "its shape, numpy dtype and byte count.")
       .def_ro("shape", &WrittenOutput::shape)
       .def_ro("dtype", &WrittenOutput::dtype)

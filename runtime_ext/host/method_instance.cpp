@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 
 using executorch::aten::Tensor;
@@ -252,7 +253,7 @@ Status MethodInstance::set_outputs(const std::vector<OutputDestination>* destina
     }
     for (size_t i = 0; i < destinations->size(); ++i) {
       const OutputDestination& dest = (*destinations)[i];
-      if (dest.data == nullptr) continue;
+      if (dest.data == nullptr || dest.on_host) continue;
       const std::string action =
           "writing output " + std::to_string(i) + " of method '" + name_ + "' of";
       auto copies = device_copies();
@@ -278,15 +279,17 @@ Status MethodInstance::set_outputs(const std::vector<OutputDestination>* destina
         "setting output " + std::to_string(i) + " of method '" + name_ + "' of";
     void* data = nullptr;
     size_t nbytes = spec.nbytes;
-    if (dest != nullptr && route_device_output(false, spec.written_by_device_delegates_only,
-                                               false) == DeviceOutputRoute::Bound) {
+    // Host memory may take any writer's output; device memory only a device delegate's.
+    if (dest != nullptr &&
+        (dest->on_host || route_device_output(false, spec.written_by_device_delegates_only,
+                                              false) == DeviceOutputRoute::Bound)) {
       if (dest->nbytes < spec.nbytes) {
         return Status(Error::InvalidArgument,
                       spec.name + ": its destination holds " + std::to_string(dest->nbytes) +
                           " bytes, the output needs up to " + std::to_string(spec.nbytes))
             .at(action, path);
       }
-      data = dest->data;  // the delegate writes it there (or stages it, off a boundary)
+      data = dest->data;  // written there (a delegate stages it only off a boundary)
       nbytes = dest->nbytes;
     } else {
       ETHOST_ASSIGN_OR_RETURN(data, output_buffers_[i].reserve(spec.nbytes));
@@ -307,7 +310,7 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
   const EValue& value = method_->get_output(index);
   if (!value.isTensor()) {
     return Status(Error::InvalidArgument,
-                  spec.name + " is not a tensor, so it cannot be written to device memory")
+                  spec.name + " is not a tensor, so it cannot be written into a destination")
         .at(action, path);
   }
   const Tensor& tensor = value.toTensor();
@@ -324,6 +327,21 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
   }
   const void* source = tensor.const_data_ptr();
   bool on_device = arenas_->on_device(source);
+  if (destination.on_host) {  // not a device route: nothing is counted
+    Status copied;
+    if (source != destination.data && nbytes > 0) {
+      if (on_device) {
+        copied = device_copies_->to_host(destination.data, source, nbytes);
+      } else {
+        std::memmove(destination.data, source, nbytes);
+      }
+    }
+    if (!copied.ok()) {
+      copied.reason = "copying it into its destination: " + copied.reason;
+      return copied.at(action, path);
+    }
+    return out;
+  }
   DeviceOutputRoute route = source == destination.data
                                 ? DeviceOutputRoute::Bound
                                 : route_device_output(true, false, on_device);

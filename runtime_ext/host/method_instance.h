@@ -55,7 +55,8 @@ class MethodInstance {
 
   // GIL-free: binds inputs, executes, copies outputs. Caller holds the claim. `destinations`,
   // when given, has one entry per output: device memory to write it into (device_inputs.h),
-  // or none (a null data pointer: the output comes back as a host copy).
+  // host memory to write it into, or none (a null data pointer: the output comes back as a
+  // host copy).
   Outcome<std::vector<OutputBuffer>> run(
       std::vector<InputBinding>& inputs,
       const std::vector<OutputDestination>* destinations = nullptr);

@@ -37,11 +37,14 @@ struct InputBinding {
   executorch::runtime::EValue scalar;
 };
 
-// Device memory the caller wants an output written into (device_inputs.h says how it gets
-// there); a null `data` asks for the output back as a host copy, as without destinations.
+// Memory the caller wants an output written into: device memory (device_inputs.h says how it
+// gets there) or host memory (the server's arena slot a front answers from, so the output is
+// copied once, not into a buffer of ours and again into the slot). A null `data` asks for the
+// output back as a host copy, as without destinations.
 struct OutputDestination {
   void* data = nullptr;
   size_t nbytes = 0;
+  bool on_host = false;
 };
 
 struct OutputBuffer {

@@ -336,19 +336,29 @@ std::optional<nb::object> copy_into_numpy(const OutputBuffer& output, const Dtyp
 Outcome<OutputDestination> bind_output_destination(nb::handle value, const TensorSpec& spec) {
   OutputDestination dest;
   if (value.is_none()) return dest;
-  auto described = device_array(value, spec);
-  if (!described) {
+  if (auto described = device_array(value, spec)) {
+    if (!described->ok()) return described->take_status();
+    DeviceArray device = described->take();
+    size_t nbytes = device.dtype->size();
+    for (size_t d = 0; d < device.ndim; ++d) nbytes *= static_cast<size_t>(device.shape[d]);
+    dest.data = nbytes > 0 ? device.data : nullptr;
+    dest.nbytes = nbytes;
+    return dest;
+  }
+  // Host memory: the buffer's bytes, whatever its element type. The view is released at once;
+  // the caller's sequence keeps the object (and so its memory) alive until execute returns.
+  Py_buffer view;
+  if (PyObject_GetBuffer(value.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
     return Status::input(spec.index, spec.name,
-                         "its destination must be None or a device array "
-                         "(__cuda_array_interface__), got " +
+                         "its destination must be None, a writable C-contiguous host buffer or a "
+                         "device array (__cuda_array_interface__), got " +
                              python_type_name(value));
   }
-  if (!described->ok()) return described->take_status();
-  DeviceArray device = described->take();
-  size_t nbytes = device.dtype->size();
-  for (size_t d = 0; d < device.ndim; ++d) nbytes *= static_cast<size_t>(device.shape[d]);
-  dest.data = nbytes > 0 ? device.data : nullptr;
-  dest.nbytes = nbytes;
+  dest.data = view.len > 0 ? view.buf : nullptr;
+  dest.nbytes = static_cast<size_t>(view.len);
+  dest.on_host = true;
+  PyBuffer_Release(&view);
   return dest;
 }
 

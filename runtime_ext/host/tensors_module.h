@@ -44,8 +44,9 @@ class HeldInput {
 Outcome<InputBinding> bind_input(nanobind::handle value, const TensorSpec& spec,
                                  std::vector<HeldInput>& keep_alive);
 
-// Needs the GIL. None, or an object with __cuda_array_interface__ (device memory the output
-// is written into: its address and size; its shape and dtype are not the output's own).
+// Needs the GIL. None, an object with __cuda_array_interface__ (device memory the output is
+// written into: its address and size; its shape and dtype are not the output's own), or a
+// writable C-contiguous host buffer (read the same way: its address and byte size).
 Outcome<OutputDestination> bind_output_destination(nanobind::handle value, const TensorSpec& spec);
 
 // What execute returns for an output written into its destination: no bytes, only what the

@@ -59,6 +59,7 @@ class _Route:
     signature: MethodSignature
     scheduler: Policy
     outputs: list[tuple[int, str, str]]  # (index, name, datatype) of every output
+    most_bytes: list  # per output, the most bytes it can take (inf: unknown)
 
 
 class Inference:
@@ -159,13 +160,17 @@ class Inference:
         return None
 
     def infer_now(
-        self, model: str, version: str | None, method: str, arrays: list, requested
+        self, model: str, version: str | None, method: str, arrays: list, requested, room=None
     ) -> tuple[str, list[tuple]] | None:
         """infer() without a task or a wait, for inputs a front checked against this generation's
         signature, when the request can run at once and inline: its model method is scheduled
         directly (no queue), an instance is free and its recent executes are short. Answers
         (version, [(name, datatype, array) per output asked for]); None: nothing was done, serve
-        it with infer(). `requested`: the output names asked for, None for all.
+        it with infer(). `requested`: the output names asked for, None for all. `room`: where
+        the outputs may be written (service/engine/outputs.py OutputRoom). Only this path
+        writes there: nothing can cancel the request between the execute and its answer, while
+        a request that infer() runs in a thread may be answered as cancelled (and its room
+        freed) before the thread is done writing.
 
         For a small program the coroutines, task and semaphore of infer() cost several times
         the execute itself, and the engine's one thread serves every front: this is what
@@ -184,9 +189,15 @@ class Inference:
             outputs = route.outputs
             if requested is not None:
                 outputs = [outputs[i] for i in select_outputs(route.signature, requested)]
+            into = None
+            if room is not None and type(scheduler) is DirectPolicy:
+                names = [None] * len(route.outputs)
+                for index, name, _ in outputs:
+                    names[index] = name
+                into = room.destinations(names, route.most_bytes)
             bound = time.perf_counter_ns()
             try:
-                results, rows, infer_ns = scheduler.run_now(arrays)
+                results, rows, infer_ns = scheduler.run_now(arrays, into)
             except (ValueError, RuntimeError) as exc:
                 raise _execution_error(exc, model, method) from None
             executed = time.perf_counter_ns()
@@ -217,6 +228,7 @@ class Inference:
             signature,
             self._scheduler_for(served, method),
             [(i, spec.name, spec.datatype) for i, spec in enumerate(signature.outputs)],
+            _most_bytes(served, method),
         )
         return route
 
@@ -338,9 +350,13 @@ def _destinations(request: InferRequest, served, signature: MethodSignature, sch
     shm = request.shared_memory
     if shm is None or not shm.shared.outputs or type(scheduler) is not DirectPolicy:
         return None
-    specs = served.pool.meta(request.method)["outputs"]
-    most = [spec.get("nbytes", math.inf) for spec in specs]
+    most = _most_bytes(served, request.method)
     return shm.destinations([spec.name for spec in signature.outputs], most)
+
+
+def _most_bytes(served: Served, method: str) -> list:
+    """Per output of the method, the most bytes it can take (its upper bounds), else inf."""
+    return [spec.get("nbytes", math.inf) for spec in served.pool.meta(method)["outputs"]]
 
 
 def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:

@@ -37,7 +37,7 @@ class _MethodSlots:
         self._last_s = 0.0
 
     def execute(self, instance, inputs: list[np.ndarray], outputs: list | None = None) -> list:
-        """`outputs`: device memory per output to write it into (Method.execute's)."""
+        """`outputs`: memory per output to write it into (Method.execute's)."""
         try:
             return (
                 instance.execute(inputs) if outputs is None else instance.execute(inputs, outputs)
@@ -157,14 +157,14 @@ class ModelPool:
             and slots.recent_s < self.inline_below_s
         )
 
-    def run_now(self, method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def run_now(self, method: str, inputs: list[np.ndarray], outputs: list | None = None) -> list:
         """Executes on the event loop at once; only right after can_run_now said so, with no
         await between. The instance is back before anything else runs on the loop, so the
         semaphore, which counts free instances for run(), needs no update."""
         slots = self._methods[method]
         instance = slots.free.pop()
         try:
-            return slots.execute(instance, inputs)
+            return slots.execute(instance, inputs, outputs)
         finally:
             slots.free.append(instance)
 

@@ -29,9 +29,10 @@ from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine import handshake, pinning
+from service.engine.outputs import OutputRoom, place
 from service.errors import Aborted, ServiceError, invalid
 from service.ipc import frames
-from service.ipc.arena import Region, align_up
+from service.ipc.arena import Region
 from service.shm.binding import RequestShm
 from service.shm.metrics import ShmMetrics
 from service.shm.refs import from_wire
@@ -203,11 +204,15 @@ class EngineServer:
             if len(message) > 13 and message[13]:  # tensors in client shared memory
                 return self._shm_request(front, message)
             arrays = [_array(front.region, *item) for item in message[5]]
-            # Inputs the front checked against the signatures served now may run at once.
+            # Inputs the front checked against the signatures served now may run at once, their
+            # outputs written by the execute straight into the room the front reserved.
             if message[12] == self.service.generation:
-                answer = self.service.infer_now(model, message[3], message[4], arrays, message[6])
+                room = OutputRoom(front.region, message[7], message[8])
+                answer = self.service.infer_now(
+                    model, message[3], message[4], arrays, message[6], room
+                )
                 if answer is not None:
-                    self._answer(front, key, *answer, message[7], message[8])
+                    self._answer(front, key, *answer, room)
                     return None
             return _request(message, arrays)
         except ServiceError as exc:
@@ -240,7 +245,8 @@ class EngineServer:
             shm = request.shared_memory
             written = shm.write_outputs(response.outputs) if shm is not None else ()
             outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
-            self._answer(front, key, response.version, outputs, out_at, out_room, written)
+            room = OutputRoom(front.region, out_at, out_room)
+            self._answer(front, key, response.version, outputs, room, written)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except asyncio.CancelledError:
@@ -252,9 +258,9 @@ class EngineServer:
 
     @staticmethod
     def _answer(
-        front: _Front, key: int, version: str, outputs: list[tuple], out_at, out_room, written=()
+        front: _Front, key: int, version: str, outputs: list[tuple], room: OutputRoom, written=()
     ) -> None:
-        placed = _place(front.region, outputs, out_at, out_room, written)
+        placed = place(room, outputs, written)
         front.protocol.send((frames.DONE, key, True, (version, placed)))
 
     @staticmethod
@@ -313,24 +319,3 @@ def _array(region: Region, name: str, datatype: str, shape, offset: int):
     if offset < 0 or offset + count * dtype.itemsize > region.size:
         raise invalid(rules.INPUT_SHAPE, f"input {name!r} lies outside its shared memory slot")
     return region.array(offset, dtype.carrier, tuple(shape))
-
-
-def _place(region: Region, outputs: list[tuple], at: int, room: int, written=()) -> list[tuple]:
-    """Copies the outputs, (name, datatype, array) each, into the front's reserved room,
-    256-byte aligned; one that does not fit travels inline (only a program whose outputs
-    outgrow its own upper bounds does that). Outputs `written` into client shared memory travel
-    without bytes (offset -1)."""
-    placed, end = [], at + room
-    for name, datatype, array in outputs:
-        start = align_up(at)
-        shape = list(array.shape)
-        if name in written:
-            placed.append((name, datatype, shape, -1, None))
-            continue
-        if start + array.nbytes <= end:
-            region.array(start, array.dtype, array.shape)[...] = array
-            placed.append((name, datatype, shape, start, None))
-            at = start + array.nbytes
-        else:
-            placed.append((name, datatype, shape, 0, array.tobytes()))
-    return placed

@@ -214,5 +214,55 @@ class DeviceInputCases(SelectedMemory):
             method.execute(inputs, [claimed])
         with pytest.raises(ethost.ExecuTorchError, match="expected 1 output destinations"):
             method.execute(inputs, [None, None])
-        with pytest.raises(ethost.InputError, match="must be None or a device array"):
+        host.flags.writeable = False
+        with pytest.raises(ethost.InputError, match="writable C-contiguous host buffer"):
             method.execute(inputs, [host])
+        with pytest.raises(ethost.InputError, match="must be None, a writable"):
+            method.execute(inputs, [object()])
+
+    # -- outputs into host memory (the engine's room in a front's arena) -----------------------
+
+    @pytest.mark.parametrize(
+        "flavour", ["unplanned_outputs", "unplanned", "host_planned", "device_planned"]
+    )
+    def test_an_output_is_written_into_the_host_memory_given_for_it(
+        self, device_input_programs, flavour
+    ):
+        """Wherever the program leaves the output (bound by the delegate, planned in host or in
+        device memory), it lands in the destination; no device route is counted; the next
+        execute without a destination writes nothing there."""
+        program = device_input_programs[flavour]
+        method = load(program)
+        inputs = program.example_inputs(5)
+        expected = program.reference(*inputs)[0]
+        destination = aligned_zeros(expected.nbytes)
+        before = ethost.device_output_counts()
+        [written] = method.execute(inputs, [destination])
+        assert isinstance(written, ethost.WrittenOutput)
+        assert written.shape == expected.shape and written.nbytes == expected.nbytes
+        got = destination.view(np.float32).reshape(expected.shape)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert counts_since(before, ethost.device_output_counts) == dict.fromkeys(before, 0)
+        destination[...] = 0
+        other = program.example_inputs(6)
+        [output] = method.execute(other)
+        assert isinstance(output, np.ndarray) and not destination.any()
+        np.testing.assert_allclose(output, program.reference(*other)[0], rtol=1e-5, atol=1e-5)
+
+    @pytest.mark.parametrize("flavour", ["unplanned_outputs", "host_planned"])
+    def test_host_memory_too_small_is_refused_naming_the_output_and_left_alone(
+        self, device_input_programs, flavour
+    ):
+        program = device_input_programs[flavour]
+        inputs = program.example_inputs(5)
+        destination = aligned_zeros(program.reference(*inputs)[0].nbytes - 4)
+        with pytest.raises(ethost.ExecuTorchError, match="output 0.*destination holds 56 bytes"):
+            load(program).execute(inputs, [destination])
+        assert not destination.any()
+
+
+def aligned_zeros(nbytes: int) -> np.ndarray:
+    """`nbytes` zero bytes on a 256-byte boundary, as the arena's slots are."""
+    backing = np.zeros(nbytes + 256, np.uint8)
+    start = -backing.ctypes.data % 256
+    return backing[start : start + nbytes]

@@ -35,8 +35,8 @@ class DirectPolicy(Policy):
         priority=None,
         outputs: list | None = None,
     ) -> list[np.ndarray]:
-        """`outputs`: device memory to write outputs into (ModelPool.run's); only this policy
-        takes it, since it runs each request on its own."""
+        """`outputs`: memory to write outputs into (ModelPool.run's); only this policy takes
+        it, since it runs each request on its own."""
         # As in Triton, a model without priority levels ignores the request's `priority`.
         if self._max_queue and self.pool.waiting(self.method) >= self._max_queue:
             raise self._busy(0, self.policy)
@@ -64,13 +64,15 @@ class DirectPolicy(Policy):
         # It runs at once, never queued (ModelPool.can_run_now), so the bound cannot refuse it.
         return self.pool.can_run_now(self.method)
 
-    def run_now(self, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], int, int]:
+    def run_now(
+        self, arrays: list[np.ndarray], outputs: list | None = None
+    ) -> tuple[list, int, int]:
         """submit() without a wait, only right after can_run_now said so: (outputs, rows,
         nanoseconds executing). The caller counts the execute with its request, in one go
-        (Statistics.record_served, Metrics.record_served)."""
+        (Statistics.record_served, Metrics.record_served). `outputs`: as submit()'s."""
         rows = self._rows(arrays) if self.max_batch else 1
         begun = time.perf_counter_ns()
-        outputs = self.pool.run_now(self.method, arrays)
+        outputs = self.pool.run_now(self.method, arrays, outputs)
         now = time.perf_counter_ns()
         self._recent_execute_s = (now - begun) / 1e9
         self._completed(1, now)
