@@ -204,18 +204,23 @@ class Ours:
                 found[series.split('"')[1]] = int(float(value))
         return found
 
-    def cpu_s(self) -> tuple[float, float]:
-        """CPU seconds used so far by all fronts together, and by the engine's event-loop
-        thread (the one every request passes; its executes in worker threads are not in it)."""
+    def cpu_s(self) -> tuple[float, float, float, float]:
+        """CPU seconds used so far by all fronts together; by the engine's event-loop thread
+        (the one every request passes; its executes in worker threads are not in it), in user
+        and in kernel mode; and executing, as the statistics extension counts it (every model's
+        compute_infer, wherever it ran)."""
         tick = os.sysconf("SC_CLK_TCK")
 
-        def used(stat: str) -> float:
+        def used(stat: str) -> tuple[float, float]:
             fields = Path(stat).read_text().rpartition(")")[2].split()
-            return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
 
-        fronts = sum(used(f"/proc/{pid}/stat") for pid in role_pids(self.server, "front"))
+        fronts = sum(sum(used(f"/proc/{pid}/stat")) for pid in role_pids(self.server, "front"))
         (engine,) = role_pids(self.server, "engine")
-        return fronts, used(f"/proc/{engine}/task/{engine}/stat")
+        with self.server.client() as client:
+            stats = client.get("/v2/models/stats").json()["model_stats"]
+        executing = sum(m["inference_stats"]["compute_infer"]["ns"] for m in stats) / 1e9
+        return fronts, *used(f"/proc/{engine}/task/{engine}/stat"), executing
 
     def stop(self) -> None:
         self.server.stop()
@@ -271,8 +276,13 @@ def main() -> None:
         shares = sorted(after[f] - before.get(f, 0) for f in after)
         spread = f"  (per front, fewest to most: {shares})" if len(shares) > 1 else ""
         served = max(1, sum(shares))
-        fronts_us, engine_us = ((b - a) / served * 1e6 for a, b in zip(cpu_before, cpu_after))
-        cost = f"  CPU per request: fronts {fronts_us:.0f} us, engine thread {engine_us:.0f} us"
+        fronts_us, user_us, sys_us, execute_us = (
+            (b - a) / served * 1e6 for a, b in zip(cpu_before, cpu_after)
+        )
+        cost = (
+            f"  CPU per request: fronts {fronts_us:.0f} us, engine thread {user_us + sys_us:.0f} us"
+            f" (user {user_us:.0f}, kernel {sys_us:.0f}); executing {execute_us:.0f} us"
+        )
         print(f"  {label:<34} {results[label]}{spread}\n{cost}", flush=True)
 
     instances = max(2, n)
