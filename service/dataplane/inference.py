@@ -167,10 +167,7 @@ class Inference:
         directly (no queue), an instance is free and its recent executes are short. Answers
         (version, [(name, datatype, array) per output asked for]); None: nothing was done, serve
         it with infer(). `requested`: the output names asked for, None for all. `room`: where
-        the outputs may be written (service/engine/outputs.py OutputRoom). Only this path
-        writes there: nothing can cancel the request between the execute and its answer, while
-        a request that infer() runs in a thread may be answered as cancelled (and its room
-        freed) before the thread is done writing.
+        the outputs may be written (InferRequest.output_room).
 
         For a small program the coroutines, task and semaphore of infer() cost several times
         the execute itself, and the engine's one thread serves every front: this is what
@@ -312,9 +309,9 @@ class Inference:
             acquired(waited)
 
         scheduler = self._scheduler_for(served, method)
-        # Outputs requested into CUDA shared memory, written there by the host (direct only:
-        # batching and priority queues merge or reorder requests, and copy them as before).
-        destinations = _destinations(request, served, signature, scheduler)
+        # Outputs written where the request says, by the host (direct only: batching and
+        # priority queues merge or reorder requests, and copy them as before).
+        destinations = _destinations(request, served, signature, selected, scheduler)
         extra = {"outputs": destinations} if destinations is not None else {}
         try:
             results = await scheduler.submit(
@@ -345,13 +342,17 @@ def _response(
     return InferResponse(request.model, version, request.method, request.id, outputs)
 
 
-def _destinations(request: InferRequest, served, signature: MethodSignature, scheduler):
-    """Per output, the device memory (RequestShm.destinations) to execute it into, or None."""
-    shm = request.shared_memory
-    if shm is None or not shm.shared.outputs or type(scheduler) is not DirectPolicy:
+def _destinations(request: InferRequest, served, signature, selected, scheduler):
+    """Per output, the memory to execute it into, or None: the CUDA shared memory of the
+    request's regions (RequestShm.destinations), else its output room (the engine's, in the
+    front's arena). ModelPool.run answers a cancelled request only once they are written."""
+    into = request.shared_memory if request.shared_memory is not None else request.output_room
+    if into is None or type(scheduler) is not DirectPolicy:
         return None
-    most = _most_bytes(served, request.method)
-    return shm.destinations([spec.name for spec in signature.outputs], most)
+    names = [None] * len(signature.outputs)
+    for index in selected:
+        names[index] = signature.outputs[index].name
+    return into.destinations(names, _most_bytes(served, request.method))
 
 
 def _most_bytes(served: Served, method: str) -> list:

@@ -219,7 +219,20 @@ class ModelPool:
             executor, slots.execute, instance, inputs, outputs
         )
         future.add_done_callback(release)
-        return await asyncio.shield(future)
+        if outputs is None:
+            return await asyncio.shield(future)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The thread writes into the caller's memory: a cancelled caller hears so only once
+            # it is done (however often it is cancelled), so that nothing frees that memory
+            # for others while it is written.
+            while not future.done():
+                try:
+                    await asyncio.wait([future])
+                except asyncio.CancelledError:
+                    pass
+            raise
 
     def readmit(self) -> None:
         """One more admission for a request already admitted and not yet done (a batch run

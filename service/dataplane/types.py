@@ -41,6 +41,9 @@ class InferRequest:
     # Tensors left in client shared memory regions (service/shm/refs.py SharedTensors); the
     # engine binds and writes them there.
     shared_memory: object | None = None
+    # Where the outputs may be written instead of returned (the engine's room in a front's
+    # arena, service/engine/outputs.py): anything with destinations(), as RequestShm has.
+    output_room: object | None = None
     # The protocol (and encoding) that brought it: they take turns at the places of a full
     # queue (service/dataplane/scheduling/gate.py).
     protocol: str = ""

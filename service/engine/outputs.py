@@ -4,9 +4,9 @@ The native host writes an output straight into the room when its upper bound fit
 (OutputRoom.destinations, given to Method.execute), so the front answers from the bytes the
 execute itself produced: one copy out of the program's planned memory, not one into a buffer
 of the host's and a second one here. An image-sized output pays that copy per request on the
-engine's one thread, which serves every front. Only requests the engine runs inline get
-windows (ModelService.infer_now says why); outputs the host returned as arrays (requests that
-waited, were batched or ran in a thread; unknown bounds) are copied into what is left (place).
+engine's one thread, which serves every front (a request run in a worker thread is written
+there by that thread). Outputs the host returned as arrays (batched or priority-queued
+requests, unknown bounds) are copied into what is left of the room (place).
 """
 
 from __future__ import annotations

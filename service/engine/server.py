@@ -77,7 +77,7 @@ class _Front:
             request = self.server.serve_now(self, message)
             if request is not None:
                 key = message[1]
-                work = self.server.infer(self, key, request, message[7], message[8])
+                work = self.server.infer(self, key, request)
                 task = asyncio.get_running_loop().create_task(work)
                 if request.shared_memory is not None:  # even if cancelled before it starts
                     task.add_done_callback(lambda _, held=request.shared_memory: held.close())
@@ -204,17 +204,17 @@ class EngineServer:
             if len(message) > 13 and message[13]:  # tensors in client shared memory
                 return self._shm_request(front, message)
             arrays = [_array(front.region, *item) for item in message[5]]
-            # Inputs the front checked against the signatures served now may run at once, their
-            # outputs written by the execute straight into the room the front reserved.
+            # Outputs are written by the execute straight into the room the front reserved.
+            room = OutputRoom(front.region, message[7], message[8])
+            # Inputs the front checked against the signatures served now may run at once.
             if message[12] == self.service.generation:
-                room = OutputRoom(front.region, message[7], message[8])
                 answer = self.service.infer_now(
                     model, message[3], message[4], arrays, message[6], room
                 )
                 if answer is not None:
                     self._answer(front, key, *answer, room)
                     return None
-            return _request(message, arrays)
+            return _request(message, arrays, room)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except Exception:
@@ -230,23 +230,20 @@ class EngineServer:
                 _array(front.region, *item) if type(item[3]) is int else shm.input(*item).array
                 for item in message[5]
             ]
-            request = _request(message, arrays)
+            request = _request(message, arrays, OutputRoom(front.region, message[7], message[8]))
         except BaseException:
             shm.close()
             raise
         request.shared_memory = shm
         return request
 
-    async def infer(
-        self, front: _Front, key: int, request: InferRequest, out_at: int, out_room: int
-    ) -> None:
+    async def infer(self, front: _Front, key: int, request: InferRequest) -> None:
         try:
             response = await self.service.infer(request)
             shm = request.shared_memory
             written = shm.write_outputs(response.outputs) if shm is not None else ()
             outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
-            room = OutputRoom(front.region, out_at, out_room)
-            self._answer(front, key, response.version, outputs, room, written)
+            self._answer(front, key, response.version, outputs, request.output_room, written)
         except ServiceError as exc:
             front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
         except asyncio.CancelledError:
@@ -293,7 +290,7 @@ class EngineServer:
             getattr(self.service, name)(*pickle.loads(args))
 
 
-def _request(message: tuple, arrays: list) -> InferRequest:
+def _request(message: tuple, arrays: list, room: OutputRoom) -> InferRequest:
     """`arrays`: the message's inputs, viewed where they lie (_array, RequestShm.input)."""
     (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
     request_id, parameters, checked_at = message[10:13]
@@ -307,6 +304,7 @@ def _request(message: tuple, arrays: list) -> InferRequest:
         parameters=pickle.loads(parameters) if parameters else {},
         timeout_s=timeout_s,
         checked_at=checked_at,
+        output_room=room,
     )
 
 

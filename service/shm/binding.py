@@ -122,11 +122,11 @@ class RequestShm:
             array = (data != 0).reshape(tuple(shape))  # any non-zero byte is true, stored as 1
         return Tensor(name, datatype, array)
 
-    def destinations(self, names: list[str], most_bytes: list[int]) -> list | None:
-        """Per output of the method (its name, and the most bytes it can take), the window of
-        its CUDA region for the native host to write it into, else None; None when there is
-        none at all. A window smaller than the output may be is not given: the output comes
-        back to write_outputs, which refuses it by its real size."""
+    def destinations(self, names: list[str | None], most_bytes: list) -> list | None:
+        """Per output of the method (its name, None if not asked for, and the most bytes it
+        can take), the window of its CUDA region for the native host to write it into, else
+        None; None when there is none at all. A window smaller than the output may be is not
+        given: the output comes back to write_outputs, which refuses it by its real size."""
         found = None
         for index, name in enumerate(names):
             ref = self.shared.outputs.get(name)

@@ -17,6 +17,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from support import programs
 from support.processes import children, role_pids
 from support.program_fixtures import dynamic_batch_program, linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
@@ -414,4 +415,38 @@ def test_pipelined_requests_on_one_connection_are_answered_in_their_order(
             assert np.allclose(np.frombuffer(raw[head_length:], np.float32), expected.ravel())
             assert "not found" in json.loads(answers[2][1])["error"]
             assert "shape" in json.loads(answers[4][1])["error"]
+    wait_for(lambda: arenas_empty(server), what="arenas empty")
+
+
+def test_outputs_written_by_worker_threads_land_in_each_requests_own_room(fronted, programs_dir):
+    """A long execute runs in a worker thread, which writes its output straight into the room
+    its front reserved (service/engine/outputs.py). Requests in flight at once through both
+    fronts each get their own output; one whose client leaves mid-execute frees its room only
+    once the thread is done with it, and nothing is left in the arenas."""
+    server = fronted
+    heavy = programs.export_cpu_heavy(programs_dir, rounds=100, size=20_000)
+    config = json.dumps({"instance_group": [{"count": 4}]})
+    with server.client() as client:
+        assert upload(client, "heavy", heavy.pte, fields={"config": config}).status_code == 201
+    inputs = [torch.randn(20_000) for _ in range(16)]
+    expected = [heavy.module(x).detach().numpy() for x in inputs]
+    body = json.dumps({"model": "heavy", "inputs": [tensor(inputs[0])]}).encode()
+    leaving = [
+        f"POST /infer HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    ] * 4
+
+    def leave(request: bytes) -> None:  # sent, then gone while its execute runs
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(request)
+            time.sleep(0.005)
+
+    with ThreadPoolExecutor(8) as pool:
+        gone = [pool.submit(leave, request) for request in leaving]
+        answers = list(pool.map(lambda x: fresh_infer(server, "heavy", x), inputs))
+        for future in gone:
+            future.result()
+    assert [r.status_code for r in answers] == [200] * len(inputs)
+    for answer, want in zip(answers, expected):
+        got = np.asarray(answer.json()["outputs"][0]["data"], np.float32)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
     wait_for(lambda: arenas_empty(server), what="arenas empty")

@@ -102,6 +102,40 @@ def test_cancelled_request_keeps_its_instance_until_execution_ends(heavy):
         assert asyncio.run(main(executor))[0].shape == (SIZE,)
 
 
+def test_a_cancelled_request_writing_into_memory_hears_so_once_the_thread_is_done(heavy):
+    """Its memory (a front's arena slot) is freed for other requests once it is answered, so a
+    cancelled run that writes into it must not end while the thread still writes there; one
+    without destinations ends at once, its thread finishing on its own."""
+    _, stored = heavy
+    x = np.random.rand(SIZE).astype(np.float32)
+    destination = np.zeros(SIZE * 4, np.uint8)
+
+    async def cancelled_run(pool, executor, outputs):
+        task = asyncio.create_task(pool.run("forward", [x], executor, outputs=outputs))
+        await asyncio.sleep(0.02)  # it executes in a thread now (~0.1 s)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # twice: the wait must hold through both
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return pool._methods["forward"].idle()
+
+    async def main(executor):
+        pool = ModelPool(stored, import_host(), 1)
+        without = await cancelled_run(pool, executor, None)
+        while not pool._methods["forward"].idle():  # its thread still runs
+            await asyncio.sleep(0.01)
+        written = await cancelled_run(pool, executor, [destination])
+        [expected] = await pool.run("forward", [x], executor)
+        await pool.close()
+        return without, written, expected
+
+    with ThreadPoolExecutor(2) as executor:
+        without, written, expected = asyncio.run(main(executor))
+    assert not without and written
+    np.testing.assert_array_equal(destination.view(np.float32).reshape(expected.shape), expected)
+
+
 @pytest.mark.parametrize("kernel_threadpool", [False, True])
 def test_instances_take_the_configured_kernel_threading(heavy, kernel_threadpool):
     exported, stored = heavy
