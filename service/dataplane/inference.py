@@ -205,10 +205,16 @@ class Inference:
             self._finished(None, model, version, method, outcome, 0.0, elapsed_s, {})
             raise
         done = time.perf_counter_ns()
-        self.statistics.record_served(
-            model, route.version, rows, done - begun, bound - begun, infer_ns, done - executed
+        self.ledger.add(
+            model,
+            route.version,
+            method,
+            rows,
+            done - begun,
+            bound - begun,
+            infer_ns,
+            done - executed,
         )
-        self.metrics.record_served(model, method, rows, (done - begun) / 1e9)
         if self.settings.access_log:
             self._log(model, method, "ok", (done - begun) / 1e9)
         return route.version, answer

@@ -6,8 +6,8 @@ Cardinality stays bounded: model names have passed the ingest name rules, method
 stored programs, and a request naming a model or method that does not exist is counted under
 UNKNOWN, never under the client's string. Deleting a model removes its series.
 
-Requests served at once by the engine's shortest path are counted when next rendered (or every
-FOLD_AT of them), summed per model and method, as service/dataplane/statistics.py counts them.
+Requests served at once by the engine's shortest path are counted from the one ledger of them
+(service/dataplane/ledger.py) when next rendered, summed per model and method.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable
 
 from service.dataplane import residency
-from service.dataplane.statistics import Backlog
+from service.dataplane.ledger import Served, ServedLedger
 from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
@@ -28,8 +28,9 @@ UNKNOWN = "(unknown)"
 class Metrics:
     """The server's metrics; updated from the event loop and worker threads, hence the lock."""
 
-    def __init__(self, backends: list | None = None):
-        """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics)."""
+    def __init__(self, backends: list | None = None, ledger: ServedLedger | None = None):
+        """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics);
+        `ledger`: the requests served at once, shared with the statistics."""
         self._lock = threading.Lock()
         self.requests = Counter(
             "etrt_inference_requests_total",
@@ -75,7 +76,8 @@ class Metrics:
             ("front", "state"),
         )
         self.backends = [m for m in (backends or []) if m is not None]
-        self._served = Backlog(self._lock, self._count_served)
+        self._ledger = ServedLedger() if ledger is None else ledger
+        self._ledger.subscribe(self._count_served)
         self._live: dict[str, object] = {}
         # (model, method, version) -> the scheduler's current queue depth, read when rendering;
         # the gauge sums a model's versions.
@@ -118,26 +120,23 @@ class Metrics:
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
 
-    def record_served(self, model: str, method: str, rows: int, total_s: float) -> None:
-        """request_finished (ok, not queued) and batch_executed of a request that was an
-        execute of its own, counted when next rendered (the module says why)."""
-        self._served.add((model, method, rows, total_s))
-
-    def _count_served(self, served: list[tuple]) -> None:
+    def _count_served(self, served: list[Served]) -> None:
+        """The ledger's requests, each a finished request (ok, not queued) and an execute."""
         sums = {}
-        for model, method, rows, total_s in served:
-            found = sums.get((model, method))
+        for event in served:
+            found = sums.get((event.model, event.method))
             if found is None:
-                found = sums[(model, method)] = ([], {})
-            found[0].append(total_s)
-            found[1][rows] = found[1].get(rows, 0) + 1
-        for (model, method), (durations, sizes) in sums.items():
-            labels = (model, method)
-            self.requests.add((model, method, "ok"), len(durations))
-            self.duration.observe_many(labels, durations)
-            self.queue.observe(labels, 0.0, len(durations))
-            for rows, count in sizes.items():
-                self.batch_size.observe(labels, rows, count)
+                found = sums[(event.model, event.method)] = ([], {})
+            found[0].append(event.total_ns / 1e9)
+            found[1][event.rows] = found[1].get(event.rows, 0) + 1
+        with self._lock:
+            for (model, method), (durations, sizes) in sums.items():
+                labels = (model, method)
+                self.requests.add((model, method, "ok"), len(durations))
+                self.duration.observe_many(labels, durations)
+                self.queue.observe(labels, 0.0, len(durations))
+                for rows, count in sizes.items():
+                    self.batch_size.observe(labels, rows, count)
 
     def front_request(self, front: int) -> None:
         """Called on the engine's loop for every request, so a plain count (the loop is its
@@ -202,8 +201,8 @@ class Metrics:
                 self.warmups.samples.pop((model, str(version)), None)
 
     def forget_model(self, model: str) -> None:
+        self._ledger.fold()
         with self._lock:
-            self._served.fold()
             self._live.pop(model, None)
             for family in (
                 self.requests,
@@ -257,8 +256,8 @@ class Metrics:
         for state, count in models_by_state.items():
             states.add((state,), count)
         memory = self._memory()
+        self._ledger.fold()
         with self._lock:
-            self._served.fold()
             for front, count in list(self._front_requests.items()):
                 self.fronts.samples[(str(front),)] = count
             families = [

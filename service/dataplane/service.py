@@ -20,6 +20,7 @@ from service.dataplane import residency, triton_config
 from service.dataplane.catalog import Model, parse_version
 from service.dataplane.deployment import Deployment
 from service.dataplane.inference import Inference
+from service.dataplane.ledger import ServedLedger
 from service.dataplane.metrics import Metrics
 from service.dataplane.repository import Repository, refused_view
 from service.dataplane.signature import published_method, signature_of
@@ -60,8 +61,10 @@ class ModelService(Deployment, Inference, Repository):
         )
         self.backends = enabled(settings.backends)
         self._ingest_backends = ingest_backends(settings)
-        self.metrics = Metrics([backend.metrics() for backend in self.backends])
-        self.statistics = Statistics()
+        # One ledger of the requests served at once, which both views count from.
+        self.ledger = ServedLedger()
+        self.metrics = Metrics([backend.metrics() for backend in self.backends], self.ledger)
+        self.statistics = Statistics(self.ledger)
         self._ready = False
         self._loading: asyncio.Task | None = None
         # Bumped on every change to what is served; engine fronts compare it with the model

@@ -8,19 +8,17 @@ them, because users tune batching by these numbers: each request's outcome and p
 by the scheduler that ran it), so 64 requests merged into 4 executes are 4 executions and 64
 inferences. Recording may happen from worker threads, hence the lock.
 
-Requests served at once by the engine's shortest path (record_served) are the engine's most
-frequent event, and its one thread's time per request bounds the server: they are appended to a
-deque as they happen and folded into the counts, summed per model, version and size, before any
-read and every FOLD_AT of them. Every read sees every request recorded before it.
+Requests served at once by the engine's shortest path are counted from the one ledger of them
+(service/dataplane/ledger.py), summed per model, version and size, before any read.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from service.dataplane.ledger import Served, ServedLedger
 
 PHASES = (
     "success",
@@ -33,33 +31,6 @@ PHASES = (
     "cache_miss",
 )
 BATCH_PHASES = ("compute_input", "compute_infer", "compute_output")
-# Served requests kept unfolded at most (a few hundred KB).
-FOLD_AT = 4096
-
-
-class Backlog:
-    """Events recorded as they happen and counted in bulk by `count(events)` under `lock`,
-    before any read (fold()) and every FOLD_AT of them: recording one is a deque append, which
-    is thread-safe, so the hot path takes no lock."""
-
-    def __init__(self, lock: threading.Lock, count: Callable[[list[tuple]], None]):
-        self._lock = lock
-        self._count = count
-        self._events: deque[tuple] = deque()
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    def add(self, event: tuple) -> None:
-        self._events.append(event)
-        if len(self._events) >= FOLD_AT:
-            with self._lock:
-                self.fold()
-
-    def fold(self) -> None:
-        """Counts what was recorded so far; the caller holds the lock."""
-        events = self._events
-        self._count([events.popleft() for _ in range(len(events))])
 
 
 @dataclass
@@ -83,10 +54,11 @@ def _duration(slot: list) -> dict:
 
 
 class Statistics:
-    def __init__(self):
+    def __init__(self, ledger: ServedLedger | None = None):
         self._models: dict[tuple[str, str], _Model] = {}
         self._lock = threading.Lock()
-        self._served = Backlog(self._lock, self._count_served)
+        self._ledger = ServedLedger() if ledger is None else ledger
+        self._ledger.subscribe(self._count_served)
 
     def _model(self, name: str, version: str) -> _Model:
         model = self._models.get((name, version))
@@ -120,26 +92,11 @@ class Statistics:
         with self._lock:
             _execution(self._model(name, version), size, input_ns, infer_ns, output_ns)
 
-    def record_served(
-        self,
-        name: str,
-        version: str,
-        size: int,
-        total_ns: int,
-        input_ns: int,
-        infer_ns: int,
-        output_ns: int,
-    ) -> None:
-        """record_execution and a successful record_request, unqueued, of a request that was an
-        execute of its own, counted when next read (the module says why). The execute counts
-        only its run, as the scheduler counts one; the request all of its phases."""
-        self._served.add(
-            (name, version, size, total_ns, input_ns, infer_ns, output_ns, time.time())
-        )
-
-    def _count_served(self, served: list[tuple]) -> None:
+    def _count_served(self, served: list[Served]) -> None:
+        """The ledger's requests, each an execute and a successful request, unqueued: the
+        execute counts only its run, as a scheduler counts one; the request all its phases."""
         sums = {}
-        for name, version, size, total_ns, input_ns, infer_ns, output_ns, at in served:
+        for name, version, _, size, total_ns, input_ns, infer_ns, output_ns, at in served:
             key = (name, version, size)
             found = sums.get(key)
             if found is None:
@@ -151,23 +108,24 @@ class Statistics:
                 found[3] += infer_ns
                 found[4] += output_ns
                 found[5] = at
-        for (name, version, size), sum_ in sums.items():
-            count, total_ns, input_ns, infer_ns, output_ns, at = sum_
-            model = self._model(name, version)
-            _execution(model, size, 0, infer_ns, 0, count)
-            _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns, count, at)
+        with self._lock:
+            for (name, version, size), sum_ in sums.items():
+                count, total_ns, input_ns, infer_ns, output_ns, at = sum_
+                model = self._model(name, version)
+                _execution(model, size, 0, infer_ns, 0, count)
+                _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns, count, at)
 
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""
+        self._ledger.fold()
         with self._lock:
-            self._served.fold()
             for key in [k for k in self._models if k[0] == name and version in (None, k[1])]:
                 del self._models[key]
 
     def model_stats(self, name: str, version: str) -> dict:
         """Triton's ModelStatistics object (zeros for a model nothing was recorded for)."""
+        self._ledger.fold()
         with self._lock:
-            self._served.fold()
             model = self._models.get((name, version)) or _Model()
             return {
                 "name": name,

@@ -1,5 +1,8 @@
-"""The engine's shortest path counts in one call what the queued path counts in two."""
+"""The engine's shortest path counts in one record, in one ledger (service/dataplane/ledger.py),
+what the queued path counts in two calls to each view."""
 
+from service.dataplane import ledger as ledgers
+from service.dataplane.ledger import ServedLedger
 from service.dataplane.metrics import Metrics
 from service.dataplane.statistics import Statistics
 
@@ -9,11 +12,12 @@ def _without_clock(stats: dict) -> dict:
 
 
 def test_record_served_counts_as_an_execute_plus_its_successful_request():
-    apart, together = Statistics(), Statistics()
+    ledger = ServedLedger()
+    apart, together = Statistics(), Statistics(ledger)
     for size, (total, input_ns, infer, output) in ((1, (900, 100, 700, 50)), (4, (80, 8, 60, 4))):
         apart.record_execution("m", "1", size, 0, infer, 0)
         apart.record_request("m", "1", True, total, 0, input_ns, infer, output)
-        together.record_served("m", "1", size, total, input_ns, infer, output)
+        ledger.add("m", "1", "forward", size, total, input_ns, infer, output)
     assert _without_clock(together.model_stats("m", "1")) == _without_clock(
         apart.model_stats("m", "1")
     )
@@ -22,12 +26,13 @@ def test_record_served_counts_as_an_execute_plus_its_successful_request():
 
 
 def test_metrics_record_served_renders_as_a_finished_request_and_an_execute():
-    apart, together = Metrics(), Metrics()
+    ledger = ServedLedger()
+    apart, together = Metrics(), Metrics(ledger=ledger)
     for metrics in (apart, together):
         metrics.request_finished(metrics.request_started("m"), "m", "forward", "ok", 0.001, 0.002)
     apart.request_finished(None, "m", "forward", "ok", 0.0, 0.0005)
     apart.batch_executed("m", "forward", 3)
-    together.record_served("m", "forward", 3, 0.0005)
+    ledger.add("m", "1", "forward", 3, 500_000, 0, 0, 0)
     assert together.render({}) == apart.render({})
     assert 'etrt_inference_requests_total{model="m",method="forward",outcome="ok"} 2' in (
         together.render({})
@@ -39,14 +44,15 @@ def test_served_requests_are_all_counted_at_the_next_read_before_and_past_a_fold
 
     from service.dataplane import statistics
 
-    apart, together = Statistics(), Statistics()
-    sizes = [1, 1, 2, 1, 4] * (statistics.FOLD_AT // 5 + 3)  # a fold on the way, then some left
+    ledger = ServedLedger()
+    apart, together = Statistics(), Statistics(ledger)
+    sizes = [1, 1, 2, 1, 4] * (ledgers.FOLD_AT // 5 + 3)  # a fold on the way, then some left
     for size in sizes:
         apart.record_execution("m", "1", size, 0, 700, 0)
         apart.record_request("m", "1", True, 900, 0, 100, 700, 50)
-        together.record_served("m", "1", size, 900, 100, 700, 50)
-    together.record_served("other", "2", 1, 10, 1, 8, 1)
-    assert len(together._served) < statistics.FOLD_AT  # folded once on the way
+        ledger.add("m", "1", "forward", size, 900, 100, 700, 50)
+    ledger.add("other", "2", "forward", 1, 10, 1, 8, 1)
+    assert 0 < len(ledger) < ledgers.FOLD_AT  # folded once on the way
     assert _without_clock(together.model_stats("m", "1")) == _without_clock(
         apart.model_stats("m", "1")
     )
@@ -54,25 +60,37 @@ def test_served_requests_are_all_counted_at_the_next_read_before_and_past_a_fold
     assert together.model_stats("other", "2")["execution_count"] == 1
     # The last inference's time, not the time of the read that counted it.
     served_at = time.time()
-    together.record_served("m", "1", 1, 900, 100, 700, 50)
+    ledger.add("m", "1", "forward", 1, 900, 100, 700, 50)
     monkeypatch.setattr(statistics.time, "time", lambda: served_at + 60)
     assert abs(together.model_stats("m", "1")["last_inference"] - served_at * 1000) < 1000
 
 
 def test_metrics_count_every_served_request_at_the_next_render():
-    from service.dataplane import statistics
-
-    apart, together = Metrics(), Metrics()
-    count = statistics.FOLD_AT + 7
+    ledger = ServedLedger()
+    apart, together = Metrics(), Metrics(ledger=ledger)
+    count = ledgers.FOLD_AT + 7
     for i in range(count):
         rows, seconds = (1, 0.25) if i % 3 else (4, 0.5)  # exact in binary: sums match exactly
         apart.request_finished(None, "m", "forward", "ok", 0.0, seconds)
         apart.batch_executed("m", "forward", rows)
-        together.record_served("m", "forward", rows, seconds)
+        ledger.add("m", "1", "forward", rows, int(seconds * 1e9), 0, 0, 0)
     assert together.render({}) == apart.render({})
     assert f'etrt_inference_requests_total{{model="m",method="forward",outcome="ok"}} {count}' in (
         together.render({})
     )
-    together.record_served("m", "forward", 1, 0.25)
+    ledger.add("m", "1", "forward", 1, 250_000_000, 0, 0, 0)
     together.forget_model("m")  # counted, then dropped with the model's series
     assert 'model="m"' not in together.render({})
+
+
+def test_one_record_is_counted_once_by_both_views_whichever_reads_first():
+    ledger = ServedLedger()
+    statistics, metrics = Statistics(ledger), Metrics(ledger=ledger)
+    ledger.add("m", "1", "forward", 2, 1000, 100, 800, 100)
+    assert statistics.model_stats("m", "1")["execution_count"] == 1  # folds it, for both
+    assert len(ledger) == 0
+    ledger.add("m", "1", "forward", 1, 1000, 100, 800, 100)
+    rendered = metrics.render({})
+    assert 'etrt_inference_requests_total{model="m",method="forward",outcome="ok"} 2' in rendered
+    assert statistics.model_stats("m", "1")["inference_count"] == 3
+    assert metrics.render({}) == rendered  # nothing counted twice

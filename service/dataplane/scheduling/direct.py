@@ -69,7 +69,7 @@ class DirectPolicy(Policy):
     ) -> tuple[list, int, int]:
         """submit() without a wait, only right after can_run_now said so: (outputs, rows,
         nanoseconds executing). The caller counts the execute with its request, in one go
-        (Statistics.record_served, Metrics.record_served). `outputs`: as submit()'s."""
+        (service/dataplane/ledger.py). `outputs`: as submit()'s."""
         rows = self._rows(arrays) if self.max_batch else 1
         begun = time.perf_counter_ns()
         outputs = self.pool.run_now(self.method, arrays, outputs)

@@ -1,0 +1,67 @@
+"""The one record of the requests the engine served at once (ModelService.infer_now), which
+every view that counts them reads: the statistics extension and /metrics.
+
+Those requests are the engine's most frequent event, and its one thread's time per request
+bounds the server: each is one append to a deque, one tuple for all views, with no lock. The
+views fold the backlog in before any read of theirs, so every read sees every request recorded
+before it, and the ledger folds it every FOLD_AT requests, so it stays small.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+# Served requests kept unfolded at most (a few hundred KB).
+FOLD_AT = 4096
+
+
+class Served(NamedTuple):
+    """A request that was an execute of its own, unqueued, and succeeded."""
+
+    model: str
+    version: str
+    method: str
+    rows: int  # the execute's batch size
+    total_ns: int
+    input_ns: int
+    infer_ns: int
+    output_ns: int
+    at: float  # time.time() when it was answered
+
+
+class ServedLedger:
+    def __init__(self):
+        self._events: deque[Served] = deque()
+        self._lock = threading.Lock()
+        self._views: list[Callable[[list[Served]], None]] = []
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def subscribe(self, count: Callable[[list[Served]], None]) -> None:
+        """`count(events)` folds events into a view; it takes the view's own lock, so a view
+        calls fold() before taking that lock, never while holding it."""
+        self._views.append(count)
+
+    def add(self, model, version, method, rows, total_ns, input_ns, infer_ns, output_ns) -> None:
+        events = self._events
+        events.append(
+            Served(
+                model, version, method, rows, total_ns, input_ns, infer_ns, output_ns, time.time()
+            )
+        )
+        if len(events) >= FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Counts what was recorded so far into every view."""
+        with self._lock:
+            events = self._events
+            drained = [events.popleft() for _ in range(len(events))]
+            if drained:
+                for count in self._views:
+                    count(drained)
