@@ -204,11 +204,12 @@ class Ours:
                 found[series.split('"')[1]] = int(float(value))
         return found
 
-    def cpu_s(self) -> tuple[float, float, float, float]:
+    def cpu_s(self) -> tuple[float, float, float, float, float]:
         """CPU seconds used so far by all fronts together; by the engine's event-loop thread
-        (the one every request passes; its executes in worker threads are not in it), in user
-        and in kernel mode; and executing, as the statistics extension counts it (every model's
-        compute_infer, wherever it ran)."""
+        (its executes in worker threads are not in it), in user and in kernel mode; by the
+        engine's lane threads (one per front, runtime_ext/lane/: they read every front's
+        messages and serve small requests themselves); and executing, as the statistics
+        extension counts it (every model's compute_infer, wherever it ran)."""
         tick = os.sysconf("SC_CLK_TCK")
 
         def used(stat: str) -> tuple[float, float]:
@@ -217,10 +218,17 @@ class Ours:
 
         fronts = sum(sum(used(f"/proc/{pid}/stat")) for pid in role_pids(self.server, "front"))
         (engine,) = role_pids(self.server, "engine")
+        lanes = 0.0
+        for task in Path(f"/proc/{engine}/task").iterdir():
+            try:
+                if (task / "comm").read_text().startswith("etrt-lane"):
+                    lanes += sum(used(str(task / "stat")))
+            except OSError:  # a thread that ended meanwhile
+                continue
         with self.server.client() as client:
             stats = client.get("/v2/models/stats").json()["model_stats"]
         executing = sum(m["inference_stats"]["compute_infer"]["ns"] for m in stats) / 1e9
-        return fronts, *used(f"/proc/{engine}/task/{engine}/stat"), executing
+        return fronts, *used(f"/proc/{engine}/task/{engine}/stat"), lanes, executing
 
     def stop(self) -> None:
         self.server.stop()
@@ -276,12 +284,13 @@ def main() -> None:
         shares = sorted(after[f] - before.get(f, 0) for f in after)
         spread = f"  (per front, fewest to most: {shares})" if len(shares) > 1 else ""
         served = max(1, sum(shares))
-        fronts_us, user_us, sys_us, execute_us = (
+        fronts_us, user_us, sys_us, lanes_us, execute_us = (
             (b - a) / served * 1e6 for a, b in zip(cpu_before, cpu_after)
         )
         cost = (
             f"  CPU per request: fronts {fronts_us:.0f} us, engine thread {user_us + sys_us:.0f} us"
-            f" (user {user_us:.0f}, kernel {sys_us:.0f}); executing {execute_us:.0f} us"
+            f" (user {user_us:.0f}, kernel {sys_us:.0f}), engine lane threads {lanes_us:.0f} us;"
+            f" executing {execute_us:.0f} us"
         )
         print(f"  {label:<34} {results[label]}{spread}\n{cost}", flush=True)
 

@@ -5,6 +5,7 @@
 #include "device_memory.h"
 #include "errors_module.h"
 #include "executorch_log.h"
+#include "lane_module.h"
 #include "method_instance.h"
 #include "program.h"
 #include "tensors_module.h"
@@ -21,6 +22,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 
 namespace nb = nanobind;
@@ -117,16 +120,37 @@ class Claim {
     if (held_) instance_.release();
   }
   bool held() const { return held_; }
+  // Until the claim is had; without the GIL (the holder is a lane thread, for microseconds).
+  void wait() {
+    for (unsigned spins = 0; !held_; ++spins) {
+      held_ = instance_.try_acquire();
+      if (held_) break;
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
 
  private:
   MethodInstance& instance_;
   bool held_;
 };
 
-nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinations) {
+nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinations,
+                 nb::handle gate) {
   Claim claim(self);
   if (!claim.held()) {
-    raise_python(Status::busy(self.name()));
+    if (gate.is_none()) raise_python(Status::busy(self.name()));
+    // The engine's lane holds it (lane/method_gate.h): wait, counted as waiting at the
+    // method's gate so that the lane takes no more instances of it meanwhile.
+    lane_gate_add_waiting(gate, 1);
+    {
+      nb::gil_scoped_release released;
+      claim.wait();
+    }
+    lane_gate_add_waiting(gate, -1);
   }
   const auto& specs = self.spec().inputs;
   size_t count = nb::len(values);
@@ -193,6 +217,7 @@ NB_MODULE(ethost, m) {
   executorch::runtime::runtime_init();
   install_log_capture();
   register_exceptions(m);
+  register_lane(m);
   m.doc() =
       "Native host for ExecuTorch programs: verified, memory-mapped programs, 256-byte aligned "
       "planned arenas, GIL-free execute, one Method instance per worker thread.";
@@ -223,7 +248,7 @@ NB_MODULE(ethost, m) {
                    "Nanoseconds the last execute spent binding inputs, executing and copying "
                    "outputs, without the GIL (0 before the first).")
       .def(
-          "execute", &execute, "inputs"_a, "outputs"_a = nb::none(),
+          "execute", &execute, "inputs"_a, "outputs"_a = nb::none(), "gate"_a = nb::none(),
           "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
           "in device memory described by __cuda_array_interface__ (see device_input_counts). "
           "`outputs`, if given, has one entry per output: None, device memory "
@@ -231,7 +256,8 @@ NB_MODULE(ethost, m) {
           "C-contiguous host buffer (read the same way) the output is written into, returned as "
           "a WrittenOutput (see device_output_counts, which counts device memory only). "
           "Raises InputError before running when inputs do not fit, InstanceBusy if another "
-          "thread is running it.");
+          "thread is running it, unless `gate` (the method's LaneGate) is given: then an "
+          "instance the engine's lane holds is waited for.");
 
   nb::class_<WrittenOutput>(m, "WrittenOutput",
                             "An output written into the memory given for it: no bytes, "

@@ -9,6 +9,7 @@ client can tell an unknown version from an unserved one.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from service.dataplane.model_pool import ModelPool
@@ -22,12 +23,19 @@ from service.store.records import StoredModel
 UNLOADED = "unloaded"
 
 
+# Lane route ids (service/engine/lane_routes.py) are never reused: a request naming one that
+# stopped serving must not reach another version or model.
+_route_ids = itertools.count(1)
+
+
 @dataclass
 class Served:
     stored: StoredModel
     pool: ModelPool
     signatures: dict[str, MethodSignature]
     schedulers: dict = field(default_factory=dict)  # method -> its scheduling Policy, on first use
+    # method -> the id of its route in the engine's native lane, for as long as this serves.
+    routes: dict[str, int] = field(default_factory=dict)
 
     @property
     def max_batch(self) -> int:
@@ -39,7 +47,8 @@ class Served:
 
 
 def serve(stored: StoredModel, pool: ModelPool) -> Served:
-    return Served(stored, pool, {m: signature_of(pool.meta(m)) for m in pool.method_names})
+    signatures = {m: signature_of(pool.meta(m)) for m in pool.method_names}
+    return Served(stored, pool, signatures, routes={m: next(_route_ids) for m in signatures})
 
 
 def parse_version(name: str, version: str | int | None) -> int | None:

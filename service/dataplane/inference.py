@@ -219,6 +219,35 @@ class Inference:
             self._log(model, method, "ok", (done - begun) / 1e9)
         return route.version, answer
 
+    def lane_routes(self) -> list[tuple]:
+        """The served methods the engine's native lane may serve (runtime_ext/lane/), as
+        (route id, model, version, method, the method's LaneGate, max_batch, signature): those
+        infer_now may run at once, with no access log to write."""
+        return [
+            (
+                route,
+                name,
+                served.version,
+                method,
+                served.pool.gate(method),
+                served.max_batch,
+                served.signatures[method],
+            )
+            for name, entry in self._catalog.items()
+            for served in entry.served.values()
+            for method, route in self._lane_methods(served).items()
+        ]
+
+    def _lane_methods(self, served: Served) -> dict[str, int]:
+        """method -> lane route id of a served version's methods the lane may serve."""
+        settings = self.settings
+        config = served.stored.description.effective_config
+        if settings.access_log or settings.inline_execute_us <= 0:
+            return {}
+        if policy_for(config) is not DirectPolicy:
+            return {}
+        return dict(served.routes)
+
     def _route(self, model: str, version: str | None, method: str) -> _Route | None:
         served = self._find(model, version)
         signature = None if served is None else served.signatures.get(method)

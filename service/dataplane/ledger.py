@@ -1,5 +1,6 @@
-"""The one record of the requests the engine served at once (ModelService.infer_now), which
-every view that counts them reads: the statistics extension and /metrics.
+"""The one record of the requests the engine served at once (ModelService.infer_now, and its
+native lane: runtime_ext/lane/), which every view that counts them reads: the statistics
+extension and /metrics.
 
 Those requests are the engine's most frequent event, and its one thread's time per request
 bounds the server: each is one append to a deque, one tuple for all views, with no lock. The
@@ -31,6 +32,9 @@ class Served(NamedTuple):
     infer_ns: int
     output_ns: int
     at: float  # time.time() when it was answered
+    # The front it came through, where the engine's native lane served it (metrics count its
+    # fronts' requests from these); -1 where the engine's loop counted the front already.
+    front: int = -1
 
 
 class ServedLedger:
@@ -38,6 +42,9 @@ class ServedLedger:
         self._events: deque[Served] = deque()
         self._lock = threading.Lock()
         self._views: list[Callable[[list[Served]], None]] = []
+        # Where else served requests are recorded: each returns its records and forgets them
+        # (the engine's native lane, service/engine/server.py).
+        self._sources: list[Callable[[], list[Served]]] = []
 
     def __len__(self) -> int:
         return len(self._events)
@@ -57,11 +64,16 @@ class ServedLedger:
         if len(events) >= FOLD_AT:
             self.fold()
 
+    def add_source(self, drain: Callable[[], list[Served]]) -> None:
+        self._sources.append(drain)
+
     def fold(self) -> None:
-        """Counts what was recorded so far into every view."""
+        """Counts what was recorded so far, here and at every source, into every view."""
         with self._lock:
             events = self._events
             drained = [events.popleft() for _ in range(len(events))]
+            for drain in self._sources:
+                drained += drain()
             if drained:
                 for count in self._views:
                     count(drained)

@@ -70,6 +70,13 @@ class Metrics:
             ("front",),
         )
         self._front_requests: dict[int, int] = {}
+        self.lane = Counter(
+            "etrt_engine_lane_requests_total",
+            "Inference requests the engine's native lane served without its Python (small "
+            "requests to directly scheduled methods that run at once); the others took its "
+            "event loop",
+            ("model", "method"),
+        )
         self.arenas = Gauge(
             "etrt_arena_bytes",
             "Shared memory of each front's arena for request tensors: in_use now, and size",
@@ -123,15 +130,21 @@ class Metrics:
     def _count_served(self, served: list[Served]) -> None:
         """The ledger's requests, each a finished request (ok, not queued) and an execute."""
         sums = {}
+        fronts = self._front_requests
         for event in served:
             found = sums.get((event.model, event.method))
             if found is None:
-                found = sums[(event.model, event.method)] = ([], {})
+                found = sums[(event.model, event.method)] = ([], {}, [0])
             found[0].append(event.total_ns / 1e9)
             found[1][event.rows] = found[1].get(event.rows, 0) + 1
+            if event.front >= 0:  # the engine's lane served it; its loop never saw it
+                fronts[event.front] = fronts.get(event.front, 0) + 1
+                found[2][0] += 1
         with self._lock:
-            for (model, method), (durations, sizes) in sums.items():
+            for (model, method), (durations, sizes, lane) in sums.items():
                 labels = (model, method)
+                if lane[0]:
+                    self.lane.add(labels, lane[0])
                 self.requests.add((model, method, "ok"), len(durations))
                 self.duration.observe_many(labels, durations)
                 self.queue.observe(labels, 0.0, len(durations))
@@ -210,6 +223,7 @@ class Metrics:
                 self.queue,
                 self.inflight,
                 self.batch_size,
+                self.lane,
             ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
@@ -271,6 +285,7 @@ class Metrics:
                 self.batch_size,
                 self._queue_depths(),
                 self.fronts,
+                self.lane,
                 self.arenas,
                 self.warmups,
                 *memory,

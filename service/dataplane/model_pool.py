@@ -27,32 +27,44 @@ class PoolClosed(Exception):
 
 
 class _MethodSlots:
-    def __init__(self, instances: list):
+    """A method's instances as this pool hands them out. `gate` (ethost.LaneGate) is what the
+    engine's native lane shares of them (runtime_ext/lane/method_gate.h): the lane runs a
+    request on an instance only where this pool would have run it at once, so it must see who
+    waits here, whether the pool closed, and the recent execute time, which lives there."""
+
+    def __init__(self, instances: list, gate):
         self.count = len(instances)
-        self.waiting = 0
+        self._waiting = 0
         self.free = list(instances)
         self.available = asyncio.Semaphore(len(instances))
-        # Moving average of the execute time; None until the first execute (run in a thread).
-        self.recent_s: float | None = None
-        self._last_s = 0.0
+        self.gate = gate
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: int) -> None:
+        self.gate.add_waiting(value - self._waiting)
+        self._waiting = value
+
+    @property
+    def recent_s(self) -> float | None:
+        """Moving average of the execute time; None until the first execute (run in a thread).
+        The shorter of each two counts: one execute stretched by a preemption (common on a busy
+        host) would otherwise send the next few to threads for nothing."""
+        recent_ns = self.gate.recent_ns
+        return None if recent_ns < 0 else recent_ns * 1e-9
 
     def execute(self, instance, inputs: list[np.ndarray], outputs: list | None = None) -> list:
-        """`outputs`: memory per output to write it into (Method.execute's)."""
+        """`outputs`: memory per output to write it into (Method.execute's). An instance the
+        lane holds at this moment is waited for (microseconds: it only runs short executes)."""
         try:
-            return (
-                instance.execute(inputs) if outputs is None else instance.execute(inputs, outputs)
-            )
+            return instance.execute(inputs, outputs, self.gate)
         finally:
             # The host's own measure: a clock around the call in a worker thread would count
             # the wait for the GIL too, which is long exactly when the server is busy.
-            took = instance.last_run_ns * 1e-9
-            if self.recent_s is None:
-                self.recent_s = took
-            else:
-                # The shorter of the last two: one execute stretched by a preemption (common
-                # on a busy host) would otherwise send the next few to threads for nothing.
-                self.recent_s = 0.8 * self.recent_s + 0.2 * min(took, self._last_s)
-            self._last_s = took
+            self.gate.observe(instance.last_run_ns)
 
     def idle(self) -> bool:
         """No instance is executing (in a thread): whoever waits for one only waits for the
@@ -88,7 +100,7 @@ class ModelPool:
                     for address, buffer in zip(instance.arena_addresses(), buffers, strict=True)
                     if buffer["device"] == "cpu"
                 ]
-            self._methods[name] = _MethodSlots(instances)
+            self._methods[name] = _MethodSlots(instances, ethost.LaneGate(instances))
             self._metas[name] = instances[0].meta
         # Seconds the model's warmups took before it served (service.dataplane.warmup).
         self.warmup_s: float | None = None
@@ -122,6 +134,10 @@ class ModelPool:
     def waiting(self, method: str) -> int:
         """Requests to the method waiting for a free instance."""
         return self._methods[method].waiting
+
+    def gate(self, method: str):
+        """The method's ethost.LaneGate (see _MethodSlots)."""
+        return self._methods[method].gate
 
     def instance_count(self, method: str) -> int:
         return self._methods[method].count
@@ -255,4 +271,6 @@ class ModelPool:
     async def close(self) -> None:
         """Refuses new requests and returns once the ones already running have finished."""
         self.closed = True
+        for slots in self._methods.values():
+            slots.gate.close()
         await self._idle.wait()

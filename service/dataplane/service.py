@@ -327,7 +327,10 @@ class ModelService(Deployment, Inference, Repository):
         for name, entry in self._catalog.items():
             for version, served in entry.served.items():
                 versions[(name, str(version))] = ModelEntry(
-                    dict(served.signatures), served.max_batch, str(version)
+                    dict(served.signatures),
+                    served.max_batch,
+                    str(version),
+                    self._lane_methods(served),
                 )
             if entry.served:
                 defaults[name] = versions[(name, str(max(entry.served)))]

@@ -96,7 +96,7 @@ class Statistics:
         """The ledger's requests, each an execute and a successful request, unqueued: the
         execute counts only its run, as a scheduler counts one; the request all its phases."""
         sums = {}
-        for name, version, _, size, total_ns, input_ns, infer_ns, output_ns, at in served:
+        for name, version, _, size, total_ns, input_ns, infer_ns, output_ns, at, _ in served:
             key = (name, version, size)
             found = sums.get(key)
             if found is None:

@@ -103,6 +103,9 @@ class ModelEntry:
     signatures: dict[str, MethodSignature]
     max_batch: int  # > 0: dim 0 of every input and output is the batch
     version: str = "1"
+    # Method -> its route in the engine's native lane (service/engine/lane_routes.py), for the
+    # methods the lane may serve; a request to one travels as a lane request.
+    routes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

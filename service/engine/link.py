@@ -12,7 +12,7 @@ import time
 
 from service.dtypes import BY_DATATYPE
 from service.engine.handshake import CONTROL
-from service.ipc import frames
+from service.ipc import frames, lane_frames
 from service.ipc.arena import Arena, Lease, align_up
 
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
@@ -36,11 +36,12 @@ class Outage:
 
 
 class Pending:
-    __slots__ = ("future", "leases")
+    __slots__ = ("future", "leases", "lane")
 
     def __init__(self, future: asyncio.Future, leases: list[Lease]):
         self.future = future
         self.leases = leases
+        self.lane = None  # sent as a lane request: how its answer reads (requests._LaneRoute)
 
     def settle(self) -> None:
         for lease in self.leases:
@@ -77,6 +78,19 @@ class Link:
                 pending.settle()
             else:
                 pending.future.set_result((message[2], message[3]))
+        elif kind == frames.LANE_DONE:
+            pending = self.pending.pop(key, None)
+            if pending is None:
+                return
+            if pending.future.done():
+                pending.settle()
+                return
+            lane = pending.lane
+            outputs = [
+                (*lane.outputs[index], list(shape), offset, None)
+                for index, offset, shape in lane_frames.read_answer(message[2])
+            ]
+            pending.future.set_result((True, (lane.version, outputs)))
         elif kind == frames.RESULT:
             future = self.calls.pop(key, None)
             if future is not None and not future.done():

@@ -18,6 +18,7 @@ import asyncio
 import pickle
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from service.dataplane.types import InferRequest, InferResponse, ModelTable, Ten
 from service.dtypes import BY_DATATYPE
 from service.engine.link import Link, Pending, output_bytes
 from service.errors import Busy, QueueFull, ServiceError, TooLarge
-from service.ipc import frames
+from service.ipc import frames, lane_frames
 from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
 from service.shm.refs import placeholder, to_wire
 
@@ -41,6 +42,35 @@ class _Refused(Exception):
     def __init__(self, kind: str, error: ServiceError):
         self.kind = kind
         self.error = error
+
+
+class _LaneRoute(NamedTuple):
+    """How a checked request travels as a lane request, and how its answer reads."""
+
+    route: int
+    mask: int  # bit i: output i asked for
+    version: str
+    outputs: list  # (name, datatype) of every output of the method
+
+
+def _lane_route(entry, request: InferRequest, signature, asked: list[int]) -> _LaneRoute | None:
+    """A lane request carries what the lane needs and nothing else, so only a request the
+    engine would run as it is: one with no parameters or timeout of its own, asking for
+    outputs in the method's order (the lane answers them in that order)."""
+    route = entry.routes.get(request.method)
+    if (
+        route is None
+        or request.parameters
+        or request.timeout_s is not None
+        or request.shared_memory is not None
+        or any(b <= a for a, b in zip(asked, asked[1:]))
+    ):
+        return None
+    mask = 0
+    for index in asked:
+        mask |= 1 << index
+    outputs = [(spec.name, spec.datatype) for spec in signature.outputs]
+    return _LaneRoute(route, mask, entry.version, outputs)
 
 
 class EngineRequests:
@@ -123,13 +153,13 @@ class EngineRequests:
         if table.generation != link.generation()[0]:
             table = await self._current_table(link)
         try:
-            inputs, capacity, checked_at = self._checked(link, table, request)
+            inputs, capacity, checked_at, lane = self._checked(link, table, request)
         except _Refused as refused:
             elapsed_s = time.perf_counter() - begun
             model, method, version = request.model, request.method, request.version
             self._note("record_refused", model, method, refused.kind, elapsed_s, version)
             raise refused.error from None
-        request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at)
+        request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at, lane)
         sent = time.perf_counter()
         try:
             answer = await pending.future
@@ -163,10 +193,10 @@ class EngineRequests:
         ):
             return None
         try:
-            inputs, capacity, checked_at = self._checked(link, table, request)
+            inputs, capacity, checked_at, lane = self._checked(link, table, request)
             if checked_at is None:
                 return None
-            request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at)
+            request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at, lane)
         except (_Refused, ServiceError):
             return None
         sent = time.perf_counter()
@@ -196,18 +226,19 @@ class EngineRequests:
 
     def _checked(self, link: Link, table: ModelTable, request: InferRequest):
         """(the inputs as (name, datatype, array), room for the outputs, the generation they were
-        checked at): checked against the model table where it has the method, else left for
-        the engine to judge (generation None). _Refused for a request refused here."""
+        checked at, how it may travel as a lane request): checked against the model table where
+        it has the method, else left for the engine to judge (generation and lane None).
+        _Refused for a request refused here."""
         entry = table.entry(request.model, request.version)
         signature = None if entry is None else entry.signatures.get(request.method)
         if signature is None:
-            return [(t.name, t.datatype, t.array) for t in request.inputs], 0, None
+            return [(t.name, t.datatype, t.array) for t in request.inputs], 0, None, None
         refused = self.gate.admit(request.model, entry.version, request.method, request.protocol)
         if refused is not None:  # the engine said this queue is full: no crossing
             raise _Refused("busy", refused.error())
         try:
             arrays = bind_inputs(request.inputs, signature)
-            select_outputs(signature, request.outputs)
+            asked = select_outputs(signature, request.outputs)
         except ServiceError as exc:
             raise _Refused("client_error", exc) from None
         inputs = [
@@ -219,7 +250,7 @@ class EngineRequests:
         # Upper bounds can be far above what a request produces: an output that outgrows
         # its room comes back inline instead, so the room never crowds out other requests.
         capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
-        return inputs, capacity, table.generation
+        return inputs, capacity, table.generation, _lane_route(entry, request, signature, asked)
 
     def _engines_error(self, error: Exception) -> Exception:
         """The engine's answer to a request it refused, once a full queue's has closed the gate
@@ -229,10 +260,18 @@ class EngineRequests:
         return error
 
     def _dispatch(
-        self, link: Link, request: InferRequest, inputs, capacity: int, checked_at: int | None
+        self,
+        link: Link,
+        request: InferRequest,
+        inputs,
+        capacity: int,
+        checked_at: int | None,
+        lane: _LaneRoute | None = None,
     ) -> tuple[int, Pending]:
         """Places the inputs in the arena (unless they are there or in a client's region),
-        reserves room for the outputs and sends the descriptor: (its id, what waits on it)."""
+        reserves room for the outputs and sends the descriptor: (its id, what waits on it). A
+        request `lane` allows goes as a lane request, which the engine's native lane may answer
+        without its Python (runtime_ext/lane/)."""
         region = link.arena.region
         placed, copies, size = [], [], 0
         held = request.memory
@@ -266,6 +305,22 @@ class EngineRequests:
         request_id = next(self._ids)
         pending = Pending(asyncio.get_running_loop().create_future(), leases)
         link.pending[request_id] = pending
+        if lane is not None and not shared:
+            placed_inputs = [(p[3], p[2]) for p in placed]
+            if lane_frames.fits(placed_inputs, len(lane.outputs)):
+                pending.lane = lane
+                link.protocol.send_payload(
+                    lane_frames.request(
+                        lane.route,
+                        request_id,
+                        checked_at,
+                        lease.offset + size,
+                        lease.size - size,
+                        lane.mask,
+                        placed_inputs,
+                    )
+                )
+                return request_id, pending
         link.protocol.send(
             (
                 frames.INFER,

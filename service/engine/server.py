@@ -7,6 +7,13 @@ message names tensors by offset in the sending front's arena; the engine views t
 copy), runs the request through the dataplane and writes the outputs into the room the front
 reserved, answering with offsets again.
 
+Each front's socket is read by a thread of the native lane (runtime_ext/lane/): a lane request
+that can run at once is executed and answered there, without this process's Python, so small
+requests to many fronts are not bounded by one Python thread; every other message reaches the
+event loop through the lane's inbox (one eventfd) and is served as before. The lane serves the
+routes published here at every change to what is served (ModelService.lane_routes), and counts
+what it served into the one ledger (service/dataplane/ledger.py) when that is read.
+
 The control page (a shared page every front maps) carries the model-table generation and the
 readiness; it is written before the answer to whatever changed them, so no front can act on a
 table older than an answer a client already has.
@@ -16,23 +23,30 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
+import marshal
 import math
 import mmap
 import os
 import pickle
 import socket
+import struct
 import threading
 
 from service import rules
+from service.dataplane.ledger import FOLD_AT, Served
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine import handshake, pinning
+from service.engine.lane_routes import LaneRoutes
 from service.engine.outputs import OutputRoom, place
-from service.errors import Aborted, ServiceError, invalid
+from service.errors import Aborted, ServiceError, Unavailable, invalid
 from service.ipc import frames
 from service.ipc.arena import Region
+from service.ipc.lane_frames import INFER_TAG
+from service.native_host import import_host
 from service.shm.binding import RequestShm
 from service.shm.metrics import ShmMetrics
 from service.shm.refs import from_wire
@@ -43,6 +57,7 @@ log = logging.getLogger(__name__)
 _NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
 # Coroutines of ModelService that fronts must not call by name.
 _NOT_CALLS = frozenset({"start", "stop", "deploy", "infer"})
+_LENGTH = struct.Struct("<I")
 
 
 class InternalError(Exception):
@@ -60,15 +75,55 @@ def _callable(name: str) -> bool:
     )
 
 
-class _Front:
-    """One connected front: its socket, its arena as mapped here, its requests in flight."""
+class _Sender:
+    """Messages to a front, gathered per turn of the event loop and written by its link: under
+    load one write carries dozens of answers."""
 
-    def __init__(self, server: EngineServer, front_id: int, region: Region):
+    __slots__ = ("_link", "_loop", "_outgoing")
+
+    def __init__(self, link, loop: asyncio.AbstractEventLoop):
+        self._link = link
+        self._loop = loop
+        self._outgoing: list[bytes] = []
+
+    def send(self, message: tuple) -> None:
+        payload = marshal.dumps(message)
+        if not self._outgoing:
+            self._loop.call_soon(self._flush)
+        self._outgoing += (_LENGTH.pack(len(payload)), payload)
+
+    def _flush(self) -> None:
+        outgoing, self._outgoing = self._outgoing, []
+        self._link.send(b"".join(outgoing))  # a link that ended drops it
+
+
+class _Front:
+    """One connected front: its link (socket and thread), its arena as mapped here, its
+    requests in flight."""
+
+    def __init__(self, server: EngineServer, key: int, front_id: int, region: Region, link):
         self.server = server
+        self.key = key  # names its link in the lane's inbox
         self.front_id = front_id
         self.region = region
+        self.link = link
         self.tasks: dict[int, asyncio.Task] = {}
-        self.protocol = frames.FrameProtocol(self._received, self._lost)
+        self.protocol = _Sender(link, server._loop)
+
+    def _message(self, payload: bytes) -> None:
+        """A message the lane handed over: a lane request it declined, or a marshal tuple."""
+        if payload[0] == INFER_TAG:
+            message = self.server.lane_routes.message(payload)
+            if message is None:  # its route is long gone: nothing says what it asked
+                return self._unknown_route(payload)
+        else:
+            message = marshal.loads(payload)
+        self._received(message)
+
+    def _unknown_route(self, payload: bytes) -> None:
+        key = self.server.lane_routes.request_id(payload)
+        error = Unavailable("the model changed while the request was on its way; send it again")
+        self.protocol.send((frames.DONE, key, False, pickle.dumps(error)))
 
     def _received(self, message: tuple) -> None:
         kind = message[0]
@@ -92,11 +147,12 @@ class _Front:
         elif kind == frames.NOTE:
             self.server.note(message)
 
-    def _lost(self, exc) -> None:
+    def _lost(self) -> None:
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
-        self.server.fronts.discard(self)
+        self.server.fronts.pop(self.key, None)
+        self.link.stop()  # its thread has ended: nothing of the lane touches the arena now
         asyncio.get_running_loop().create_task(self._release(tasks))
         log.info("front %d disconnected", self.front_id)
 
@@ -110,7 +166,8 @@ class EngineServer:
         self.service = service
         self.socket_name = socket_name
         self.secret = secret
-        self.fronts: set[_Front] = set()
+        self.fronts: dict[int, _Front] = {}  # by link key
+        self._keys = itertools.count(1)
         self._control_fd = os.memfd_create("etrt-control", os.MFD_CLOEXEC)
         os.ftruncate(self._control_fd, handshake.CONTROL_BYTES)
         self._control = mmap.mmap(self._control_fd, handshake.CONTROL_BYTES)
@@ -119,12 +176,22 @@ class EngineServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # False until the stored models are open again: before, every model would look unknown.
         self.serving = False
+        # The native lane: every front's link thread, the routes they may serve at once.
+        self._ethost = import_host()
+        self.hub = self._ethost.LaneHub(FOLD_AT)
+        self.lane_routes = LaneRoutes()
+        self._closed = False
+        service.ledger.add_source(self._lane_served)
         service.on_change(self._publish)
         # Client shared memory regions (service/shm/): mapped here, where the programs run.
         self.shm = SharedMemory(service.settings)
         service.metrics.backends.append(ShmMetrics(self.shm))
 
     def _publish(self) -> None:
+        # The lane's routes first: a front that sees the new generation may send requests
+        # checked against it at once. None once closed (they hold the models' instances).
+        if not self._closed:
+            self.lane_routes.publish(self.hub, self.service)
         handshake.CONTROL.pack_into(
             self._control,
             0,
@@ -132,6 +199,9 @@ class EngineServer:
             int(self.service.ready),
             int(self.serving),
         )
+
+    def _lane_served(self) -> list[Served]:
+        return [Served(*record) for record in self.hub.served()]
 
     def start_serving(self) -> None:
         self.serving = True
@@ -141,6 +211,7 @@ class EngineServer:
 
     def open(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.hub.inbox_fd, self._drain)
         self._publish()
         self._listener = handshake.listen(self.socket_name)
         self._accepting = threading.Thread(
@@ -174,10 +245,34 @@ class EngineServer:
             self._loop.call_soon_threadsafe(self._adopt, sock, front_id, region)
 
     def _adopt(self, sock: socket.socket, front_id: int, region: Region) -> None:
-        front = _Front(self, front_id, region)
-        self.fronts.add(front)
-        self._loop.create_task(self._loop.connect_accepted_socket(lambda: front.protocol, sock))
+        key = next(self._keys)
+        try:
+            link = self._ethost.attach_front(
+                self.hub, sock.detach(), key, front_id, region.address, region.size
+            )
+        except OSError as exc:
+            log.warning("front %d could not join: %s", front_id, exc)
+            pinning.unpin(region)
+            return
+        self.fronts[key] = _Front(self, key, front_id, region, link)
         log.info("front %d joined", front_id)
+
+    def _drain(self) -> None:
+        """What the lane handed over since the last look (the inbox's eventfd woke the loop)."""
+        items, fold = self.hub.drain()
+        for key, payload in items:
+            front = self.fronts.get(key)
+            if front is None:
+                continue
+            if payload is None:
+                front._lost()
+                continue
+            try:
+                front._message(payload)
+            except Exception:  # one bad message must not stop the others
+                log.exception("a message from front %d could not be read", front.front_id)
+        if fold:
+            self.service.ledger.fold()
 
     def close(self) -> None:
         if self._listener is not None:
@@ -188,9 +283,14 @@ class EngineServer:
                 pass
             self._listener.close()
             self._accepting.join(timeout=5)
-        for front in list(self.fronts):
-            if front.protocol.transport is not None:
-                front.protocol.transport.close()
+        if self._loop is not None:
+            self._loop.remove_reader(self.hub.inbox_fd)
+        for front in list(self.fronts.values()):
+            front.link.stop()
+        self.fronts.clear()
+        self.service.ledger.fold()  # what the lane served, before its routes go
+        self._closed = True
+        self.hub.publish(0, 0.0, [])
         self.shm.close()
 
     # -- requests ------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ its length. Under load many requests are in flight at once, so writes are gather
 per turn of the event loop: one system call carries dozens of descriptors instead of one each.
 Anything else (errors, model descriptions) travels as a pickle inside a message.
 
-Tensor bytes never travel here; messages only say where in the front's arena they are.
+Tensor bytes never travel here; messages only say where in the front's arena they are. The
+engine's native lane speaks two struct-packed messages besides (lane_frames.py): a front sends
+its requests that way when it can, and receives the lane's answers, as (LANE_DONE, id, payload).
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import marshal
 import struct
 from collections.abc import Callable
 
+from service.ipc import lane_frames
+
 _LENGTH = struct.Struct("<I")
+_DONE_TAG = bytes([lane_frames.DONE_TAG])
 
 # Front -> engine
 INFER, CANCEL, CALL, NOTE = 1, 2, 3, 4
 # Engine -> front
 DONE, RESULT, EVENT = 11, 12, 13
+LANE_DONE = 14  # the lane's answer, as FrameProtocol delivers it: (LANE_DONE, id, payload)
 
 
 class FrameProtocol(asyncio.Protocol):
@@ -49,16 +55,23 @@ class FrameProtocol(asyncio.Protocol):
             (length,) = _LENGTH.unpack_from(buffer, start)
             if end - start - 4 < length:
                 break
-            messages.append(marshal.loads(buffer[start + 4 : start + 4 + length]))
+            payload = buffer[start + 4 : start + 4 + length]
+            if payload[:1] == _DONE_TAG:
+                messages.append((LANE_DONE, lane_frames.request_id_of_answer(payload), payload))
+            else:
+                messages.append(marshal.loads(payload))
             start += 4 + length
         del buffer[:start]
         for message in messages:
             self._on_message(message)
 
     def send(self, message: tuple) -> None:
+        self.send_payload(marshal.dumps(message))
+
+    def send_payload(self, payload: bytes) -> None:
+        """A message already encoded (a lane request, lane_frames.request)."""
         if self.transport is None or self.transport.is_closing():
             return
-        payload = marshal.dumps(message)
         if not self._outgoing:
             self._loop.call_soon(self._flush)
         self._outgoing.append(_LENGTH.pack(len(payload)))

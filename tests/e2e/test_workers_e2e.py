@@ -149,6 +149,51 @@ def test_every_protocol_through_two_fronts_sees_one_server(fronted, linear_relu_
     wait_for(lambda: arenas_empty(server), what="arenas empty")
 
 
+def _lane_served(server, model: str) -> float:
+    found = series(metrics(server), "etrt_engine_lane_requests_total")
+    return sum(n for labels, n in found.items() if dict(labels)["model"] == model)
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_small_requests_are_served_by_the_engines_lane_unless_every_request_is_logged(
+    start_server, linear_relu_program, access_log
+):
+    """The engine's native lane (runtime_ext/lane/) answers a small request to a directly
+    scheduled method on the thread that read it, without the engine's Python; the answers and
+    counts are the same either way. With an access log, every request takes the engine's loop,
+    which writes the lines."""
+    server = start_server("--workers", str(FRONTS), *(["--access-log"] if access_log else []))
+    x = linear_relu_program.example_inputs[0]
+    expected = linear_relu_program.module(x).detach().numpy()
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    http = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: fresh_infer(server, "lin", x), range(60)))
+    for binary in (True, False):  # v2 binary and JSON answers, from the lane's room too
+        given = httpclient.InferInput("input_0", list(x.shape), "FP32")
+        given.set_data_from_numpy(x.numpy(), binary_data=binary)
+        result = http.infer(
+            "lin", [given], outputs=[httpclient.InferRequestedOutput("output_0", binary)]
+        )
+        assert np.allclose(result.as_numpy("output_0"), expected, atol=1e-5)
+    assert [r.status_code for r in answers] == [200] * 60
+    for answer in answers:
+        got = np.asarray(answer.json()["outputs"][0]["data"], np.float32)
+        assert np.allclose(got.reshape(expected.shape), expected, atol=1e-5)
+    stats = http.get_inference_statistics("lin")["model_stats"][0]
+    assert stats["inference_count"] == stats["execution_count"] == 62
+    assert sum(fronts_served(server).values()) == 62
+    lane = _lane_served(server, "lin")
+    if access_log:
+        assert lane == 0
+    else:
+        # The first execute of a method is measured on the loop (the lane serves methods known
+        # to be short); under 60 requests from 4 clients a few more may find an instance busy.
+        assert 40 <= lane <= 61, lane
+    wait_for(lambda: arenas_empty(server), what="arenas empty")
+
+
 def test_dynamic_batching_merges_requests_from_different_fronts(fronted, dynamic_batch_program):
     server = fronted
     config = {

@@ -334,7 +334,7 @@ class _Timed:
     def __init__(self):
         self.last_run_ns = 0
 
-    def execute(self, inputs):
+    def execute(self, inputs, outputs=None, gate=None):
         return []
 
 
@@ -342,7 +342,7 @@ def test_one_long_execute_does_not_move_a_method_off_the_loop_but_two_do():
     from service.dataplane.model_pool import _MethodSlots
 
     instance = _Timed()
-    slots = _MethodSlots([instance])
+    slots = _MethodSlots([instance], import_host().LaneGate([]))
     for took_s in (2e-6, 2e-6, 2e-6):
         instance.last_run_ns = int(took_s * 1e9)
         slots.execute(instance, [])

@@ -1,0 +1,76 @@
+// The engine's end of one front's socket: a thread that reads the front's messages, serves the
+// lane's requests on the spot (lane.h) and hands every other message to the engine's Python side
+// (inbox.h), and that writes whatever is to go back, the lane's answers and Python's messages
+// alike, in as few system calls as their arrival allows.
+//
+// Messages are framed by a u32 length (service/ipc/frames.py). The thread never takes the GIL:
+// a front's stream of small requests is answered without the engine's event loop, one thread per
+// front, so the engine's throughput for them grows with the fronts instead of stopping at one
+// Python thread.
+#pragma once
+
+#include "inbox.h"
+#include "lane.h"
+#include "routes.h"
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ethost::lane {
+
+class FrontLink {
+ public:
+  // Takes `fd` (a connected stream socket) and closes it when destroyed. `key` names this link
+  // in the inbox (unique per link: a front started again gets a new link, same `front`).
+  FrontLink(int fd, int key, int front, ArenaView arena, const Routes& routes, Lane& lane,
+            Inbox& inbox);
+  ~FrontLink();
+  FrontLink(const FrontLink&) = delete;
+  FrontLink& operator=(const FrontLink&) = delete;
+
+  // Starts the thread; false (with errno) if it could not be set up.
+  bool start();
+  // Queues already-framed bytes to go out; never blocks. Dropped once the link has ended.
+  void send(const char* data, size_t size);
+  // Ends the link and waits for the thread: afterwards nothing touches the arena.
+  void stop();
+
+  int front() const { return front_; }
+  // Requests the lane answered on this link.
+  uint64_t served() const { return served_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  // Handles every whole message in the read buffer; false on a message too long to be real.
+  bool handle_messages();
+  // Writes what waits, as far as the socket takes it now (the caller holds out_mutex_).
+  bool flush_locked();
+  void wake();
+
+  const int fd_;
+  const int key_;
+  const int front_;
+  const ArenaView arena_;
+  const Routes& routes_;
+  Lane& lane_;
+  Inbox& inbox_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ended_{false};
+  std::atomic<uint64_t> served_{0};
+
+  std::vector<uint8_t> in_;  // read, not yet handled (the thread's alone)
+  size_t in_used_ = 0;
+  std::vector<std::string> declined_;  // the thread's alone
+  std::string answers_;                // the thread's alone
+
+  std::mutex out_mutex_;
+  std::string out_;  // framed bytes waiting for the socket
+};
+
+}  // namespace ethost::lane

@@ -1,0 +1,46 @@
+// What the link threads hand the engine's Python side: messages the lane declined (and every
+// message that is not a lane request), a link that ended, and a served log that wants folding.
+// One eventfd wakes the event loop (loop.add_reader); it is written once per batch, only when
+// the loop was not already due to look.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ethost::lane {
+
+struct InboxItem {
+  int link = 0;         // the key of the link it came through (front_link.h)
+  std::string payload;  // a whole message, without its length prefix
+  bool lost = false;    // the link ended (payload empty)
+};
+
+class Inbox {
+ public:
+  Inbox();
+  ~Inbox();
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+
+  // The eventfd to wait on; -1 if it could not be made (the constructor's only failure).
+  int fd() const { return fd_; }
+
+  void push(int link, std::vector<std::string>& payloads);  // moved out of `payloads`
+  void lost(int link);
+  void want_fold();
+
+  // Everything waiting; `fold` says whether the served log asked to be drained.
+  std::vector<InboxItem> drain(bool& fold);
+
+ private:
+  void wake_locked();
+
+  int fd_ = -1;
+  std::mutex mutex_;
+  std::vector<InboxItem> items_;
+  bool fold_ = false;
+  bool woken_ = false;
+};
+
+}  // namespace ethost::lane

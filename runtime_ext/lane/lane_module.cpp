@@ -1,0 +1,206 @@
+// Translation only: Python values into routes and links, drained messages and served records
+// back into Python objects. The link threads never enter here.
+#include "lane_module.h"
+
+#include "errors_module.h"
+#include "front_link.h"
+#include "inbox.h"
+#include "lane.h"
+#include "method_gate.h"
+#include "routes.h"
+#include "served_log.h"
+
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ethost {
+namespace {
+
+using lane::FrontLink;
+using lane::Inbox;
+using lane::InboxItem;
+using lane::Lane;
+using lane::MethodGate;
+using lane::Route;
+using lane::Routes;
+using lane::RouteTable;
+using lane::ServedLog;
+
+// A method's gate, with what a route needs of the method's signature (read from one instance).
+struct PyGate {
+  std::shared_ptr<MethodGate> gate;
+  std::vector<executorch::aten::ScalarType> inputs;
+  bool tensor_inputs = true;  // every input a tensor: the lane binds nothing else
+  std::vector<uint64_t> most_bytes;
+};
+
+PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) {
+  PyGate out;
+  std::vector<std::shared_ptr<lane::Runnable>> runnables;
+  for (const auto& instance : instances) {
+    runnables.push_back(std::make_shared<lane::InstanceRunnable>(instance));
+  }
+  out.gate = std::make_shared<MethodGate>(std::move(runnables));
+  if (!instances.empty()) {
+    const MethodSpec& spec = instances.front()->spec();
+    for (const auto& input : spec.inputs) {
+      out.tensor_inputs = out.tensor_inputs && input.is_tensor;
+      out.inputs.push_back(input.dtype);
+    }
+    for (const auto& output : spec.outputs) {
+      out.most_bytes.push_back(output.is_tensor ? output.nbytes : 0);
+    }
+  }
+  return out;
+}
+
+// Everything the engine's link threads share.
+struct LaneHub {
+  explicit LaneHub(size_t fold_at) : log(fold_at), lane(log) {}
+  ServedLog log;
+  Lane lane;
+  Routes routes;
+  Inbox inbox;
+};
+
+struct PyLink {
+  std::shared_ptr<LaneHub> hub;  // outlives the link
+  std::unique_ptr<FrontLink> link;
+};
+
+void publish(LaneHub& hub, uint64_t generation, double inline_ns, nb::list entries) {
+  auto table = std::make_shared<RouteTable>();
+  table->generation = generation;
+  table->inline_ns = inline_ns;
+  for (nb::handle entry : entries) {
+    nb::tuple fields = nb::cast<nb::tuple>(entry);
+    const PyGate& gate = nb::cast<const PyGate&>(fields[4]);
+    if (!gate.tensor_inputs) continue;  // Python serves methods taking other values
+    auto route = std::make_shared<Route>();
+    route->id = nb::cast<uint32_t>(fields[0]);
+    route->model = nb::cast<std::string>(fields[1]);
+    route->version = nb::cast<std::string>(fields[2]);
+    route->method = nb::cast<std::string>(fields[3]);
+    route->gate = gate.gate;
+    route->inputs = gate.inputs;
+    route->most_bytes = gate.most_bytes;
+    route->max_batch = nb::cast<int64_t>(fields[5]);
+    table->routes.emplace(route->id, std::move(route));
+  }
+  hub.routes.publish(std::move(table));
+}
+
+nb::tuple drain(LaneHub& hub) {
+  bool fold = false;
+  std::vector<InboxItem> items;
+  {
+    nb::gil_scoped_release released;
+    items = hub.inbox.drain(fold);
+  }
+  nb::list out;
+  for (auto& item : items) {
+    nb::object payload =
+        item.lost ? nb::none()
+                  : nb::steal(PyBytes_FromStringAndSize(
+                        item.payload.data(), static_cast<Py_ssize_t>(item.payload.size())));
+    out.append(nb::make_tuple(item.link, payload));
+  }
+  return nb::make_tuple(out, fold);
+}
+
+nb::list served(LaneHub& hub) {
+  std::vector<lane::ServedRecord> records = hub.log.drain();
+  nb::list out;
+  for (const auto& r : records) {
+    out.append(nb::make_tuple(r.route->model, r.route->version, r.route->method, r.rows, r.total_ns,
+                              r.input_ns, r.infer_ns, r.output_ns, r.at, r.front));
+  }
+  return out;
+}
+
+PyLink attach(std::shared_ptr<LaneHub> hub, int fd, int key, int front, uintptr_t address,
+              size_t size) {
+  lane::ArenaView arena{reinterpret_cast<uint8_t*>(address), size};
+  PyLink out{
+      hub, std::make_unique<FrontLink>(fd, key, front, arena, hub->routes, hub->lane, hub->inbox)};
+  if (!out.link->start()) {
+    int err = errno;
+    raise_python(Status::os_error(err, "",
+                                  std::string("cannot start the link of front ") +
+                                      std::to_string(front) + ": " + std::strerror(err)));
+  }
+  return out;
+}
+
+}  // namespace
+
+void lane_gate_add_waiting(nb::handle gate, int delta) {
+  nb::cast<PyGate&>(gate).gate->add_waiting(delta);
+}
+
+void register_lane(nb::module_& m) {
+  nb::class_<PyGate>(m, "LaneGate",
+                     "One model method's instances as the engine's lane and Python share them: "
+                     "who waits, whether it is closed, its recent execute time.")
+      .def(
+          "__init__",
+          [](PyGate* self, const std::vector<std::shared_ptr<MethodInstance>>& instances) {
+            new (self) PyGate(make_gate(instances));
+          },
+          "instances"_a)
+      .def(
+          "observe", [](PyGate& self, uint64_t ns) { self.gate->observe(ns); }, "took_ns"_a,
+          "Folds one execute's nanoseconds into the recent execute time.")
+      .def_prop_ro(
+          "recent_ns", [](const PyGate& self) { return self.gate->recent_ns(); },
+          "Recent execute time in nanoseconds; negative before the first.")
+      .def(
+          "add_waiting", [](PyGate& self, int delta) { self.gate->add_waiting(delta); }, "delta"_a)
+      .def_prop_ro("waiting", [](const PyGate& self) { return self.gate->waiting(); })
+      .def("close", [](PyGate& self) { self.gate->close(); })
+      .def_prop_ro("closed", [](const PyGate& self) { return self.gate->closed(); });
+
+  nb::class_<LaneHub>(m, "LaneHub",
+                      "The engine's native lane: the routes it may serve, the messages it hands "
+                      "to Python (inbox_fd wakes the event loop) and the requests it served.")
+      .def(nb::init<size_t>(), "fold_at"_a)
+      .def("publish", &publish, "generation"_a, "inline_ns"_a, "routes"_a,
+           "Replaces the routes: (id, model, version, method, LaneGate, max_batch) each.")
+      .def_prop_ro("inbox_fd", [](const LaneHub& self) { return self.inbox.fd(); })
+      .def("drain", &drain,
+           "([(link key, message bytes, or None when the link ended)], whether the served log "
+           "wants folding)")
+      .def("served", &served,
+           "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
+           "output_ns, at, front) per request.");
+
+  nb::class_<PyLink>(m, "FrontLink", "The engine's end of one front's socket (its own thread).")
+      .def(
+          "send", [](PyLink& self, nb::bytes data) { self.link->send(data.c_str(), data.size()); },
+          "data"_a, "Framed bytes to write; never blocks.")
+      .def(
+          "stop",
+          [](PyLink& self) {
+            nb::gil_scoped_release released;
+            self.link->stop();
+          },
+          "Ends the link and waits for its thread.")
+      .def_prop_ro("served", [](const PyLink& self) { return self.link->served(); })
+      .def_prop_ro("front", [](const PyLink& self) { return self.link->front(); });
+
+  m.def("attach_front", &attach, "hub"_a, "fd"_a, "key"_a, "front"_a, "address"_a, "size"_a,
+        "Takes the socket `fd` of front `front`, whose arena is mapped at `address` (`size` "
+        "bytes), and starts its link thread; the hub's drain names the link by `key`.");
+}
+
+}  // namespace ethost

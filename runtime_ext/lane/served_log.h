@@ -1,0 +1,53 @@
+// The requests the lane served, kept until the engine's Python side folds them into its one
+// ledger (service/dataplane/ledger.py), which the statistics extension and /metrics count from.
+// Appending is a short lock per request; once `fold_at` records wait, the log says so once
+// (the caller then wakes Python, which drains it).
+#pragma once
+
+#include "routes.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ethost::lane {
+
+struct ServedRecord {
+  std::shared_ptr<const Route> route;  // keeps the names alive after the route is replaced
+  int front = 0;
+  int64_t rows = 1;
+  uint64_t total_ns = 0, input_ns = 0, infer_ns = 0, output_ns = 0;
+  double at = 0;  // seconds since the epoch, when answered
+};
+
+class ServedLog {
+ public:
+  explicit ServedLog(size_t fold_at) : fold_at_(fold_at) {}
+
+  // True when this record brought the log to `fold_at` records.
+  bool add(ServedRecord record) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records_.push_back(std::move(record));
+    return records_.size() == fold_at_;
+  }
+
+  std::vector<ServedRecord> drain() {
+    std::vector<ServedRecord> out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    out.swap(records_);
+    return out;
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+
+ private:
+  const size_t fold_at_;
+  mutable std::mutex mutex_;
+  std::vector<ServedRecord> records_;
+};
+
+}  // namespace ethost::lane

@@ -1,0 +1,104 @@
+#include "wire.h"
+
+#include <cstring>
+
+namespace ethost::lane {
+namespace {
+
+constexpr size_t kRequestHead = 48;
+constexpr size_t kInputHead = 16;
+constexpr size_t kAnswerHead = 16;
+constexpr size_t kOutputHead = 16;
+
+template <typename T>
+T load(const uint8_t* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));  // little-endian hosts only (x86-64, arm64)
+  return value;
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+Status malformed(const std::string& why) {
+  return Status(Error::InvalidArgument, "malformed lane request: " + why);
+}
+
+}  // namespace
+
+Outcome<InferRequest> read_request(const uint8_t* data, size_t size) {
+  if (size < kRequestHead || data[0] != kInferTag) {
+    return malformed("not a lane request");
+  }
+  InferRequest request;
+  request.input_count = data[1];
+  if (request.input_count > kMaxInputs) {
+    return malformed(std::to_string(request.input_count) + " inputs");
+  }
+  request.route = load<uint32_t>(data + 4);
+  request.request_id = load<uint64_t>(data + 8);
+  request.generation = load<uint64_t>(data + 16);
+  request.room_offset = load<uint64_t>(data + 24);
+  request.room_size = load<uint64_t>(data + 32);
+  request.outputs = load<uint64_t>(data + 40);
+  size_t at = kRequestHead;
+  for (size_t i = 0; i < request.input_count; ++i) {
+    if (size - at < kInputHead) return malformed("cut short");
+    WireInput& input = request.inputs[i];
+    input.offset = load<uint64_t>(data + at);
+    input.ndim = load<uint32_t>(data + at + 8);
+    at += kInputHead;
+    if (input.ndim > kMaxDims) return malformed(std::to_string(input.ndim) + " dimensions");
+    if ((size - at) / 8 < input.ndim) return malformed("cut short");
+    for (size_t d = 0; d < input.ndim; ++d, at += 8) {
+      input.dims[d] = load<int64_t>(data + at);
+    }
+  }
+  if (at != size) return malformed("longer than its fields");
+  return request;
+}
+
+std::string write_request(const InferRequest& request) {
+  std::string out;
+  put<uint8_t>(out, kInferTag);
+  put<uint8_t>(out, static_cast<uint8_t>(request.input_count));
+  put<uint16_t>(out, 0);
+  put<uint32_t>(out, request.route);
+  put<uint64_t>(out, request.request_id);
+  put<uint64_t>(out, request.generation);
+  put<uint64_t>(out, request.room_offset);
+  put<uint64_t>(out, request.room_size);
+  put<uint64_t>(out, request.outputs);
+  for (size_t i = 0; i < request.input_count; ++i) {
+    const WireInput& input = request.inputs[i];
+    put<uint64_t>(out, input.offset);
+    put<uint32_t>(out, input.ndim);
+    put<uint32_t>(out, 0);
+    for (size_t d = 0; d < input.ndim; ++d) put<int64_t>(out, input.dims[d]);
+  }
+  return out;
+}
+
+void append_answer(std::string& out, uint64_t request_id, const WireOutput* outputs, size_t count) {
+  size_t length = kAnswerHead;
+  for (size_t i = 0; i < count; ++i) length += kOutputHead + 8 * outputs[i].ndim;
+  put<uint32_t>(out, static_cast<uint32_t>(length));
+  put<uint8_t>(out, kDoneTag);
+  put<uint8_t>(out, static_cast<uint8_t>(count));
+  put<uint16_t>(out, 0);
+  put<uint32_t>(out, 0);
+  put<uint64_t>(out, request_id);
+  for (size_t i = 0; i < count; ++i) {
+    const WireOutput& output = outputs[i];
+    put<uint32_t>(out, output.index);
+    put<uint32_t>(out, output.ndim);
+    put<uint64_t>(out, output.offset);
+    for (size_t d = 0; d < output.ndim; ++d) put<int64_t>(out, output.dims[d]);
+  }
+}
+
+}  // namespace ethost::lane

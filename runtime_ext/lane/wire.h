@@ -1,0 +1,68 @@
+// The fixed-layout messages of the engine's native lane (lane.h): a request a front checked
+// against a route of the model table, and the engine's answer to it. Every other message between
+// a front and the engine is a marshal tuple (service/ipc/frames.py); these two are plain structs
+// so that the engine's link threads read and answer them without Python. Both ends share one
+// machine, so fields are little-endian as laid out below, with no versioning: the supervisor
+// starts fronts and engine from one installation.
+//
+//   request (front -> engine), 48 bytes, then per input 16 bytes + 8 per dimension:
+//     u8 tag = kInferTag, u8 inputs, u16 0, u32 route,
+//     u64 request id, u64 generation, u64 room offset, u64 room size, u64 outputs asked (bit i)
+//     per input: u64 offset in the front's arena, u32 ndim, u32 0, i64 dims[ndim]
+//   answer (engine -> front), 16 bytes, then per output asked 16 bytes + 8 per dimension:
+//     u8 tag = kDoneTag, u8 outputs, u16 0, u32 0, u64 request id
+//     per output: u32 index, u32 ndim, u64 offset in the front's arena, i64 dims[ndim]
+#pragma once
+
+#include "status.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ethost::lane {
+
+// A marshal payload starts with a tuple's type code ('(' or ')', maybe with marshal's reference
+// flag 0x80), never with these.
+constexpr uint8_t kInferTag = 0xF1;
+constexpr uint8_t kDoneTag = 0xF2;
+constexpr size_t kMaxInputs = 16;
+constexpr size_t kMaxDims = 16;     // ExecuTorch's kTensorDimensionLimit
+constexpr size_t kMaxOutputs = 64;  // the width of the outputs-asked mask
+
+struct WireInput {
+  uint64_t offset = 0;
+  uint32_t ndim = 0;
+  std::array<int64_t, kMaxDims> dims{};
+};
+
+struct InferRequest {
+  uint32_t route = 0;
+  uint64_t request_id = 0;
+  uint64_t generation = 0;
+  uint64_t room_offset = 0;
+  uint64_t room_size = 0;
+  uint64_t outputs = 0;  // bit i: output i was asked for
+  size_t input_count = 0;
+  std::array<WireInput, kMaxInputs> inputs{};
+};
+
+struct WireOutput {
+  uint32_t index = 0;
+  uint64_t offset = 0;
+  uint32_t ndim = 0;
+  std::array<int64_t, kMaxDims> dims{};
+};
+
+// The request in `data` (a whole message, tag included). Fails on a message that is not one,
+// is cut short, is longer than its fields, or exceeds the limits above.
+Outcome<InferRequest> read_request(const uint8_t* data, size_t size);
+
+// The request as a front writes it (tests, and the layout's one definition besides Python's).
+std::string write_request(const InferRequest& request);
+
+// Appends the answer to `out`, length prefix included (u32, as every message on the socket).
+void append_answer(std::string& out, uint64_t request_id, const WireOutput* outputs, size_t count);
+
+}  // namespace ethost::lane

@@ -1,0 +1,465 @@
+// The engine's native lane without a program: its messages, the method gate, serving a request
+// on a fake instance (bound where the inputs lie, outputs in the room, the answer and the
+// served record), every reason to decline, the inbox and a front's link over a socketpair.
+#include "check.h"
+#include "fake_runnable.h"
+#include "front_link.h"
+#include "inbox.h"
+#include "lane.h"
+#include "method_gate.h"
+#include "routes.h"
+#include "served_log.h"
+#include "wire.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace ethost;
+using namespace ethost::lane;
+using ethost_test::FakeRunnable;
+using executorch::aten::ScalarType;
+
+namespace {
+
+struct Fixture {
+  Fixture() : arena_bytes(64 * 1024, 0), log(1000), lane(log) {
+    arena = ArenaView{arena_bytes.data(), arena_bytes.size()};
+    instance = std::make_shared<FakeRunnable>();
+    gate = std::make_shared<MethodGate>(std::vector<std::shared_ptr<Runnable>>{instance});
+    gate->observe(2000);  // one short execute seen: open for the lane
+    auto route = std::make_shared<Route>();
+    route->id = 7;
+    route->model = "tiny";
+    route->version = "3";
+    route->method = "forward";
+    route->gate = gate;
+    route->inputs = {ScalarType::Float};
+    route->most_bytes = {16};
+    table.generation = 5;
+    table.inline_ns = 100000;
+    table.routes[7] = route;
+  }
+
+  // A request for [2, 2] floats at offset 256, room for the outputs at 1024.
+  InferRequest request() const {
+    InferRequest r;
+    r.route = 7;
+    r.request_id = 42;
+    r.generation = 5;
+    r.room_offset = 1024;
+    r.room_size = 512;
+    r.outputs = 1;
+    r.input_count = 1;
+    r.inputs[0].offset = 256;
+    r.inputs[0].ndim = 2;
+    r.inputs[0].dims[0] = 2;
+    r.inputs[0].dims[1] = 2;
+    return r;
+  }
+
+  Lane::Result serve(const InferRequest& r, std::string& out) {
+    std::string message = write_request(r);
+    bool fold = false;
+    return lane.serve(&table, reinterpret_cast<const uint8_t*>(message.data()), message.size(),
+                      arena, 2, out, fold);
+  }
+
+  bool declines(const InferRequest& r) {
+    std::string out;
+    return serve(r, out) == Lane::Result::Declined && out.empty();
+  }
+
+  std::vector<uint8_t> arena_bytes;
+  ArenaView arena;
+  ServedLog log;
+  Lane lane;
+  std::shared_ptr<FakeRunnable> instance;
+  std::shared_ptr<MethodGate> gate;
+  RouteTable table;
+};
+
+// The answer appended to `out` (length prefix first), as the front reads it.
+struct Answer {
+  uint64_t request_id = 0;
+  std::vector<WireOutput> outputs;
+};
+
+Answer read_answer(const std::string& out) {
+  Answer answer;
+  CHECK(out.size() >= 20);
+  if (out.size() < 20) return answer;
+  const char* p = out.data();
+  uint32_t length;
+  std::memcpy(&length, p, 4);
+  CHECK(length + 4 == out.size());
+  CHECK(static_cast<uint8_t>(p[4]) == kDoneTag);
+  size_t count = static_cast<uint8_t>(p[5]);
+  std::memcpy(&answer.request_id, p + 12, 8);
+  size_t at = 20;
+  for (size_t i = 0; i < count; ++i) {
+    WireOutput o;
+    std::memcpy(&o.index, p + at, 4);
+    std::memcpy(&o.ndim, p + at + 4, 4);
+    std::memcpy(&o.offset, p + at + 8, 8);
+    at += 16;
+    for (size_t d = 0; d < o.ndim; ++d, at += 8) std::memcpy(&o.dims[d], p + at, 8);
+    answer.outputs.push_back(o);
+  }
+  CHECK(at == out.size());
+  return answer;
+}
+
+}  // namespace
+
+TEST(a_request_survives_its_wire_layout) {
+  Fixture f;
+  InferRequest r = f.request();
+  r.outputs = 0b101;
+  std::string message = write_request(r);
+  CHECK(message.size() == 48 + 16 + 16);
+  Outcome<InferRequest> read =
+      read_request(reinterpret_cast<const uint8_t*>(message.data()), message.size());
+  CHECK(read.ok());
+  InferRequest back = read.take();
+  CHECK(back.route == 7 && back.request_id == 42 && back.generation == 5);
+  CHECK(back.room_offset == 1024 && back.room_size == 512 && back.outputs == 0b101);
+  CHECK(back.input_count == 1 && back.inputs[0].offset == 256 && back.inputs[0].ndim == 2);
+  CHECK(back.inputs[0].dims[0] == 2 && back.inputs[0].dims[1] == 2);
+}
+
+TEST(malformed_requests_are_refused_by_the_reader) {
+  Fixture f;
+  std::string message = write_request(f.request());
+  auto read = [](const std::string& m) {
+    return read_request(reinterpret_cast<const uint8_t*>(m.data()), m.size());
+  };
+  CHECK(!read(message.substr(0, message.size() - 1)).ok());  // cut short
+  CHECK(!read(message + "x").ok());                          // longer than its fields
+  std::string marshal = message;
+  marshal[0] = ')';
+  CHECK(!read(marshal).ok());  // not a lane request
+  std::string many = message;
+  many[1] = static_cast<char>(kMaxInputs + 1);
+  CHECK_CONTAINS(read(many).status().reason, "inputs");
+  std::string deep = message;
+  uint32_t ndim = kMaxDims + 1;
+  std::memcpy(&deep[48 + 8], &ndim, 4);
+  CHECK_CONTAINS(read(deep).status().reason, "dimensions");
+}
+
+TEST(the_gate_hands_out_each_instance_once) {
+  auto a = std::make_shared<FakeRunnable>(), b = std::make_shared<FakeRunnable>();
+  MethodGate gate({a, b});
+  Runnable* first = gate.claim();
+  Runnable* second = gate.claim();
+  CHECK(first != nullptr && second != nullptr && first != second);
+  CHECK(gate.claim() == nullptr);
+  second->release();
+  CHECK(gate.claim() == second);
+}
+
+TEST(the_gate_opens_for_short_executes_only_and_ignores_one_preemption) {
+  MethodGate gate({std::make_shared<FakeRunnable>()});
+  CHECK(!gate.open_for_lane(100000));  // nothing measured yet
+  for (int i = 0; i < 3; ++i) gate.observe(2000);
+  CHECK(gate.open_for_lane(100000));
+  gate.observe(5000000);  // preempted once: the shorter of the last two counts
+  CHECK(gate.open_for_lane(100000));
+  gate.observe(5000000);  // and again: it is slow now
+  CHECK(!gate.open_for_lane(100000));
+}
+
+TEST(the_gate_closes_for_the_lane_while_anyone_waits_or_once_closed) {
+  MethodGate gate({std::make_shared<FakeRunnable>()});
+  gate.observe(1000);
+  gate.add_waiting(1);
+  CHECK(!gate.open_for_lane(100000));
+  gate.add_waiting(-1);
+  CHECK(gate.open_for_lane(100000));
+  gate.close();
+  CHECK(!gate.open_for_lane(100000));
+}
+
+TEST(a_request_is_bound_where_it_lies_and_answered_from_its_room) {
+  Fixture f;
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Served);
+  CHECK(f.instance->runs == 1);
+  CHECK(!f.instance->busy.load());  // the claim is given back
+  const InputBinding& in = f.instance->bound.at(0);
+  CHECK(in.data == f.arena_bytes.data() + 256);
+  CHECK(in.ndim == 2 && in.sizes[0] == 2 && in.sizes[1] == 2);
+  CHECK(in.strides[0] == 2 && in.strides[1] == 1 && in.dtype == ScalarType::Float);
+  Answer answer = read_answer(out);
+  CHECK(answer.request_id == 42);
+  CHECK(answer.outputs.size() == 1);
+  CHECK(answer.outputs[0].index == 0 && answer.outputs[0].offset == 1024);
+  CHECK(answer.outputs[0].ndim == 1 && answer.outputs[0].dims[0] == 4);
+  CHECK(f.arena_bytes[1024] == 0x40);  // written by the execute, in the room
+  std::vector<ServedRecord> served = f.log.drain();
+  CHECK(served.size() == 1);
+  CHECK(served[0].route->model == "tiny" && served[0].route->version == "3");
+  CHECK(served[0].front == 2 && served[0].rows == 1);
+  CHECK(served[0].total_ns >= served[0].infer_ns);
+}
+
+TEST(outputs_asked_for_are_laid_out_in_the_methods_order_aligned) {
+  Fixture f;
+  f.instance->outputs = 3;
+  auto route = std::make_shared<Route>(*f.table.routes[7]);
+  route->most_bytes = {16, 300, 16};
+  f.table.routes[7] = route;
+  InferRequest r = f.request();
+  r.room_size = 1024;
+  r.outputs = 0b110;  // the second and third
+  std::string out;
+  CHECK(f.serve(r, out) == Lane::Result::Served);
+  Answer answer = read_answer(out);
+  CHECK(answer.outputs.size() == 2);
+  CHECK(answer.outputs[0].index == 1 && answer.outputs[0].offset == 1024);
+  CHECK(answer.outputs[1].index == 2 && answer.outputs[1].offset == 1024 + 512);
+}
+
+TEST(the_lane_declines_what_it_cannot_run_at_once) {
+  Fixture f;
+  InferRequest r = f.request();
+  r.generation = 4;  // checked against another table
+  CHECK(f.declines(r));
+  r = f.request();
+  r.route = 8;  // not served by the lane
+  CHECK(f.declines(r));
+  r = f.request();
+  r.input_count = 0;
+  CHECK(f.declines(r));
+  f.gate->add_waiting(1);  // somebody waits for an instance
+  CHECK(f.declines(f.request()));
+  f.gate->add_waiting(-1);
+  f.instance->busy = true;  // no free instance
+  CHECK(f.declines(f.request()));
+  f.instance->busy = false;
+  CHECK(f.instance->runs == 0);
+  f.gate->close();
+  CHECK(f.declines(f.request()));
+}
+
+TEST(the_lane_declines_what_lies_outside_the_arena_or_its_room) {
+  Fixture f;
+  InferRequest r = f.request();
+  r.inputs[0].offset = f.arena.size - 8;  // 16 bytes do not fit
+  CHECK(f.declines(r));
+  r = f.request();
+  r.inputs[0].offset = 300;  // not on a 256-byte boundary
+  CHECK(f.declines(r));
+  r = f.request();
+  r.inputs[0].dims[0] = -1;
+  CHECK(f.declines(r));
+  r = f.request();
+  r.inputs[0].dims[0] = int64_t{1} << 40;
+  CHECK(f.declines(r));
+  r = f.request();
+  r.room_size = 8;  // the output's 16 bytes do not fit
+  CHECK(f.declines(r));
+  r = f.request();
+  r.room_offset = f.arena.size;
+  r.room_size = 512;
+  CHECK(f.declines(r));
+  r = f.request();
+  r.outputs = 0b10;  // an output the method does not have
+  CHECK(f.declines(r));
+  r = f.request();
+  r.outputs = 0;
+  CHECK(f.declines(r));
+  CHECK(f.instance->runs == 0);
+}
+
+TEST(an_output_without_a_known_bound_is_left_to_python) {
+  Fixture f;
+  auto route = std::make_shared<Route>(*f.table.routes[7]);
+  route->most_bytes = {0};
+  f.table.routes[7] = route;
+  CHECK(f.declines(f.request()));
+  CHECK(f.instance->runs == 0);
+}
+
+TEST(a_failed_execute_is_declined_for_python_to_answer) {
+  Fixture f;
+  f.instance->fail = true;
+  CHECK(f.declines(f.request()));
+  CHECK(f.instance->runs == 1);
+  CHECK(!f.instance->busy.load());
+  CHECK(f.log.size() == 0);
+  f.instance->fail = false;
+  f.instance->leave_in_planned = true;  // an output the host could not write in its room
+  CHECK(f.declines(f.request()));
+  CHECK(f.log.size() == 0);
+}
+
+TEST(a_batched_request_counts_its_rows_and_needs_the_same_rows_on_every_input) {
+  Fixture f;
+  auto route = std::make_shared<Route>(*f.table.routes[7]);
+  route->max_batch = 4;
+  route->inputs = {ScalarType::Float, ScalarType::Float};
+  f.table.routes[7] = route;
+  InferRequest r = f.request();
+  r.input_count = 2;
+  r.inputs[1] = r.inputs[0];
+  r.inputs[1].offset = 512;
+  std::string out;
+  CHECK(f.serve(r, out) == Lane::Result::Served);
+  CHECK(f.log.drain().at(0).rows == 2);
+  r.inputs[1].dims[0] = 3;
+  CHECK(f.declines(r));
+  r.inputs[1].dims[0] = 2;
+  r.inputs[0].dims[0] = r.inputs[1].dims[0] = 5;  // over max_batch
+  CHECK(f.declines(r));
+}
+
+TEST(the_served_log_asks_once_to_be_folded) {
+  ServedLog log(2);
+  CHECK(!log.add(ServedRecord{}));
+  CHECK(log.add(ServedRecord{}));
+  CHECK(!log.add(ServedRecord{}));
+  CHECK(log.drain().size() == 3);
+  CHECK(log.size() == 0);
+}
+
+namespace {
+
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) == 1;
+}
+
+}  // namespace
+
+TEST(the_inbox_wakes_once_per_batch_and_drains_everything) {
+  Inbox inbox;
+  CHECK(inbox.fd() >= 0);
+  CHECK(!readable(inbox.fd(), 0));
+  std::vector<std::string> batch{"a", "b"};
+  inbox.push(3, batch);
+  CHECK(batch.empty());
+  CHECK(readable(inbox.fd(), 0));
+  std::vector<std::string> more{"c"};
+  inbox.push(4, more);
+  inbox.want_fold();
+  bool fold = false;
+  std::vector<InboxItem> items = inbox.drain(fold);
+  CHECK(fold);
+  CHECK(items.size() == 3 && items[0].payload == "a" && items[2].link == 4);
+  CHECK(!readable(inbox.fd(), 0));  // nothing left: the loop sleeps
+  inbox.lost(3);
+  CHECK(readable(inbox.fd(), 0));
+  items = inbox.drain(fold);
+  CHECK(!fold && items.size() == 1 && items[0].lost && items[0].link == 3);
+}
+
+namespace {
+
+std::string framed(const std::string& payload) {
+  uint32_t length = static_cast<uint32_t>(payload.size());
+  return std::string(reinterpret_cast<const char*>(&length), 4) + payload;
+}
+
+// Reads from `fd` until `n` bytes came (or two seconds passed).
+std::string read_bytes(int fd, size_t n) {
+  std::string got;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+    if (!readable(fd, 100)) continue;
+    char buffer[4096];
+    ssize_t r = recv(fd, buffer, sizeof(buffer), 0);
+    if (r <= 0) break;
+    got.append(buffer, static_cast<size_t>(r));
+  }
+  return got;
+}
+
+std::vector<InboxItem> wait_for_items(Inbox& inbox, size_t n) {
+  std::vector<InboxItem> all;
+  bool fold;
+  for (int i = 0; i < 40 && all.size() < n; ++i) {
+    readable(inbox.fd(), 50);
+    for (auto& item : inbox.drain(fold)) all.push_back(std::move(item));
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST(a_link_answers_lane_requests_itself_and_hands_over_the_rest) {
+  Fixture f;
+  Routes routes;
+  routes.publish(std::make_shared<RouteTable>(f.table));
+  Inbox inbox;
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  auto link = std::make_unique<FrontLink>(pair[1], 11, 2, f.arena, routes, f.lane, inbox);
+  CHECK(link->start());
+  InferRequest declined = f.request();
+  declined.generation = 9;  // another table: Python's to serve
+  std::string sent =
+      framed(write_request(f.request())) + framed("(marshal)") + framed(write_request(declined));
+  CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
+  std::string answer = read_bytes(pair[0], 4 + 16 + 16 + 8);
+  CHECK(answer.size() == 4 + 16 + 16 + 8);
+  CHECK(read_answer(answer).request_id == 42);
+  std::vector<InboxItem> items = wait_for_items(inbox, 2);
+  CHECK(items.size() == 2);
+  CHECK(items.size() == 2 && items[0].link == 11 && items[0].payload == "(marshal)");
+  CHECK(items.size() == 2 && items[1].payload == write_request(declined));
+  CHECK(link->served() == 1);
+  // Python's own messages go out through the link.
+  std::string reply = framed("(answer)");
+  link->send(reply.data(), reply.size());
+  CHECK(read_bytes(pair[0], reply.size()) == reply);
+  // The front going away ends the link, which says so once.
+  close(pair[0]);
+  items = wait_for_items(inbox, 1);
+  CHECK(items.size() == 1 && items[0].lost && items[0].link == 11);
+  link->stop();
+}
+
+TEST(a_stopped_link_ends_its_thread_without_reporting_a_loss) {
+  Fixture f;
+  Routes routes;
+  Inbox inbox;
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  {
+    FrontLink link(pair[1], 1, 0, f.arena, routes, f.lane, inbox);
+    CHECK(link.start());
+    link.stop();
+    std::string late = framed("(late)");
+    link.send(late.data(), late.size());  // dropped: the link has ended
+  }
+  bool fold;
+  CHECK(inbox.drain(fold).empty());
+  char byte;
+  CHECK(recv(pair[0], &byte, 1, MSG_DONTWAIT) == 0);  // closed, nothing sent
+  close(pair[0]);
+}
+
+TEST(a_message_too_long_to_be_real_ends_the_link) {
+  Fixture f;
+  Routes routes;
+  Inbox inbox;
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  FrontLink link(pair[1], 5, 0, f.arena, routes, f.lane, inbox);
+  CHECK(link.start());
+  uint32_t huge = 0xFFFFFFFFu;
+  CHECK(send(pair[0], &huge, 4, 0) == 4);
+  std::vector<InboxItem> items = wait_for_items(inbox, 1);
+  CHECK(items.size() == 1 && items[0].lost);
+  link.stop();
+  close(pair[0]);
+}

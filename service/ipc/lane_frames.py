@@ -1,0 +1,88 @@
+"""The two fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
+defines the layout): a request a front checked against a route of its model table, and the
+engine's answer to it. Struct-packed rather than marshalled so that the engine's link threads
+read and answer them without Python; every other message stays a marshal tuple (frames.py).
+
+A request the lane declines reaches the engine's Python side as this message, which
+read_request turns back into what it says.
+"""
+
+from __future__ import annotations
+
+import struct
+
+INFER_TAG = 0xF1
+DONE_TAG = 0xF2
+MAX_INPUTS = 16
+MAX_DIMS = 16
+MAX_OUTPUTS = 64
+
+_REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
+_INPUT = struct.Struct("<QII")  # offset, ndim, 0
+_ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
+_OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
+_DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
+
+
+def fits(inputs: list, output_count: int) -> bool:
+    """Whether a request of these inputs ((offset, shape) each) to a method of `output_count`
+    outputs can travel as a lane request."""
+    return (
+        len(inputs) <= MAX_INPUTS
+        and output_count <= MAX_OUTPUTS
+        and all(len(shape) <= MAX_DIMS for _, shape in inputs)
+    )
+
+
+def request(
+    route: int,
+    request_id: int,
+    generation: int,
+    room_offset: int,
+    room_size: int,
+    outputs: int,
+    inputs: list,
+) -> bytes:
+    """`outputs`: bit i set for output i asked for; `inputs`: (offset in the arena, shape)."""
+    parts = [
+        _REQUEST.pack(
+            INFER_TAG, len(inputs), 0, route, request_id, generation, room_offset, room_size,
+            outputs,
+        )
+    ]  # fmt: skip
+    for offset, shape in inputs:
+        parts.append(_INPUT.pack(offset, len(shape), 0))
+        parts.append(_DIMS[len(shape)].pack(*shape))
+    return b"".join(parts)
+
+
+def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
+    """(route, request id, generation, room offset, room size, outputs mask, [(offset, shape)])."""
+    _, count, _, route, request_id, generation, room, size, outputs = _REQUEST.unpack_from(
+        payload, 0
+    )
+    at, inputs = _REQUEST.size, []
+    for _ in range(count):
+        offset, ndim, _ = _INPUT.unpack_from(payload, at)
+        at += _INPUT.size
+        inputs.append((offset, _DIMS[ndim].unpack_from(payload, at)))
+        at += 8 * ndim
+    if at != len(payload):
+        raise ValueError("a lane request longer than its fields")
+    return route, request_id, generation, room, size, outputs, inputs
+
+
+def request_id_of_answer(payload: bytes) -> int:
+    return _ANSWER.unpack_from(payload, 0)[4]
+
+
+def read_answer(payload: bytes) -> list[tuple[int, int, tuple]]:
+    """The outputs written: (index, offset in the arena, shape) each."""
+    count = payload[1]
+    at, outputs = _ANSWER.size, []
+    for _ in range(count):
+        index, ndim, offset = _OUTPUT.unpack_from(payload, at)
+        at += _OUTPUT.size
+        outputs.append((index, offset, _DIMS[ndim].unpack_from(payload, at)))
+        at += 8 * ndim
+    return outputs

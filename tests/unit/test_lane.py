@@ -1,0 +1,162 @@
+"""The engine's native lane (runtime_ext/lane/) on the real host and a real program, driven as
+the engine drives it: routes published from method instances, a front's link over a socketpair
+and an arena in shared memory, requests written with the fronts' encoder (lane_frames)."""
+
+import marshal
+import os
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from service.engine.lane_routes import LaneRoutes
+from service.ipc import frames, lane_frames
+from service.ipc.arena import Region
+from service.native_host import import_host
+from support.program_fixtures import linear_relu_program  # noqa: F401
+
+_LENGTH = struct.Struct("<I")
+ROUTE, GENERATION = 7, 3
+
+
+@pytest.fixture
+def lane(linear_relu_program):  # noqa: F811
+    ethost = import_host()
+    program = ethost.Program(str(linear_relu_program.pte), [])
+    instances = program.instances("forward", 2)
+    gate = ethost.LaneGate(instances)
+    hub = ethost.LaneHub(100)
+    fd = os.memfd_create("lane-test")
+    os.ftruncate(fd, 1 << 20)
+    region = Region(fd, 1 << 20)
+    front, engine = socket.socketpair()
+    link = ethost.attach_front(hub, engine.detach(), 1, 4, region.address, region.size)
+    yield ethost, hub, gate, instances, region, front, link
+    link.stop()
+    front.close()
+    os.close(fd)
+
+
+def _publish(hub, gate, generation=GENERATION, inline_ns=1e9):
+    hub.publish(generation, inline_ns, [(ROUTE, "m", "2", "forward", gate, 0)])
+
+
+def _send(sock, payload: bytes) -> None:
+    sock.sendall(_LENGTH.pack(len(payload)) + payload)
+
+
+def _receive(sock) -> bytes:
+    sock.settimeout(5)
+    (length,) = _LENGTH.unpack(sock.recv(4, socket.MSG_WAITALL))
+    return sock.recv(length, socket.MSG_WAITALL)
+
+
+def _request(region, x, generation=GENERATION, route=ROUTE, outputs=1):
+    region.array(256, np.float32, x.shape)[...] = x
+    return lane_frames.request(route, 9, generation, 4096, 4096, outputs, [(256, x.shape)])
+
+
+def _drained(hub, count):
+    items = []
+    for _ in range(100):
+        found, _ = hub.drain()
+        items += found
+        if len(items) >= count:
+            return items
+        time.sleep(0.02)
+    return items
+
+
+def test_the_lane_answers_with_what_the_method_computes_in_the_room(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+    gate.observe(1000)  # a short execute seen: the method may run at once
+    _publish(hub, gate)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    _send(front, _request(region, x))
+    payload = _receive(front)
+    assert payload[0] == lane_frames.DONE_TAG
+    assert lane_frames.request_id_of_answer(payload) == 9
+    [(index, offset, shape)] = lane_frames.read_answer(payload)
+    assert index == 0 and offset == 4096 and offset % 256 == 0
+    expected = instances[1].execute([x])[0]
+    np.testing.assert_array_equal(region.array(offset, np.float32, shape), expected)
+    [record] = hub.served()
+    assert record[:4] == ("m", "2", "forward", 1) and record[9] == 4  # rows, then the front
+    assert link.served == 1
+    assert hub.served() == []  # drained
+
+
+def test_what_the_lane_declines_reaches_python_unchanged(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+    x = np.ones((2, 4), np.float32)
+    _publish(hub, gate)
+    slow = _request(region, x)  # nothing measured yet: not known to be short
+    _send(front, slow)
+    items = _drained(hub, 1)
+    gate.observe(1000)
+    stale = _request(region, x, generation=GENERATION - 1)
+    unknown = _request(region, x, route=ROUTE + 1)
+    marshalled = marshal.dumps((frames.CALL, 1, "table", b""))
+    for payload in (stale, unknown, marshalled):
+        _send(front, payload)
+    items += _drained(hub, 3)
+    assert [payload for _, payload in items] == [slow, stale, unknown, marshalled]
+    assert {key for key, _ in items} == {1}
+    assert link.served == 0 and hub.served() == []
+
+
+def test_a_closed_or_waited_for_method_goes_to_python(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+    gate.observe(1000)
+    _publish(hub, gate)
+    x = np.ones((2, 4), np.float32)
+    gate.add_waiting(1)
+    _send(front, _request(region, x))
+    assert len(_drained(hub, 1)) == 1
+    gate.add_waiting(-1)
+    gate.close()
+    _send(front, _request(region, x))
+    assert len(_drained(hub, 1)) == 1
+    assert link.served == 0
+
+
+def test_a_front_going_away_is_reported_once(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+    front.close()
+    assert _drained(hub, 1) == [(1, None)]
+
+
+def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+
+    class Service:
+        generation = GENERATION
+
+        class settings:
+            inline_execute_us = 100.0
+
+        def __init__(self, gate):
+            from service.dataplane.signature import signature_of
+
+            self.signature = signature_of(instances[0].meta)
+            self.gate = gate
+
+        def lane_routes(self):
+            return [(ROUTE, "m", "2", "forward", self.gate, 0, self.signature)]
+
+    routes = LaneRoutes()
+    routes.publish(hub, Service(gate))
+    payload = lane_frames.request(ROUTE, 9, GENERATION, 4096, 512, 1, [(256, (2, 4))])
+    message = routes.message(payload)
+    assert message[:5] == (frames.INFER, 9, "m", "2", "forward")
+    assert message[5] == [("input_0", "FP32", (2, 4), 256)]
+    assert message[6] is None  # every output asked for
+    assert message[7:9] == (4096, 512) and message[12] == GENERATION
+    # A route that stops serving is still read (by name, checked again by the engine).
+    Service.lane_routes = lambda self: []
+    routes.publish(hub, Service(gate))
+    assert routes.message(payload)[2] == "m"
+    assert routes.message(lane_frames.request(99, 1, 1, 0, 0, 1, [])) is None
+    assert routes.request_id(payload) == 9
