@@ -14,7 +14,8 @@ a. tiny program (Linear 8->4 + ReLU, [2, 8] FP32), native JSON /infer, 64 connec
 b. the same over v2 binary, 64 connections;
 c. --workers 1 from 8 to 256 connections (does it hold its throughput?);
 d. 1x3x224x224 FP32 through x * 2 + 1 over v2 binary and gRPC, 32 connections: request tensor
-   bytes per second;
+   bytes per second (--image: the program lowered to XNNPACK, the default, or on portable
+   kernels, whose executes take most of the cores);
 e. memory of the engine process (the models' host memory) with 1 and N fronts.
 
 Figures move from run to run; the ratios, measured minutes apart in one run, are what to compare.
@@ -55,7 +56,8 @@ def export(out_dir: Path) -> dict:
     tiny = _modules()[0]
     return {
         "tiny": programs.export_module(out_dir, "bench_tiny_linear8x4", tiny, (torch.randn(2, 8),)),
-        "image": programs.export_image(out_dir),
+        "image": programs.export_image(out_dir, xnnpack=True),
+        "image_portable": programs.export_image(out_dir),
     }
 
 
@@ -254,6 +256,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sections", default="abcde")
+    parser.add_argument(
+        "--image",
+        choices=("xnnpack", "portable"),
+        default="xnnpack",
+        help="section d's program: x * 2 + 1 lowered to XNNPACK (tens of microseconds per "
+        "execute: the bytes' way through the server is what is measured), or on ExecuTorch's "
+        "portable kernels (a millisecond or two per execute on the GPU host's CPU)",
+    )
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -264,7 +274,8 @@ def main() -> None:
         args.seconds,
         Path(tempfile.mkdtemp(prefix="bench-workers-")),
     )
-    tiny_pte, image_pte = exported["tiny"].pte, exported["image"].pte
+    image_model = "image" if args.image == "xnnpack" else "image_portable"
+    tiny_pte, image_pte = exported["tiny"].pte, exported[image_model].pte
     image = np.random.default_rng(0).standard_normal(IMAGE_SHAPE, dtype=np.float32)
     results: dict[str, Load] = {}
 
@@ -383,8 +394,11 @@ def main() -> None:
             for conns in (8, 64, 256):
                 ours(f"ours --workers 1, {conns} connections", one, tiny_json("tiny"), conns)
         if "d" in args.sections:
-            print(f"\nd. 1x3x224x224 FP32 (x * 2 + 1), 32 connections, {seconds:g} s each")
-            request = v2_binary("image", image)
+            print(
+                f"\nd. 1x3x224x224 FP32 (x * 2 + 1, {args.image}), 32 connections,"
+                f" {seconds:g} s each"
+            )
+            request = v2_binary(image_model, image)
             if n > 1:
                 baseline(
                     f"floor image v2 binary, {n} processes",
@@ -401,7 +415,7 @@ def main() -> None:
                 if server is None:
                     continue
                 key = f"ours image gRPC --workers {label}"
-                results[key] = grpc_load(server.server.grpc_url, "image", image, seconds, 32)
+                results[key] = grpc_load(server.server.grpc_url, image_model, image, seconds, 32)
                 print(f"  {key:<34} {results[key]}", flush=True)
             for key, load in results.items():
                 if "image" in key:

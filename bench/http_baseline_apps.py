@@ -114,6 +114,9 @@ def floor_app():
     binary body (first input only) and answers each in kind. The program: ETRT_FLOOR_PTE."""
     import ethost
 
+    from service.backends.xnnpack import install_backend
+
+    install_backend()  # programs lowered to XNNPACK run here as in the server
     method = ethost.Program(os.environ["ETRT_FLOOR_PTE"]).load_method("forward")
 
     async def app(scope, receive, send):
@@ -198,6 +201,9 @@ if ls is not None:
         def setup(self, device):
             import ethost
 
+            from service.backends.xnnpack import install_backend
+
+            install_backend()
             self.method = ethost.Program(self.program).load_method("forward")
 
         def decode_request(self, request):

@@ -13,10 +13,12 @@ from service.dataplane.service import ModelService
 from service.inline_policy import InlinePolicy
 from service.protocols import docs_page, http_errors, lanes
 from service.protocols.fast_routes import FastRoutes
+from service.protocols.front_lane import FrontLane
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
 from service.protocols.v2_grpc.auth import TokenInterceptor
 from service.protocols.v2_grpc.server import grpc_listener
+from service.protocols.v2_rest import errors as v2_errors
 from service.protocols.v2_rest import routes as v2_routes
 
 
@@ -26,6 +28,8 @@ class ServerApp(FastAPI):
 
     fast: FastRoutes  # set by create_app
     policy: auth.Policy  # likewise
+    # The fronts' native path (service/protocols/front_lane.py); None in a single process.
+    front_lane: FrontLane | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -100,6 +104,12 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
     app.policy = policy
     app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
+    if hasattr(service, "lane_link"):  # an engine client: requests cross to the engine
+        renderers = {
+            "native": http_errors.service_error_response,
+            "v2": v2_errors.service_error_response,
+        }
+        app.front_lane = FrontLane(service, settings, policy.infer_token, renderers)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

@@ -120,6 +120,10 @@ class Claim {
     if (held_) instance_.release();
   }
   bool held() const { return held_; }
+  void release() {
+    if (held_) instance_.release();
+    held_ = false;
+  }
   // Until the claim is had; without the GIL (the holder is a lane thread, for microseconds).
   void wait() {
     for (unsigned spins = 0; !held_; ++spins) {
@@ -185,6 +189,11 @@ nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinati
   {
     nb::gil_scoped_release released;
     ran = self.run(bindings, into ? &*into : nullptr);
+  }
+  if (!gate.is_none()) {
+    // Freed here rather than when the call returns: a lane request may be waiting for it.
+    claim.release();
+    lane_gate_poke(gate);
   }
   std::vector<OutputBuffer> outputs = unwrap(std::move(ran));
   nb::list result;

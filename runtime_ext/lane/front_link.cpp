@@ -60,6 +60,32 @@ void FrontLink::stop() {
     wake();
     thread_.join();
   }
+  std::unique_lock<std::mutex> lock(flight_mutex_);
+  landed_.wait(lock, [this] { return in_flight_ == 0; });
+}
+
+void FrontLink::answered(const std::string& framed) {
+  served_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(out_mutex_);
+  if (ended_.load(std::memory_order_acquire)) return;
+  bool was_empty = out_.empty();
+  out_.append(framed);
+  if (was_empty && flush_locked() && !out_.empty()) wake();
+}
+
+void FrontLink::declined(std::string message) {
+  std::vector<std::string> one;
+  one.push_back(std::move(message));
+  inbox_.push(key_, one);
+}
+
+void FrontLink::want_fold() {
+  inbox_.want_fold();
+}
+
+void FrontLink::finished() {
+  std::lock_guard<std::mutex> lock(flight_mutex_);
+  if (--in_flight_ == 0) landed_.notify_all();
 }
 
 void FrontLink::send(const char* data, size_t size) {
@@ -100,12 +126,19 @@ bool FrontLink::handle_messages() {
     if (length > kLongestMessage) return false;
     if (in_used_ - at - 4 < length) break;
     const uint8_t* message = in_.data() + at + 4;
-    if (length > 0 && message[0] == kInferTag &&
-        lane_.serve(table.get(), message, length, arena_, front_, answers_, fold) ==
-            Lane::Result::Served) {
-      served_.fetch_add(1, std::memory_order_relaxed);
-    } else {
+    Lane::Result result = Lane::Result::Declined;
+    if (length > 0 && message[0] == kInferTag) {
+      {
+        std::lock_guard<std::mutex> lock(flight_mutex_);
+        ++in_flight_;  // before a worker may finish it
+      }
+      result = lane_.serve(table, message, length, arena_, front_, answers_, fold, this);
+      if (result != Lane::Result::Queued) finished();
+    }
+    if (result == Lane::Result::Declined) {
       declined_.emplace_back(reinterpret_cast<const char*>(message), length);
+    } else if (result == Lane::Result::Served) {
+      served_.fetch_add(1, std::memory_order_relaxed);
     }
     at += 4 + length;
   }

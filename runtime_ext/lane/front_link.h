@@ -14,6 +14,7 @@
 #include "routes.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -22,7 +23,7 @@
 
 namespace ethost::lane {
 
-class FrontLink {
+class FrontLink final : public Replies {
  public:
   // Takes `fd` (a connected stream socket) and closes it when destroyed. `key` names this link
   // in the inbox (unique per link: a front started again gets a new link, same `front`).
@@ -36,8 +37,15 @@ class FrontLink {
   bool start();
   // Queues already-framed bytes to go out; never blocks. Dropped once the link has ended.
   void send(const char* data, size_t size);
-  // Ends the link and waits for the thread: afterwards nothing touches the arena.
+  // Ends the link and waits for its thread and for its requests on the lane's workers:
+  // afterwards nothing touches the arena.
   void stop();
+
+  // Replies, from the lane's workers.
+  void answered(const std::string& framed) override;
+  void declined(std::string message) override;
+  void want_fold() override;
+  void finished() override;
 
   int front() const { return front_; }
   // Requests the lane answered on this link.
@@ -71,6 +79,10 @@ class FrontLink {
 
   std::mutex out_mutex_;
   std::string out_;  // framed bytes waiting for the socket
+
+  std::mutex flight_mutex_;
+  std::condition_variable landed_;
+  size_t in_flight_ = 0;  // requests of this link on the lane's workers
 };
 
 }  // namespace ethost::lane

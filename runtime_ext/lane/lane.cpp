@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace ethost::lane {
@@ -69,10 +70,56 @@ int64_t rows_of(const InferRequest& request, int64_t max_batch) {
   return rows >= 1 && rows <= max_batch ? rows : 0;
 }
 
+// A request ready to run: bound, its room laid out, an instance claimed.
+struct Prepared {
+  std::shared_ptr<const Route> route;
+  uint64_t request_id = 0;
+  int front = 0;
+  int64_t rows = 1;
+  uint64_t begun = 0;
+  std::vector<InputBinding> bindings;
+  std::vector<OutputDestination> destinations;
+  std::vector<WireOutput> answer;
+  Runnable* instance = nullptr;
+  uint64_t waited_ns = 0;
+};
+
+// Executes under the claim (given back here, or on to a request waiting for it); appends the
+// answer to `out` and records the request. False: declined (the execute failed or did not write
+// what it should).
+bool run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
+  uint64_t bound = now_ns();
+  Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
+  job.route->gate->observe(job.instance->last_run_ns());
+  job.route->gate->release(job.instance);  // or on to the request waiting for it
+  job.instance = nullptr;
+  uint64_t executed = now_ns();
+  if (!ran.ok()) return false;
+  std::vector<OutputBuffer> outputs = ran.take();
+  if (outputs.size() != job.destinations.size()) return false;
+  for (WireOutput& wire : job.answer) {
+    const OutputBuffer& output = outputs[wire.index];
+    if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) return false;
+    wire.ndim = static_cast<uint32_t>(output.shape.size());
+    for (size_t d = 0; d < output.shape.size(); ++d) {
+      wire.dims[d] = static_cast<int64_t>(output.shape[d]);
+    }
+  }
+  append_answer(out, job.request_id, job.answer.data(), job.answer.size());
+  uint64_t done = now_ns();
+  // A wait for an instance counts in the request's time, not in its input phase.
+  uint64_t input_ns = bound - job.begun - job.waited_ns;
+  fold = log.add(ServedRecord{job.route, job.front, job.rows, done - job.begun, input_ns,
+                              executed - bound, done - executed, wall_s()}) ||
+         fold;
+  return true;
+}
+
 }  // namespace
 
-Lane::Result Lane::serve(const RouteTable* table, const uint8_t* message, size_t size,
-                         const ArenaView& arena, int front, std::string& out, bool& fold) {
+Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const uint8_t* message,
+                         size_t size, const ArenaView& arena, int front, std::string& out,
+                         bool& fold, Replies* replies) {
   uint64_t begun = now_ns();
   Outcome<InferRequest> parsed = read_request(message, size);
   if (table == nullptr || !parsed.ok()) return Result::Declined;
@@ -82,16 +129,25 @@ Lane::Result Lane::serve(const RouteTable* table, const uint8_t* message, size_t
   if (found == table->routes.end()) return Result::Declined;
   const Route& route = *found->second;
   MethodGate& gate = *route.gate;
-  if (!gate.open_for_lane(table->inline_ns) || request.input_count != route.inputs.size()) {
+  bool inline_run = gate.short_for_lane(table->inline_ns);
+  if (!gate.open_for_lane() ||
+      (!inline_run && (workers_ == nullptr || replies == nullptr || !route.on_workers)) ||
+      request.input_count != route.inputs.size()) {
     return Result::Declined;
   }
-  int64_t rows = 1;
-  if (route.max_batch > 0 && (rows = rows_of(request, route.max_batch)) == 0) {
+  auto job = std::make_unique<Prepared>();
+  job->route = found->second;
+  job->request_id = request.request_id;
+  job->front = front;
+  job->begun = begun;
+  if (route.max_batch > 0 && (job->rows = rows_of(request, route.max_batch)) == 0) {
     return Result::Declined;
   }
-  std::vector<InputBinding> bindings(request.input_count);
+  job->bindings.resize(request.input_count);
   for (size_t i = 0; i < request.input_count; ++i) {
-    if (!bind(request.inputs[i], route.inputs[i], arena, bindings[i])) return Result::Declined;
+    if (!bind(request.inputs[i], route.inputs[i], arena, job->bindings[i])) {
+      return Result::Declined;
+    }
   }
   // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
   // asked for at its upper bound, 256-byte aligned, in the method's order.
@@ -101,50 +157,51 @@ Lane::Result Lane::serve(const RouteTable* table, const uint8_t* message, size_t
       !inside(arena, request.room_offset, request.room_size)) {
     return Result::Declined;
   }
-  std::vector<OutputDestination> destinations(output_count);
-  WireOutput answer[kMaxOutputs];
-  size_t answered = 0;
+  job->destinations.resize(output_count);
   uint64_t at = request.room_offset, end = request.room_offset + request.room_size;
   for (size_t index = 0; index < output_count; ++index) {
     if ((request.outputs >> index & 1) == 0) continue;
     uint64_t most = route.most_bytes[index];
     uint64_t start = align_up(at);
     if (most == 0 || start > end || most > end - start) return Result::Declined;
-    destinations[index] = OutputDestination{arena.base + start, most, true};
-    answer[answered].index = static_cast<uint32_t>(index);
-    answer[answered].offset = start;
-    ++answered;
+    job->destinations[index] = OutputDestination{arena.base + start, most, true};
+    WireOutput wire;
+    wire.index = static_cast<uint32_t>(index);
+    wire.offset = start;
+    job->answer.push_back(wire);
     at = start + most;
   }
-  Outcome<std::vector<OutputBuffer>> ran = Status(Error::Internal, "not run");
-  uint64_t bound = 0, executed = 0;
-  {
-    Claimed claimed(gate.claim());
-    if (!claimed) return Result::Declined;
-    bound = now_ns();
-    ran = claimed.get()->run(bindings, &destinations);
-    executed = now_ns();
-    gate.observe(claimed.get()->last_run_ns());
+  if (inline_run) {
+    job->instance = gate.claim();
+    if (job->instance == nullptr) return Result::Declined;
+    return run(*job, log_, out, fold) ? Result::Served : Result::Declined;
   }
-  if (!ran.ok()) return Result::Declined;
-  std::vector<OutputBuffer> outputs = ran.take();
-  if (outputs.size() != output_count) return Result::Declined;
-  for (size_t i = 0; i < answered; ++i) {
-    const OutputBuffer& output = outputs[answer[i].index];
-    if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) {
-      return Result::Declined;
+  // On a worker, with an instance free now or the next one freed.
+  auto kept = std::make_shared<std::string>(reinterpret_cast<const char*>(message), size);
+  ServedLog* log = &log_;
+  Workers* workers = workers_;
+  std::shared_ptr<Prepared> shared(std::move(job));
+  gate.claim_or_wait([shared, kept, log, replies, workers](Runnable* instance) {
+    if (instance == nullptr) {  // the method closed meanwhile: Python answers
+      replies->declined(*kept);
+      replies->finished();
+      return;
     }
-    answer[i].ndim = static_cast<uint32_t>(output.shape.size());
-    for (size_t d = 0; d < output.shape.size(); ++d) {
-      answer[i].dims[d] = static_cast<int64_t>(output.shape[d]);
-    }
-  }
-  append_answer(out, request.request_id, answer, answered);
-  uint64_t done = now_ns();
-  fold = log_.add(ServedRecord{found->second, front, rows, done - begun, bound - begun,
-                               executed - bound, done - executed, wall_s()}) ||
-         fold;
-  return Result::Served;
+    shared->instance = instance;
+    shared->waited_ns = now_ns() - shared->begun;
+    workers->submit([shared, kept, log, replies] {
+      std::string answer;
+      bool wants_fold = false;
+      if (run(*shared, *log, answer, wants_fold)) {
+        replies->answered(answer);
+        if (wants_fold) replies->want_fold();
+      } else {
+        replies->declined(*kept);
+      }
+      replies->finished();
+    });
+  });
+  return Result::Queued;
 }
 
 }  // namespace ethost::lane

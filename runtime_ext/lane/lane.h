@@ -1,19 +1,22 @@
 // The engine's shortest path for a request, without Python: a request a front checked against a
-// route of the current model table (wire.h), whose method is scheduled directly and may run at
-// once (method_gate.h), is bound where its inputs lie in the front's arena, executed on a free
-// instance with its outputs written straight into the room the front reserved, counted
-// (served_log.h) and answered, all on the link thread that read it (front_link.h).
+// route of the current model table (wire.h), whose method is scheduled directly and has a free
+// instance nobody in Python is waiting for (method_gate.h), is bound where its inputs lie in the
+// front's arena, executed on that instance with its outputs written straight into the room the
+// front reserved, counted (served_log.h) and answered. A short execute (under the table's
+// inline_ns) runs on the link thread that read it; a longer one on the lane's workers
+// (workers.h), so the link goes on reading meanwhile.
 //
-// It serves exactly the requests the engine's Python side would have run at once
-// (ModelService.infer_now) and declines everything else before touching anything: the caller
-// hands a declined message to Python unchanged. A request that fails on the way (an execute's
-// error, an output without room) is declined as well, after its execute: Python runs it again
-// and answers the error as it always has, so every error answer is made in one place.
+// It serves exactly the requests the engine's Python side would have run without a wait and
+// declines everything else before touching anything: the caller hands a declined message to
+// Python unchanged. A request that fails on the way (an execute's error, an output without
+// room) is declined as well, after its execute: Python runs it again and answers the error as it
+// always has, so every error answer is made in one place.
 #pragma once
 
 #include "routes.h"
 #include "served_log.h"
 #include "wire.h"
+#include "workers.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -27,19 +30,32 @@ struct ArenaView {
   size_t size = 0;
 };
 
+// Where the outcome of a request run on a worker goes (front_link.h).
+class Replies {
+ public:
+  virtual ~Replies() = default;
+  virtual void answered(const std::string& framed) = 0;  // the answer, length prefix included
+  virtual void declined(std::string message) = 0;        // the request, for Python
+  virtual void want_fold() = 0;                          // the served log asks to be drained
+  virtual void finished() = 0;                           // one request on a worker fewer
+};
+
 class Lane {
  public:
-  explicit Lane(ServedLog& log) : log_(log) {}
+  // `workers`: where longer executes run; null to serve short ones only.
+  Lane(ServedLog& log, Workers* workers) : log_(log), workers_(workers) {}
 
-  enum class Result { Served, Declined };
+  enum class Result { Served, Queued, Declined };
 
-  // Serves the message if it can, appending the answer (length-prefixed) to `out`; `fold` is
-  // set when the served log asks to be drained.
-  Result serve(const RouteTable* table, const uint8_t* message, size_t size, const ArenaView& arena,
-               int front, std::string& out, bool& fold);
+  // Served: the answer was appended (length-prefixed) to `out`, and `fold` set when the served
+  // log asks to be drained. Queued: it runs on a worker, which tells `replies` (after the
+  // caller counted it in flight: the caller's `started`). Declined: nothing was done.
+  Result serve(const std::shared_ptr<const RouteTable>& table, const uint8_t* message, size_t size,
+               const ArenaView& arena, int front, std::string& out, bool& fold, Replies* replies);
 
  private:
   ServedLog& log_;
+  Workers* workers_;
 };
 
 }  // namespace ethost::lane

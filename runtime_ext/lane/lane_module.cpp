@@ -66,8 +66,10 @@ PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) 
 
 // Everything the engine's link threads share.
 struct LaneHub {
-  explicit LaneHub(size_t fold_at) : log(fold_at), lane(log) {}
+  LaneHub(size_t fold_at, size_t workers)
+      : log(fold_at), pool(workers), lane(log, workers > 0 ? &pool : nullptr) {}
   ServedLog log;
+  lane::Workers pool;
   Lane lane;
   Routes routes;
   Inbox inbox;
@@ -95,6 +97,7 @@ void publish(LaneHub& hub, uint64_t generation, double inline_ns, nb::list entri
     route->inputs = gate.inputs;
     route->most_bytes = gate.most_bytes;
     route->max_batch = nb::cast<int64_t>(fields[5]);
+    route->on_workers = nb::len(fields) > 7 && nb::cast<bool>(fields[7]);
     table->routes.emplace(route->id, std::move(route));
   }
   hub.routes.publish(std::move(table));
@@ -148,6 +151,12 @@ void lane_gate_add_waiting(nb::handle gate, int delta) {
   nb::cast<PyGate&>(gate).gate->add_waiting(delta);
 }
 
+void lane_gate_poke(nb::handle gate) {
+  std::shared_ptr<MethodGate> held = nb::cast<PyGate&>(gate).gate;
+  nb::gil_scoped_release released;
+  held->poke();
+}
+
 void register_lane(nb::module_& m) {
   nb::class_<PyGate>(m, "LaneGate",
                      "One model method's instances as the engine's lane and Python share them: "
@@ -167,15 +176,21 @@ void register_lane(nb::module_& m) {
       .def(
           "add_waiting", [](PyGate& self, int delta) { self.gate->add_waiting(delta); }, "delta"_a)
       .def_prop_ro("waiting", [](const PyGate& self) { return self.gate->waiting(); })
-      .def("close", [](PyGate& self) { self.gate->close(); })
+      .def("close",
+           [](PyGate& self) {
+             nb::gil_scoped_release released;
+             self.gate->close();
+           })
       .def_prop_ro("closed", [](const PyGate& self) { return self.gate->closed(); });
 
   nb::class_<LaneHub>(m, "LaneHub",
                       "The engine's native lane: the routes it may serve, the messages it hands "
                       "to Python (inbox_fd wakes the event loop) and the requests it served.")
-      .def(nb::init<size_t>(), "fold_at"_a)
+      .def(nb::init<size_t, size_t>(), "fold_at"_a, "workers"_a,
+           "`workers`: threads for the lane's longer executes (0: it serves short ones only)")
       .def("publish", &publish, "generation"_a, "inline_ns"_a, "routes"_a,
-           "Replaces the routes: (id, model, version, method, LaneGate, max_batch) each.")
+           "Replaces the routes: (id, model, version, method, LaneGate, max_batch, [signature, "
+           "whether longer executes may run on the workers]) each.")
       .def_prop_ro("inbox_fd", [](const LaneHub& self) { return self.inbox.fd(); })
       .def("drain", &drain,
            "([(link key, message bytes, or None when the link ended)], whether the served log "

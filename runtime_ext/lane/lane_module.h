@@ -9,5 +9,7 @@ namespace ethost {
 void register_lane(nanobind::module_& m);
 // `gate` (a LaneGate) counts one more or one fewer caller waiting for an instance.
 void lane_gate_add_waiting(nanobind::handle gate, int delta);
+// An instance of `gate`'s method was freed by Python: hands it to a lane request waiting.
+void lane_gate_poke(nanobind::handle gate);
 
 }  // namespace ethost

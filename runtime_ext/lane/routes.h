@@ -29,6 +29,9 @@ struct Route {
   std::vector<uint64_t> most_bytes;
   // > 0: dim 0 of every input is the batch, of 1 to max_batch rows.
   int64_t max_batch = 0;
+  // Longer executes may run on the lane's workers (lane.h): the method's queue has no bound or
+  // deadline that instances held here, unseen by the Python side's queue, would upset.
+  bool on_workers = false;
 };
 
 struct RouteTable {

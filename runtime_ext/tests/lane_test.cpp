@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +31,7 @@ using executorch::aten::ScalarType;
 namespace {
 
 struct Fixture {
-  Fixture() : arena_bytes(64 * 1024, 0), log(1000), lane(log) {
+  Fixture() : arena_bytes(64 * 1024, 0), log(1000), lane(log, nullptr) {
     arena = ArenaView{arena_bytes.data(), arena_bytes.size()};
     instance = std::make_shared<FakeRunnable>();
     gate = std::make_shared<MethodGate>(std::vector<std::shared_ptr<Runnable>>{instance});
@@ -43,6 +44,7 @@ struct Fixture {
     route->gate = gate;
     route->inputs = {ScalarType::Float};
     route->most_bytes = {16};
+    route->on_workers = true;
     table.generation = 5;
     table.inline_ns = 100000;
     table.routes[7] = route;
@@ -65,11 +67,12 @@ struct Fixture {
     return r;
   }
 
-  Lane::Result serve(const InferRequest& r, std::string& out) {
+  Lane::Result serve(const InferRequest& r, std::string& out, Replies* replies = nullptr) {
     std::string message = write_request(r);
     bool fold = false;
-    return lane.serve(&table, reinterpret_cast<const uint8_t*>(message.data()), message.size(),
-                      arena, 2, out, fold);
+    auto current = std::make_shared<RouteTable>(table);
+    return lane.serve(current, reinterpret_cast<const uint8_t*>(message.data()), message.size(),
+                      arena, 2, out, fold, replies);
   }
 
   bool declines(const InferRequest& r) {
@@ -166,26 +169,58 @@ TEST(the_gate_hands_out_each_instance_once) {
   CHECK(gate.claim() == second);
 }
 
-TEST(the_gate_opens_for_short_executes_only_and_ignores_one_preemption) {
+TEST(waiters_get_instances_in_their_order_as_they_are_released) {
+  auto only = std::make_shared<FakeRunnable>();
+  MethodGate gate({only});
+  std::vector<int> got;
+  Runnable* first = gate.claim();
+  CHECK(first == only.get());
+  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 1 : -1); });
+  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 2 : -2); });
+  CHECK(got.empty() && gate.waiters() == 2);
+  gate.release(first);  // handed on, still claimed
+  CHECK(got == std::vector<int>{1} && only->busy.load());
+  only->release();  // freed elsewhere (the Python side): a poke hands it on
+  gate.poke();
+  CHECK((got == std::vector<int>{1, 2}) && only->busy.load());
+  gate.release(only.get());
+  CHECK(!only->busy.load() && gate.waiters() == 0);
+}
+
+TEST(closing_the_gate_declines_its_waiters) {
+  auto only = std::make_shared<FakeRunnable>();
+  MethodGate gate({only});
+  Runnable* held = gate.claim();
+  bool declined = false;
+  gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
+  gate.close();
+  CHECK(declined && gate.waiters() == 0);
+  gate.release(held);
+  CHECK(!only->busy.load());
+  gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
+  CHECK(declined);
+}
+
+TEST(the_gate_calls_executes_short_from_what_it_saw_ignoring_one_preemption) {
   MethodGate gate({std::make_shared<FakeRunnable>()});
-  CHECK(!gate.open_for_lane(100000));  // nothing measured yet
+  CHECK(!gate.open_for_lane());  // nothing measured yet: Python runs the first
   for (int i = 0; i < 3; ++i) gate.observe(2000);
-  CHECK(gate.open_for_lane(100000));
+  CHECK(gate.open_for_lane() && gate.short_for_lane(100000));
   gate.observe(5000000);  // preempted once: the shorter of the last two counts
-  CHECK(gate.open_for_lane(100000));
+  CHECK(gate.short_for_lane(100000));
   gate.observe(5000000);  // and again: it is slow now
-  CHECK(!gate.open_for_lane(100000));
+  CHECK(gate.open_for_lane() && !gate.short_for_lane(100000));
 }
 
 TEST(the_gate_closes_for_the_lane_while_anyone_waits_or_once_closed) {
   MethodGate gate({std::make_shared<FakeRunnable>()});
   gate.observe(1000);
   gate.add_waiting(1);
-  CHECK(!gate.open_for_lane(100000));
+  CHECK(!gate.open_for_lane());
   gate.add_waiting(-1);
-  CHECK(gate.open_for_lane(100000));
+  CHECK(gate.open_for_lane());
   gate.close();
-  CHECK(!gate.open_for_lane(100000));
+  CHECK(!gate.open_for_lane());
 }
 
 TEST(a_request_is_bound_where_it_lies_and_answered_from_its_room) {
@@ -320,6 +355,84 @@ TEST(a_batched_request_counts_its_rows_and_needs_the_same_rows_on_every_input) {
   r.inputs[1].dims[0] = 2;
   r.inputs[0].dims[0] = r.inputs[1].dims[0] = 5;  // over max_batch
   CHECK(f.declines(r));
+}
+
+namespace {
+
+// Records what the lane's workers report, for tests without a link.
+struct Recorder : Replies {
+  void answered(const std::string& framed) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    answers.push_back(framed);
+  }
+  void declined(std::string message) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    refused.push_back(std::move(message));
+  }
+  void want_fold() override {}
+  void finished() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++done;
+  }
+  int finished_count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return done;
+  }
+  std::mutex mutex;
+  std::vector<std::string> answers, refused;
+  int done = 0;
+};
+
+bool wait_until(Recorder& recorder, int count) {
+  for (int i = 0; i < 200 && recorder.finished_count() < count; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return recorder.finished_count() == count;
+}
+
+}  // namespace
+
+TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
+  Fixture f;
+  Workers workers(2);
+  Lane lane(f.log, &workers);
+  f.gate->observe(5000000);
+  f.gate->observe(5000000);  // recent executes took 5 ms: not for the link thread
+  Recorder recorder;
+  std::string message = write_request(f.request());
+  std::string out;
+  bool fold = false;
+  auto table = std::make_shared<RouteTable>(f.table);
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, &recorder) == Lane::Result::Queued);
+  CHECK(out.empty());
+  CHECK(wait_until(recorder, 1));
+  CHECK(recorder.answers.size() == 1 && read_answer(recorder.answers[0]).request_id == 42);
+  CHECK(f.log.size() == 1 && !f.instance->busy.load());
+  // One that fails on the worker comes back whole, for Python.
+  f.instance->fail = true;
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, &recorder) == Lane::Result::Queued);
+  CHECK(wait_until(recorder, 2));
+  CHECK(recorder.refused.size() == 1 && recorder.refused[0] == message);
+  // Every instance busy: it waits for the next one freed, and runs then.
+  f.instance->fail = false;
+  f.instance->busy = true;
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, &recorder) == Lane::Result::Queued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(recorder.finished_count() == 2 && f.gate->waiters() == 1);
+  f.gate->release(f.instance.get());
+  CHECK(wait_until(recorder, 3));
+  CHECK(recorder.answers.size() == 2 && !f.instance->busy.load());
+  // Without workers, a long execute is Python's; likewise for a method whose queue is bounded.
+  CHECK(f.declines(f.request()));
+  auto bounded = std::make_shared<Route>(*f.table.routes[7]);
+  bounded->on_workers = false;
+  table = std::make_shared<RouteTable>(f.table);
+  table->routes[7] = bounded;
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, &recorder) == Lane::Result::Declined);
 }
 
 TEST(the_served_log_asks_once_to_be_folded) {

@@ -221,8 +221,11 @@ class Inference:
 
     def lane_routes(self) -> list[tuple]:
         """The served methods the engine's native lane may serve (runtime_ext/lane/), as
-        (route id, model, version, method, the method's LaneGate, max_batch, signature): those
-        infer_now may run at once, with no access log to write."""
+        (route id, model, version, method, the method's LaneGate, max_batch, signature, whether
+        its longer executes may run on the lane's workers): those infer_now may run at once,
+        with no access log to write. Longer executes hold an instance for a while, which this
+        side's queue does not see: only a method whose queue has no bound or deadline to keep
+        runs them on the lane."""
         return [
             (
                 route,
@@ -232,6 +235,7 @@ class Inference:
                 served.pool.gate(method),
                 served.max_batch,
                 served.signatures[method],
+                _unbounded(served.stored.description.effective_config.queue),
             )
             for name, entry in self._catalog.items()
             for served in entry.served.values()
@@ -388,6 +392,11 @@ def _destinations(request: InferRequest, served, signature, selected, scheduler)
     for index in selected:
         names[index] = signature.outputs[index].name
     return into.destinations(names, _most_bytes(served, request.method))
+
+
+def _unbounded(queue) -> bool:
+    policy = queue.default_queue_policy
+    return not policy.max_queue_size and policy.timeout_s is None
 
 
 def _most_bytes(served: Served, method: str) -> list:

@@ -77,6 +77,12 @@ class Metrics:
             "event loop",
             ("model", "method"),
         )
+        self.native = Counter(
+            "etrt_front_native_requests_total",
+            "Inference requests each front read and answered in its native path, without its "
+            "Python per request (counted by the front since it started)",
+            ("front",),
+        )
         self.arenas = Gauge(
             "etrt_arena_bytes",
             "Shared memory of each front's arena for request tensors: in_use now, and size",
@@ -156,10 +162,11 @@ class Metrics:
         only writer); the family takes the counts when rendered."""
         self._front_requests[front] = self._front_requests.get(front, 0) + 1
 
-    def arena_usage(self, front: int, in_use: int, size: int) -> None:
+    def arena_usage(self, front: int, in_use: int, size: int, native: int = 0) -> None:
         with self._lock:
             self.arenas.samples[(str(front), "in_use")] = in_use
             self.arenas.samples[(str(front), "size")] = size
+            self.native.samples[(str(front),)] = native
 
     def batch_executed(self, model: str, method: str, rows: int) -> None:
         with self._lock:
@@ -286,6 +293,7 @@ class Metrics:
                 self._queue_depths(),
                 self.fronts,
                 self.lane,
+                self.native,
                 self.arenas,
                 self.warmups,
                 *memory,

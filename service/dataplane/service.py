@@ -336,9 +336,10 @@ class ModelService(Deployment, Inference, Repository):
                 defaults[name] = versions[(name, str(max(entry.served)))]
         return ModelTable(self.generation, defaults, versions)
 
-    def arena_usage(self, front: int, in_use: int, size: int) -> None:
-        """A front's report of its arena (service/engine/client.py), for /metrics."""
-        self.metrics.arena_usage(front, in_use, size)
+    def arena_usage(self, front: int, in_use: int, size: int, native: int = 0) -> None:
+        """A front's report of its arena and of the requests its native path answered
+        (service/engine/client.py), for /metrics."""
+        self.metrics.arena_usage(front, in_use, size, native)
 
 
 # What the description lists of each version.

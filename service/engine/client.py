@@ -63,6 +63,9 @@ class EngineClient(EngineRequests):
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
         self._outage = Outage()
         self.gate = Gate()  # refuses for full queues without crossing
+        # Requests the protocols' native path sent (service/protocols/front_lane.py), reported
+        # with the arena's usage.
+        self.native_requests = 0
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -94,7 +97,7 @@ class EngineClient(EngineRequests):
                 except (OSError, handshake.HandshakeError) as exc:
                     log.debug("engine not reachable yet: %s", exc)
             else:
-                usage = (link.arena.in_use, link.arena.size)
+                usage = (link.arena.in_use, link.arena.size, self.native_requests)
                 if usage != reported:
                     self._note("arena_usage", self._front_id, *usage)
                     reported = usage

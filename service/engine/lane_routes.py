@@ -38,7 +38,7 @@ class LaneRoutes:
         """Gives the lane (`hub`, an ethost.LaneHub) the routes `service` serves now."""
         entries = service.lane_routes()
         routes = {}
-        for route, model, version, method, _, _, signature in entries:
+        for route, model, version, method, _, _, signature, _ in entries:
             routes[route] = LaneRoute(
                 model,
                 version,

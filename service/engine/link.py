@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from service.dtypes import BY_DATATYPE
 from service.engine.handshake import CONTROL
@@ -49,6 +50,17 @@ class Pending:
         self.leases = []
 
 
+class Relay:
+    """A request whose answer goes to a callback, not a future: one the fronts' native path
+    took (service/protocols/front_lane.py). `on_answer(message)` gets the engine's answer as
+    received, or None when the engine went away."""
+
+    __slots__ = ("on_answer",)
+
+    def __init__(self, on_answer: Callable[[tuple | None], None]):
+        self.on_answer = on_answer
+
+
 class Link:
     """One connection to the engine, with the arena and control page that go with it."""
 
@@ -70,6 +82,12 @@ class Link:
 
     def _received(self, message: tuple) -> None:
         kind, key = message[0], message[1]
+        if kind == frames.DONE or kind == frames.LANE_DONE:
+            pending = self.pending.get(key)
+            if type(pending) is Relay:
+                del self.pending[key]
+                pending.on_answer(message)
+                return
         if kind == frames.DONE:
             pending = self.pending.pop(key, None)
             if pending is None:
@@ -100,7 +118,9 @@ class Link:
         self.alive = False
         for pending in self.pending.values():
             # The slots are abandoned with the arena, never reused: the engine may still write.
-            if not pending.future.done():
+            if type(pending) is Relay:
+                pending.on_answer(None)
+            elif not pending.future.done():
                 pending.future.set_exception(self.client.down())
         for future in self.calls.values():
             if not future.done():

@@ -117,6 +117,20 @@ class EngineRequests:
                 break
         return self._table
 
+    def lane_link(self) -> Link | None:
+        """The link to the engine while requests may go to it without this front's Python
+        (service/protocols/front_lane.py): it serves, and no full queue is on record here (the
+        gate's refusals are the Python path's to make)."""
+        link = self._link
+        if link is None or not link.alive or self.gate.any_closed:
+            return None
+        return link
+
+    @property
+    def table(self) -> ModelTable:
+        """This front's copy of the model table (its generation says how current it is)."""
+        return self._table
+
     def serves(self, model: str, version: str | None = None) -> bool:
         """As ModelService.serves, from the cached table: True only for a model it holds
         ready (a stale table costs a call to model_ready, never a wrong answer)."""
@@ -252,7 +266,7 @@ class EngineRequests:
         capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
         return inputs, capacity, table.generation, _lane_route(entry, request, signature, asked)
 
-    def _engines_error(self, error: Exception) -> Exception:
+    def engines_error(self, error: Exception) -> Exception:
         """The engine's answer to a request it refused, once a full queue's has closed the gate
         (returned, not raised here: see gate.Refusal)."""
         if type(error) is QueueFull:
@@ -350,7 +364,7 @@ class EngineRequests:
         ok, payload = answer
         if not ok:
             pending.settle()
-            raise self._engines_error(pickle.loads(payload))
+            raise self.engines_error(pickle.loads(payload))
         version, outputs = payload
         region = link.arena.region
         tensors = []

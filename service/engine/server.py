@@ -178,7 +178,7 @@ class EngineServer:
         self.serving = False
         # The native lane: every front's link thread, the routes they may serve at once.
         self._ethost = import_host()
-        self.hub = self._ethost.LaneHub(FOLD_AT)
+        self.hub = self._ethost.LaneHub(FOLD_AT, service.settings.infer_threads)
         self.lane_routes = LaneRoutes()
         self._closed = False
         service.ledger.add_source(self._lane_served)

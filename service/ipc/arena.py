@@ -17,7 +17,6 @@ arena for CUDA, whose pages stay put.
 
 from __future__ import annotations
 
-import bisect
 import mmap
 import os
 
@@ -61,12 +60,6 @@ class Region:
             return start - self.address
         return None
 
-    def give_back(self, offset: int, nbytes: int) -> None:
-        try:
-            self.map.madvise(mmap.MADV_REMOVE, offset, nbytes)
-        except (OSError, AttributeError, ValueError):  # not supported here: pages stay resident
-            pass
-
 
 class Lease:
     """A slot held for a request; freed when its last holder releases it (the protocol that
@@ -95,56 +88,48 @@ class Lease:
 
 
 class Arena:
-    """A front's arena and its allocator (one event loop uses it: no lock)."""
+    """A front's arena and its allocator (one event loop uses it: no lock). The allocator is
+    native (runtime_ext/front/slots.h), shared with the fronts' native path, which takes slots
+    for the requests it reads (service/protocols/front_lane.py)."""
 
     def __init__(self, size: int):
+        import etrt_front
+
         size = align_up(size, mmap.PAGESIZE)
         fd = os.memfd_create("etrt-arena", os.MFD_CLOEXEC)
         os.ftruncate(fd, size)
         self.region = Region(fd, size)
         self.size = size
-        # Free extents as parallel sorted lists of starts and their lengths.
-        self._starts = [0]
-        self._lengths = [size]
-        self.in_use = 0
-        # The engine pins the arena for CUDA: pinned pages must not be given back.
-        self.pinned = False
+        self.slots = etrt_front.Slots(size, self.region.address, RETURN_BYTES)
+        self._pinned = False
 
     @property
     def fd(self) -> int:
         return self.region.fd
 
+    @property
+    def in_use(self) -> int:
+        return self.slots.in_use
+
+    @property
+    def pinned(self) -> bool:
+        """The engine pinned the arena for CUDA: pinned pages are not given back."""
+        return self._pinned
+
+    @pinned.setter
+    def pinned(self, value: bool) -> None:
+        self._pinned = value
+        self.slots.set_pinned(value)
+
     def allocate(self, nbytes: int) -> Lease:
         """A 256-byte aligned slot of at least `nbytes` (one alignment unit for zero)."""
-        size = align_up(max(nbytes, 1))
-        for index, length in enumerate(self._lengths):
-            if length >= size:
-                start = self._starts[index]
-                if length == size:
-                    del self._starts[index], self._lengths[index]
-                else:
-                    self._starts[index] = start + size
-                    self._lengths[index] = length - size
-                self.in_use += size
-                return Lease(self, start, size)
-        raise ArenaFull(size)
+        slot = self.slots.allocate(nbytes)
+        if slot is None:
+            raise ArenaFull(align_up(max(nbytes, 1)))
+        return Lease(self, *slot)
 
     def _free(self, start: int, size: int) -> None:
-        self.in_use -= size
-        index = bisect.bisect_left(self._starts, start)
-        if size >= RETURN_BYTES and not self.pinned:
-            self.region.give_back(start, size)
-        # Coalesce with the extent before and the one after.
-        if index > 0 and self._starts[index - 1] + self._lengths[index - 1] == start:
-            index -= 1
-            start = self._starts[index]
-            size += self._lengths[index]
-            del self._starts[index], self._lengths[index]
-        if index < len(self._starts) and start + size == self._starts[index]:
-            size += self._lengths[index]
-            del self._starts[index], self._lengths[index]
-        self._starts.insert(index, start)
-        self._lengths.insert(index, size)
+        self.slots.free(start, size)
 
     def free_extents(self) -> list[tuple[int, int]]:
-        return list(zip(self._starts, self._lengths))
+        return self.slots.free_extents()

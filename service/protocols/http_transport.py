@@ -17,6 +17,11 @@ A small inference request may be answered without a task at all: once its body i
 connection hands it to its route's lane (service/protocols/lanes.py), and a request the lane does
 not take starts its ASGI task then, its body waiting in the cycle as uvicorn leaves it.
 
+Before any of that, a request that arrives whole on an idle connection is offered to the fronts'
+native path (front_lane.py), which may take it from its bytes to its answer's bytes without
+uvicorn's parser, the request cycle or the codecs; what arrives meanwhile waits for that answer,
+so the connection's answers keep its requests' order.
+
 A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
 the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
 come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
@@ -35,11 +40,13 @@ from service.errors import clip
 from service.protocols.bodies import BODY_INTO, RESPOND, BodySink
 from service.protocols.disconnect import log_aborted
 from service.protocols.http_errors import internal_error_response
-from service.protocols.lanes import Reply
+from service.protocols.lanes import LANE_BODY, Reply
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
 _JOIN_BELOW = 256 * 1024
+# Bytes a connection may send while the native path answers it, before reading pauses.
+_HELD_AT_MOST = 4 * LANE_BODY
 _OK = b"HTTP/1.1 200 OK\r\n"
 log = logging.getLogger(__name__)
 
@@ -113,6 +120,71 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._lane_for = getattr(self.app, "lane_for", None)  # the app's lanes, if it has any
         self._waiting = None  # (cycle, app, lane): a request for a lane whose body is arriving
         self._in_flight = None  # (cycle, cancel): a request a lane took, not answered yet
+        front_lane = getattr(self.app, "front_lane", None)
+        self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
+        self._native = None  # what the native path needs to answer the request it took
+        self._held = b""  # what the client sent meanwhile
+        self._parsing = False  # uvicorn's parser is inside a request
+        self._gone = False
+        self._close_after = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._native is not None:  # answered first: the connection's order
+            self._held += data
+            if len(self._held) > _HELD_AT_MOST:
+                self.flow.pause_reading()
+            return
+        if (
+            self._front_lane is not None
+            and not self._parsing
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and self._waiting is None
+            and self._in_flight is None
+            and not self.flow.write_paused
+        ):
+            try:
+                taken = self._front_lane.take(data, self._native_answered)
+            except Exception:  # a fault of the native path's own: the Python path serves it
+                log.exception("the native path failed on a request; the Python path takes it")
+                taken = None
+            if taken is not None:
+                consumed, self._native = taken
+                self._unset_keepalive_if_required()
+                self._held = data[consumed:]
+                return
+        HttpToolsProtocol.data_received(self, data)
+
+    def _native_answered(self, message) -> None:
+        ticket, self._native = self._native, None
+        if self._gone:
+            self._front_lane.forget(ticket, message)
+            return
+        answer, keep_alive = self._front_lane.answer(
+            ticket, message, self.server_state.default_headers
+        )
+        self.transport.write_now(answer)
+        self.server_state.total_requests += 1
+        if not keep_alive or self._close_after:
+            self.transport.close()
+            return
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+        held, self._held = self._held, b""
+        self.flow.resume_reading()
+        if held:
+            self.data_received(held)
+
+    def shutdown(self) -> None:
+        if self._native is not None:  # closed once its answer is written
+            self._close_after = True
+            return
+        HttpToolsProtocol.shutdown(self)
+
+    def on_message_begin(self) -> None:
+        self._parsing = True
+        HttpToolsProtocol.on_message_begin(self)
 
     def _start_asgi_task(self, cycle, app) -> None:
         """Where uvicorn starts a request's task, once its head is in: a request that a lane may
@@ -128,6 +200,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self._run_lane()
 
     def on_message_complete(self) -> None:
+        self._parsing = False
         HttpToolsProtocol.on_message_complete(self)
         waiting = self._waiting
         if waiting is not None and waiting[0] is self.cycle:
@@ -168,6 +241,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc) -> None:
         HttpToolsProtocol.connection_lost(self, exc)
+        self._gone = True
+        if self._native is not None:  # nobody reads its answer: the engine need not make it
+            self._front_lane.cancel(self._native)
         self._waiting = None
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:  # nobody reads its answer: the engine need not make it

@@ -27,7 +27,7 @@ def lane(linear_relu_program):  # noqa: F811
     program = ethost.Program(str(linear_relu_program.pte), [])
     instances = program.instances("forward", 2)
     gate = ethost.LaneGate(instances)
-    hub = ethost.LaneHub(100)
+    hub = ethost.LaneHub(100, 2)
     fd = os.memfd_create("lane-test")
     os.ftruncate(fd, 1 << 20)
     region = Region(fd, 1 << 20)
@@ -40,7 +40,7 @@ def lane(linear_relu_program):  # noqa: F811
 
 
 def _publish(hub, gate, generation=GENERATION, inline_ns=1e9):
-    hub.publish(generation, inline_ns, [(ROUTE, "m", "2", "forward", gate, 0)])
+    hub.publish(generation, inline_ns, [(ROUTE, "m", "2", "forward", gate, 0, None, True)])
 
 
 def _send(sock, payload: bytes) -> None:
@@ -86,6 +86,18 @@ def test_the_lane_answers_with_what_the_method_computes_in_the_room(lane):
     assert record[:4] == ("m", "2", "forward", 1) and record[9] == 4  # rows, then the front
     assert link.served == 1
     assert hub.served() == []  # drained
+
+
+def test_a_longer_execute_runs_on_the_lanes_workers_with_the_same_answer(lane):
+    ethost, hub, gate, instances, region, front, link = lane
+    gate.observe(1000)
+    _publish(hub, gate, inline_ns=0)  # every execute counts as long: a worker runs it
+    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+    _send(front, _request(region, x))
+    [(index, offset, shape)] = lane_frames.read_answer(_receive(front))
+    expected = instances[1].execute([x])[0]
+    np.testing.assert_array_equal(region.array(offset, np.float32, shape), expected)
+    assert link.served == 1 and len(hub.served()) == 1
 
 
 def test_what_the_lane_declines_reaches_python_unchanged(lane):
@@ -144,7 +156,7 @@ def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
             self.gate = gate
 
         def lane_routes(self):
-            return [(ROUTE, "m", "2", "forward", self.gate, 0, self.signature)]
+            return [(ROUTE, "m", "2", "forward", self.gate, 0, self.signature, True)]
 
     routes = LaneRoutes()
     routes.publish(hub, Service(gate))

@@ -92,6 +92,11 @@ class Gate:
         self._clock = clock
         self._closed: dict[tuple[str, str, str], _Closed] = {}
 
+    @property
+    def any_closed(self) -> bool:
+        """Whether any queue's refusal is on record."""
+        return bool(self._closed)
+
     def refused(self, refusal: QueueFull) -> None:
         """The engine refused a request: its queue is full as of now."""
         if refusal.pace_s <= 0:  # nothing executed yet: no pace to reopen by

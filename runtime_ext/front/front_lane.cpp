@@ -1,0 +1,262 @@
+#include "front_lane.h"
+
+#include "http_head.h"
+#include "wire.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace etrt_front {
+namespace {
+
+constexpr std::string_view kV2Models = "/v2/models/";
+constexpr std::string_view kInfer = "/infer";
+constexpr std::string_view kVersions = "/versions/";
+
+// "/v2/models/{model}[/versions/{version}]/infer" -> model, version; false for any other path.
+bool v2_infer_path(std::string_view path, std::string_view& model, std::string_view& version) {
+  if (path.substr(0, kV2Models.size()) != kV2Models ||
+      path.size() <= kV2Models.size() + kInfer.size() ||
+      path.substr(path.size() - kInfer.size()) != kInfer) {
+    return false;
+  }
+  std::string_view middle =
+      path.substr(kV2Models.size(), path.size() - kV2Models.size() - kInfer.size());
+  size_t slash = middle.find('/');
+  if (slash == std::string_view::npos) {
+    model = middle;
+    version = {};
+    return !model.empty();
+  }
+  model = middle.substr(0, slash);
+  if (middle.substr(slash, kVersions.size()) != kVersions) return false;
+  version = middle.substr(slash + kVersions.size());
+  return !model.empty() && !version.empty() && version.find('/') == std::string_view::npos;
+}
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// service/auth.py's reading of "Bearer <token>", compared in constant time.
+bool bearer_is(std::string_view authorization, std::string_view token) {
+  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
+  while (!authorization.empty() && is_space(authorization.back())) authorization.remove_suffix(1);
+  size_t space = authorization.find(' ');
+  if (space == std::string_view::npos) return false;
+  std::string_view kind = authorization.substr(0, space);
+  std::string_view value = authorization.substr(space + 1);
+  while (!value.empty() && is_space(value.front())) value.remove_prefix(1);
+  if (kind.size() != 6 || value.empty()) return false;
+  for (size_t i = 0; i < 6; ++i) {
+    char c = kind[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != "bearer"[i]) return false;
+  }
+  if (value.size() != token.size()) return false;
+  unsigned char differs = 0;
+  for (size_t i = 0; i < token.size(); ++i) {
+    differs |= static_cast<unsigned char>(value[i] ^ token[i]);
+  }
+  return differs == 0;
+}
+
+// Room for a method's outputs at their upper bounds, as service/engine/link.py's output_bytes.
+uint64_t output_room(const MethodEntry& method, int64_t rows) {
+  uint64_t total = 0;
+  for (const TensorSpec& spec : method.outputs) {
+    if (!spec.tensor) {
+      total += align_up(8);  // int, float and bool outputs travel as one 8-byte value
+      continue;
+    }
+    if (!spec.known) continue;
+    uint64_t count = 1;
+    for (size_t d = rows >= 0 && !spec.shape.empty() ? 1 : 0; d < spec.shape.size(); ++d) {
+      count *= static_cast<uint64_t>(spec.shape[d]);
+    }
+    total +=
+        align_up(count * info_of(spec.datatype).size * static_cast<uint64_t>(rows >= 0 ? rows : 1));
+  }
+  return total;
+}
+
+}  // namespace
+
+FrontLane::FrontLane(FrontConfig config, std::shared_ptr<Slots> slots, uint8_t* arena,
+                     const volatile uint64_t* control)
+    : config_(std::move(config)), slots_(std::move(slots)), arena_(arena), control_(control) {}
+
+FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
+  std::shared_ptr<const FrontTable> table = table_;
+  // A table older than the engine's, or an engine not serving: the Python path's to handle.
+  if (table == nullptr || control_[0] != table->generation || control_[2] == 0) {
+    return Take::Declined;
+  }
+  RequestHead head;
+  if (read_head(data, size, head) != Head::Complete || head.content_length > size - head.length) {
+    return Take::Declined;
+  }
+  if (config_.has_token &&
+      (!head.has_authorization || !bearer_is(head.authorization, config_.token))) {
+    return Take::Declined;
+  }
+  const char* body = data + head.length;
+  size_t body_size = static_cast<size_t>(head.content_length);
+  GivenRequest request;
+  request.inputs.reserve(4);
+  if (head.path == kInfer) {
+    if (body_size > config_.max_native_body || !read_native(body, body_size, request)) {
+      return Take::Declined;
+    }
+  } else if (v2_infer_path(head.path, request.model, request.version)) {
+    uint64_t limit = head.has_binary_header ? config_.max_v2_body
+                                            : std::min(config_.max_v2_body, config_.max_json);
+    if (body_size > limit ||
+        !read_v2(body, body_size, head.has_binary_header ? &head.binary_header : nullptr,
+                 config_.max_json, request)) {
+      return Take::Declined;
+    }
+  } else {
+    return Take::Declined;
+  }
+  const ModelEntry* entry = table->entry(request.model, request.version);
+  const MethodEntry* method = entry == nullptr ? nullptr : entry->method(request.method);
+  std::array<const GivenInput*, kMaxInputs> ordered;
+  uint64_t mask = 0;
+  if (method == nullptr || !bind(request, *method, ordered) ||
+      !output_mask(request, *method, mask)) {
+    return Take::Declined;
+  }
+  size_t count = method->inputs.size();
+  int64_t rows =
+      entry->max_batch > 0 && count > 0 && ordered[0]->ndim > 0 ? ordered[0]->dims[0] : -1;
+  uint64_t inputs_size = 0;
+  for (size_t i = 0; i < count; ++i) {
+    inputs_size += align_up(ordered[i]->count * ordered[i]->datatype->size);
+  }
+  uint64_t capacity = std::min(output_room(*method, rows), slots_->size() / 4);
+  if (align_up(inputs_size + capacity) > slots_->size()) return Take::Declined;
+  std::optional<Slot> slot = slots_->allocate(inputs_size + capacity);
+  if (!slot) return Take::Declined;  // full now: the Python path says when to come back
+  ethost::lane::InferRequest message;
+  message.route = method->route;
+  message.generation = table->generation;
+  message.room_offset = slot->offset + inputs_size;
+  message.room_size = slot->size - inputs_size;
+  message.outputs = mask;
+  message.input_count = count;
+  uint64_t at = slot->offset;
+  for (size_t i = 0; i < count; ++i) {
+    const GivenInput& input = *ordered[i];
+    if (!write_values(input, arena_ + at)) {
+      slots_->free(*slot);
+      return Take::Declined;
+    }
+    ethost::lane::WireInput& wire = message.inputs[i];
+    wire.offset = at;
+    wire.ndim = static_cast<uint32_t>(input.ndim);
+    std::copy(input.dims.begin(), input.dims.begin() + input.ndim, wire.dims.begin());
+    at += align_up(input.count * input.datatype->size);
+  }
+  message.request_id = next_id_++;
+  Pending pending;
+  AnswerPlan& plan = pending.plan;
+  plan.protocol = request.protocol;
+  plan.model = request.model;
+  plan.method = request.method;
+  plan.version = entry->version;
+  plan.has_id = request.has_id;
+  plan.id = request.id;
+  plan.keep_alive = head.keep_alive;
+  plan.binary.assign(method->outputs.size(), false);
+  for (const auto& [name, flag] : request.outputs) {
+    for (size_t o = 0; o < method->outputs.size(); ++o) {
+      if (method->outputs[o].name == name) plan.binary[o] = flag == 1;
+    }
+  }
+  pending.table = std::move(table);
+  pending.method = method;
+  pending.slot = *slot;
+  pending_.emplace(message.request_id, std::move(pending));
+  out.id = message.request_id;
+  out.consumed = head.length + body_size;
+  out.message = ethost::lane::write_request(message);
+  return Take::Taken;
+}
+
+bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
+                       std::string_view default_headers, std::string& out) {
+  for (const Output& output : outputs) {
+    if (output.index >= pending.method->outputs.size()) return false;
+  }
+  write_answer(pending.plan, pending.method->outputs, outputs, default_headers, out);
+  return true;
+}
+
+bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
+                            std::string_view default_headers, std::string& out, bool& keep_alive) {
+  auto found = pending_.find(id);
+  if (found == pending_.end() || size < 16 || payload[0] != ethost::lane::kDoneTag) return false;
+  std::vector<Output> outputs(payload[1]);
+  size_t at = 16;
+  for (Output& output : outputs) {
+    if (size - at < 16) return false;
+    uint32_t ndim;
+    uint64_t offset;
+    std::memcpy(&output.index, payload + at, 4);
+    std::memcpy(&ndim, payload + at + 4, 4);
+    std::memcpy(&offset, payload + at + 8, 8);
+    at += 16;
+    if (ndim > kMaxDims || (size - at) / 8 < ndim ||
+        output.index >= found->second.method->outputs.size()) {
+      return false;
+    }
+    output.shape.resize(ndim);
+    std::memcpy(output.shape.data(), payload + at, 8 * ndim);
+    at += 8 * ndim;
+    uint64_t nbytes = info_of(found->second.method->outputs[output.index].datatype).size;
+    for (int64_t d : output.shape) nbytes *= static_cast<uint64_t>(d);
+    if (offset > slots_->size() || nbytes > slots_->size() - offset) return false;
+    output.data = arena_ + offset;
+  }
+  if (!finish(found->second, outputs, default_headers, out)) return false;
+  keep_alive = found->second.plan.keep_alive;
+  slots_->free(found->second.slot);
+  pending_.erase(found);
+  return true;
+}
+
+bool FrontLane::answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
+                       std::string_view default_headers, std::string& out, bool& keep_alive) {
+  auto found = pending_.find(id);
+  if (found == pending_.end()) return false;
+  found->second.plan.version = std::string(version);
+  if (!finish(found->second, outputs, default_headers, out)) return false;
+  keep_alive = found->second.plan.keep_alive;
+  slots_->free(found->second.slot);
+  pending_.erase(found);
+  return true;
+}
+
+bool FrontLane::release(uint64_t id, Protocol& protocol, bool& keep_alive) {
+  auto found = pending_.find(id);
+  if (found == pending_.end()) return false;
+  protocol = found->second.plan.protocol;
+  keep_alive = found->second.plan.keep_alive;
+  slots_->free(found->second.slot);
+  pending_.erase(found);
+  return true;
+}
+
+int FrontLane::output_index(uint64_t id, std::string_view name) const {
+  auto found = pending_.find(id);
+  if (found == pending_.end()) return -1;
+  const auto& outputs = found->second.method->outputs;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (outputs[o].name == name) return static_cast<int>(o);
+  }
+  return -1;
+}
+
+}  // namespace etrt_front

@@ -1,0 +1,90 @@
+// The fronts' native path for small inference requests: from the bytes of an HTTP request to the
+// engine's lane message, and from the engine's answer to the bytes of the HTTP answer, without
+// Python objects per request. The connection stays uvicorn's (service/protocols/
+// http_transport.py): it offers each request here first, and whatever this declines goes to
+// uvicorn's parser as it came.
+//
+// A request is taken only when it is whole, plain (http_head.h), one of the infer routes, for a
+// model method the engine's lane serves, and accepted by the same checks as the Python path's
+// (front_requests.h), against a model table whose generation is the engine's now (read from the
+// shared control page); its tensors are written into an arena slot (slots.h) with room for the
+// outputs. The caller sends the message and keeps the connection's order; the answer (the
+// lane's, or the one the engine's Python made for a request the lane declined) becomes the HTTP
+// answer here, or, for an error, is written by the Python path from what release() returns.
+#pragma once
+
+#include "front_answers.h"
+#include "front_requests.h"
+#include "front_table.h"
+#include "slots.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace etrt_front {
+
+struct FrontConfig {
+  uint64_t max_native_body = 0;  // the native API's JSON body (and every lane body) at most
+  uint64_t max_v2_body = 0;      // a v2 body at most
+  uint64_t max_json = 0;         // a v2 JSON body or header at most
+  bool has_token = false;        // inference needs a bearer token
+  std::string token;
+};
+
+class FrontLane {
+ public:
+  // `control`: the engine's control page (generation, ready, serving as u64s).
+  FrontLane(FrontConfig config, std::shared_ptr<Slots> slots, uint8_t* arena,
+            const volatile uint64_t* control);
+
+  void publish(std::shared_ptr<const FrontTable> table) { table_ = std::move(table); }
+
+  enum class Take { Taken, Declined };
+  struct Taken {
+    uint64_t id = 0;
+    size_t consumed = 0;  // bytes of the request
+    std::string message;  // the lane message to send the engine
+  };
+  Take take(const char* data, size_t size, Taken& out);
+
+  // The HTTP answer to request `id` from the lane's answer (wire layout, tag included); frees
+  // its slot. False: no such request.
+  bool answer_lane(uint64_t id, const uint8_t* payload, size_t size,
+                   std::string_view default_headers, std::string& out, bool& keep_alive);
+  // The same from outputs the engine's Python placed (`outputs`: by index).
+  bool answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
+              std::string_view default_headers, std::string& out, bool& keep_alive);
+  // Forgets request `id` and frees its slot (its answer is an error the Python path writes, or
+  // nobody's: the client or the engine went away). Its protocol and keep-alive, for that
+  // answer. False: no such request.
+  bool release(uint64_t id, Protocol& protocol, bool& keep_alive);
+  // The method outputs of request `id` by name, for answer().
+  int output_index(uint64_t id, std::string_view name) const;
+
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    AnswerPlan plan;
+    std::shared_ptr<const FrontTable> table;  // keeps `method` alive
+    const MethodEntry* method = nullptr;
+    Slot slot;
+  };
+
+  bool finish(Pending& pending, const std::vector<Output>& outputs,
+              std::string_view default_headers, std::string& out);
+
+  FrontConfig config_;
+  std::shared_ptr<Slots> slots_;
+  uint8_t* arena_;
+  const volatile uint64_t* control_;
+  std::shared_ptr<const FrontTable> table_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  uint64_t next_id_ = uint64_t{1} << 48;  // apart from the Python path's ids
+};
+
+}  // namespace etrt_front

@@ -1,0 +1,203 @@
+// etrt_front: the fronts' native path (front_lane.h) and their arena's allocator (slots.h), for
+// service/protocols/front_lane.py and service/ipc/arena.py. Translation only. No ExecuTorch in
+// here: a front never loads a program.
+#include "front_lane.h"
+#include "slots.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace etrt_front;
+
+namespace {
+
+nb::bytes as_bytes(const std::string& text) {
+  return nb::bytes(text.data(), text.size());
+}
+
+TensorSpec spec_of(nb::handle item, bool output) {
+  nb::tuple fields = nb::cast<nb::tuple>(item);
+  TensorSpec spec;
+  spec.name = nb::cast<std::string>(fields[0]);
+  if (fields[1].is_none()) {
+    spec.known = false;
+  } else {
+    const DatatypeInfo* info = find_datatype(nb::cast<std::string>(fields[1]));
+    spec.known = info != nullptr;
+    if (info != nullptr) spec.datatype = info->type;
+  }
+  spec.shape = nb::cast<std::vector<int64_t>>(fields[2]);
+  spec.dynamic = nb::cast<bool>(fields[3]);
+  spec.tensor = !output || nb::cast<bool>(fields[4]);
+  return spec;
+}
+
+// entries: (model, version, is_default, max_batch, [(method, route, inputs, outputs)]), inputs
+// (name, datatype, shape, dynamic), outputs (name, datatype, shape, dynamic, is_tensor).
+std::shared_ptr<const FrontTable> table_of(uint64_t generation, nb::list entries) {
+  auto table = std::make_shared<FrontTable>();
+  table->generation = generation;
+  for (nb::handle item : entries) {
+    nb::tuple fields = nb::cast<nb::tuple>(item);
+    auto entry = std::make_shared<ModelEntry>();
+    std::string model = nb::cast<std::string>(fields[0]);
+    entry->version = nb::cast<std::string>(fields[1]);
+    entry->max_batch = nb::cast<int64_t>(fields[3]);
+    for (nb::handle method_item : nb::cast<nb::list>(fields[4])) {
+      nb::tuple m = nb::cast<nb::tuple>(method_item);
+      MethodEntry method;
+      method.name = nb::cast<std::string>(m[0]);
+      method.route = nb::cast<uint32_t>(m[1]);
+      for (nb::handle input : nb::cast<nb::list>(m[2]))
+        method.inputs.push_back(spec_of(input, false));
+      for (nb::handle output : nb::cast<nb::list>(m[3]))
+        method.outputs.push_back(spec_of(output, true));
+      entry->methods.emplace(method.name, std::move(method));
+    }
+    table->versions[{model, entry->version}] = entry;
+    if (nb::cast<bool>(fields[2])) table->defaults[model] = entry;
+  }
+  return table;
+}
+
+std::string_view view_of(nb::bytes data) {
+  return std::string_view(data.c_str(), data.size());
+}
+
+}  // namespace
+
+NB_MODULE(etrt_front, m) {
+  m.doc() = "The fronts' native path for small inference requests, and their arena's allocator.";
+
+  nb::class_<Slots>(m, "Slots", "256-byte aligned slots of an arena: first fit, coalesced.")
+      .def(
+          "__init__",
+          [](Slots* self, uint64_t size, uintptr_t base, uint64_t return_bytes) {
+            new (self) Slots(size, reinterpret_cast<void*>(base), return_bytes);
+          },
+          "size"_a, "base"_a, "return_bytes"_a,
+          "`base`: the arena's address here (0: none), whose freed pages go back to the kernel")
+      .def(
+          "allocate",
+          [](Slots& self, uint64_t nbytes) -> std::optional<std::pair<uint64_t, uint64_t>> {
+            std::optional<Slot> slot = self.allocate(nbytes);
+            if (!slot) return std::nullopt;
+            return std::make_pair(slot->offset, slot->size);
+          },
+          "nbytes"_a, "(offset, size) of a free slot, or None when none fits now")
+      .def(
+          "free",
+          [](Slots& self, uint64_t offset, uint64_t size) { self.free(Slot{offset, size}); },
+          "offset"_a, "size"_a)
+      .def_prop_ro("in_use", &Slots::in_use)
+      .def_prop_ro("size", &Slots::size)
+      .def("free_extents", &Slots::free_extents)
+      .def("set_pinned", &Slots::set_pinned, "pinned"_a);
+
+  nb::class_<FrontLane>(m, "FrontLane", "A front's native path over one arena and engine link.")
+      .def(
+          "__init__",
+          [](FrontLane* self, std::shared_ptr<Slots> slots, uintptr_t arena, uintptr_t control,
+             uint64_t max_native_body, uint64_t max_v2_body, uint64_t max_json,
+             std::optional<std::string> token) {
+            FrontConfig config;
+            config.max_native_body = max_native_body;
+            config.max_v2_body = max_v2_body;
+            config.max_json = max_json;
+            config.has_token = token.has_value();
+            config.token = token.value_or("");
+            new (self)
+                FrontLane(std::move(config), std::move(slots), reinterpret_cast<uint8_t*>(arena),
+                          reinterpret_cast<const volatile uint64_t*>(control));
+          },
+          "slots"_a, "arena"_a, "control"_a, "max_native_body"_a, "max_v2_body"_a, "max_json"_a,
+          "token"_a.none())
+      .def(
+          "publish",
+          [](FrontLane& self, uint64_t generation, nb::list entries) {
+            self.publish(table_of(generation, entries));
+          },
+          "generation"_a, "entries"_a)
+      .def(
+          "take",
+          [](FrontLane& self, nb::bytes data) -> nb::object {
+            FrontLane::Taken taken;
+            if (self.take(data.c_str(), data.size(), taken) != FrontLane::Take::Taken) {
+              return nb::none();
+            }
+            return nb::make_tuple(taken.id, taken.consumed, as_bytes(taken.message));
+          },
+          "data"_a, "(request id, bytes it took, the lane message) or None (declined)")
+      .def(
+          "answer_lane",
+          [](FrontLane& self, uint64_t id, nb::bytes payload, nb::bytes headers) -> nb::object {
+            std::string out;
+            bool keep_alive = true;
+            if (!self.answer_lane(id, reinterpret_cast<const uint8_t*>(payload.c_str()),
+                                  payload.size(), view_of(headers), out, keep_alive)) {
+              return nb::none();
+            }
+            return nb::make_tuple(as_bytes(out), keep_alive);
+          },
+          "id"_a, "payload"_a, "default_headers"_a,
+          "(the HTTP answer, whether the connection stays open), or None: not written here")
+      .def(
+          "answer",
+          [](FrontLane& self, uint64_t id, std::string version, nb::list placed,
+             nb::bytes headers) -> nb::object {
+            std::vector<Output> outputs;
+            std::vector<nb::bytes> keep;
+            for (nb::handle item : placed) {
+              nb::tuple fields = nb::cast<nb::tuple>(item);
+              Output output;
+              output.index = nb::cast<uint32_t>(fields[0]);
+              output.shape = nb::cast<std::vector<int64_t>>(fields[1]);
+              if (nb::isinstance<nb::bytes>(fields[2])) {
+                keep.push_back(nb::cast<nb::bytes>(fields[2]));
+                output.data = reinterpret_cast<const uint8_t*>(keep.back().c_str());
+              } else {
+                output.data = reinterpret_cast<const uint8_t*>(nb::cast<uintptr_t>(fields[2]));
+              }
+              outputs.push_back(std::move(output));
+            }
+            std::string out;
+            bool keep_alive = true;
+            if (!self.answer(id, version, outputs, view_of(headers), out, keep_alive)) {
+              return nb::none();
+            }
+            return nb::make_tuple(as_bytes(out), keep_alive);
+          },
+          "id"_a, "version"_a, "outputs"_a, "default_headers"_a,
+          "From outputs the engine's Python placed: (index, shape, address or bytes) each.")
+      .def(
+          "release",
+          [](FrontLane& self, uint64_t id) -> nb::object {
+            Protocol protocol;
+            bool keep_alive;
+            if (!self.release(id, protocol, keep_alive)) return nb::none();
+            return nb::make_tuple(protocol == Protocol::V2 ? "v2" : "native", keep_alive);
+          },
+          "id"_a, "(protocol, keep_alive) of a request whose answer is not a 200, freed")
+      .def("output_index", &FrontLane::output_index, "id"_a, "name"_a)
+      .def_prop_ro("pending", &FrontLane::pending);
+
+  // What tests compare with orjson: the numbers and the JSON data of an output.
+  m.def("json_data", [](const std::string& datatype, nb::bytes data) {
+    const DatatypeInfo* info = find_datatype(datatype);
+    if (info == nullptr) throw nb::value_error("unknown datatype");
+    std::string out;
+    append_json_data(out, info->type, reinterpret_cast<const uint8_t*>(data.c_str()),
+                     data.size() / info->size);
+    return as_bytes(out);
+  });
+}

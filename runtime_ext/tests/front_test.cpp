@@ -1,0 +1,155 @@
+// The fronts' native path in plain C++: the HTTP head it takes and the ones it leaves, the JSON
+// reader's strictness, the numbers' layout, the request bodies against a method's tensors, and
+// the allocator of the arena. (tests/unit/test_front_lane.py compares it with the Python path.)
+#include "check.h"
+#include "front_requests.h"
+#include "http_head.h"
+#include "json_numbers.h"
+#include "json_reader.h"
+#include "slots.h"
+
+#include <array>
+#include <string>
+
+using namespace etrt_front;
+
+namespace {
+
+Head read(const std::string& text, RequestHead& head) {
+  return read_head(text.data(), text.size(), head);
+}
+
+MethodEntry method() {
+  MethodEntry m;
+  m.name = "forward";
+  m.route = 3;
+  TensorSpec input;
+  input.name = "input_0";
+  input.datatype = Datatype::F32;
+  input.shape = {4, 8};
+  input.dynamic = true;
+  m.inputs.push_back(input);
+  for (const char* name : {"output_0", "output_1"}) {
+    TensorSpec output;
+    output.name = name;
+    output.shape = {4};
+    m.outputs.push_back(output);
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST(a_plain_head_is_read_and_an_unusual_one_left) {
+  RequestHead head;
+  std::string text =
+      "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n"
+      "Inference-Header-Content-Length:  7 \r\nConnection: close\r\n\r\nbody";
+  CHECK(read(text, head) == Head::Complete);
+  CHECK(head.path == "/v2/models/m/infer" && head.content_length == 12 && !head.keep_alive);
+  CHECK(head.has_binary_header && head.binary_header == "7");
+  CHECK(head.length == text.size() - 4);
+  RequestHead partial;
+  CHECK(read("POST /infer HTTP/1.1\r\nHost: x\r\n", partial) == Head::Partial);
+  for (const char* odd : {
+           "GET /infer HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+           "POST /infer HTTP/1.0\r\nContent-Length: 1\r\n\r\n",
+           "POST /infer?x=1 HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+           "POST /in%66er HTTP/1.1\r\nContent-Length: 1\r\n\r\n",
+           "POST /infer HTTP/1.1\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1\r\nConnection: upgrade\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1\r\nBad Name: 1\r\n\r\n",
+           "POST /infer HTTP/1.1\r\nContent-Length: 1\r\nX: caf\xc3\xa9\r\n\r\n",
+       }) {
+    RequestHead declined;
+    CHECK(read(odd, declined) == Head::Declined);
+  }
+}
+
+TEST(the_json_reader_refuses_what_it_does_not_read_exactly) {
+  const std::string good = R"({"a": [1, -2.5e3, true, null], "b": "x"})";
+  JsonReader reader(good.data(), good.data() + good.size());
+  CHECK(reader.skip() && reader.at_end());
+  for (std::string bad :
+       {R"({"a": 01})", R"({"a": "\u0041"})", "{\"a\": \"caf\xc3\xa9\"}", R"({"a": 1,})",
+        R"({"a": NaN})", R"({"a": 99999999999999999999})", R"([1] x)"}) {
+    JsonReader refusing(bad.data(), bad.data() + bad.size());
+    CHECK(!(refusing.skip() && refusing.at_end()));
+  }
+}
+
+TEST(numbers_are_laid_out_as_orjson_lays_them_out) {
+  auto f32 = [](float v) {
+    std::string out;
+    append_float32(out, v);
+    return out;
+  };
+  auto f64 = [](double v) {
+    std::string out;
+    append_float64(out, v);
+    return out;
+  };
+  CHECK(f32(0.1f) == "0.1" && f32(3.0f) == "3.0" && f32(-0.0f) == "-0.0");
+  CHECK(f32(1e-7f) == "1e-7" && f32(1.2345e-6f) == "0.0000012345");
+  CHECK(f32(123456789.0f) == "123456790.0" && f32(1e13f) == "1e+13");
+  CHECK(f64(0.1) == "0.1" && f64(1.2345e-6) == "1.2345e-6" &&
+        f64(1.2345e15) == "1234500000000000.0");
+  CHECK(f64(1e16) == "1e+16" && f64(5e-324) == "5e-324");
+}
+
+TEST(a_request_is_bound_to_the_methods_inputs_and_outputs) {
+  MethodEntry m = method();
+  const std::string body =
+      R"({"model": "m", "inputs": [{"name": "input_0", "shape": [2, 8], "datatype": "FP32",)"
+      R"( "data": [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]})";
+  GivenRequest request;
+  CHECK(read_native(body.data(), body.size(), request));
+  std::array<const GivenInput*, kMaxInputs> ordered;
+  uint64_t mask = 0;
+  CHECK(bind(request, m, ordered) && ordered[0]->count == 16);
+  CHECK(output_mask(request, m, mask) && mask == 0b11);
+  std::array<float, 16> values{};
+  CHECK(write_values(*ordered[0], reinterpret_cast<uint8_t*>(values.data())));
+  CHECK(values[15] == 15.0f);
+  request.inputs[0].dims[0] = 5;  // over the upper bound
+  CHECK(!bind(request, m, ordered));
+  GivenRequest reversed;
+  reversed.all_outputs = false;
+  reversed.outputs = {{"output_1", -1}, {"output_0", -1}};  // not in the method's order
+  CHECK(!output_mask(reversed, m, mask));
+}
+
+TEST(binary_inputs_take_the_payload_in_order_and_every_byte_of_it) {
+  const std::string header =
+      R"({"inputs": [{"name": "input_0", "shape": [1, 8], "datatype": "FP32",)"
+      R"( "parameters": {"binary_data_size": 32}}]})";
+  std::string body = header + std::string(32, '\0');
+  std::string length_text = std::to_string(header.size());
+  std::string_view declared(length_text);
+  GivenRequest request;
+  CHECK(read_v2(body.data(), body.size(), &declared, 1 << 20, request));
+  CHECK(request.inputs[0].bytes != nullptr);
+  GivenRequest longer;
+  std::string extra = body + "x";
+  CHECK(!read_v2(extra.data(), extra.size(), &declared, 1 << 20, longer));
+  GivenRequest over_limit;
+  CHECK(!read_v2(body.data(), body.size(), &declared, 10, over_limit));
+}
+
+TEST(slots_are_aligned_first_fit_and_coalesce) {
+  Slots slots(16 * 256, nullptr, 1 << 30);
+  auto a = slots.allocate(1), b = slots.allocate(300), c = slots.allocate(256);
+  CHECK(a && b && c && a->offset == 0 && b->offset == 256 && b->size == 512 && c->offset == 768);
+  slots.free(*b);
+  auto d = slots.allocate(256);
+  CHECK(d && d->offset == 256);  // first fit
+  slots.free(*a);
+  slots.free(*d);
+  slots.free(*c);
+  CHECK(slots.in_use() == 0 && slots.free_extents().size() == 1);
+  CHECK(!slots.allocate(17 * 256));
+}

@@ -1,0 +1,187 @@
+"""The fronts' native path for small inference requests (runtime_ext/front/, module etrt_front).
+
+A front's Python per request (uvicorn's parser and request cycle, the body codecs, the checks,
+the answer's encoding) is what bounds a front's throughput for small requests. So the HTTP
+transport (http_transport.py) offers each request that arrives whole on an idle connection to
+the native path first: it reads the head and body of `POST /infer` and the v2 infer routes,
+checks them against this front's model table as the Python path does, writes the tensors into
+an arena slot and returns the engine's lane message (service/ipc/lane_frames.py); the engine's
+answer becomes the HTTP answer there too. Python's part is sending the message and writing the
+answer. What the native path declines (anything it does not read exactly as the Python path
+would accept: errors, parameters, shared memory, tokens that do not check, non-finite JSON
+values, a full queue on record, a table older than the engine's) goes to uvicorn's parser as it
+came, so every error answer is made where it always was. An error the engine answers for a
+request taken here is written from the protocol's own error response.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable
+
+import numpy as np
+
+from service.engine.link import Relay
+from service.errors import ServiceError
+from service.ipc import frames
+from service.protocols.http_errors import internal_error_response
+from service.protocols.lanes import LANE_BODY
+
+log = logging.getLogger(__name__)
+
+
+def _entries(table) -> list:
+    """The model table as the native path reads it: the methods the engine's lane serves."""
+    defaults = {name: entry for name, entry in table.models.items()}
+    found = []
+    for (model, version), entry in table.versions.items():
+        methods = []
+        for method, route in entry.routes.items():
+            signature = entry.signatures[method]
+            methods.append(
+                (
+                    method,
+                    route,
+                    [(s.name, s.datatype, list(s.shape), s.dynamic) for s in signature.inputs],
+                    [
+                        (s.name, s.datatype, list(s.shape), s.dynamic, s.tag == "Tensor")
+                        for s in signature.outputs
+                    ],
+                )
+            )
+        if methods:
+            default = defaults.get(model) is entry
+            found.append((model, version, default, entry.max_batch, methods))
+    return found
+
+
+class FrontLane:
+    """One front's native path over its engine client's current link (a new link, after the
+    engine restarted, brings a new arena and a new native path)."""
+
+    def __init__(self, client, settings, infer_token: str | None, renderers: dict[str, Callable]):
+        self._client = client
+        self._token = infer_token
+        self._renderers = renderers  # protocol ("native", "v2") -> its error response
+        json_limit = min(settings.max_json_bytes, settings.max_infer_bytes)
+        self._limits = (
+            min(LANE_BODY, json_limit),
+            min(LANE_BODY, settings.max_infer_bytes),
+            json_limit,
+        )
+        self._link = None
+        self._native = None
+        self._table = None
+        self._headers_from = None
+        self._headers = b""
+
+    def _current(self):
+        """The native path for the link in use now, its table current; None when requests
+        must take the Python path."""
+        link = self._client.lane_link()
+        if link is None:
+            return None
+        if link is not self._link:
+            import etrt_front
+
+            control = np.frombuffer(link.control, np.uint64).ctypes.data
+            self._native = etrt_front.FrontLane(
+                link.arena.slots, link.arena.region.address, control, *self._limits, self._token
+            )
+            self._link, self._table = link, None
+        table = self._client.table
+        if table.generation < 0:  # none yet from this engine
+            return None
+        if table is not self._table:
+            self._native.publish(table.generation, _entries(table))
+            self._table = table
+        return self._native
+
+    def take(self, data: bytes, answered: Callable) -> tuple[int, object] | None:
+        """(bytes of `data` the request took, what answer() needs) once its message is sent;
+        `answered(message)` then runs with the engine's answer. None: declined."""
+        native = self._current()
+        if native is None:
+            return None
+        taken = native.take(data)
+        if taken is None:
+            return None
+        request_id, consumed, message = taken
+        link = self._link
+        link.pending[request_id] = Relay(answered)
+        link.protocol.send_payload(message)
+        self._client.native_requests += 1
+        return consumed, (native, request_id, link)
+
+    def cancel(self, ticket) -> None:
+        """The client went away: the engine need not answer (it frees the slot when it does)."""
+        _, request_id, link = ticket
+        if link.alive:
+            link.protocol.send((frames.CANCEL, request_id))
+
+    def answer(self, ticket, message: tuple | None, default_headers: list) -> tuple[bytes, bool]:
+        """(the HTTP answer to write, whether the connection stays open) for the engine's
+        `message` (None: the engine went away)."""
+        native, request_id, _ = ticket
+        headers = self._header_bytes(default_headers)
+        if message is not None and message[0] == frames.LANE_DONE:
+            written = native.answer_lane(request_id, bytes(message[2]), headers)
+            if written is not None:
+                return written
+        elif message is not None and message[2]:  # run by the engine's Python: outputs placed
+            version, outputs = message[3]
+            region = self._link.arena.region
+            placed = []
+            for name, _, shape, offset, inline in outputs:
+                index = native.output_index(request_id, name)
+                if index < 0 or offset == -1:
+                    placed = None
+                    break
+                placed.append((index, list(shape), inline or region.address + offset))
+            if placed is not None:
+                written = native.answer(request_id, version, placed, headers)
+                if written is not None:
+                    return written
+        released = native.release(request_id)
+        protocol, keep_alive = released if released is not None else ("v2", False)
+        response = self._error_response(message, protocol)
+        return _response_bytes(response, headers, keep_alive), keep_alive
+
+    def forget(self, ticket, message: tuple | None) -> None:
+        """The engine's answer to a request whose client went away: only the slot to free."""
+        native, request_id, _ = ticket
+        native.release(request_id)
+
+    def _error_response(self, message: tuple | None, protocol: str):
+        """The protocol's answer to the engine's refusal, or to its going away."""
+        if message is None:
+            return self._renderers[protocol](self._client.down())
+        if message[0] == frames.DONE and not message[2]:
+            error = self._client.engines_error(pickle.loads(message[3]))
+            if isinstance(error, ServiceError):
+                return self._renderers[protocol](error)
+            log.error("inference failed in the engine: %s", error)
+        else:  # an answer the native path could not write (none should be)
+            log.error("the native path could not write the answer to request %r", message[1])
+        return internal_error_response()
+
+    def _header_bytes(self, default_headers: list) -> bytes:
+        # uvicorn replaces its list (date, server) once a second: joined once per list.
+        if default_headers is not self._headers_from:
+            self._headers = b"".join(n + b": " + v + b"\r\n" for n, v in default_headers)
+            self._headers_from = default_headers
+        return self._headers
+
+
+def _response_bytes(response, default_headers: bytes, keep_alive: bool) -> bytes:
+    """A Starlette response (an error's) as the bytes uvicorn would write for it."""
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+    parts = [STATUS_LINE[response.status_code], default_headers]
+    for name, value in response.raw_headers:
+        parts += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts += (b"\r\n", response.body)
+    return b"".join(parts)
