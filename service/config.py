@@ -213,7 +213,8 @@ _OPTIONS = (
         "ETRT_INFER_THREADS",
         "infer_threads",
         int,
-        "worker threads running inferences",
+        "worker threads running inferences (the engine's event loop's, and as many of its "
+        "native lane's)",
     ),
     (
         "--kernel-threadpool",

@@ -246,7 +246,7 @@ class Inference:
         """method -> lane route id of a served version's methods the lane may serve."""
         settings = self.settings
         config = served.stored.description.effective_config
-        if settings.access_log or settings.inline_execute_us <= 0:
+        if settings.access_log:
             return {}
         if policy_for(config) is not DirectPolicy:
             return {}
