@@ -345,3 +345,33 @@ def test_a_full_arena_is_declined_and_so_is_a_request_larger_than_the_lane_takes
     small.publish(GENERATION, [("tiny", "3", True, 0, [("forward", 11, [INPUT], [OUTPUT])])])
     assert small.take(_binary_request()) is None
     assert math.isclose(arena.in_use, 0)
+
+
+def test_mangled_requests_never_break_it_and_leave_nothing_held(lane):
+    """Every byte of a client's request is hostile: flipped, cut, repeated or dropped anywhere,
+    it is declined or taken as a whole request, never a crash or a slot kept."""
+    native, arena, _ = lane
+    rng = np.random.default_rng(3)
+    seeds = [_binary_request(), _request("/infer", _native_body())]
+    taken = 0
+    for _ in range(3000):
+        raw = bytearray(seeds[rng.integers(len(seeds))])
+        for _ in range(rng.integers(1, 4)):
+            if not raw:
+                break
+            at = int(rng.integers(len(raw)))
+            match rng.integers(4):
+                case 0:
+                    raw[at] = int(rng.integers(256))
+                case 1:
+                    del raw[at : at + int(rng.integers(1, 8))]
+                case 2:
+                    raw[at:at] = raw[at : at + int(rng.integers(1, 8))]
+                case _:
+                    raw = raw[:at]
+        got = native.take(bytes(raw))
+        if got is not None:
+            taken += 1
+            assert native.release(got[0]) is not None
+    assert native.pending == 0 and arena.in_use == 0
+    assert taken > 0  # some mutations leave a request it reads (a changed value, say)
