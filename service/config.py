@@ -85,6 +85,8 @@ class Settings:
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
+    # Triton's GPU gauges (service/gpu_gauges.py) from NVML, where NVML is present.
+    gpu_metrics: bool = True
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace').
@@ -318,6 +320,13 @@ _OPTIONS = (
         "metrics_auth",
         _metrics_auth,
         "none: /metrics is open; infer: it needs the infer token",
+    ),
+    (
+        "--gpu-metrics",
+        "ETRT_GPU_METRICS",
+        "gpu_metrics",
+        _bool,
+        "report Triton's GPU gauges (nv_gpu_*) from NVML where it is present (default true)",
     ),
 )
 

@@ -28,9 +28,15 @@ UNKNOWN = "(unknown)"
 class Metrics:
     """The server's metrics; updated from the event loop and worker threads, hence the lock."""
 
-    def __init__(self, backends: list | None = None, ledger: ServedLedger | None = None):
+    def __init__(
+        self,
+        backends: list | None = None,
+        ledger: ServedLedger | None = None,
+        sources: list | None = None,
+    ):
         """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics);
-        `ledger`: the requests served at once, shared with the statistics."""
+        `ledger`: the requests served at once, shared with the statistics; `sources`: more
+        families to render, not tied to models (anything with families(): the GPU gauges)."""
         self._lock = threading.Lock()
         self.requests = Counter(
             "etrt_inference_requests_total",
@@ -89,6 +95,7 @@ class Metrics:
             ("front", "state"),
         )
         self.backends = [m for m in (backends or []) if m is not None]
+        self.sources = list(sources or [])
         self._ledger = ServedLedger() if ledger is None else ledger
         self._ledger.subscribe(self._count_served)
         self._live: dict[str, object] = {}
@@ -299,5 +306,6 @@ class Metrics:
                 *memory,
             ]
             families += [f for backend in self.backends for f in backend.families()]
+            families += [f for source in self.sources for f in source.families()]
             lines = [line for family in families if family is not None for line in family.render()]
         return "\n".join(lines) + "\n"

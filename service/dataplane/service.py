@@ -27,6 +27,7 @@ from service.dataplane.signature import published_method, signature_of
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import MethodSignature, ModelEntry, ModelTable
 from service.errors import NotFound, ServiceError, Unavailable, clip
+from service.gpu_gauges import GpuGauges
 from service.ingest import child_guard
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
@@ -63,7 +64,11 @@ class ModelService(Deployment, Inference, Repository):
         self._ingest_backends = ingest_backends(settings)
         # One ledger of the requests served at once, which both views count from.
         self.ledger = ServedLedger()
-        self.metrics = Metrics([backend.metrics() for backend in self.backends], self.ledger)
+        # Absent (no families) where NVML is not: see service/gpu_gauges.py.
+        self.gpu_gauges = GpuGauges.from_nvml() if settings.gpu_metrics else GpuGauges(None)
+        self.metrics = Metrics(
+            [backend.metrics() for backend in self.backends], self.ledger, [self.gpu_gauges]
+        )
         self.statistics = Statistics(self.ledger)
         self._ready = False
         self._loading: asyncio.Task | None = None
@@ -94,6 +99,7 @@ class ModelService(Deployment, Inference, Repository):
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
+        self.gpu_gauges.start()
         self._ethost = import_host(setups(self.settings))
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
@@ -116,6 +122,7 @@ class ModelService(Deployment, Inference, Repository):
 
     async def stop(self) -> None:
         self.ready = False
+        self.gpu_gauges.stop()
         if self._loading is not None:
             self._loading.cancel()
             await asyncio.gather(self._loading, return_exceptions=True)
