@@ -263,6 +263,17 @@ def answer_seeds() -> dict[str, bytes]:
         "unknown-output": b"\x00" + answer([(7, room, [2, 8])]),
         "past-the-arena": b"\x00" + answer([(0, (1 << 20) - 16, [2, 8])]),
         "negative-dim": b"\x00" + answer([(0, room, [-1, 8])]),
+        "pair-subset": b"\x02" + answer([(1, room, [4]), (3, room + 256, [4])]),
+        "tiny-full-batch": b"\x00" + answer([(0, room, [4, 8]), (1, room + 512, [4])]),
+        "fp64-with-scalar": b"\x03" + answer([(0, room, [1, 3]), (1, room + 256, [])]),
+        "bool-three-dims": b"\x04" + answer([(0, room, [1, 1, 3])]),
+        "duplicate-output": b"\x00" + answer([(0, room, [2, 8]), (0, room, [2, 8])]),
+        "sixteen-dims": b"\x00" + answer([(0, room, [1] * 16)]),
+        "seventeen-dims": b"\x00" + answer([(0, room, [1] * 17)]),
+        "zero-elements": b"\x01" + answer([(0, room, [0, 8]), (1, room, [0])]),
+        "at-the-arena-end": b"\x00" + answer([(0, 1 << 20, [0, 8])]),
+        "count-over-outputs": b"\x00\xf2\x03" + answer([(0, room, [2, 8])])[2:],
+        "trailing-bytes": b"\x02" + answer([(0, room, [4])]) + b"xyz",
         # An FP32 shape of 2^62 elements: its byte count, 2^64, wrapped to 0 and passed the check.
         "regress-wrapping-answer-size": b"\x00" + answer([(0, room, [1 << 62, 1])]),
         # A 0-dim output: its shape was copied with memcpy(nullptr, ..., 0).
