@@ -82,13 +82,17 @@ inline std::shared_ptr<const FrontTable> table() {
   return table;
 }
 
-// A front over its own arena, engine serving at the table's generation.
+// A front over its own arena, engine serving at the table's generation; with a `token`,
+// inference needs "Bearer <token>".
 struct Front {
-  Front() : arena(kArenaBytes), slots(std::make_shared<Slots>(kArenaBytes, nullptr, kArenaBytes)) {
+  explicit Front(const char* token = nullptr)
+      : arena(kArenaBytes), slots(std::make_shared<Slots>(kArenaBytes, nullptr, kArenaBytes)) {
     FrontConfig config;
     config.max_native_body = 64 * 1024;
     config.max_v2_body = 256 * 1024;
     config.max_json = 64 * 1024;
+    config.has_token = token != nullptr;
+    config.token = token != nullptr ? token : "";
     lane = std::make_unique<FrontLane>(std::move(config), slots, arena.data(), control);
     lane->publish(table());
   }

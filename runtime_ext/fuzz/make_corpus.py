@@ -229,6 +229,17 @@ def take_seeds() -> dict[str, bytes]:
             }
         ),
     )
+    seeds["token"] = http(
+        "/infer", native_body("tiny", "FP32", [1, 8]), "authorization: Bearer secret"
+    )
+    seeds["token-odd-spacing"] = http(
+        "/v2/models/tiny/infer",
+        v2_json("input_0", "FP32", [1, 8]),
+        "Authorization:  bEaReR   secret ",
+    )
+    seeds["token-wrong"] = http(
+        "/infer", native_body("tiny", "FP32", [1, 8]), "authorization: Bearer secreT"
+    )
     seeds["unknown-model"] = http("/v2/models/nope/infer", v2_json("x", "FP32", [1, 3]))
     seeds["regress-wrapping-byte-count"] = http(
         "/v2/models/wide/infer", WRAPPING, f"inference-header-content-length: {len(WRAPPING)}"
