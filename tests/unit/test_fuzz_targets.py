@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CORPUS = REPO / "runtime_ext" / "fuzz" / "corpus"
+DICTIONARY = REPO / "runtime_ext" / "fuzz" / "front.dict"
 TARGETS = ("fuzz_http_head", "fuzz_request_bodies", "fuzz_front_take", "fuzz_lane_answer")
 SECONDS = int(os.environ.get("ETHOST_FUZZ_SECONDS", "60"))
 # What a sanitizer, libFuzzer (a crash, a leak, a timeout) or a target's own check prints.
@@ -128,6 +129,7 @@ def test_fuzz_target_finds_nothing_in_a_bounded_run(target, fuzzers, tmp_path, c
         "-timeout=10",
         "-rss_limit_mb=2048",
         "-print_final_stats=1",
+        f"-dict={DICTIONARY}",
         f"-artifact_prefix={tmp_path}/",
         str(found),
         str(seeds),
