@@ -293,19 +293,24 @@ def answer_seeds() -> dict[str, bytes]:
     return seeds
 
 
-def write(target: str, seeds: dict[str, bytes]) -> None:
-    folder = HERE / "corpus" / target
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    for name, data in seeds.items():
-        (folder / name).write_bytes(data)
+def seeds() -> dict[str, dict[str, bytes]]:
+    """Every target's seeds by file name (tests/unit/test_fuzz_targets.py compares them with
+    the committed files)."""
+    return {
+        "fuzz_http_head": head_seeds(),
+        "fuzz_request_bodies": body_seeds(),
+        "fuzz_front_take": take_seeds(),
+        "fuzz_lane_answer": answer_seeds(),
+    }
 
 
 def main() -> None:
-    write("fuzz_http_head", head_seeds())
-    write("fuzz_request_bodies", body_seeds())
-    write("fuzz_front_take", take_seeds())
-    write("fuzz_lane_answer", answer_seeds())
+    for target, files in seeds().items():
+        folder = HERE / "corpus" / target
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
     print(f"corpus written under {HERE / 'corpus'}")
 
 

@@ -11,6 +11,7 @@ ETHOST_FUZZ_SECONDS sets each target's run (60 s by default; e.g. 10 for a local
 docs/contributing-fuzzing.md says how to run the same by hand.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -109,6 +110,14 @@ def fuzzers() -> Path:
 def test_every_target_has_a_seed_corpus_with_the_faults_found():
     for target in TARGETS:
         assert len(list((CORPUS / target).iterdir())) >= 12, f"{target}: too few seeds"
+    script = REPO / "runtime_ext" / "fuzz" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_corpus", script)
+    make_corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_corpus)
+    written = {
+        target: {p.name: p.read_bytes() for p in (CORPUS / target).iterdir()} for target in TARGETS
+    }
+    assert written == make_corpus.seeds(), "the corpus is stale: run make_corpus.py and commit it"
     regressions = {p.name for p in CORPUS.glob("*/regress-*")}
     assert {
         "regress-wrapping-byte-count",
