@@ -105,6 +105,17 @@ class Metrics:
         # (model, version) -> its serving pool, whose memory is measured when rendering (weak: a
         # replaced or deleted version's pool must not be kept alive by its metrics).
         self._pools: dict[tuple[str, int], weakref.ref] = {}
+        self.digest_checks = Counter(
+            "etrt_model_digest_checks_total",
+            "Checks of a model version's stored files against the sha-256 recorded at ingest, "
+            "run before every load, by outcome (ok; mismatch: the version is not loaded)",
+            ("model", "outcome"),
+        )
+        self.digest_seconds = Gauge(
+            "etrt_model_digest_check_seconds",
+            "Seconds the last passing digest check of a model's files took (at load only)",
+            ("model",),
+        )
         self.warmups = Gauge(
             "etrt_model_warmup_seconds",
             "Seconds a served model version's model_warmup took, on every instance, before it "
@@ -211,6 +222,12 @@ class Metrics:
             self._pools[(model, version)] = weakref.ref(pool)
         return pool
 
+    def digest_checked(self, model: str, outcome: str, seconds: float | None = None) -> None:
+        with self._lock:
+            self.digest_checks.add((model, outcome))
+            if seconds is not None:
+                self.digest_seconds.samples[(model,)] = seconds
+
     def warmed_up(self, model: str, version: int, seconds: float | None) -> None:
         """A version's warmups took `seconds` (None: it has none) before it served."""
         with self._lock:
@@ -238,6 +255,8 @@ class Metrics:
                 self.inflight,
                 self.batch_size,
                 self.lane,
+                self.digest_checks,
+                self.digest_seconds,
             ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
@@ -303,6 +322,8 @@ class Metrics:
                 self.native,
                 self.arenas,
                 self.warmups,
+                self.digest_checks,
+                self.digest_seconds,
                 *memory,
             ]
             families += [f for backend in self.backends for f in backend.families()]

@@ -200,3 +200,12 @@ def test_hanging_load_check_times_out(start_server, linear_relu_program):
     )
     problem = only_rule(refused(server, "m", linear_relu_program.pte))
     assert problem["rule"] == "program.load_timeout"
+
+
+def test_program_from_a_newer_executorch_names_both_versions(server, linear_relu_program):
+    data = bytearray(linear_relu_program.pte.read_bytes())
+    data[4:8] = b"ET13"
+    problem = only_rule(refused(server, "m", bytes(data)))
+    assert problem["rule"] == "program.schema" and problem["file"] == "model.pte"
+    assert "written by a newer ExecuTorch: its schema identifier is ET13" in problem["message"]
+    assert "reads ET12 only" in problem["message"]

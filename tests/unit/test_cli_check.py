@@ -120,6 +120,21 @@ def test_tensorrt_blob_layout(mixed_16, tmp_path):
     assert rules(run) == ["tensorrt.blob_invalid"] * 2
 
 
+def test_the_newer_blob_rules_name_the_binding(mixed_16, tmp_path):
+    from support.trt_programs import with_plans_rewritten
+
+    damaged = with_plans_rewritten(
+        mixed_16.pte,
+        tmp_path / "damaged.pte",
+        blob_fields={"aliased_io": [{"output": "output0", "input": "input0", "kind": "bogus"}]},
+    )
+    run = checked(damaged, code=1)
+    assert rules(run) == ["tensorrt.alias_kind"] * 2
+    message = run.json()["problems"][0]["message"]
+    assert message.startswith("'damaged.pte' method 'forward' delegate ")
+    assert "(binding 'output0')" in message and "kind must be" in message
+
+
 def test_tensorrt_engine_keys(add_external):
     run = checked(add_external.pte, code=1)
     assert rules(run) == ["tensorrt.engine_key_missing"]
