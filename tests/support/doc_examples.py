@@ -43,11 +43,15 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        return f"{shown(self.page)}:{self.line}"
 
     @property
     def is_program(self) -> bool:
         return self.language in PROGRAM_LANGUAGES
+
+
+def shown(page: Path) -> str:
+    return str(page.relative_to(REPO)) if page.is_relative_to(REPO) else str(page)
 
 
 def pages() -> list[Path]:
@@ -93,10 +97,10 @@ def problems(page: Path) -> list[str]:
     text = page.read_text()
     markers = len(_MARKER.findall(text))
     if markers != sum(b.marked for b in blocks(page)):
-        found.append(f"{page.relative_to(REPO)}: an example marker not right before a fence")
+        found.append(f"{shown(page)}: an example marker not right before a fence")
     for match in _INDENTED_COMMAND.finditer(text):
         line = text.count("\n", 0, match.start()) + 3
-        found.append(f"{page.relative_to(REPO)}:{line}: a command in an indented block: fence it")
+        found.append(f"{shown(page)}:{line}: a command in an indented block: fence it")
     return found
 
 
