@@ -172,3 +172,15 @@ def test_the_fronts_priority_below_the_engines_is_a_setting_within_nices_range(c
         with pytest.raises(SystemExit):
             parse_settings(["--front-nice", wrong], {})
         assert "--front-nice must be between 0 and 19" in capsys.readouterr().err
+
+
+def test_the_docs_table_lists_every_flag_and_variable_the_code_takes():
+    """docs/configuration.md's table against service/config.py's options, both ways."""
+    import re
+
+    from service.config import _OPTIONS
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = set(re.findall(r"^\| (`--[a-z-]+`|\(none\)) \| `(ETRT_[A-Z_]+)`", page, re.M))
+    documented = {(flag.strip("`"), env) for flag, env in rows if flag != "(none)"}
+    assert documented == {(flag, env) for flag, env, _, _, _ in _OPTIONS}
