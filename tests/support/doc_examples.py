@@ -25,8 +25,10 @@ _FENCE = re.compile(
     r"^(?P<indent> *)```(?P<lang>[^\s`]*)[^\n]*\n(?P<code>.*?)^(?P=indent)```\s*$", re.M | re.S
 )
 _MARKER = re.compile(r"<!-- example: (?:(?P<runs>runs)|not run: (?P<reason>\S.*?)) -->")
-_SERVER = re.compile(r"<!-- example-server: (?P<args>.*?) -->")
-_SETUP = re.compile(r"<!-- example-setup: (?P<name>[a-z-]+) -->")
+# Markers stand on lines of their own (a marker quoted in a sentence is no marker).
+_MARKER_LINE = re.compile(r"^ *<!-- example: .*-->$", re.M)
+_SERVER = re.compile(r"^<!-- example-server: (?P<args>.*?) -->$", re.M)
+_SETUP = re.compile(r"^<!-- example-setup: (?P<name>[a-z-]+) -->$", re.M)
 # A command in an indented (unfenced) code block: such a block has no language and no marker.
 _INDENTED_COMMAND = re.compile(r"\n\n {4,}(?:\.venv|curl|python|bash|pip|docker|podman|kubectl)\b")
 
@@ -95,7 +97,7 @@ def problems(page: Path) -> list[str]:
         elif block.marked and not block.is_program:
             found.append(f"{block.where}: an example marker on a {block.language} block")
     text = page.read_text()
-    markers = len(_MARKER.findall(text))
+    markers = len(_MARKER_LINE.findall(text))
     if markers != sum(b.marked for b in blocks(page)):
         found.append(f"{shown(page)}: an example marker not right before a fence")
     for match in _INDENTED_COMMAND.finditer(text):

@@ -86,3 +86,14 @@ def test_the_marker_check_finds_what_it_must(tmp_path):
     assert any("marker on a json block" in p for p in found)
     assert any("fence without a language" in p for p in found)
     assert any("indented block" in p for p in found)
+
+
+def test_the_export_environment_the_docs_create_is_ignored():
+    """The docs create .venv-export inside the clone (torch: GBs): never committed, never sent
+    to an image build."""
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", ".venv-export/bin/python"], cwd=REPO, timeout=30
+    )
+    assert ignored.returncode == 0
+    patterns = (REPO / ".dockerignore").read_text().split("\n")
+    assert ".venv-export" in patterns and "**/.venv-export" in patterns
