@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -26,7 +25,7 @@ from support.program_fixtures import (  # noqa: F401
     image_program,
     linear_relu_program,
 )
-from support.server import REPO, ServerProcess, upload
+from support.server import ServerProcess, upload
 
 IMAGE = (1, 3, 224, 224)
 IMAGE_BYTES = int(np.prod(IMAGE)) * 4
