@@ -2,7 +2,7 @@
 
 A rule id is the stable part of a refusal: clients and dashboards (`etrt_ingest_problems_total
 {rule}`) act on it, so each is declared here once and code refers to the declaration. The
-README's rule table is generated from this catalogue and checked against it
+docs/ingest-rules.md's rule table is generated from this catalogue and checked against it
 (tests/unit/test_rules.py), and a test fails on any rule-like string literal in service/ that is
 not declared, so a rule added on another branch is added here at the merge.
 

@@ -382,7 +382,10 @@ def run_ingest(
         reports,
         load,
         upload.directory / ".check.jsonl",
-        {str(d.path): d.name for d in upload.data},
+        {
+            str(upload.program.path): context.program_name,
+            **{str(d.path): d.name for d in upload.data},
+        },
     )
     details, delegate_problems, warnings = _collect(reports)
     problems += delegate_problems

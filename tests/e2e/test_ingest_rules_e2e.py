@@ -144,6 +144,18 @@ def test_malformed_form(server, kwargs, rule):
     assert only_rule(refused(server, **kwargs))["rule"] == rule
 
 
+def test_replace_takes_the_boolean_words_its_refusal_lists(start_server, linear_relu_program):
+    """'yes' is taken, so the refusal of 'maybe' lists every word taken, not only true/false."""
+    server = start_server()
+    problem = only_rule(refused(server, "m", b"x", fields={"replace": "maybe"}))
+    assert "true/false, 1/0, yes/no, on/off" in problem["message"], problem
+    assert "'maybe'" in problem["message"], problem
+    with server.client() as client:
+        assert upload(client, "words", linear_relu_program.pte).status_code == 201
+        again = upload(client, "words", linear_relu_program.pte, fields={"replace": "yes"})
+    assert again.status_code == 201, again.text
+
+
 def test_program_missing(server, external_weights_program):
     problem = only_rule(refused(server, "m", None, external_weights_program.ptds))
     assert problem["rule"] == "upload.program_missing"
