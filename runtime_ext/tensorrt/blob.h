@@ -51,9 +51,9 @@ struct ParsedBlob {
 
 constexpr size_t kBlobHeaderSize = 32;
 
-// Which rule a refused blob breaks. The service turns each into a rule of its catalogue
-// ("tensorrt.<name>", service/backends/tensorrt/checks.py); blob_fault_names() is what a test
-// compares with that mapping, so a fault added here without its rule fails the suite.
+// Which rule a refused blob breaks. The service turns each into the rule "tensorrt.<name>" of
+// its catalogue (BLOB_FAULT_RULES in service/backends/tensorrt/checks.py); a test compares that
+// mapping with ethost_tensorrt.blob_faults(), so a fault added here without its rule fails.
 enum class BlobFault {
   Invalid,           // the layout or the metadata's form (header, offsets, JSON, field types)
   DuplicateBinding,  // a binding name used twice (also once as input and once as output)

@@ -99,3 +99,22 @@ def test_restoring_the_file_serves_the_model_again(server, external_weights_prog
     with server.client() as client:
         assert client.get("/models/weights").json()["state"] == "ready"
         assert infer(client, "weights", external_weights_program).status_code == 200
+
+
+def test_a_repository_load_verifies_the_files_again(server, external_weights_program):
+    # No restart: unload, damage the file, load. The load is refused with the reason, and
+    # restoring the file lets the next load serve it.
+    [weights] = external_weights_program.ptds
+    with server.client() as client:
+        assert upload(client, "weights", external_weights_program.pte, [weights]).status_code == 201
+        assert client.post("/v2/repository/models/weights/unload").status_code == 200
+        [stored] = list((server.artifacts / "models").rglob(weights.name))
+        original = stored.read_bytes()
+        flip_a_byte(stored, len(original) - 8)
+        refused = client.post("/v2/repository/models/weights/load")
+        assert refused.status_code == 503, refused.text
+        assert "model 'weights' cannot be loaded: stored file" in refused.json()["error"]
+        assert digest_checks(client)[("weights", "mismatch")] == 1
+        stored.write_bytes(original)
+        assert client.post("/v2/repository/models/weights/load").status_code == 200
+        assert infer(client, "weights", external_weights_program).status_code == 200
