@@ -4,6 +4,8 @@
 // the front's event loop: no lock.
 #pragma once
 
+#include "contract_limits.h"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -12,7 +14,7 @@
 
 namespace etrt_front {
 
-constexpr uint64_t kAlignment = 256;
+using ethost::limits::kAlignment;
 
 inline uint64_t align_up(uint64_t value) {
   return (value + kAlignment - 1) / kAlignment * kAlignment;

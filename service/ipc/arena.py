@@ -20,9 +20,11 @@ from __future__ import annotations
 import mmap
 import os
 
+import etrt_front
 import numpy as np
 
-ALIGNMENT = 256
+from service.ipc.limits import ALIGNMENT
+
 # Free extents at least this large are returned to the kernel when freed.
 RETURN_BYTES = 4 * 1024 * 1024
 
@@ -93,8 +95,6 @@ class Arena:
     for the requests it reads (service/protocols/front_lane.py)."""
 
     def __init__(self, size: int):
-        import etrt_front
-
         size = align_up(size, mmap.PAGESIZE)
         fd = os.memfd_create("etrt-arena", os.MFD_CLOEXEC)
         os.ftruncate(fd, size)
