@@ -11,6 +11,7 @@ from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
 from service.inline_policy import InlinePolicy
+from service.ipc.contract import Capability
 from service.protocols import docs_page, http_errors, lanes
 from service.protocols.fast_routes import FastRoutes
 from service.protocols.front_lane import FrontLane
@@ -104,7 +105,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
     app.policy = policy
     app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
-    if hasattr(service, "lane_link"):  # an engine client: requests cross to the engine
+    if service.capabilities & Capability.ENGINE_LINK:  # requests cross to the engine
         renderers = {
             "native": http_errors.service_error_response,
             "v2": v2_errors.service_error_response,

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
 
 from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
@@ -30,6 +31,7 @@ from service.errors import NotFound, ServiceError, Unavailable, clip
 from service.ingest import child_guard
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
+from service.ipc.contract import Capability
 from service.native_host import import_host
 from service.store.storage import Storage
 
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 
 
 class ModelService(Deployment, Inference, Repository):
+    # Everything runs in this process: no engine link, no client shared memory regions.
+    capabilities: ClassVar[Capability] = Capability.NONE
+
     def __init__(self, settings: Settings, keep_staging: bool = False):
         """`keep_staging`: an engine restarted under running fronts leaves the staging area to
         the uploads they are receiving."""

@@ -22,7 +22,6 @@ table older than an answer a client already has.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import marshal
@@ -40,11 +39,13 @@ from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine import handshake, pinning
+from service.engine.calls import Calls
 from service.engine.lane_routes import LaneRoutes
 from service.engine.outputs import OutputRoom, place
 from service.errors import Aborted, ServiceError, Unavailable, invalid
-from service.ipc import frames
+from service.ipc import frames, messages
 from service.ipc.arena import Region
+from service.ipc.contract import EngineFailed
 from service.ipc.lane_frames import INFER_TAG
 from service.native_host import import_host
 from service.shm.binding import RequestShm
@@ -53,26 +54,11 @@ from service.shm.refs import from_wire
 from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
-# Fire-and-forget notes the fronts send (counts of what they refused themselves).
-_NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
-# Coroutines of ModelService that fronts must not call by name.
-_NOT_CALLS = frozenset({"start", "stop", "deploy", "infer"})
 _LENGTH = struct.Struct("<I")
 
 
-class InternalError(Exception):
-    """Stands in for an unexpected engine-side failure in the front: answered as a 500 there,
-    with the details in the engine's log."""
-
-
-def _callable(name: str) -> bool:
-    member = getattr(SharedMemory if name.startswith("shm_") else ModelService, name, None)
-    return (
-        not name.startswith("_")
-        and name not in _NOT_CALLS
-        and member is not None
-        and inspect.iscoroutinefunction(member)
-    )
+def _error(request_id: int, error: Exception) -> messages.Done:
+    return messages.Done(frames.DONE, request_id, False, pickle.dumps(error))
 
 
 class _Sender:
@@ -87,7 +73,7 @@ class _Sender:
         self._outgoing: list[bytes] = []
 
     def send(self, message: tuple) -> None:
-        payload = marshal.dumps(message)
+        payload = marshal.dumps(tuple(message))  # a record of messages.py: its plain tuple
         if not self._outgoing:
             self._loop.call_soon(self._flush)
         self._outgoing += (_LENGTH.pack(len(payload)), payload)
@@ -117,21 +103,21 @@ class _Front:
             if message is None:  # its route is long gone: nothing says what it asked
                 return self._unknown_route(payload)
         else:
-            message = marshal.loads(payload)
+            message = messages.read(marshal.loads(payload))
         self._received(message)
 
     def _unknown_route(self, payload: bytes) -> None:
         key = self.server.lane_routes.request_id(payload)
         error = Unavailable("the model changed while the request was on its way; send it again")
-        self.protocol.send((frames.DONE, key, False, pickle.dumps(error)))
+        self.protocol.send(_error(key, error))
 
-    def _received(self, message: tuple) -> None:
-        kind = message[0]
+    def _received(self, message) -> None:
+        kind = message.kind
         if kind == frames.INFER:
             self.server.service.metrics.front_request(self.front_id)
             request = self.server.serve_now(self, message)
             if request is not None:
-                key = message[1]
+                key = message.request_id
                 work = self.server.infer(self, key, request)
                 task = asyncio.get_running_loop().create_task(work)
                 if request.shared_memory is not None:  # even if cancelled before it starts
@@ -139,13 +125,13 @@ class _Front:
                 self.tasks[key] = task
                 task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
         elif kind == frames.CANCEL:
-            task = self.tasks.get(message[1])
+            task = self.tasks.get(message.request_id)
             if task is not None:
                 task.cancel()
         elif kind == frames.CALL:
             asyncio.get_running_loop().create_task(self.server.call(self, message))
         elif kind == frames.NOTE:
-            self.server.note(message)
+            self.server.calls.note(message)
 
     def _lost(self) -> None:
         tasks = list(self.tasks.values())
@@ -186,6 +172,7 @@ class EngineServer:
         # Client shared memory regions (service/shm/): mapped here, where the programs run.
         self.shm = SharedMemory(service.settings)
         service.metrics.backends.append(ShmMetrics(self.shm))
+        self.calls = Calls(service, self.shm)
 
     def _publish(self) -> None:
         # The lane's routes first: a front that sees the new generation may send requests
@@ -225,6 +212,9 @@ class EngineServer:
         while True:
             try:
                 sock, front_id, arena_fd = handshake.accept(self._listener, self.secret)
+            except handshake.ContractMismatch as exc:
+                log.error("%s", exc)
+                continue
             except handshake.HandshakeError as exc:
                 log.warning("%s", exc)
                 continue
@@ -295,42 +285,43 @@ class EngineServer:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def serve_now(self, front: _Front, message: tuple) -> InferRequest | None:
+    def serve_now(self, front: _Front, message: messages.Infer) -> InferRequest | None:
         """Answers an inference message at once when it can run without a wait (most small
         requests on an idle enough engine: see ModelService.infer_now), or when it is malformed;
         otherwise returns its request for infer(), in a task of its own."""
-        key, model = message[1], message[2]
+        key, model = message.request_id, message.model
         try:
-            if len(message) > 13 and message[13]:  # tensors in client shared memory
+            if message.shared_memory:  # tensors in client shared memory
                 return self._shm_request(front, message)
-            arrays = [_array(front.region, *item) for item in message[5]]
+            arrays = [_array(front.region, *item) for item in message.inputs]
             # Outputs are written by the execute straight into the room the front reserved.
-            room = OutputRoom(front.region, message[7], message[8])
+            room = OutputRoom(front.region, message.room_offset, message.room_size)
             # Inputs the front checked against the signatures served now may run at once.
-            if message[12] == self.service.generation:
+            if message.checked_at == self.service.generation:
                 answer = self.service.infer_now(
-                    model, message[3], message[4], arrays, message[6], room
+                    model, message.version, message.method, arrays, message.outputs, room
                 )
                 if answer is not None:
                     self._answer(front, key, *answer, room)
                     return None
             return _request(message, arrays, room)
         except ServiceError as exc:
-            front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
+            front.protocol.send(_error(key, exc))
         except Exception:
             self._failed(front, key, model)
         return None
 
-    def _shm_request(self, front: _Front, message: tuple) -> InferRequest:
+    def _shm_request(self, front: _Front, message: messages.Infer) -> InferRequest:
         """The request with its inputs viewed in their regions (service/shm/), which it holds
         until it is answered; it always takes infer()'s path."""
-        shm = RequestShm(self.shm, from_wire(message[13]))
+        shm = RequestShm(self.shm, from_wire(message.shared_memory))
         try:
             arrays = [
                 _array(front.region, *item) if type(item[3]) is int else shm.input(*item).array
-                for item in message[5]
+                for item in message.inputs
             ]
-            request = _request(message, arrays, OutputRoom(front.region, message[7], message[8]))
+            room = OutputRoom(front.region, message.room_offset, message.room_size)
+            request = _request(message, arrays, room)
         except BaseException:
             shm.close()
             raise
@@ -345,11 +336,9 @@ class EngineServer:
             outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
             self._answer(front, key, response.version, outputs, request.output_room, written)
         except ServiceError as exc:
-            front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
+            front.protocol.send(_error(key, exc))
         except asyncio.CancelledError:
-            front.protocol.send(
-                (frames.DONE, key, False, pickle.dumps(Aborted("the client went away")))
-            )
+            front.protocol.send(_error(key, Aborted("the client went away")))
         except Exception:
             self._failed(front, key, request.model)
 
@@ -358,52 +347,29 @@ class EngineServer:
         front: _Front, key: int, version: str, outputs: list[tuple], room: OutputRoom, written=()
     ) -> None:
         placed = place(room, outputs, written)
-        front.protocol.send((frames.DONE, key, True, (version, placed)))
+        front.protocol.send(messages.Done(frames.DONE, key, True, (version, placed)))
 
     @staticmethod
     def _failed(front: _Front, key: int, model: str) -> None:
         log.exception("inference of model %r failed in the engine", model)
-        failure = InternalError("the inference engine failed; see its log")
-        front.protocol.send((frames.DONE, key, False, pickle.dumps(failure)))
+        front.protocol.send(_error(key, EngineFailed("the inference engine failed; see its log")))
 
-    async def call(self, front: _Front, message: tuple) -> None:
-        _, key, name, args = message
-        try:
-            if not _callable(name):
-                raise AttributeError(f"the engine has no call {name!r}")
-            target = self.shm if name.startswith("shm_") else self.service
-            value = await getattr(target, name)(*pickle.loads(args))
-            answer = (True, pickle.dumps(value, protocol=5))
-        except ServiceError as exc:
-            answer = (False, pickle.dumps(exc))
-        except Exception:
-            log.exception("engine call %s failed", name)
-            answer = (
-                False,
-                pickle.dumps(InternalError(f"the engine's {name} failed; see its log")),
-            )
-        front.protocol.send((frames.RESULT, key, *answer))
-
-    def note(self, message: tuple) -> None:
-        _, _, name, args = message
-        if name in _NOTES:
-            getattr(self.service, name)(*pickle.loads(args))
+    async def call(self, front: _Front, message: messages.Call) -> None:
+        front.protocol.send(await self.calls.answer(message))
 
 
-def _request(message: tuple, arrays: list, room: OutputRoom) -> InferRequest:
+def _request(message: messages.Infer, arrays: list, room: OutputRoom) -> InferRequest:
     """`arrays`: the message's inputs, viewed where they lie (_array, RequestShm.input)."""
-    (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
-    request_id, parameters, checked_at = message[10:13]
     return InferRequest(
-        model=model,
-        inputs=[Tensor(item[0], item[1], array) for item, array in zip(inputs, arrays)],
-        method=method,
-        version=version,
-        id=request_id,
-        outputs=outputs,
-        parameters=pickle.loads(parameters) if parameters else {},
-        timeout_s=timeout_s,
-        checked_at=checked_at,
+        model=message.model,
+        inputs=[Tensor(item[0], item[1], array) for item, array in zip(message.inputs, arrays)],
+        method=message.method,
+        version=message.version,
+        id=message.client_id,
+        outputs=message.outputs,
+        parameters=pickle.loads(message.parameters) if message.parameters else {},
+        timeout_s=message.timeout_s,
+        checked_at=message.checked_at,
         output_room=room,
     )
 
