@@ -24,7 +24,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("service.protocols.native", "service.protocols.v2_rest", "service.protocols.v2_grpc"),
     ),
     ("shared by the protocols", ("service.protocols",)),
-    ("dataplane/engine", ("service.dataplane", "service.engine", "service.shm")),
+    # The front-engine contract names the dataplane's records (the model table, staged uploads),
+    # and the handshake states its version: both sit with the dataplane, not in the base.
+    (
+        "dataplane/engine",
+        (
+            "service.dataplane",
+            "service.engine",
+            "service.shm",
+            "service.ipc.contract",
+            "service.engine.handshake",
+        ),
+    ),
     ("backends", ("service.backends",)),
     ("ingest", ("service.ingest",)),
     ("store", ("service.store",)),
