@@ -14,7 +14,7 @@ from service.inline_policy import InlinePolicy
 from service.ipc.contract import Capability
 from service.protocols import docs_page, http_errors, lanes
 from service.protocols.fast_routes import FastRoutes
-from service.protocols.front_lane import FrontLane
+from service.protocols.front_lane import NativePath
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
 from service.protocols.v2_grpc.auth import TokenInterceptor
@@ -30,7 +30,7 @@ class ServerApp(FastAPI):
     fast: FastRoutes  # set by create_app
     policy: auth.Policy  # likewise
     # The fronts' native path (service/protocols/front_lane.py); None in a single process.
-    front_lane: FrontLane | None = None
+    native_path: NativePath | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -110,7 +110,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
             "native": http_errors.service_error_response,
             "v2": v2_errors.service_error_response,
         }
-        app.front_lane = FrontLane(service, settings, policy.infer_token, renderers)
+        app.native_path = NativePath(service, settings, policy.infer_token, renderers)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

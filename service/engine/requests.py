@@ -118,7 +118,7 @@ class EngineRequests:
                 break
         return self._table
 
-    def lane_link(self) -> Link | None:
+    def native_path_link(self) -> Link | None:
         """The link to the engine while requests may go to it without this front's Python
         (service/protocols/front_lane.py): it serves, and no full queue is on record here (the
         gate's refusals are the Python path's to make)."""

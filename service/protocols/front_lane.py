@@ -56,7 +56,7 @@ def _entries(table) -> list:
     return found
 
 
-class FrontLane:
+class NativePath:
     """One front's native path over its engine client's current link (a new link, after the
     engine restarted, brings a new arena and a new native path)."""
 
@@ -79,7 +79,7 @@ class FrontLane:
     def _current(self):
         """The native path for the link in use now, its table current; None when requests
         must take the Python path."""
-        link = self._client.lane_link()
+        link = self._client.native_path_link()
         if link is None:
             return None
         if link is not self._link:
