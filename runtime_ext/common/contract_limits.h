@@ -1,6 +1,6 @@
 // The limits the fronts and the engine, C++ and Python, must agree on, defined once here.
 // Both native modules export them (etrt_front and ethost: MAX_INPUTS, MAX_DIMS, MAX_OUTPUTS,
-// MAX_DIM, ALIGNMENT) and the Python side reads them from there (service/ipc/limits.py), so no
+// MAX_DIM, ALIGNMENT) and the Python side reads them from there (service/shared/limits.py), so no
 // second copy can drift; tests/unit/test_contract_constants.py fails if one appears.
 #pragma once
 

@@ -62,7 +62,8 @@ bool bearer_is(std::string_view authorization, std::string_view token) {
   return differs == 0;
 }
 
-// Room for a method's outputs at their upper bounds, as service/engine/link.py's output_bytes.
+// Room for a method's outputs at their upper bounds, as service/front/engine_link.py's
+// output_bytes.
 uint64_t output_room(const MethodEntry& method, int64_t rows) {
   uint64_t total = 0;
   for (const TensorSpec& spec : method.outputs) {

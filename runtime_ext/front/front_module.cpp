@@ -1,5 +1,5 @@
 // etrt_front: the fronts' native path (front_lane.h) and their arena's allocator (slots.h), for
-// service/protocols/front_lane.py and service/ipc/arena.py. Translation only. No ExecuTorch in
+// service/front/native_path.py and service/shared/arena.py. Translation only. No ExecuTorch in
 // here: a front never loads a program.
 #include "contract_export.h"
 #include "front_lane.h"

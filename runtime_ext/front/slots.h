@@ -1,4 +1,4 @@
-// The allocator of a front's arena (service/ipc/arena.py holds the mapping and the Python face):
+// The allocator of a front's arena (service/shared/arena.py holds the mapping and the Python face):
 // 256-byte aligned slots, first fit over the free extents in address order, coalesced on free.
 // One allocator per arena, shared by the Python path and the native path (front_lane.h), both on
 // the front's event loop: no lock.

@@ -1,7 +1,7 @@
 // Exports the constants both languages share (contract_limits.h, and the lane messages' tags
 // and fixed sizes from wire.h) as attributes of a native module. Both modules call this, so the
-// front (etrt_front) and the engine (ethost) read one definition; service/ipc/limits.py and
-// service/ipc/lane_frames.py take their values from here.
+// front (etrt_front) and the engine (ethost) read one definition; service/shared/limits.py and
+// service/shared/lane_frames.py take their values from here.
 #pragma once
 
 #include "contract_limits.h"

@@ -32,7 +32,7 @@ from service.errors import (
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
 from service.inline_policy import InlinePolicy
-from service.ipc.arena import ALIGNMENT
+from service.shared.arena import ALIGNMENT
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
 

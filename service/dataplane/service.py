@@ -31,8 +31,8 @@ from service.errors import NotFound, ServiceError, Unavailable, clip
 from service.ingest import child_guard
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
-from service.ipc.contract import Capability
 from service.native_host import import_host
+from service.shared.contract import Capability
 from service.store.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ class ModelService(Deployment, Inference, Repository):
 
     def arena_usage(self, front: int, in_use: int, size: int, native: int = 0) -> None:
         """A front's report of its arena and of the requests its native path answered
-        (service/engine/client.py), for /metrics."""
+        (service/front/engine_client.py), for /metrics."""
         self.metrics.arena_usage(front, in_use, size, native)
 
 

@@ -1,5 +1,5 @@
 """Fronts joining the engine: its listening socket, and the thread that runs each handshake
-(service/engine/handshake.py). Handshakes block, and pinning an arena for CUDA takes a while, so
+(service/shared/handshake.py). Handshakes block, and pinning an arena for CUDA takes a while, so
 they run there, not on the event loop; a front that joined is handed to the loop with its arena
 mapped and pinned (`joined(socket, front id, region)`).
 """
@@ -13,8 +13,9 @@ import socket
 import threading
 from collections.abc import Callable
 
-from service.engine import handshake, pinning
-from service.ipc.arena import Region
+from service.engine import pinning
+from service.shared import handshake
+from service.shared.arena import Region
 
 log = logging.getLogger(__name__)
 

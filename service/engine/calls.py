@@ -1,4 +1,4 @@
-"""The engine's side of the front-engine contract (service/ipc/contract.py): the one handler of
+"""The engine's side of the front-engine contract (service/shared/contract.py): the one handler of
 each call and note a front may send, and nothing else. A record whose type has no handler here
 is refused, so no method of the engine is reachable from a front by its name; an answer of a type
 other than the one the call declares fails here, in the engine's log, not in a front.
@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 
 from service.dataplane.service import ModelService
 from service.errors import ServiceError
-from service.ipc import contract as c
-from service.ipc import messages
-from service.ipc.frames import RESULT
+from service.shared import contract as c
+from service.shared import messages
+from service.shared.frames import RESULT
 from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from service.engine import handshake
+from service.shared import handshake
 
 
 class ControlPage:

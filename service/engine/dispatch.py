@@ -17,9 +17,9 @@ from service.dataplane.types import InferRequest, Tensor
 from service.dtypes import BY_DATATYPE
 from service.engine.outputs import OutputRoom, place
 from service.errors import Aborted, ServiceError, invalid
-from service.ipc import frames, messages
-from service.ipc.arena import Region
-from service.ipc.contract import EngineFailed
+from service.shared import frames, messages
+from service.shared.arena import Region
+from service.shared.contract import EngineFailed
 from service.shm.binding import RequestShm
 from service.shm.refs import from_wire
 from service.shm.regions import SharedMemory

@@ -3,7 +3,7 @@ a lane request it declined asks for.
 
 Every served model version's method has a route id for as long as it serves (catalog.Served);
 the fronts' model table names the ones the lane may serve (ModelService.lane_routes), and a
-front sends a request to one of them as a lane request (service/ipc/lane_frames.py). The lane
+front sends a request to one of them as a lane request (service/shared/lane_frames.py). The lane
 declines what it cannot run at once, and the engine's Python serves that message as it serves
 any: read_message turns it back into the inference message it stands for. A route that stopped
 serving is remembered a while (a request may have been on its way), so that such a request is
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import NamedTuple
 
-from service.ipc import frames, lane_frames, messages
+from service.shared import frames, lane_frames, messages
 
 # Routes kept after they stopped serving (each a few names).
 _RETIRED_KEPT = 4096

@@ -36,10 +36,10 @@ from service.engine.calls import Calls
 from service.engine.control import ControlPage
 from service.engine.lane_routes import LaneRoutes
 from service.errors import Unavailable
-from service.ipc import frames, messages
-from service.ipc.arena import Region
-from service.ipc.lane_frames import INFER_TAG
 from service.native_host import import_host
+from service.shared import frames, messages
+from service.shared.arena import Region
+from service.shared.lane_frames import INFER_TAG
 from service.shm.metrics import ShmMetrics
 from service.shm.regions import SharedMemory
 

@@ -20,7 +20,7 @@ import orjson
 
 from service.dtypes import BY_DATATYPE, datatype_of
 from service.errors import clip
-from service.ipc.limits import MAX_DIM, MAX_DIMS
+from service.shared.limits import MAX_DIM, MAX_DIMS
 
 BF16 = "BF16"
 # OIP datatype -> the native host's dtype name (bfloat16 travels in a uint16 carrier).

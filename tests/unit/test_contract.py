@@ -1,4 +1,4 @@
-"""The declared front-engine contract (service/ipc/contract.py, messages.py): every call has its
+"""The declared front-engine contract (service/shared/contract.py, messages.py): every call has its
 one handler in the engine and its method on the front's client, both dataplanes offer the same
 methods to the protocols, messages are records read by name, and a front and an engine of
 different contract versions refuse each other over a real handshake, saying both versions."""
@@ -20,12 +20,11 @@ import pytest
 from service.config import Settings
 from service.dataplane.service import ModelService
 from service.engine import calls as engine_calls
-from service.engine import client as engine_client
-from service.engine import handshake
-from service.engine.client import EngineClient
 from service.errors import NotFound
-from service.ipc import contract, frames, messages
-from service.ipc.arena import Arena
+from service.front import engine_client
+from service.front.engine_client import EngineClient
+from service.shared import contract, frames, handshake, messages
+from service.shared.arena import Arena
 
 # The contract's digest at each version: a change to a call, a note, a message or the lane's
 # layout changes the digest, and this test fails until CONTRACT_VERSION is bumped and the new

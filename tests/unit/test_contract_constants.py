@@ -11,8 +11,8 @@ import ethost
 import etrt_front
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.ipc import arena, lane_frames, limits
 from service.protocols import json_tensors
+from service.shared import arena, lane_frames, limits
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = (

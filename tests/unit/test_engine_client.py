@@ -4,9 +4,9 @@ import asyncio
 
 from service.config import Settings
 from service.dataplane.types import ModelEntry, ModelTable
-from service.engine.client import EngineClient
-from service.ipc import frames, messages
-from service.ipc.contract import GetTable
+from service.front.engine_client import EngineClient
+from service.shared import frames, messages
+from service.shared.contract import GetTable
 
 
 class _Link:
@@ -58,9 +58,9 @@ def _served_client(tmp_path, arena_bytes=1 << 20):
     import numpy as np  # noqa: F401  (the tests' arrays)
 
     from service.dataplane.types import MethodSignature, TensorSpec
-    from service.engine.handshake import CONTROL
-    from service.engine.link import Link
-    from service.ipc.arena import Arena
+    from service.front.engine_link import Link
+    from service.shared.arena import Arena
+    from service.shared.handshake import CONTROL
 
     client = EngineClient(
         Settings(artifacts=tmp_path / "artifacts", arena_bytes=arena_bytes), "unused", "s", 0
@@ -150,7 +150,7 @@ def test_what_a_lane_cannot_finish_is_left_to_infer_with_nothing_sent_or_counted
         client.gate.refused(QueueFull("full", "m", "1", "forward", pace_s=0.1, drain_s=5.0))
         left.append(client.submit(_request(good), print))  # a closed gate: admit() decides
         client.gate = type(client.gate)()
-        from service.ipc.arena import ArenaFull
+        from service.shared.arena import ArenaFull
 
         held = []
         try:
@@ -161,7 +161,7 @@ def test_what_a_lane_cannot_finish_is_left_to_infer_with_nothing_sent_or_counted
         left.append(client.submit(_request(good), print))
         for lease in held:
             lease.release()
-        from service.engine.handshake import CONTROL
+        from service.shared.handshake import CONTROL
 
         CONTROL.pack_into(link.control, 0, 7, 1, 0)  # an engine not serving yet: a 503 to say
         left.append(client.submit(_request(good), print))

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from service.engine.lane_routes import LaneRoutes
-from service.ipc import frames, lane_frames, messages
-from service.ipc.arena import Region
-from service.ipc.contract import GetTable
 from service.native_host import import_host
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import Region
+from service.shared.contract import GetTable
 from support.program_fixtures import linear_relu_program  # noqa: F401
 
 _LENGTH = struct.Struct("<I")

@@ -17,7 +17,12 @@ SERVICE = Path(__file__).resolve().parents[2] / "service"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "processes and the etrt command",
-        ("service.__main__", "service.supervisor", "service.front", "service.app", "service.cli"),
+        (
+            "service.__main__",
+            "service.supervisor",
+            "service.front",
+            "service.cli",
+        ),
     ),
     (
         "protocols",
@@ -32,8 +37,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "service.dataplane",
             "service.engine",
             "service.shm",
-            "service.ipc.contract",
-            "service.engine.handshake",
+            "service.shared.contract",
+            "service.shared.handshake",
         ),
     ),
     ("backends", ("service.backends",)),
@@ -50,7 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "service.dtypes",
             "service.errors",
             "service.inline_policy",
-            "service.ipc",
+            "service.shared",
             "service.native_host",
             "service.oip",
             "service.prometheus",

@@ -29,7 +29,7 @@ from types import ModuleType
 from service import cuda as service_cuda
 from service.backends.tensorrt import BACKEND_ID
 from service.backends.tensorrt.cuda_driver import TensorRTError, cuda_driver
-from service.ipc.limits import ALIGNMENT
+from service.shared.limits import ALIGNMENT
 
 # Full TensorRT first: where both exist, it is the one the image was built and tested with.
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")

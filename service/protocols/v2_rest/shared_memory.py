@@ -15,10 +15,10 @@ import orjson
 from fastapi import APIRouter, Request
 
 from service.errors import Unavailable, clip, invalid
-from service.ipc.contract import Capability
 from service.protocols.bodies import read_body
 from service.protocols.http_errors import AUTH, responses
 from service.protocols.v2_rest.errors import V2Route
+from service.shared.contract import Capability
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 shared memory"])
 # A registration is a few fields; nothing larger is read.

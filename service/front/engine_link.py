@@ -1,5 +1,5 @@
 """A front's connection to the engine: its socket, the arena and control page that come with it,
-and the requests and calls waiting on answers (service/engine/client.py drives it).
+and the requests and calls waiting on answers (service/front/engine_client.py drives it).
 
 When the connection is lost, everything waiting on it fails with the client's EngineDown at once
 and its slots are abandoned with the arena, never reused: the old engine may still write them.
@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 
 from service.dtypes import BY_DATATYPE
-from service.engine.handshake import CONTROL
-from service.ipc import frames, lane_frames, messages
-from service.ipc.arena import Arena, Lease, align_up
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import Arena, Lease, align_up
+from service.shared.handshake import CONTROL
 
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
 
@@ -52,7 +52,7 @@ class Pending:
 
 class Relay:
     """A request whose answer goes to a callback, not a future: one the fronts' native path
-    took (service/protocols/front_lane.py). `on_answer(message)` gets the engine's answer as
+    took (service/front/native_path.py). `on_answer(message)` gets the engine's answer as
     received (messages.Done or messages.LaneDone), or None when the engine went away."""
 
     __slots__ = ("on_answer",)

@@ -2,8 +2,8 @@
 
 Protocols call the same methods on this as on an in-process ModelService (the interface
 contract.Dataplane declares), so no protocol knows which process runs the models. Inference is
-the hot path and has its own messages (service/engine/requests.py); every other method is one
-declared call (service/ipc/contract.py): a typed record, pickled, answered by the engine's one
+the hot path and has its own messages (service/front/engine_requests.py); every other method is one
+declared call (service/shared/contract.py): a typed record, pickled, answered by the engine's one
 handler for it.
 
 Losing the engine (it died; the supervisor restarts it) fails every request in flight with a
@@ -26,14 +26,13 @@ from typing import ClassVar
 from service.config import Settings
 from service.dataplane.scheduling.gate import Gate
 from service.dataplane.types import ModelTable
-from service.engine import handshake
-from service.engine.link import Link, Outage
-from service.engine.requests import EngineRequests
 from service.errors import Busy, ServiceError
+from service.front.engine_link import Link, Outage
+from service.front.engine_requests import EngineRequests
 from service.ingest.staging import StagedUpload, Staging, stage_files
-from service.ipc import contract as c
-from service.ipc import frames, messages
-from service.ipc.arena import Arena
+from service.shared import contract as c
+from service.shared import frames, handshake, messages
+from service.shared.arena import Arena
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class EngineClient(EngineRequests):
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
         self._outage = Outage()
         self.gate = Gate()  # refuses for full queues without crossing
-        # Requests the protocols' native path sent (service/protocols/front_lane.py), reported
+        # Requests the protocols' native path sent (service/front/native_path.py), reported
         # with the arena's usage.
         self.native_requests = 0
 
@@ -156,7 +155,7 @@ class EngineClient(EngineRequests):
             raise self.down()
         return link
 
-    # -- the declared calls (service/ipc/contract.py) -----------------------------------------
+    # -- the declared calls (service/shared/contract.py) -----------------------------------------
 
     async def _call(self, call: c.EngineCall):
         link = self._require()

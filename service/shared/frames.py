@@ -19,7 +19,7 @@ import marshal
 import struct
 from collections.abc import Callable
 
-from service.ipc import lane_frames
+from service.shared import lane_frames
 
 _LENGTH = struct.Struct("<I")
 _DONE_TAG = bytes([lane_frames.DONE_TAG])

@@ -14,12 +14,12 @@ import socket
 
 import uvicorn
 
-from service.app import create_app
 from service.config import decode_settings
-from service.engine.client import EngineClient
+from service.front.app import create_app
+from service.front.engine_client import EngineClient
 from service.ingest import child_guard
-from service.ipc.gc_tuning import tune_for_serving
 from service.protocols.http_transport import GatheringHttpToolsProtocol
+from service.shared.gc_tuning import tune_for_serving
 
 
 def main() -> None:

@@ -27,11 +27,11 @@ from service.dataplane.scheduling.gate import Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
 from service.dtypes import BY_DATATYPE
-from service.engine.link import Link, Pending, output_bytes
 from service.errors import Busy, QueueFull, ServiceError, TooLarge
-from service.ipc import frames, lane_frames, messages
-from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
-from service.ipc.contract import GetTable, ModelReady, RequestRefused
+from service.front.engine_link import Link, Pending, output_bytes
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
+from service.shared.contract import GetTable, ModelReady, RequestRefused
 from service.shm.refs import placeholder, to_wire
 
 _SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
@@ -75,7 +75,7 @@ def _lane_plan(entry, request: InferRequest, signature, asked: list[int]) -> Lan
 
 
 class EngineRequests:
-    """EngineClient's inference (service/engine/client.py keeps the link, table and calls)."""
+    """EngineClient's inference (service/front/engine_client.py keeps the link, table and calls)."""
 
     _link: Link | None
     _table: ModelTable
@@ -120,7 +120,7 @@ class EngineRequests:
 
     def native_path_link(self) -> Link | None:
         """The link to the engine while requests may go to it without this front's Python
-        (service/protocols/front_lane.py): it serves, and no full queue is on record here (the
+        (service/front/native_path.py): it serves, and no full queue is on record here (the
         gate's refusals are the Python path's to make)."""
         link = self._link
         if link is None or not link.alive or self.gate.any_closed:

@@ -6,7 +6,7 @@ started by this server's supervisor with the secret the supervisor gave both, an
 also checks the peer's uid. The front passes its arena's memfd with the request (SCM_RIGHTS);
 the engine answers with its control page (generation and readiness, read by every front).
 
-Both sides state the contract version they speak (service/ipc/contract.py): the engine refuses
+Both sides state the contract version they speak (service/shared/contract.py): the engine refuses
 a front of another version, saying both, and the front refuses an engine of another version
 (ContractMismatch), so neither misreads the other's messages.
 """
@@ -20,7 +20,7 @@ import secrets
 import socket
 import struct
 
-from service.ipc.contract import CONTRACT_VERSION
+from service.shared.contract import CONTRACT_VERSION
 
 CONTROL_BYTES = mmap.PAGESIZE
 # The control page: model-table generation, ready, serving (written by the engine, read by fronts).

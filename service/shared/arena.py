@@ -23,7 +23,7 @@ import os
 import etrt_front
 import numpy as np
 
-from service.ipc.limits import ALIGNMENT
+from service.shared.limits import ALIGNMENT
 
 # Free extents at least this large are returned to the kernel when freed.
 RETURN_BYTES = 4 * 1024 * 1024
@@ -92,7 +92,7 @@ class Lease:
 class Arena:
     """A front's arena and its allocator (one event loop uses it: no lock). The allocator is
     native (runtime_ext/front/slots.h), shared with the fronts' native path, which takes slots
-    for the requests it reads (service/protocols/front_lane.py)."""
+    for the requests it reads (service/front/native_path.py)."""
 
     def __init__(self, size: int):
         size = align_up(size, mmap.PAGESIZE)

@@ -13,7 +13,7 @@ import struct
 
 import etrt_front
 
-from service.ipc.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
+from service.shared.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
 
 INFER_TAG: int = etrt_front.LANE_INFER_TAG
 DONE_TAG: int = etrt_front.LANE_DONE_TAG

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from service.ipc.frames import CALL, CANCEL, DONE, INFER, LANE_DONE, NOTE, RESULT
+from service.shared.frames import CALL, CANCEL, DONE, INFER, LANE_DONE, NOTE, RESULT
 
 
 class Infer(NamedTuple):

@@ -5,7 +5,7 @@ the answer's encoding) is what bounds a front's throughput for small requests. S
 transport (http_transport.py) offers each request that arrives whole on an idle connection to
 the native path first: it reads the head and body of `POST /infer` and the v2 infer routes,
 checks them against this front's model table as the Python path does, writes the tensors into
-an arena slot and returns the engine's lane message (service/ipc/lane_frames.py); the engine's
+an arena slot and returns the engine's lane message (service/shared/lane_frames.py); the engine's
 answer becomes the HTTP answer there too. Python's part is sending the message and writing the
 answer. What the native path declines (anything it does not read exactly as the Python path
 would accept: errors, parameters, shared memory, tokens that do not check, non-finite JSON
@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from service.engine.link import Relay
 from service.errors import ServiceError
-from service.ipc import frames, messages
+from service.front.engine_link import Relay
 from service.protocols.http_errors import internal_error_response
 from service.protocols.lanes import LANE_BODY
+from service.shared import frames, messages
 
 log = logging.getLogger(__name__)
 

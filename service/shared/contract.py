@@ -7,7 +7,7 @@ of the engine that is not named here cannot be reached from a front. Inference h
 its own (messages.Infer, and the lane's in lane_frames.py), as it is the hot path.
 
 CONTRACT_VERSION names this set of calls, notes and messages (the lane's included). The front
-states it when it joins and the engine states its own in the answer (service/engine/handshake.py):
+states it when it joins and the engine states its own in the answer (service/shared/handshake.py):
 a front and an engine of different versions refuse each other, saying both versions, instead
 of misreading each other's messages. Change it with any change to a record, a message or the lane
 layout (tests/unit/test_contract.py holds a digest of them that fails until it is bumped).
@@ -37,7 +37,7 @@ class Capability(enum.Flag):
 
     NONE = 0
     # Requests cross to an engine process over a link and an arena: the fronts' native path
-    # (service/protocols/front_lane.py) may take requests from their bytes.
+    # (service/front/native_path.py) may take requests from their bytes.
     ENGINE_LINK = enum.auto()
     # Client shared memory regions can be registered (they live in the engine process).
     SHARED_MEMORY = enum.auto()
