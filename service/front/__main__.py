@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 
 import uvicorn
 
@@ -59,6 +60,8 @@ def main() -> None:
         )
     )
     server.run(sockets=[listener])
+    if not server.started:  # its startup failed (an engine of another contract, say): logged
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -273,3 +273,36 @@ def test_front_and_engine_of_one_version_join():
     listener.close()
     os.close(control)
     assert joined == [3] and pinned is True and len(page) == handshake.CONTROL_BYTES
+
+
+def test_a_front_whose_engine_speaks_another_version_fails_to_start(tmp_path):
+    """The front's client gives up at once (retrying cannot help) and start() says why, so the
+    front process exits and the supervisor reports it."""
+    name = handshake.new_socket_name()
+    listener = handshake.listen(name)
+    other = contract.CONTRACT_VERSION + 1
+
+    def engine():
+        sock, _ = listener.accept()
+        with sock:
+            _, fds, _, _ = socket.recv_fds(sock, 4096, 1)
+            for fd in fds:
+                os.close(fd)
+            refusal = {"ok": False, "contract": other, "error": "another build"}
+            sock.sendall(json.dumps(refusal).encode())
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    settings = Settings(artifacts=tmp_path / "artifacts", arena_bytes=1 << 20)
+    client = EngineClient(settings, name, "secret", 0)
+
+    async def start():
+        try:
+            await asyncio.wait_for(client.start(), 10)
+        finally:
+            await client.stop()
+
+    with pytest.raises(handshake.ContractMismatch, match=f"the engine {other}"):
+        asyncio.run(start())
+    thread.join(10)
+    listener.close()

@@ -211,3 +211,30 @@ def test_lazy_imports_count(tmp_path):
     assert _imports("service.ingest.x", module, {"service.backends.registry"}) == {
         "service.backends.registry"
     }
+
+
+def _rooms(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the two processes' rooms: the engine process imports nothing of the
+    fronts (service/front/, service/protocols/), and a front nothing of the engine's wiring
+    (service/engine/); what they share is in service/shared/ (docs/architecture-contract.md)."""
+    forbidden = {
+        "service.engine": ("service.front", "service.protocols"),
+        "service.front": ("service.engine",),
+        "service.protocols": ("service.engine", "service.front"),
+    }
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        for room, others in forbidden.items():
+            if source == room or source.startswith(room + "."):
+                wrong += [
+                    f"{source} imports {target}"
+                    for target in sorted(targets)
+                    if any(target == o or target.startswith(o + ".") for o in others)
+                ]
+    return wrong
+
+
+def test_each_process_imports_nothing_of_the_others_room():
+    assert _rooms(_graph()) == []
+    made_wrong = {"service.engine.calls": {"service.front.engine_client"}}
+    assert _rooms(made_wrong) == ["service.engine.calls imports service.front.engine_client"]
