@@ -12,7 +12,7 @@ connection gets a fresh one.
 
 Every 503 says when to come back (Retry-After) from what this front measured: an engine that is
 down, from how long its last start took; a full arena, from how long requests have recently held
-their slots (requests.py).
+their slots (engine_requests.py).
 """
 
 from __future__ import annotations

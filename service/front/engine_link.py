@@ -42,7 +42,7 @@ class Pending:
     def __init__(self, future: asyncio.Future, leases: list[Lease]):
         self.future = future
         self.leases = leases
-        self.lane = None  # sent as a lane request: how its answer reads (requests.LanePlan)
+        self.lane = None  # sent as a lane request: how its answer reads (engine_requests.LanePlan)
 
     def settle(self) -> None:
         for lease in self.leases:
