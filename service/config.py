@@ -37,10 +37,11 @@ class Settings:
     port: int = 8000
     # Protocol front processes sharing the ports, over one engine process (service/supervisor.py).
     workers: int = 1
-    # Shared memory per front for the tensors of its requests in flight (service/ipc/arena.py);
+    # Shared memory per front for the tensors of its requests in flight (service/shared/arena.py);
     # pinned for the GPU on CUDA hosts, so it is committed memory there.
     arena_bytes: int = 512 * MiB
-    # How far below the engine's CPU priority the fronts run (nice; service/front.py says why).
+    # How far below the engine's CPU priority the fronts run (nice; service/front/__main__.py
+    # says why).
     front_nice: int = 10
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001

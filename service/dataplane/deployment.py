@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from service.errors import (
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
 from service.inline_policy import InlinePolicy
-from service.ipc.arena import ALIGNMENT
+from service.shared.arena import ALIGNMENT
 from service.store import digests
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
@@ -158,18 +157,6 @@ class Deployment:
         start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
         return memoryview(buffer)[start : start + nbytes], None
 
-    async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
-        """Receives an upload (the transport's part: a form, a repository load, a folder), then
-        deploys it. Receiving belongs here so that uploads refused while they arrive (too large,
-        a malformed form) are counted like the ones ingest refuses."""
-        begun = time.perf_counter()
-        try:
-            upload = await receive()
-        except ServiceError as exc:
-            self.upload_refused(None, exc, time.perf_counter() - begun)
-            raise
-        return await self.deploy_staged(upload, time.perf_counter() - begun)
-
     def upload_refused(self, name: str | None, error: ServiceError, elapsed_s: float) -> None:
         """Counts and logs an upload that was refused before it was staged whole."""
         self._upload_finished(
@@ -186,7 +173,7 @@ class Deployment:
             elapsed_s,
         )
 
-    async def deploy_staged(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
+    async def deploy(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
         """Checks, stores and starts serving a staged upload (whose directory it consumes), then
         counts and logs the outcome; `received_s` is how long receiving it took."""
         begun = time.perf_counter() - received_s

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
 
 from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
@@ -32,12 +33,16 @@ from service.ingest import child_guard
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
 from service.native_host import import_host
+from service.shared.contract import Capability
 from service.store.storage import Storage
 
 log = logging.getLogger(__name__)
 
 
 class ModelService(Deployment, Inference, Repository):
+    # Everything runs in this process: no engine link, no client shared memory regions.
+    capabilities: ClassVar[Capability] = Capability.NONE
+
     def __init__(self, settings: Settings, keep_staging: bool = False):
         """`keep_staging`: an engine restarted under running fronts leaves the staging area to
         the uploads they are receiving."""
@@ -351,7 +356,7 @@ class ModelService(Deployment, Inference, Repository):
 
     def arena_usage(self, front: int, in_use: int, size: int, native: int = 0) -> None:
         """A front's report of its arena and of the requests its native path answered
-        (service/engine/client.py), for /metrics."""
+        (service/front/engine_client.py), for /metrics."""
         self.metrics.arena_usage(front, in_use, size, native)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from service.app import create_app
+from service.front.app import create_app
 from service.config import Settings
 from support import programs
 from support.program_fixtures import linear_relu_program  # noqa: F401

@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service import prometheus
-from service.app import create_app
 from service.config import Settings
 from service.dataplane import metrics
+from service.front.app import create_app
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
 from support.server import tensor, upload

@@ -29,12 +29,14 @@ from types import ModuleType
 from service import cuda as service_cuda
 from service.backends.tensorrt import BACKEND_ID
 from service.backends.tensorrt.cuda_driver import TensorRTError, cuda_driver
+from service.shared.limits import ALIGNMENT
 
 # Full TensorRT first: where both exist, it is the one the image was built and tested with.
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
 
-# TensorRT requires every bound address to be a multiple of this and does not check it.
-ADDRESS_ALIGNMENT = 256
+# TensorRT requires every bound address to be a multiple of this and does not check it: the
+# alignment every arena slot has (one definition, runtime_ext/common/contract_limits.h).
+ADDRESS_ALIGNMENT = ALIGNMENT
 
 # TensorRT DataType member names -> numpy dtype names the native host uses. INT4, FP4 and E8M0
 # have no ExecuTorch scalar type, so an engine binding them cannot be fed by a delegate call.
