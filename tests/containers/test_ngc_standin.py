@@ -62,6 +62,25 @@ def test_the_gate_refuses_another_tensorrt_before_downloading_anything(engine, n
     assert time.monotonic() - started < 120
 
 
+def test_a_base_without_tensorrt_is_refused_in_one_line_naming_the_fix(engine):
+    """ETRT_TENSORRT_VERSION on a base with no TensorRT module (a CPU Python image): the gate's
+    one line, not a traceback ending in ModuleNotFoundError."""
+    done = engine.build(
+        "localhost/etrt-test/etrt-server:refused",
+        DOCKERFILE,
+        REPO,
+        timeout=300,
+        BASE_IMAGE=containers.python_base(engine),
+        ETRT_TENSORRT_VERSION="11.1",
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    [line] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "no TensorRT Python module (tensorrt, tensorrt_lean" in line, line
+    assert "--build-arg BASE_IMAGE=nvcr.io/nvidia/tensorrt:" in line, line
+    assert "Traceback" not in output and "ModuleNotFoundError" not in output
+
+
 def test_the_image_builds_on_a_python_without_venv_or_headers(engine, ngc_base, gpu_image):
     probe = (
         "import importlib.util, sysconfig, os; "

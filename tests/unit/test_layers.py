@@ -17,7 +17,14 @@ SERVICE = Path(__file__).resolve().parents[2] / "service"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "processes and the etrt command",
-        ("service.__main__", "service.supervisor", "service.front", "service.app", "service.cli"),
+        (
+            "service.__main__",
+            "service.supervisor",
+            "service.front",
+            "service.app",
+            "service.cli",
+            "service.healthcheck",
+        ),
     ),
     (
         "protocols",
