@@ -21,6 +21,8 @@ from support.foreign_delegate import export_xnnpack_linear, xnnpack_linear_model
 from support.program_fixtures import linear_relu_program
 from support.server import REPO, tensor, upload
 
+pytestmark = pytest.mark.arm64
+
 ARM64_TAG = "localhost/etrt-test/etrt-server:cpu-arm64"
 ARM64_BUILD_TIMEOUT_S = 3600
 # Python under emulation starts its processes (supervisor, engine, fronts) several times slower.
