@@ -101,6 +101,9 @@ def test_the_server_starts_through_nvidia_entrypoint_and_sees_the_base_tensorrt(
         server = engine.run_server(gpu_image, volume)
         server.wait_ready()
         assert "TensorRT stand-in (NGC entrypoint)" in server.logs()
+        # The healthcheck finds the server behind NVIDIA's entrypoint, in the venv's Python.
+        check = engine.podman("healthcheck", "run", server.name, check=False)
+        assert check.returncode == 0, f"healthcheck failed: {check.stdout}{check.stderr}"
         with server.client() as client:
             assert client.get("/v2").json()["tensorrt_version"] == STANDIN_TENSORRT
             assert upload(client, "linear", linear_relu_program.pte).status_code == 201
