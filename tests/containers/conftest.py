@@ -18,6 +18,12 @@ from support.server import REPO
 CPU_TAG = "localhost/etrt-test/etrt-server:cpu"
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "arm64: the arm64 image under emulation (test_arm64_image.py; .ci/run times it)"
+    )
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/containers/" in str(item.fspath).replace(os.sep, "/"):

@@ -62,6 +62,25 @@ def test_the_gate_refuses_another_tensorrt_before_downloading_anything(engine, n
     assert time.monotonic() - started < 120
 
 
+def test_a_base_without_tensorrt_is_refused_in_one_line_naming_the_fix(engine):
+    """ETRT_TENSORRT_VERSION on a base with no TensorRT module (a CPU Python image): the gate's
+    one line, not a traceback ending in ModuleNotFoundError."""
+    done = engine.build(
+        "localhost/etrt-test/etrt-server:refused",
+        DOCKERFILE,
+        REPO,
+        timeout=300,
+        BASE_IMAGE=containers.python_base(engine),
+        ETRT_TENSORRT_VERSION="11.1",
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    [line] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert "no TensorRT Python module (tensorrt, tensorrt_lean" in line, line
+    assert "--build-arg BASE_IMAGE=nvcr.io/nvidia/tensorrt:" in line, line
+    assert "Traceback" not in output and "ModuleNotFoundError" not in output
+
+
 def test_the_image_builds_on_a_python_without_venv_or_headers(engine, ngc_base, gpu_image):
     probe = (
         "import importlib.util, sysconfig, os; "
@@ -82,6 +101,9 @@ def test_the_server_starts_through_nvidia_entrypoint_and_sees_the_base_tensorrt(
         server = engine.run_server(gpu_image, volume)
         server.wait_ready()
         assert "TensorRT stand-in (NGC entrypoint)" in server.logs()
+        # The healthcheck finds the server behind NVIDIA's entrypoint, in the venv's Python.
+        check = engine.podman("healthcheck", "run", server.name, check=False)
+        assert check.returncode == 0, f"healthcheck failed: {check.stdout}{check.stderr}"
         with server.client() as client:
             assert client.get("/v2").json()["tensorrt_version"] == STANDIN_TENSORRT
             assert upload(client, "linear", linear_relu_program.pte).status_code == 201

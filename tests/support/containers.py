@@ -28,6 +28,8 @@ from support.server import REPO, free_port
 IMAGES = REPO / "tests" / "containers" / "images"
 DEBIAN_IMAGE = "localhost/etrt-test/debian:bookworm"
 PYTHON_IMAGE = "localhost/etrt-test/python:3.11-slim"
+# The machine's own architecture, in Debian's and podman's spelling.
+NATIVE_ARCH = "amd64"
 # The certificates the host trusts beyond Debian's: a TLS-intercepting proxy's CA lives here, and
 # pip inside a build needs it.
 HOST_CA_CERTIFICATES = Path("/usr/local/share/ca-certificates")
@@ -67,14 +69,23 @@ class Engine:
         return int(self.podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
 
     def build(
-        self, tag: str, containerfile: Path, context: Path, timeout: float = 1800, **build_args
+        self,
+        tag: str,
+        containerfile: Path,
+        context: Path,
+        timeout: float = 1800,
+        platform: str | None = None,
+        **build_args,
     ) -> subprocess.CompletedProcess:
         """`podman build` as a user would run it, plus the sandbox's `--isolation chroot`.
 
         Docker format, because the OCI image format has no HEALTHCHECK and podman drops it.
+        A `platform` (linux/arm64) other than the machine's builds under qemu-user-static.
         Returns the finished process (not checked: refusals are tested too).
         """
         args = ["build", "--format", "docker", "--isolation", "chroot", "-f", str(containerfile)]
+        if platform:
+            args += ["--platform", platform]
         for name, value in build_args.items():
             args += ["--build-arg", f"{name}={value}"]
         before = self._image_id(tag)
@@ -91,12 +102,15 @@ class Engine:
         done = self.podman("image", "inspect", "--format", "{{.Id}}", image, check=False)
         return done.stdout.strip() if done.returncode == 0 else None
 
-    def run_server(self, image: str, volume: str, *server_args: str, **env: str) -> Container:
-        """A detached server container publishing free loopback ports for HTTP and gRPC."""
+    def run_server(
+        self, image: str, volume: str, *server_args: str, http_inside: int = 8000, **env: str
+    ) -> Container:
+        """A detached server container publishing free loopback ports for HTTP (the container's
+        `http_inside`, where the server was told to listen) and gRPC."""
         container = Container(self, f"etrt-test-{free_port()}", free_port(), free_port())
         args = ["run", "-d", "--name", container.name, "-v", f"{volume}:/artifacts"]
         env = {"ETRT_ADMIN_TOKEN": ADMIN_TOKEN, **env}
-        args += ["-p", f"127.0.0.1:{container.http_port}:8000"]
+        args += ["-p", f"127.0.0.1:{container.http_port}:{http_inside}"]
         args += ["-p", f"127.0.0.1:{container.grpc_port}:8001"]
         for name, value in env.items():
             args += ["-e", f"{name}={value}"]
@@ -183,27 +197,34 @@ def engine(workdir: Path, base_env: dict) -> Engine:
     return Engine(env, workdir)
 
 
-def debian_base(engine: Engine) -> str:
-    """Debian bookworm (minbase) from the host's apt sources, trusting the host's extra CAs."""
-    if engine.image_exists(DEBIAN_IMAGE):
-        return DEBIAN_IMAGE
+def debian_base(engine: Engine, arch: str = NATIVE_ARCH) -> str:
+    """Debian bookworm (minbase) from the host's apt sources, trusting the host's extra CAs.
+
+    Another architecture (arm64) is made the same way: mmdebstrap runs its packages' scripts
+    through qemu-user-static, which binfmt_misc must have registered (`emulation_missing`).
+    """
+    image = DEBIAN_IMAGE if arch == NATIVE_ARCH else f"{DEBIAN_IMAGE}-{arch}"
+    if engine.image_exists(image):
+        return image
     if shutil.which("mmdebstrap") is None:
-        raise AssertionError(f"mmdebstrap is needed to make {DEBIAN_IMAGE}: {INSTALL_HINT}")
-    rootfs = engine.workdir / "debian-rootfs.tar"
+        raise AssertionError(f"mmdebstrap is needed to make {image}: {INSTALL_HINT}")
+    rootfs = engine.workdir / f"debian-rootfs-{arch}.tar"
     hooks = []
     if HOST_CA_CERTIFICATES.is_dir() and any(HOST_CA_CERTIFICATES.iterdir()):
         hooks += ["--customize-hook", f"copy-in {HOST_CA_CERTIFICATES} /usr/local/share"]
     hooks += ["--customize-hook", 'chroot "$1" update-ca-certificates']
-    subprocess.run(
-        ["mmdebstrap", "--variant=minbase", "--include=ca-certificates", *hooks]
+    done = subprocess.run(
+        ["mmdebstrap", "--variant=minbase", f"--architectures={arch}"]
+        + ["--include=ca-certificates", *hooks]
         + ["bookworm", str(rootfs), *_host_apt_sources()],
-        check=True,
         capture_output=True,
-        timeout=900,
+        text=True,
+        timeout=1800,
     )
-    engine.podman("import", str(rootfs), DEBIAN_IMAGE, timeout=300)
+    assert done.returncode == 0, f"mmdebstrap ({arch}) failed:\n{done.stderr[-4000:]}"
+    engine.podman("import", "--arch", arch, str(rootfs), image, timeout=300)
     rootfs.unlink()
-    return DEBIAN_IMAGE
+    return image
 
 
 def _host_apt_sources() -> list[str]:
@@ -216,19 +237,22 @@ def _host_apt_sources() -> list[str]:
     return [str(f) for f in files]
 
 
-def local_image(engine: Engine, name: str, containerfile: str, **build_args: str) -> str:
+def local_image(
+    engine: Engine, name: str, containerfile: str, platform: str | None = None, **build_args: str
+) -> str:
     """An image from tests/containers/images/, built once and kept in podman's store.
 
-    Its tag names a digest of the recipe (every file there, and the build arguments), so a
-    changed recipe is built again instead of a stale image being re-used.
+    Its tag names a digest of the recipe (every file there, the platform and the build
+    arguments), so a changed recipe is built again instead of a stale image being re-used.
     """
-    recipe = hashlib.sha256(json.dumps(sorted(build_args.items())).encode())
+    pins = sorted(build_args.items()) + ([("platform", platform)] if platform else [])
+    recipe = hashlib.sha256(json.dumps(pins).encode())
     for path in sorted(IMAGES.iterdir()):
         recipe.update(path.name.encode() + path.read_bytes())
     tag = f"{name}-{recipe.hexdigest()[:12]}"
     if engine.image_exists(tag):
         return tag
-    done = engine.build(tag, IMAGES / containerfile, IMAGES, **build_args)
+    done = engine.build(tag, IMAGES / containerfile, IMAGES, platform=platform, **build_args)
     assert done.returncode == 0, f"building {tag} failed:\n{done.stderr[-6000:]}"
     return tag
 
@@ -245,3 +269,31 @@ def python_base(engine: Engine) -> str:
         pass
     debian = debian_base(engine)
     return local_image(engine, PYTHON_IMAGE, "python-slim.Containerfile", DEBIAN=debian)
+
+
+def python_base_for(engine: Engine, arch: str) -> str:
+    """The python:3.11-slim stand-in for another architecture, on a Debian base of that
+    architecture (no pull: the one name would hold either architecture's image)."""
+    debian = debian_base(engine, arch)
+    return local_image(
+        engine,
+        f"{PYTHON_IMAGE}-{arch}",
+        "python-slim.Containerfile",
+        platform=f"linux/{arch}",
+        DEBIAN=debian,
+    )
+
+
+def emulation_missing(arch: str) -> str | None:
+    """Why binaries of `arch` cannot run here, or None: qemu-user-static registered with
+    binfmt_misc (with the F flag, so it works inside containers and chroots)."""
+    qemu = {"arm64": "aarch64"}[arch]
+    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{qemu}"
+    if not entry.exists():
+        return f"qemu-{qemu} is not registered with binfmt_misc: {INSTALL_HINT}"
+    lines = entry.read_text().splitlines()
+    if "enabled" not in lines:
+        return f"qemu-{qemu} is registered but disabled: update-binfmts --enable qemu-{qemu}"
+    if not any(line.startswith("flags:") and "F" in line for line in lines):
+        return f"qemu-{qemu} is registered without the F flag: use Debian's qemu-user-static"
+    return None

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "service.supervisor",
             "service.front",
             "service.cli",
+            "service.healthcheck",
         ),
     ),
     (
