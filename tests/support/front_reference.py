@@ -148,7 +148,7 @@ class _Message:
         self.url += url
 
     def on_header(self, name, value):
-        self.headers.append((name.lower(), value))
+        self.headers.append((name.lower(), value.rstrip(b" \t")))  # as uvicorn keeps them
 
     def on_headers_complete(self):
         parser = self.parser  # uvicorn's cycle takes keep-alive here, before the body
