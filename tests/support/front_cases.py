@@ -263,7 +263,7 @@ def _body(rng: random.Random, odd: bool):
         if outputs is not None:
             document["outputs"] = outputs
         if rng.random() < 0.4:
-            document["id"] = rng.choice(["r-1", "", "a b/c", "x" * 40, "é", 7])
+            document["id"] = rng.choice(["r-1", "", "a b/c", "x" * 40, "é", 7, 'q"', "\\", None])
         if rng.random() < 0.1:
             document["parameters"] = rng.choice([{}, None, {"binary_data_output": True}])
         path = f"/v2/models/{entry.model}/infer"
@@ -331,7 +331,11 @@ def _head(path: str, body: bytes, header: str | None, rng: random.Random, token,
     if rng.random() < 0.2:
         fields.append(("Connection", rng.choice(["keep-alive", "close", "Keep-Alive, close", "x"])))
     if token is not None and rng.random() < 0.95:
-        value = rng.choice([f"Bearer {token}", f"bearer  {token}", f"Bearer {token} ", "Bearer x"])
+        value = rng.choice(
+            [f"Bearer {token}", f"bearer  {token}", f"Bearer {token} ", "Bearer x",
+             f"Bearer \t{token}", f"Bearer\t{token}", f"BEARER {token}\t", f"Basic {token}",
+             f"Bearer {token}x", f" Bearer {token}", "Bearer"]
+        )  # fmt: skip
         fields.append(("Authorization", value))
     rng.shuffle(fields)
     method, version, label = "POST", "HTTP/1.1", ""

@@ -87,6 +87,10 @@ TABLE = [
     Entry("huge", "1", True, 0, {
         "forward": _method(16, "forward", [("input_0", "FP32", [MAX_DIM, MAX_DIM], True)],
                            [("output_0", "FP32", [MAX_DIM], True)])}),
+    Entry("scalar", "1", True, 0, {
+        "forward": _method(18, "forward", [("input_0", "FP64", [], False),
+                                           ("input_1", "BOOL", [0], False)],
+                           [("output_0", "INT32", [], False), ("output_1", "FP32", [0], False)])}),
     Entry("batch", "1", True, 4, {
         "forward": _method(17, "forward", [("input_0", "FP32", [4, 3], True)],
                            [("output_0", "FP32", [4, 2], True)])}),
