@@ -13,16 +13,12 @@ import struct
 
 import numpy as np
 
+from service.dtypes import carrier_of
 from support.front_reference import MAX_DIM, TABLE
 
 _INT_RANGES = {
     "UINT8": (0, 255), "INT8": (-128, 127), "INT16": (-(2**15), 2**15 - 1),
     "INT32": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1),
-}  # fmt: skip
-_CARRIERS = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-    "BF16": np.uint16,
 }  # fmt: skip
 _FLOAT_SPECIALS = [
     0.0, -0.0, 1.0, -1.5, 0.1, 1e-7, 5e-324, 1e-45, 1.4e-45, 1.17549435e-38,
@@ -127,7 +123,7 @@ def _odd_value(datatype: str, rng: random.Random):
 
 
 def _binary_bytes(datatype: str, count: int, rng: random.Random) -> bytes:
-    size = np.dtype(_CARRIERS[datatype]).itemsize
+    size = carrier_of(datatype).itemsize
     if datatype == "BOOL":
         return bytes(rng.choice((0, 1, 1, 0, 0, 1, 0, 1, 0, 2)) for _ in range(count))
     return rng.randbytes(count * size)
@@ -436,7 +432,7 @@ def case(rng: random.Random, token: str | None) -> tuple[bytes, str]:
 def answer_array(datatype: str, shape: list[int], rng: random.Random) -> np.ndarray:
     """An engine's output: every bit pattern of the datatype is possible (NaN payloads, -0,
     subnormals, infinities), sometimes only the values JSON writes as numbers."""
-    carrier = np.dtype(_CARRIERS[datatype])
+    carrier = carrier_of(datatype)
     count = int(np.prod(shape)) if shape else 1
     if datatype == "BOOL":
         array = np.array([rng.random() < 0.5 for _ in range(count)], np.bool_)
