@@ -79,7 +79,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
         http_errors.clip_access_log()
         await service.start()
         try:
-            async with grpc_listener(service, settings, [TokenInterceptor(policy)]):
+            async with grpc_listener(service, settings, [TokenInterceptor(policy)], policy):
                 yield
         finally:
             offload.close()

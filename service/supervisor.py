@@ -150,6 +150,13 @@ class Supervisor:
             settings.grpc_port,
             settings.workers,
         )
+        # The only PIDs in the log were the fronts' (uvicorn's), and killing a front restarts it:
+        # say which process is the server and how to stop it.
+        log.info(
+            "server pid %d: stop it with Ctrl-C or `kill %d` (SIGTERM drains, then stops)",
+            os.getpid(),
+            os.getpid(),
+        )
         engine.start({"ETRT_ENGINE_READY_FD": str(ready_write)})
         os.close(ready_write)
         engine.pass_fds = (lock.fileno(),)

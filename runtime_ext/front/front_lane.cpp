@@ -213,10 +213,14 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
       return false;
     }
     output.shape.resize(ndim);
-    std::memcpy(output.shape.data(), payload + at, 8 * ndim);
+    if (ndim > 0) std::memcpy(output.shape.data(), payload + at, 8 * ndim);  // 0-dim: no data()
     at += 8 * ndim;
+    // Its bytes must lie in the arena; a product that does not fit in 64 bits is refused before
+    // it wraps into a small count.
     uint64_t nbytes = info_of(found->second.method->outputs[output.index].datatype).size;
-    for (int64_t d : output.shape) nbytes *= static_cast<uint64_t>(d);
+    for (int64_t d : output.shape) {
+      if (d < 0 || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes)) return false;
+    }
     if (offset > slots_->size() || nbytes > slots_->size() - offset) return false;
     output.data = arena_ + offset;
   }

@@ -31,6 +31,13 @@ class Keys {
   size_t count_ = 0;
 };
 
+// Whether a JSON input's element count can be its data's: a list of n values takes at least 2n
+// characters. Bounds its byte count by the body's size, so that sums of them cannot wrap.
+bool fits_its_data(const GivenInput& input) {
+  return input.data_begin == nullptr ||
+         input.count <= static_cast<uint64_t>(input.data_end - input.data_begin) / 2;
+}
+
 // The text of the list at the reader, skipped past.
 bool list_text(JsonReader& reader, const char*& begin, const char*& end) {
   if (reader.peek() != JsonReader::Kind::Array) return false;
@@ -123,7 +130,7 @@ bool native_input(JsonReader& reader, GivenInput& input) {
       return false;
     }
   }
-  return !reader.failed() && seen.complete() && seen.data;
+  return !reader.failed() && seen.complete() && seen.data && fits_its_data(input);
 }
 
 // An input's v2 "parameters": only binary_data_size (anything else is the Python path's).
@@ -165,7 +172,8 @@ bool v2_input(JsonReader& reader, GivenInput& input, int64_t& binary_size) {
     }
   }
   // Binary or JSON data, never both nor neither.
-  return !reader.failed() && input.named && seen.complete() && (seen.data != (binary_size >= 0));
+  return !reader.failed() && input.named && seen.complete() && (seen.data != (binary_size >= 0)) &&
+         fits_its_data(input);
 }
 
 bool v2_output(JsonReader& reader, std::pair<std::string_view, int8_t>& output) {
@@ -341,7 +349,11 @@ bool read_v2(const char* body, size_t size, const std::string_view* binary_heade
     if (binary_sizes[i] < 0) continue;
     if (binary_header == nullptr) return false;
     uint64_t nbytes = static_cast<uint64_t>(binary_sizes[i]);
-    if (nbytes > left - at || nbytes != input.count * input.datatype->size) return false;
+    // Divided, not multiplied: count x size may not fit in 64 bits ([2^30, 2^30, 4] FP32).
+    uint64_t size_of = input.datatype->size;
+    if (nbytes > left - at || nbytes % size_of != 0 || nbytes / size_of != input.count) {
+      return false;
+    }
     input.bytes = payload + at;
     if (input.datatype->type == Datatype::Bool) {
       for (uint64_t b = 0; b < nbytes; ++b) {

@@ -13,6 +13,7 @@ Slots::Slots(uint64_t size, void* base, uint64_t return_bytes)
 }
 
 std::optional<Slot> Slots::allocate(uint64_t nbytes) {
+  if (nbytes > size_) return std::nullopt;  // also keeps align_up from wrapping
   uint64_t size = align_up(std::max<uint64_t>(nbytes, 1));
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < size) continue;

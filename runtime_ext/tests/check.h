@@ -47,10 +47,12 @@ inline bool contains(const std::string& text, const std::string& part) {
     }                                                                               \
   } while (0)
 
-// CHECK that `text` (a std::string) contains `part`, printing the text when it does not.
+// CHECK that `text` (a std::string) contains `part`, printing the text when it does not. The text
+// is copied: `text` may name a member of a temporary (`read(m).status().reason`), which a
+// reference would outlive (lane_test aborted under ASan on exactly that).
 #define CHECK_CONTAINS(text, part)                                                        \
   do {                                                                                    \
-    const std::string& ethost_text_ = (text);                                             \
+    const std::string ethost_text_ = (text);                                              \
     if (!::ethost_test::contains(ethost_text_, (part))) {                                 \
       std::fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
                    ethost_text_.c_str(), std::string(part).c_str());                      \

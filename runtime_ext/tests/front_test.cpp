@@ -2,14 +2,21 @@
 // reader's strictness, the numbers' layout, the request bodies against a method's tensors, and
 // the allocator of the arena. (tests/unit/test_front_lane.py compares it with the Python path.)
 #include "check.h"
+#include "front_lane.h"
 #include "front_requests.h"
 #include "http_head.h"
 #include "json_numbers.h"
 #include "json_reader.h"
 #include "slots.h"
+#include "wire.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 using namespace etrt_front;
 
@@ -36,6 +43,67 @@ MethodEntry method() {
     m.outputs.push_back(output);
   }
   return m;
+}
+
+// A front over a 64 KiB arena serving model "m": method() with a scalar output "count" added.
+struct Front {
+  Front() : lane(config(), slots, arena.data(), control) {
+    auto table = std::make_shared<FrontTable>();
+    table->generation = 1;
+    auto entry = std::make_shared<ModelEntry>();
+    entry->version = "1";
+    MethodEntry m = method();
+    TensorSpec count;
+    count.name = "count";
+    count.datatype = Datatype::I64;
+    count.tensor = false;
+    m.outputs.push_back(count);
+    entry->methods.emplace(m.name, m);
+    table->versions[{"m", "1"}] = entry;
+    table->defaults["m"] = entry;
+    lane.publish(table);
+  }
+
+  static FrontConfig config() {
+    FrontConfig c;
+    c.max_native_body = c.max_v2_body = c.max_json = 1 << 16;
+    return c;
+  }
+
+  // Takes a native request for [2, 8] floats: its slot starts at 0, its room at 256.
+  uint64_t take() {
+    std::string body =
+        R"({"model": "m", "inputs": [{"shape": [2, 8], "datatype": "FP32", "data": [)"
+        R"(0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]})";
+    std::string http = "POST /infer HTTP/1.1\r\ncontent-length: " + std::to_string(body.size()) +
+                       "\r\n\r\n" + body;
+    FrontLane::Taken taken;
+    CHECK(lane.take(http.data(), http.size(), taken) == FrontLane::Take::Taken);
+    return taken.id;
+  }
+
+  // The engine's answer to `id` as the front reads it (the length prefix left out).
+  bool answer(uint64_t id, std::vector<ethost::lane::WireOutput> outputs, std::string& out) {
+    std::string message;
+    ethost::lane::append_answer(message, id, outputs.data(), outputs.size());
+    bool keep_alive = true;
+    return lane.answer_lane(id, reinterpret_cast<const uint8_t*>(message.data()) + 4,
+                            message.size() - 4, "", out, keep_alive);
+  }
+
+  std::vector<uint8_t> arena = std::vector<uint8_t>(64 * 1024);
+  std::shared_ptr<Slots> slots = std::make_shared<Slots>(64 * 1024, nullptr, 1 << 30);
+  uint64_t control[3] = {1, 1, 1};  // generation, ready, serving
+  FrontLane lane;
+};
+
+ethost::lane::WireOutput wire_output(uint32_t index, uint64_t offset, std::vector<int64_t> dims) {
+  ethost::lane::WireOutput output;
+  output.index = index;
+  output.offset = offset;
+  output.ndim = static_cast<uint32_t>(dims.size());
+  std::copy(dims.begin(), dims.end(), output.dims.begin());
+  return output;
 }
 
 }  // namespace
@@ -152,4 +220,67 @@ TEST(slots_are_aligned_first_fit_and_coalesce) {
   slots.free(*c);
   CHECK(slots.in_use() == 0 && slots.free_extents().size() == 1);
   CHECK(!slots.allocate(17 * 256));
+}
+
+// Fuzzing found these (issue 36); corpus files of the same names under runtime_ext/fuzz/corpus/.
+
+TEST(regress_wrapping_byte_count_of_a_binary_input_is_refused) {
+  // [2^30, 2^30, 4] FP32 is 2^64 bytes: multiplied in 64 bits it was 0, and 0 bytes were taken.
+  const std::string header =
+      R"({"inputs": [{"name": "x", "shape": [1073741824, 1073741824, 4], "datatype": "FP32",)"
+      R"( "parameters": {"binary_data_size": 0}}]})";
+  std::string length_text = std::to_string(header.size());
+  std::string_view declared(length_text);
+  GivenRequest request;
+  CHECK(!read_v2(header.data(), header.size(), &declared, 1 << 20, request));
+}
+
+TEST(regress_wrapping_json_count_is_refused) {
+  // The same count with JSON data: its bytes would have been 0, its values written past them.
+  const std::string body =
+      R"({"inputs": [{"name": "x", "shape": [1073741824, 1073741824, 4], "datatype": "FP32",)"
+      R"( "data": [1, 2]}]})";
+  GivenRequest request;
+  CHECK(!read_v2(body.data(), body.size(), nullptr, 1 << 20, request));
+  GivenRequest native;
+  std::string native_body = R"({"model": "m", "inputs": [{"shape": [1073741824, 1073741824, 4],)"
+                            R"( "datatype": "FP32", "data": [1]}]})";
+  CHECK(!read_native(native_body.data(), native_body.size(), native));
+  GivenRequest fits;  // as many values as the shape says: still taken
+  std::string exact =
+      R"({"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1,2]}]})";
+  CHECK(read_v2(exact.data(), exact.size(), nullptr, 1 << 20, fits));
+}
+
+TEST(regress_wrapping_answer_size_is_refused) {
+  Front front;
+  uint64_t id = front.take();
+  std::string out;
+  // 2^62 FP32 values: 2^64 bytes wrapped to 0 and passed the arena check, then were read.
+  CHECK(!front.answer(id, {wire_output(0, 256, {int64_t{1} << 62, 1})}, out));
+  CHECK(!front.answer(id, {wire_output(0, 256, {-1, 4})}, out));           // negative: as large
+  CHECK(!front.answer(id, {wire_output(0, 64 * 1024 - 8, {1, 4})}, out));  // past the arena
+  CHECK(out.empty() && front.lane.pending() == 1);
+  CHECK(front.answer(id, {wire_output(0, 256, {1, 4})}, out));
+  CHECK_CONTAINS(out, R"("shape":[1,4],"datatype":"FP32","data":[0.0,0.0,0.0,0.0])");
+  CHECK(front.lane.pending() == 0 && front.slots->in_use() == 0);
+}
+
+TEST(regress_zero_dim_output_is_answered) {
+  // A scalar output has no dimensions: its shape was copied with memcpy(nullptr, ..., 0) (UB,
+  // found by UBSan; this case fails under the sanitized build if it comes back).
+  Front front;
+  uint64_t id = front.take();
+  int64_t seven = 7;
+  std::memcpy(front.arena.data() + 512, &seven, sizeof(seven));
+  std::string out;
+  CHECK(front.answer(id, {wire_output(0, 256, {2}), wire_output(2, 512, {})}, out));
+  CHECK_CONTAINS(out, R"({"name":"count","shape":[],"datatype":"INT64","data":[7]})");
+}
+
+TEST(regress_a_slot_larger_than_the_arena_is_refused) {
+  // Rounding 2^64 - 1 up to the alignment wrapped to 0: a slot of no bytes was handed out.
+  Slots slots(16 * 256, nullptr, 1 << 30);
+  CHECK(!slots.allocate(UINT64_MAX) && !slots.allocate(16 * 256 + 1));
+  CHECK(slots.allocate(16 * 256) && slots.in_use() == 16 * 256);
 }

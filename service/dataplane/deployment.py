@@ -34,6 +34,7 @@ from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
 from service.inline_policy import InlinePolicy
 from service.ipc.arena import ALIGNMENT
+from service.store import digests
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
 
@@ -63,8 +64,15 @@ class _OpenFailed(Exception):
 
 class Deployment:
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        """Opens a version's instances and runs its warmups on them (WarmupFailed if one
-        fails): a version serves only warmed."""
+        """Checks a version's files against their recorded digests (DigestMismatch), opens its
+        instances and runs its warmups on them (WarmupFailed if one fails): a version serves
+        only verified and warmed."""
+        try:
+            check = digests.verify(stored)
+        except digests.DigestMismatch:
+            self.metrics.digest_checked(stored.name, "mismatch")
+            raise
+        self.metrics.digest_checked(stored.name, "ok", check.seconds)
         pool = self.metrics.open_pool(
             stored.name,
             lambda: ModelPool(
@@ -105,9 +113,16 @@ class Deployment:
                 reason = version_stored.description.not_runnable
                 if reason is None:
                     try:
-                        pool = await asyncio.to_thread(self._open_pool, version_stored)
+                        pool = await asyncio.get_running_loop().run_in_executor(
+                            self._loader, self._open_pool, version_stored
+                        )
                     except WarmupFailed as failed:  # stored, and unavailable with why
                         reason = str(failed)
+                    except digests.DigestMismatch as changed:  # likewise, whatever the load
+                        log.error(
+                            "model %s version %d is unavailable: %s", entry.name, version, changed
+                        )
+                        reason = str(changed)
                     except Exception as exc:
                         if version in strict:
                             raise _OpenFailed(version_stored, exc) from exc

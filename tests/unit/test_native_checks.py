@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.unit_programs import arena_programs
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -45,27 +47,8 @@ def test_python_passes_ruff_lint_and_format():
     assert formatted.returncode == 0, formatted.stdout[-4000:] + formatted.stderr[-2000:]
 
 
-def _arena_programs(programs_dir: Path, folder: Path) -> Path:
-    """The programs arenas_test, device_inputs_test and plan_reader_test read
-    (ETHOST_TEST_PROGRAMS): host-planned, CUDA-planned, and with inputs left out of planning
-    (on the CPU, and TensorRT-delegated)."""
-    from support.programs import export_linear_relu
-    from support.trt_models import DEVICE_PLANNED_SET
-    from support.trt_programs import export_trt_program
-
-    folder.mkdir(exist_ok=True)
-    (folder / "cpu.pte").symlink_to(export_linear_relu(programs_dir, alignment=256).pte)
-    device = export_trt_program(programs_dir, *DEVICE_PLANNED_SET[0], device_planned=True)
-    (folder / "device.pte").symlink_to(device.pte)
-    unplanned = export_linear_relu(programs_dir, alignment=256, planned_inputs=False)
-    (folder / "unplanned.pte").symlink_to(unplanned.pte)
-    trt = export_trt_program(programs_dir, "add", 256, planned_inputs=False)
-    (folder / "trt_unplanned.pte").symlink_to(trt.pte)
-    return folder
-
-
 def test_cpp_unit_tests_pass_under_ctest(tmp_path, programs_dir):
-    programs = _arena_programs(programs_dir, tmp_path / "arena_programs")
+    programs = arena_programs(programs_dir, tmp_path / "arena_programs")
     build = REPO / "build" / "unit"
     configure = _run(
         [

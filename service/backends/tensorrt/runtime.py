@@ -273,6 +273,9 @@ class TensorRTEngineProvider:
                     "location": cuda_engine.get_tensor_location(name).name.lower(),
                     "profile_min": profile_min,
                     "profile_max": profile_max,
+                    # Refused by the delegate and at ingest: it cannot feed a tensor's values
+                    # to TensorRT's shape inference.
+                    "shape_tensor": bool(cuda_engine.is_shape_inference_io(name)),
                 }
             )
         memory = getattr(cuda_engine, "device_memory_size_v2", None)

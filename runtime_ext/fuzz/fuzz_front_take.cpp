@@ -1,0 +1,81 @@
+// The front's native path over a connection's bytes (FrontLane::take): heads with any framing,
+// any body, requests pipelined back to back with extra bytes after them, with and without a
+// bearer token. Every request it takes consumed bytes it was given, and its lane message reads
+// back (the engine's reader, wire.h) with its inputs one after another before its room, inside
+// the arena; then its slot is freed.
+#include "front_fixture.h"
+#include "wire.h"
+
+#include <cstring>
+#include <vector>
+
+using namespace etrt_front;
+using fuzz_fixture::require;
+
+namespace {
+
+const MethodEntry* method_of(uint32_t route) {
+  static std::shared_ptr<const FrontTable> table = fuzz_fixture::table();
+  for (const auto& [key, entry] : table->versions) {
+    for (const auto& [name, method] : entry->methods) {
+      if (method.route == route) return &method;
+    }
+  }
+  return nullptr;
+}
+
+void check_message(const FrontLane::Taken& taken) {
+  auto message = ethost::lane::read_request(reinterpret_cast<const uint8_t*>(taken.message.data()),
+                                            taken.message.size());
+  require(message.ok(), "its lane message reads back");
+  const ethost::lane::InferRequest& lane = message.value();
+  require(lane.request_id == taken.id, "under its id");
+  uint64_t room_end = lane.room_offset + lane.room_size;
+  require(lane.room_offset <= room_end && room_end <= fuzz_fixture::kArenaBytes,
+          "its room lies in the arena");
+  const MethodEntry* method = method_of(lane.route);
+  require(method != nullptr && lane.input_count == method->inputs.size(), "a route's inputs");
+  uint64_t end = lane.inputs[0].offset;
+  for (size_t i = 0; i < lane.input_count; ++i) {
+    const ethost::lane::WireInput& input = lane.inputs[i];
+    uint64_t nbytes = info_of(method->inputs[i].datatype).size;
+    for (size_t d = 0; d < input.ndim; ++d) {
+      require(input.dims[d] >= 0, "dimensions are sizes");
+      require(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(input.dims[d]), &nbytes),
+              "an input's byte count fits in 64 bits");
+    }
+    require(input.offset >= end && input.offset <= lane.room_offset &&
+                nbytes <= lane.room_offset - input.offset,
+            "its inputs lie one after another before its room");
+    end = input.offset + nbytes;
+  }
+}
+
+// Takes what it can of `data`, as a connection's bytes; then every slot must be back.
+void take_all(fuzz_fixture::Front& front, const std::vector<char>& data) {
+  size_t at = 0;
+  for (int request = 0; request < 8 && at < data.size(); ++request) {
+    FrontLane::Taken taken;
+    if (front.lane->take(data.data() + at, data.size() - at, taken) != FrontLane::Take::Taken) {
+      break;
+    }
+    require(taken.consumed > 0 && taken.consumed <= data.size() - at, "it took bytes it had");
+    at += taken.consumed;
+    check_message(taken);
+    Protocol protocol;
+    bool keep_alive;
+    require(front.lane->release(taken.id, protocol, keep_alive), "it is pending until released");
+  }
+  require(front.lane->pending() == 0 && front.slots->in_use() == 0, "every slot came back");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
+  static fuzz_fixture::Front open;
+  static fuzz_fixture::Front guarded("secret");  // for the inputs that carry a token
+  std::vector<char> data(bytes, bytes + size);   // its own block: reading past it is a finding
+  take_all(open, data);
+  if (size > 0 && memmem(bytes, size, "uthorization", 12) != nullptr) take_all(guarded, data);
+  return 0;
+}
