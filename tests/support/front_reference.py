@@ -87,6 +87,9 @@ TABLE = [
     Entry("huge", "1", True, 0, {
         "forward": _method(16, "forward", [("input_0", "FP32", [MAX_DIM, MAX_DIM], True)],
                            [("output_0", "FP32", [MAX_DIM], True)])}),
+    Entry("wrap", "1", True, 0, {  # 2^30 x 2^30 x 4 FP32: 2^64 bytes, 0 in 64 bits
+        "forward": _method(19, "forward", [("input_0", "FP32", [2**30, 2**30, 4], True)],
+                           [("output_0", "FP32", [4], True)])}),
     Entry("scalar", "1", True, 0, {
         "forward": _method(18, "forward", [("input_0", "FP64", [], False),
                                            ("input_1", "BOOL", [0], False)],

@@ -20,6 +20,7 @@ import time
 
 import etrt_front
 import numpy as np
+import pytest
 
 from service.dtypes import carrier_of
 from service.ipc import lane_frames
@@ -204,3 +205,27 @@ def test_an_empty_output_asked_as_binary_data_is_a_binary_answer_on_both_paths()
     answer = _one(raw)
     assert b"\r\ninference-header-content-length: " in answer
     assert b'"shape":[0,3],"parameters":{"binary_data_size":0}' in answer
+
+
+def test_a_binary_byte_count_past_64_bits_is_declined_as_the_python_path_refuses_it():
+    """Shape [2^30, 2^30, 4] FP32 is 2^64 bytes, 0 once wrapped in 64 bits: a binary_data_size
+    of 0 must not match it (found by libFuzzer, docs/contributing-fuzzing.md; here through
+    both paths)."""
+    header = json.dumps(
+        {"inputs": [{"name": "input_0", "datatype": "FP32", "shape": [2**30, 2**30, 4],
+                     "parameters": {"binary_data_size": 0}}]}
+    ).encode()  # fmt: skip
+    raw = (
+        b"POST /v2/models/wrap/infer HTTP/1.1\r\nHost: t\r\nContent-Length: "
+        + str(len(header)).encode()
+        + b"\r\nInference-Header-Content-Length: "
+        + str(len(header)).encode()
+        + b"\r\n\r\n"
+        + header
+    )
+    arena = Arena(1 << 20)
+    control = np.array([GENERATION, 1, 1], np.uint64)
+    assert _lanes(arena, control)[None].take(raw) is None
+    with pytest.raises(Refused, match="binary_data_size 0 does not match"):
+        python_take(raw, LIMITS, None)
+    assert arena.in_use == 0
