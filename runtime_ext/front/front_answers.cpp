@@ -198,6 +198,7 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
   }
   body.append(",\"outputs\":[");
   uint64_t binary_bytes = 0;
+  bool any_binary = false;  // an empty output sent as binary data is still a binary answer
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Output& output = outputs[i];
     const TensorSpec& spec = specs[output.index];
@@ -214,6 +215,7 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
       append_uint(body, nbytes);
       body.append("}}");
       binary_bytes += nbytes;
+      any_binary = true;
     } else {
       body.append(",\"data\":");
       append_json_data(body, spec.datatype, output.data, count_of(output.shape));
@@ -221,7 +223,7 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
     }
   }
   body.append("]}");
-  if (binary_bytes == 0) {
+  if (!any_binary) {
     append_head(out, default_headers, {}, "application/json", body.size(), plan.keep_alive);
     out.append(body);
     return;

@@ -127,8 +127,11 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._parsing = False  # uvicorn's parser is inside a request
         self._gone = False
         self._close_after = False
+        self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
 
     def data_received(self, data: bytes) -> None:
+        if self._bad_request is not None:  # the parser has failed: nothing more is read
+            return
         if self._native is not None:  # answered first: the connection's order
             self._held += data
             if len(self._held) > _HELD_AT_MOST:
@@ -304,7 +307,23 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self._sink = None  # longer than its room: the reader is told the usual way
         HttpToolsProtocol.on_body(self, body)
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refuses. Bytes that follow a whole request
+        (received, maybe running already) are answered after that request's answer, as the
+        native path answers them (RFC 9112: answers in the order of the requests; bytes that
+        are no request get a 400 and the connection closes); uvicorn would write the 400 at once
+        and close, and the client would never get the answer of a request that ran."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._bad_request = msg
+            self.flow.pause_reading()
+            return
+        HttpToolsProtocol.send_400_response(self, msg)
+
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.
         self.transport.flush()
         super().on_response_complete()
+        if self._bad_request is not None and self.cycle.response_complete:  # the last one
+            if not self.transport.is_closing():  # else closed after the answer, as it asked
+                HttpToolsProtocol.send_400_response(self, self._bad_request)

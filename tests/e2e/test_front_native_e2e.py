@@ -249,3 +249,56 @@ def test_a_client_leaving_frees_its_slot_and_connection_close_is_kept(served):
     while any(in_use()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert in_use() and not any(in_use())
+
+
+def _exchange(server, raw: bytes, count: int, split: bool) -> tuple[list[bytes], bool]:
+    """(the first `count` answers to `raw`, whether the server closed the connection after)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        if split:  # the native path declines a head cut short: uvicorn's parser reads it all
+            sock.sendall(raw[:25])
+            time.sleep(0.05)
+            sock.sendall(raw[25:])
+        else:
+            sock.sendall(raw)
+        answers = _answers(sock, count)
+        sock.settimeout(2)
+        try:
+            closed = sock.recv(1) == b""
+        except TimeoutError:
+            closed = False
+    return answers, closed
+
+
+def test_framing_is_answered_alike_by_both_paths(served):
+    """Bytes after a whole request, pipelining and a request cut short, sent in one piece (the
+    native path reads the first request) and with the head cut short (uvicorn's parser reads
+    everything): the same answers, in the same order, and the connection closed alike. A whole
+    request followed by bytes that are no request is answered (RFC 9112: each request gets its
+    answer, in order), then the bytes get a 400 and the connection closes; the Python path used
+    to answer only the 400, dropping the answer of a request that had run."""
+    server, x = served
+    cases = _cases(x)
+    whole = cases["native JSON"]
+    framings = {
+        "garbage after": (whole + b"GARBAGE\r\n\r\n", [b"200", b"400"], True),
+        "a stray CRLF and garbage": (whole + b"\r\nx", [b"200", b"400"], True),
+        "pipelined": (whole + cases["v2 binary"], [b"200", b"200"], False),
+        "pipelined, then garbage": (
+            whole + cases["v2 JSON"] + b"\x00\xff",
+            [b"200"] * 2 + [b"400"],
+            True,
+        ),
+        "connection: close, then garbage": (cases["connection: close"] + b"x", [b"200"], True),
+    }
+    for name, (raw, statuses, closes) in framings.items():
+        got = {split: _exchange(server, raw, len(statuses), split) for split in (False, True)}
+        for split, (answers, closed) in got.items():
+            assert [a.split(b" ")[1] for a in answers] == statuses, (name, split, answers)
+            assert closed == closes, (name, split)
+        assert got[False][0] == got[True][0], (name, got)
+    # A request cut short and left: nothing is answered on either path, nothing is held.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(whole[:-5])
+        sock.settimeout(1)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)

@@ -69,6 +69,19 @@ def test_the_gate_opens_once_the_queue_would_have_drained():
     assert all(gate.admit("m", "1", "forward", "native") is None for _ in range(20))
 
 
+def test_a_drained_refusal_no_longer_counts_though_nobody_asked_for_its_queue_again():
+    """A long-lived server's native path stayed off for good after a flood on one model with a
+    bounded queue (issue 36): the record outlived its queue's drain until that model was asked
+    for again, and any_closed keeps every front's native path closed."""
+    gate, clock = closed_gate()
+    assert gate.any_closed
+    clock.now += DRAIN * 0.9
+    assert gate.any_closed
+    clock.now += DRAIN * 0.2
+    assert not gate.any_closed
+    assert gate.admit("m", "1", "forward", "native") is None
+
+
 def test_a_new_refusal_closes_it_again_with_the_new_pace():
     gate, clock = closed_gate()
     clock.now += 2.5 * PACE

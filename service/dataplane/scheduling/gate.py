@@ -94,7 +94,14 @@ class Gate:
 
     @property
     def any_closed(self) -> bool:
-        """Whether any queue's refusal is on record."""
+        """Whether any queue's refusal is on record and its queue not drained yet. A drained
+        record is forgotten here too, not only when its queue is asked for again (admit):
+        after a flood on one model nobody may ask for it, and the record would keep the
+        front's native path (EngineRequests.lane_link) closed for every model for good."""
+        if self._closed:
+            now = self._clock()
+            for key in [key for key, closed in self._closed.items() if closed.opened(now)]:
+                del self._closed[key]
         return bool(self._closed)
 
     def refused(self, refusal: QueueFull) -> None:

@@ -149,8 +149,9 @@ def check_consumed(payload: memoryview | None, offset: int) -> None:
 
 
 def output_bytes(array: np.ndarray) -> memoryview:
-    """The array's bytes, little-endian and C-ordered, as a view where it already is."""
+    """The array's bytes, little-endian and C-ordered, as a view where it already is (flat
+    first: memoryview cannot cast a shape with a 0 in it, an empty output)."""
     array = np.ascontiguousarray(array)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    return memoryview(array).cast("B")
+    return memoryview(array.reshape(-1)).cast("B")
