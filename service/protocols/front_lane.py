@@ -16,7 +16,6 @@ request taken here is written from the protocol's own error response.
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections.abc import Callable
 
@@ -27,8 +26,6 @@ from service.errors import ServiceError
 from service.ipc import frames
 from service.protocols.http_errors import internal_error_response
 from service.protocols.lanes import LANE_BODY
-
-log = logging.getLogger(__name__)
 
 
 def _entries(table) -> list:
@@ -161,10 +158,11 @@ class FrontLane:
             error = self._client.engines_error(pickle.loads(message[3]))
             if isinstance(error, ServiceError):
                 return self._renderers[protocol](error)
-            log.error("inference failed in the engine: %s", error)
-        else:  # an answer the native path could not write (none should be)
-            log.error("the native path could not write the answer to request %r", message[1])
-        return internal_error_response()
+            return internal_error_response(f"inference failed in the engine: {error}")
+        # An answer the native path could not write (none should be).
+        return internal_error_response(
+            f"the native path could not write the answer to request {message[1]!r}"
+        )
 
     def _header_bytes(self, default_headers: list) -> bytes:
         # uvicorn replaces its list (date, server) once a second: joined once per list.

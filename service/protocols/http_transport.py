@@ -216,8 +216,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             cancel = lane(cycle.scope, body, Reply(self, cycle))
         except Exception:  # a fault of the server's own, answered as the ASGI way's 500 guard does
             scope = cycle.scope
-            log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
-            HttpToolsProtocol._start_asgi_task(self, cycle, internal_error_response())
+            what = f"unexpected error serving {scope['method']} {clip(scope['path'])}"
+            response = internal_error_response(what, exc_info=True)
+            HttpToolsProtocol._start_asgi_task(self, cycle, response)
             return
         if cancel is None:  # not taken: the ASGI way, with the body where uvicorn keeps it
             HttpToolsProtocol._start_asgi_task(self, cycle, app)
