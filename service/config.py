@@ -40,6 +40,14 @@ class Settings:
     # Shared memory per front for the tensors of its requests in flight (service/shared/arena.py);
     # pinned for the GPU on CUDA hosts, so it is committed memory there.
     arena_bytes: int = 512 * MiB
+    # Request bodies still arriving may hold this much of a front's arena per client address
+    # (service/protocols/arriving.py); a body's share grows with the bytes that came.
+    max_client_arriving_bytes: int = 256 * MiB
+    # nginx's client_header_timeout and client_body_timeout (service/protocols/read_timeouts.py).
+    header_timeout_s: float = 60.0
+    body_timeout_s: float = 60.0
+    # Open connections per front (uvicorn's limit_concurrency: past it, 503).
+    max_connections: int = 1000
     # How far below the engine's CPU priority the fronts run (nice; service/front/__main__.py
     # says why).
     front_nice: int = 10
@@ -171,6 +179,36 @@ _OPTIONS = (
         _size,
         "shared memory per front process for the tensors of requests in flight (pinned on CUDA "
         "hosts); a request needing more is refused with 413",
+    ),
+    (
+        "--max-client-arriving-bytes",
+        "ETRT_MAX_CLIENT_ARRIVING_BYTES",
+        "max_client_arriving_bytes",
+        _size,
+        "arena bytes the request bodies still arriving from one client address may hold per "
+        "front; past it that client's next body gets 503",
+    ),
+    (
+        "--header-timeout",
+        "ETRT_HEADER_TIMEOUT",
+        "header_timeout_s",
+        float,
+        "seconds a request's head may take to arrive whole; then 408 and close",
+    ),
+    (
+        "--body-timeout",
+        "ETRT_BODY_TIMEOUT",
+        "body_timeout_s",
+        float,
+        "seconds a request's body may go without progress; then 408, its memory "
+        "freed and the connection closed",
+    ),
+    (
+        "--max-connections",
+        "ETRT_MAX_CONNECTIONS",
+        "max_connections",
+        int,
+        "open HTTP connections (and requests in progress) per front process; past it, 503",
     ),
     (
         "--grpc-port",
@@ -453,6 +491,10 @@ def parse_settings(
         "workers",
         "arena_bytes",
         "shm_max_regions",
+        "max_client_arriving_bytes",
+        "header_timeout_s",
+        "body_timeout_s",
+        "max_connections",
     ):
         if getattr(settings, attr) <= 0:
             parser.error(f"{_flag(attr)} must be positive")

@@ -8,7 +8,9 @@ act on every problem of a request at once.
 
 from __future__ import annotations
 
+import logging
 import math
+import secrets
 from dataclasses import dataclass
 
 from service import rules
@@ -126,7 +128,26 @@ class Forbidden(ServiceError):
 
 
 class ExecutionFailed(ServiceError):
-    """The program failed for a reason that is not the request's fault (the server's own)."""
+    """The program failed for a reason that is not the request's fault (the server's own).
+    Made by server_fault, so that its answer carries the id of the log line with its cause."""
+
+
+_faults = logging.getLogger("service.errors")
+
+
+def error_id() -> str:
+    """A short random id that ties a 500's answer to the server's log line about its cause: a
+    client reporting the 500 quotes it, an operator finds the cause by it."""
+    return secrets.token_hex(6)
+
+
+def server_fault(what: str, cause: str) -> ExecutionFailed:
+    """An ExecutionFailed for `what` (e.g. "executing 'm' method 'forward'"), its `cause` logged
+    at ERROR in the process that saw it, under the id its answer carries."""
+    ident = error_id()
+    _faults.error("server fault (error id %s): %s failed: %s", ident, what, cause)
+    message = f"{what} failed on the server's side (error id {ident}): {cause}"
+    return ExecutionFailed(message, [Problem(None, rules.SERVER_INTERNAL, message)])
 
 
 SHOWN_PROBLEMS = 3  # in a refusal's error string; the problems list has every one

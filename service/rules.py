@@ -33,6 +33,7 @@ NO_ROUTE = Answer("", 404, 404, "UNIMPLEMENTED")
 NO_METHOD = Answer("", 405, 405, "UNIMPLEMENTED")
 HTTP_OTHER = Answer("", 400, 400, "")
 INTERNAL = Answer("", 500, 500, "INTERNAL")
+TIMED_OUT = Answer("", 408, 408, "")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ REQUEST_PRIORITY = _rule(
     "request.priority", REFUSED, "a priority that is no integer within the model's levels"
 )
 REQUEST_TOO_LARGE = _rule("request.too_large", TOO_LARGE, "the body crossed its size limit")
+REQUEST_TIMEOUT = _rule(
+    "request.timeout", TIMED_OUT, "the request's head or body stopped arriving (read timeouts)"
+)
 SERVER_INTERNAL = _rule(
     "server.internal", INTERNAL, "the server's own fault (details only in the server log)"
 )

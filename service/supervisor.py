@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from service import auth
 from service.config import Settings, encode_settings
+from service.protocols import fair_accept
 from service.shared import handshake
 from service.store.lock import acquire
 
@@ -132,12 +133,18 @@ class Supervisor:
             base_env,
             (lock.fileno(), ready_write),
         )
+        loads = fair_accept.new_loads_fd(settings.workers)
         fronts = [
             _Child(
                 f"front {i}",
                 [*python, "service.front"],
-                {**base_env, "ETRT_FRONT_ID": str(i), "ETRT_HTTP_FD": str(http.fileno())},
-                (http.fileno(),),
+                {
+                    **base_env,
+                    "ETRT_FRONT_ID": str(i),
+                    "ETRT_HTTP_FD": str(http.fileno()),
+                    fair_accept.LOADS_FD: str(loads),
+                },
+                (http.fileno(), loads),
             )
             for i in range(settings.workers)
         ]

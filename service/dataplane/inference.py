@@ -28,13 +28,13 @@ from service.dataplane.types import InferRequest, InferResponse, MethodSignature
 from service.errors import (
     Busy,
     DeadlineExceeded,
-    ExecutionFailed,
     Invalid,
     NotFound,
     ServiceError,
     Unavailable,
     clip,
     input_problem,
+    server_fault,
 )
 
 # The service's logger: operators filter its upload and access lines by this name.
@@ -196,7 +196,7 @@ class Inference:
             try:
                 results, rows, infer_ns = scheduler.run_now(arrays, into)
             except (ValueError, RuntimeError) as exc:
-                raise _execution_error(exc, model, method) from None
+                raise _execution_error(exc, model, method, route.signature, arrays) from None
             executed = time.perf_counter_ns()
             answer = [(name, datatype, results[index]) for index, name, datatype in outputs]
         except ServiceError as exc:
@@ -363,7 +363,7 @@ class Inference:
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except (ValueError, RuntimeError) as exc:
-            raise _execution_error(exc, model, method) from None
+            raise _execution_error(exc, model, method, signature, arrays) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
         response = _response(request, served.version, signature, selected, results)
@@ -404,9 +404,13 @@ def _most_bytes(served: Served, method: str) -> list:
     return [spec.get("nbytes", math.inf) for spec in served.pool.meta(method)["outputs"]]
 
 
-def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:
+def _execution_error(
+    exc: Exception, model: str, method: str, signature: MethodSignature, arrays: list
+) -> ServiceError:
     """What an execute's failure means for the client: the host's own input validation
-    (ethost.InputError, a ValueError), a kernel refusing the inputs, or a real failure."""
+    (ethost.InputError, a ValueError), a kernel or delegate refusing the inputs, or a real
+    failure. A refusal names the shapes sent: a delegate's reason may not (XNNPACK's does not),
+    and it names the one input of a one-input method."""
     if isinstance(exc, ValueError):
         label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
         return input_problem(label, rules.INPUT_INVALID, str(exc))
@@ -415,9 +419,12 @@ def _execution_error(exc: Exception, model: str, method: str) -> ServiceError:
         # One line per refused input: the host captures ExecuTorch's own lines instead of
         # printing them, so this is the only trace of it in the log.
         log.warning("infer model=%r method=%r outcome=input_rejected: %s", model, method, reason)
+        names = signature.input_names()
+        sent = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(names, arrays))
         return input_problem(
-            None,
+            names[0] if len(names) == 1 else None,
             rules.INPUT_REJECTED,
-            f"model {model!r} method {method!r} rejected the inputs while executing: {reason}",
+            f"model {model!r} method {method!r} rejected the inputs ({sent}) while executing: "
+            f"{reason}",
         )
-    return ExecutionFailed(f"executing {model!r} method {method!r} failed: {kernel_reason(exc)}")
+    return server_fault(f"executing {model!r} method {method!r}", kernel_reason(exc))

@@ -20,6 +20,7 @@ from service.front.app import create_app
 from service.front.engine_client import EngineClient
 from service.ingest import child_guard
 from service.protocols.http_transport import GatheringHttpToolsProtocol
+from service.protocols.read_timeouts import ReadTimeouts
 from service.shared.gc_tuning import tune_for_serving
 
 
@@ -46,6 +47,9 @@ def main() -> None:
     app = create_app(settings, client, offload_workers)
     listener = socket.socket(fileno=int(os.environ["ETRT_HTTP_FD"]))
     tune_for_serving()
+    GatheringHttpToolsProtocol.timeouts = ReadTimeouts(
+        settings.header_timeout_s, settings.body_timeout_s
+    )
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -57,6 +61,7 @@ def main() -> None:
             proxy_headers=False,
             log_level=settings.log_level,
             access_log=settings.access_log,
+            limit_concurrency=settings.max_connections,
         )
     )
     server.run(sockets=[listener])

@@ -13,6 +13,7 @@ from service.dataplane.service import ModelService
 from service.front.native_path import NativePath
 from service.inline_policy import InlinePolicy
 from service.protocols import docs_page, http_errors, lanes
+from service.protocols.arriving import ArrivingBodies
 from service.protocols.fast_routes import FastRoutes
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
@@ -97,6 +98,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     )
     app.state.service = service
     app.state.offload = offload
+    app.state.arriving = ArrivingBodies(settings.max_client_arriving_bytes)
 
     def guarded(endpoint):
         # Without an inference token these paths check nothing: no layer to pass through.

@@ -16,7 +16,6 @@ request taken here is written from the protocol's own error response.
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections.abc import Callable
 
@@ -27,8 +26,6 @@ from service.front.engine_link import Relay
 from service.protocols.http_errors import internal_error_response
 from service.protocols.lanes import LANE_BODY
 from service.shared import frames, messages
-
-log = logging.getLogger(__name__)
 
 
 def _entries(table) -> list:
@@ -161,12 +158,11 @@ class NativePath:
             error = self._client.engines_error(pickle.loads(message.payload))
             if isinstance(error, ServiceError):
                 return self._renderers[protocol](error)
-            log.error("inference failed in the engine: %s", error)
-        else:  # an answer the native path could not write (none should be)
-            log.error(
-                "the native path could not write the answer to request %r", message.request_id
-            )
-        return internal_error_response()
+            return internal_error_response(f"inference failed in the engine: {error}")
+        # An answer the native path could not write (none should be).
+        return internal_error_response(
+            f"the native path could not write the answer to request {message.request_id!r}"
+        )
 
     def _header_bytes(self, default_headers: list) -> bytes:
         # uvicorn replaces its list (date, server) once a second: joined once per list.

@@ -39,6 +39,7 @@ from service.errors import (
     Unauthorized,
     Unavailable,
     clip,
+    error_id,
     retry_after_seconds,
 )
 from service.protocols.disconnect import ClientDisconnected, log_aborted
@@ -132,10 +133,15 @@ def error_body(message: str, rule: str) -> dict:
     return {"error": message, "problems": [{"file": None, "rule": rule, "message": message}]}
 
 
-def internal_error_response() -> JSONResponse:
-    """The one answer to a fault of the server's own, on every HTTP route."""
+def internal_error_response(what: str, exc_info=None) -> JSONResponse:
+    """The one answer to a fault of the server's own, on every HTTP route: its cause logged at
+    ERROR (with `exc_info`'s traceback) under an id the answer carries, never the cause itself,
+    which may hold the server's paths or data."""
+    ident = error_id()
+    log.error("server fault (error id %s): %s", ident, what, exc_info=exc_info)
     return ErrorResponse(
-        error_body("internal server error", rules.SERVER_INTERNAL), status_code=500
+        error_body(f"internal server error (error id {ident})", rules.SERVER_INTERNAL),
+        status_code=500,
     )
 
 
@@ -206,8 +212,8 @@ class UnexpectedErrors:
         except Exception:
             if started:  # half an answer is on the wire: only closing the connection is honest
                 raise
-            log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
-            await internal_error_response()(scope, receive, send)
+            what = f"unexpected error serving {scope['method']} {clip(scope['path'])}"
+            await internal_error_response(what, exc_info=True)(scope, receive, send)
 
 
 class _ClipArguments(logging.Filter):

@@ -41,6 +41,13 @@ from service.protocols.bodies import BODY_INTO, RESPOND, BodySink
 from service.protocols.disconnect import log_aborted
 from service.protocols.http_errors import internal_error_response
 from service.protocols.lanes import LANE_BODY, Reply
+from service.protocols.read_timeouts import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    ReadClock,
+    ReadTimeouts,
+    timeout_answer,
+)
 
 # Above this, the parts are handed to the transport as they are rather than joined into one
 # buffer (a copy that would cost more than the calls it saves).
@@ -113,8 +120,14 @@ class _GatheringTransport:
 
 
 class GatheringHttpToolsProtocol(HttpToolsProtocol):
+    # Read timeouts (service/protocols/read_timeouts.py); set by the app's settings.
+    timeouts = ReadTimeouts(HEADER_TIMEOUT_S, BODY_TIMEOUT_S)
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_GatheringTransport(transport, self.loop))
+        self._reading = ReadClock(self)
+        self._reading.head_begins()
+        self._eof = False  # the client half-closed: answer what it sent, then close
         self._sink: BodySink | None = None  # the body arriving now goes here
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
         self._lane_for = getattr(self.app, "lane_for", None)  # the app's lanes, if it has any
@@ -130,6 +143,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
 
     def data_received(self, data: bytes) -> None:
+        self._reading.progressed()
         if self._bad_request is not None:  # the parser has failed: nothing more is read
             return
         if self._native is not None:  # answered first: the connection's order
@@ -152,6 +166,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                 log.exception("the native path failed on a request; the Python path takes it")
                 taken = None
             if taken is not None:
+                self._reading.stop()
                 consumed, self._native = taken
                 self._unset_keepalive_if_required()
                 self._held = data[consumed:]
@@ -168,7 +183,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         )
         self.transport.write_now(answer)
         self.server_state.total_requests += 1
-        if not keep_alive or self._close_after:
+        if not keep_alive or self._close_after or (self._eof and not self._held):
             self.transport.close()
             return
         self.timeout_keep_alive_task = self.loop.call_later(
@@ -187,6 +202,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._parsing = True
+        self._reading.head_begins()
         HttpToolsProtocol.on_message_begin(self)
 
     def _start_asgi_task(self, cycle, app) -> None:
@@ -204,6 +220,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._parsing = False
+        self._reading.stop()
         HttpToolsProtocol.on_message_complete(self)
         waiting = self._waiting
         if waiting is not None and waiting[0] is self.cycle:
@@ -219,8 +236,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             cancel = lane(cycle.scope, body, Reply(self, cycle))
         except Exception:  # a fault of the server's own, answered as the ASGI way's 500 guard does
             scope = cycle.scope
-            log.exception("unexpected error serving %s %s", scope["method"], clip(scope["path"]))
-            HttpToolsProtocol._start_asgi_task(self, cycle, internal_error_response())
+            what = f"unexpected error serving {scope['method']} {clip(scope['path'])}"
+            response = internal_error_response(what, exc_info=True)
+            HttpToolsProtocol._start_asgi_task(self, cycle, response)
             return
         if cancel is None:  # not taken: the ASGI way, with the body where uvicorn keeps it
             HttpToolsProtocol._start_asgi_task(self, cycle, app)
@@ -244,6 +262,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc) -> None:
         HttpToolsProtocol.connection_lost(self, exc)
+        self._reading.stop()
         self._gone = True
         if self._native is not None:  # nobody reads its answer: the engine need not make it
             self._front_lane.cancel(self._native)
@@ -257,6 +276,39 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_headers_complete(self)
         self.scope["extensions"] = self._extensions
         self._sink = None
+        self._reading.body_begins()
+
+    def eof_received(self) -> bool:
+        """A half-close (the client's shutdown(SHUT_WR)) ends what it sends, not what it reads:
+        when what it sent is whole requests, the transport stays open for their answers and
+        closes after them. (uvicorn's returns None, which closes the transport at once: no
+        answer.)"""
+        self._eof = True
+        self._reading.stop()
+        if self._parsing or self._idle():
+            # A request cut short can never complete (its reader sees the disconnect), and
+            # nothing else waits for an answer: closed, as uvicorn closes it.
+            return False
+        return True
+
+    def _idle(self) -> bool:
+        """Nothing of the client's waits for an answer (nor will: it sent no more)."""
+        return (
+            self._native is None
+            and not self._held
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and self._waiting is None
+            and self._in_flight is None
+        )
+
+    def timed_out(self, what: str) -> None:
+        """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the
+        connection closes; the request's reader sees a disconnect and frees what it holds."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            self.transport.write_now(timeout_answer(what, self.timeouts))
+        self.transport.close()
 
     def _body_into(self, scope: dict, view, filled: int) -> BodySink | None:
         """None when the body arriving now is not that request's: a pipelined request's came
@@ -323,6 +375,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.
         self.transport.flush()
+        if self._eof and not self.pipeline and not self._parsing:
+            self.transport.close()
         super().on_response_complete()
         if self._bad_request is not None and self.cycle.response_complete:  # the last one
             if not self.transport.is_closing():  # else closed after the answer, as it asked

@@ -171,6 +171,8 @@ def decode(datatype: str, shape, data, label: str) -> np.ndarray:
             f"{', '.join(DATATYPES)}"
         )
     check_shape(shape, label)
+    if isinstance(data, np.ndarray):  # read from the text already (json_spans), as `shape`
+        return data
     values = _flat_values(data, shape, label)
     count = math.prod(shape)
     if len(values) != count:

@@ -18,7 +18,6 @@ goes away meanwhile cancels the engine request, which the scheduler drops if it 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from service import auth
@@ -29,7 +28,6 @@ from service.protocols.http_errors import internal_error_response
 # The largest body a lane takes: what arrives in one read, and what the v2 binary reader takes
 # as it comes rather than into an arena slot of its own (transport.SMALL_BODY).
 LANE_BODY = 64 * 1024
-log = logging.getLogger(__name__)
 
 # lane(scope, body, reply): what cancels the request it took, or None (not taken).
 Lane = Callable[[dict, bytes, "Reply"], Callable[[], None] | None]
@@ -76,13 +74,8 @@ class Reply:
             self.asgi(render(error))
             return
         scope = self._cycle.scope
-        log.error(
-            "unexpected error serving %s %s",
-            scope["method"],
-            clip(scope["path"]),
-            exc_info=(type(error), error, error.__traceback__),
-        )
-        self.asgi(internal_error_response())
+        what = f"unexpected error serving {scope['method']} {clip(scope['path'])}"
+        self.asgi(internal_error_response(what, (type(error), error, error.__traceback__)))
 
     def asgi(self, app) -> None:
         """The answer `app` gives, sent through the request's cycle as an ASGI app's is."""

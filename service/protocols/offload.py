@@ -9,7 +9,9 @@ Small bodies are cheaper to handle inline than to ship: `parse`, `write` and `sl
 the server's InlinePolicy (service/inline_policy.py), which holds every such threshold.
 
 The workers are spawned (never forked: the server has native threads) on first use and replaced
-if one dies; a call that lost its worker answers 503.
+if one dies; a call that lost its worker answers 503. They hold on to the memory of the largest
+request they decoded (Python's allocator keeps its arenas), so once no call has come for
+IDLE_S they exit, and the next large request spawns them again (about a second on 2 cores).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from service.ingest import child_guard
 from service.inline_policy import InlinePolicy
 
 log = logging.getLogger(__name__)
+# Seconds without a call after which the workers exit.
+IDLE_S = 60.0
 
 
 def _worker_setup() -> None:
@@ -38,10 +42,18 @@ def _worker_setup() -> None:
 
 
 class Offload:
-    def __init__(self, workers: int | None = None, policy: InlinePolicy | None = None):
+    def __init__(
+        self,
+        workers: int | None = None,
+        policy: InlinePolicy | None = None,
+        idle_s: float = IDLE_S,
+    ):
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
         self.policy = policy or InlinePolicy()
+        self.idle_s = idle_s
         self._pool: ProcessPoolExecutor | None = None
+        self._calls = 0  # in flight
+        self._idle: asyncio.TimerHandle | None = None
 
     async def parse(self, function: Callable, text, *args):
         """function(text, *args): a JSON parse, inline for a small text."""
@@ -72,19 +84,37 @@ class Offload:
 
     async def call(self, function: Callable, *args):
         pool = self._executor()
+        loop = asyncio.get_running_loop()
+        self._calls += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+            return await loop.run_in_executor(pool, function, *args)
         except BrokenProcessPool:
             log.error("a JSON worker process died; starting new ones")
             if self._pool is pool:
                 self._pool = None
                 pool.shutdown(wait=False, cancel_futures=True)
             raise Unavailable("the worker decoding this request stopped; retry") from None
+        finally:
+            self._calls -= 1
+            if self._calls == 0:
+                if self._idle is not None:
+                    self._idle.cancel()
+                self._idle = loop.call_later(self.idle_s, self._retire)
+
+    def _retire(self) -> None:
+        """The workers exit once idle (their memory with them); a new call spawns others."""
+        self._idle = None
+        if self._calls == 0 and self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.shutdown(wait=False)
 
     def close(self) -> None:
         """At shutdown: waits for the workers to exit, so their processes and the pool's
         semaphores are released before the server exits (not leaked to the resource tracker,
         which would warn about them); a decode still running finishes first."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -7,6 +7,15 @@ load may carry several versions) are written in one transaction, so a crash leav
 of them. Anything on disk that no row points at is a leftover of an interrupted upload, replace
 or delete, and startup reconciliation removes it.
 
+Crash safety of the registry itself is SQLite's rollback journal (`registry.sqlite3-journal`,
+synchronous=FULL): a transaction's journal exists while it runs, and a process killed inside one
+leaves it behind as a "hot" journal, which the next connection to write rolls back and deletes
+before it reads. The store opens the registry, takes its write lock (which does that recovery),
+runs SQLite's quick_check and migrates before the server serves anything, so a journal seen
+right after a kill -9 is the last upload's interrupted transaction, undone at that open; one
+seen later belongs to a transaction in progress. A registry that fails the check stops the
+start (RegistryCorrupt) rather than serving from it.
+
 The registry's form is versioned (PRAGMA user_version, SCHEMA_VERSION): a registry written by
 an earlier release is migrated in place when the store opens, in one transaction, and one written
 by a later release is refused rather than misread.
@@ -56,6 +65,10 @@ class NameTaken(Exception):
 
 
 class RegistryTooNew(Exception):
+    pass
+
+
+class RegistryCorrupt(Exception):
     pass
 
 
@@ -320,7 +333,12 @@ def _missing_files(model: StoredModel) -> list[str]:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Creates the registry, or brings one written by an earlier release to SCHEMA_VERSION."""
+    """Creates the registry, or brings one written by an earlier release to SCHEMA_VERSION;
+    checked first (under the write lock: any hot journal has been rolled back by then)."""
+    problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        shown = "; ".join(problems[:3])
+        raise RegistryCorrupt(f"the registry fails SQLite's quick_check: {shown}")
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise RegistryTooNew(

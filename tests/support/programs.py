@@ -229,6 +229,26 @@ def export_dynamic_batch(out_dir: Path) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+DYNAMIC_WIDE_FEATURES = 32
+
+
+def export_dynamic_wide(out_dir: Path, xnnpack: bool = False) -> ExportedProgram:
+    """relu(Linear(32, 8)) on [batch, 32], batch dynamic (1..DYNAMIC_BATCH_MAX): the method's
+    upper bound [16, 32] does not say which dimension varies, so [4, 16] passes the host's
+    bound and only the kernels (or XNNPACK's graph, `xnnpack`) can refuse it."""
+    torch = _seeded()
+    module = torch.nn.Sequential(torch.nn.Linear(DYNAMIC_WIDE_FEATURES, 8), torch.nn.ReLU())
+    inputs = (torch.randn(3, DYNAMIC_WIDE_FEATURES),)
+    batch = torch.export.Dim("batch", min=1, max=DYNAMIC_BATCH_MAX)
+    pte, ptds = _export(
+        Path(out_dir) / ("dynamic_wide_xnnpack" if xnnpack else "dynamic_wide"),
+        {"forward": (module, inputs)},
+        {"xnnpack": xnnpack},
+        dynamic_shapes={"forward": ({0: batch},)},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 def export_external_weights(out_dir: Path) -> ExportedProgram:
     """All weights in one .ptd (`_default_external_constant.ptd`)."""
     torch = _seeded()

@@ -20,7 +20,9 @@ A plan with "test_abort_on_deserialize": true makes deserialize abort the proces
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
 A plan with "test_tensorrt_log": [lines] is refused the way the shipped provider refuses a plan
 TensorRT would not deserialize: an exception carrying the lines TensorRT logged (tests pass
-TensorRT's real wordings, e.g. for a plan built by another TensorRT release). The stand-in
+TensorRT's real wordings, e.g. for a plan built by another TensorRT release). A plan with
+"test_fail_execute": "why" fails every execute with that reason, as an enqueue fails on a GPU
+fault: the server's fault, never the request's. The stand-in
 plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
 
@@ -110,8 +112,14 @@ class TestEngineProvider:
         self.calls["infer_shapes"] += 1
         self._set_shapes(ctx, input_shapes)
         ins = [ctx.shapes[t["name"]] for t in ctx.engine.inputs]
+        # Shapes the engine's layers cannot take are refused here, as TensorRT's shape
+        # inference refuses them, not met later as a fault while executing.
         if ctx.engine.spec["op"] == "matmul":
+            if ins[0][1] != ins[1][0]:
+                raise ValueError(f"matmul of {ins[0]} by {ins[1]}: inner dimensions differ")
             return [[ins[0][0], ins[1][1]]]
+        if any(shape != ins[0] for shape in ins):
+            raise ValueError(f"{ctx.engine.spec['op']} of shapes {ins}: they differ")
         return [list(ins[0]) for _ in ctx.engine.outputs]
 
     def _bind(self, ctx, name, address):
@@ -143,6 +151,8 @@ class TestEngineProvider:
         # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
         ethost_tensorrt.testing.stream_synchronize(stream)
         e = ctx.engine
+        if "test_fail_execute" in e.spec:
+            raise RuntimeError(e.spec["test_fail_execute"])
         a = [self._read(ctx, t, ctx.shapes[t["name"]]) for t in e.inputs]
         out = e.outputs[0]
         op = e.spec["op"]

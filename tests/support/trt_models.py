@@ -54,8 +54,10 @@ def program_name(
     in_graph_copies=False,
     planned_inputs=True,
     planned_outputs=True,
+    dynamic=False,
 ):
     suffix = "_cuda" if device_planned else "_cudacopies" if in_graph_copies else ""
+    suffix += "_dynamic" if dynamic else ""
     suffix += "" if planned_inputs else "_unplanned"
     suffix += "" if planned_outputs else "_outunplanned"
     return f"trt_{model}_a{alignment}{'_ext' if external else ''}{suffix}"
@@ -78,6 +80,7 @@ class TrtProgram:
         in_graph_copies=False,
         planned_inputs=True,
         planned_outputs=True,
+        dynamic=False,
     ):
         name = program_name(
             model,
@@ -87,6 +90,7 @@ class TrtProgram:
             in_graph_copies,
             planned_inputs,
             planned_outputs,
+            dynamic,
         )
         out_dir = Path(out_dir)
         return cls(

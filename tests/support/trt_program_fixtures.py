@@ -29,3 +29,9 @@ def mixed_256(programs_dir):
 def add_external(programs_dir):
     """One delegate whose engine lives in a .ptd, found by engine_key."""
     return _export(programs_dir, "add", alignment=16, external=True)
+
+
+@pytest.fixture(scope="session")
+def add_dynamic(programs_dir):
+    """x + y with dimension 0 of both inputs dynamic (trt_programs.DYNAMIC_ROWS)."""
+    return _export(programs_dir, "add", alignment=16, dynamic=True)

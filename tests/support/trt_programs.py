@@ -50,6 +50,9 @@ OPS = {"aten.add.Tensor": "add", "aten.mm.default": "matmul"}
 EXTERNAL_TAG_SPEC = "external_tag"
 # ExecuTorch's key for a delegate's device (exir/passes/propagate_device_pass.py).
 TARGET_DEVICE_SPEC = "target_device"
+# The range of dimension 0 in a dynamic program (torch.export takes 2 as the least a dynamic
+# dimension can be: 0 and 1 are specialized).
+DYNAMIC_ROWS = (2, 8)
 
 
 def _op_name(node):
@@ -65,6 +68,29 @@ def _dtype_name(val):
     return str(val.dtype).replace("torch.", "")
 
 
+def _io(name, is_input, val, ranges) -> dict:
+    """A plan binding; a dynamic dimension is -1, with the exported range as the input's
+    profile, as a TensorRT engine built from a dynamic export has one optimization profile."""
+    if all(isinstance(d, int) for d in val.shape):
+        return io(name, is_input, val.shape, _dtype_name(val))
+    bounds = [
+        (d, d)
+        if isinstance(d, int)
+        else (int(ranges[d.node.expr].lower), int(ranges[d.node.expr].upper))
+        for d in val.shape
+    ]
+    shape = [d if isinstance(d, int) else -1 for d in val.shape]
+    lows, highs = [low for low, _ in bounds], [high for _, high in bounds]
+    return io(
+        name,
+        is_input,
+        shape,
+        _dtype_name(val),
+        lows if is_input else None,
+        highs if is_input else None,
+    )
+
+
 class TensorRTBackend(BackendDetails):
     """Test stand-in for Torch-TensorRT's backend: a one-op partition becomes a test plan."""
 
@@ -76,14 +102,9 @@ class TensorRTBackend(BackendDetails):
         ops = [n for n in graph.nodes if n.op == "call_function"]
         outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
         assert len(ops) == 1 and _op_name(ops[0]) in OPS, f"test backend takes one op, got {ops}"
-        plan_io = [
-            io(f"input{i}", True, n.meta["val"].shape, _dtype_name(n.meta["val"]))
-            for i, n in enumerate(inputs)
-        ]
-        plan_io += [
-            io(f"output{i}", False, n.meta["val"].shape, _dtype_name(n.meta["val"]))
-            for i, n in enumerate(outputs)
-        ]
+        ranges = edge_program.range_constraints
+        plan_io = [_io(f"input{i}", True, n.meta["val"], ranges) for i, n in enumerate(inputs)]
+        plan_io += [_io(f"output{i}", False, n.meta["val"], ranges) for i, n in enumerate(outputs)]
         plan = plan_bytes(OPS[_op_name(ops[0])], plan_io)
         bindings = [(t["name"], t["is_input"]) for t in plan_io]
         tag = specs.get(EXTERNAL_TAG_SPEC)
@@ -168,7 +189,10 @@ def export_trt_program(
     in_graph_copies=False,
     planned_inputs=True,
     planned_outputs=True,
+    dynamic=False,
 ) -> TrtProgram:
+    """dynamic: dimension 0 of every input varies (DYNAMIC_ROWS), the plan's bindings -1 there
+    with that range as the engine's optimization profile."""
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
@@ -181,12 +205,15 @@ def export_trt_program(
         in_graph_copies,
         planned_inputs,
         planned_outputs,
+        dynamic,
     )
     if result.exists():
         return result
     tag = f"{program_name(model, alignment, external)}_engines" if external else None
     example = tuple(torch.from_numpy(x) for x in result.example_inputs())
-    ep = torch.export.export(TORCH_MODELS[model](), example)
+    rows = torch.export.Dim("rows", min=DYNAMIC_ROWS[0], max=DYNAMIC_ROWS[1])
+    dynamic_shapes = tuple({0: rows} for _ in example) if dynamic else None
+    ep = torch.export.export(TORCH_MODELS[model](), example, dynamic_shapes=dynamic_shapes)
     on_cuda = device_planned or in_graph_copies
     partitioner = TensorRTTestPartitioner(tag, target_device="cuda:0" if on_cuda else None)
     lowered = to_edge_transform_and_lower(ep, partitioner=[partitioner])

@@ -17,8 +17,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from service.front.app import create_app
 from service.config import Settings
+from service.front.app import create_app
 from support import programs
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.server import tensor

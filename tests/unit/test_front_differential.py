@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from service.dtypes import carrier_of
-from service.ipc import lane_frames
-from service.ipc.arena import Arena, align_up
 from service.protocols.lanes import LANE_BODY
+from service.shared import lane_frames
+from service.shared.arena import Arena, align_up
 from support.front_cases import answer_array, case
 from support.front_reference import (
     GENERATION,

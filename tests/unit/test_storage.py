@@ -10,6 +10,7 @@ from service.store.storage import (
     REGISTRY,
     SCHEMA_VERSION,
     NameTaken,
+    RegistryCorrupt,
     RegistryTooNew,
     Storage,
 )
@@ -298,3 +299,57 @@ def test_a_schema_2_registry_becomes_version_1_of_each_model(tmp_path, caplog):
     assert [m.version for m in Storage(tmp_path).reconcile()] == [1, 2, 1]
     with sqlite3.connect(tmp_path / REGISTRY) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+_KILLED_MID_TRANSACTION = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size = 1")  # pages spill into the file mid-transaction: a hot journal
+db.execute("BEGIN IMMEDIATE")
+for i in range(200):
+    db.execute(
+        "INSERT INTO models (name, version, directory, description, created_at) "
+        "VALUES (?, 1, 'd', ?, 0)",
+        (f"ghost{i}", "x" * 4000),
+    )
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_transaction_killed_midway_is_rolled_back_when_the_store_opens(tmp_path):
+    """kill -9 inside a registry transaction leaves SQLite's hot journal; opening the store
+    (what the server does before serving) rolls it back, deletes it and checks the registry."""
+    import subprocess
+    import sys
+
+    storage = Storage(tmp_path)
+    staged, description = _stage(storage)
+    storage.commit("m", staged, description, replace=False)
+    before = (tmp_path / REGISTRY).stat().st_size
+    child = subprocess.run([sys.executable, "-c", _KILLED_MID_TRANSACTION, tmp_path / REGISTRY])
+    assert child.returncode == -9
+    journal = tmp_path / (REGISTRY + "-journal")
+    assert journal.exists() and journal.stat().st_size > 0
+    assert (tmp_path / REGISTRY).stat().st_size > before, "the killed transaction wrote the file"
+    reopened = Storage(tmp_path)
+    assert not journal.exists()
+    assert [m.name for m in reopened.all()] == ["m"]
+    assert rows(tmp_path) == [("m", reopened.get("m").directory.name)]
+
+
+def test_a_registry_that_fails_its_check_stops_the_store(tmp_path):
+    Storage(tmp_path)
+    registry = tmp_path / REGISTRY
+    with sqlite3.connect(registry) as db:
+        for i in range(300):
+            db.execute(
+                "INSERT INTO models (name, version, directory, description, created_at) "
+                "VALUES (?, 1, 'd', ?, 0)",
+                (f"n{i}", "x" * 100),
+            )
+    data = bytearray(registry.read_bytes())
+    page = 4096
+    data[-page + 8 : -page + 200] = bytes(192)  # the last page's cell pointers
+    registry.write_bytes(bytes(data))
+    with pytest.raises(RegistryCorrupt, match="(?s)quick_check: .*tree page"):
+        Storage(tmp_path)

@@ -26,7 +26,7 @@ import numpy as np
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.model_pool import PoolClosed
 from service.dataplane.scheduling.base import Policy
-from service.errors import ExecutionFailed
+from service.errors import server_fault
 
 
 @dataclass(eq=False)
@@ -245,7 +245,8 @@ class BatchingPolicy(Policy):
             return PoolClosed(self.model)
         if requests == 1 and is_input_fault(exc):
             return exc
-        return ExecutionFailed(
+        return server_fault(
             f"executing {self.model!r} method {self.method!r} on a batch of "
-            f"{requests} request(s), {rows} row(s), failed: {kernel_reason(exc)}"
+            f"{requests} request(s), {rows} row(s)",
+            kernel_reason(exc),
         )

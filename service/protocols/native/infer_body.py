@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import orjson
 
 from service import oip, rules
 from service.dataplane.types import Tensor
 from service.errors import Invalid, Problem, clip
-from service.protocols import json_tensors
+from service.protocols import json_spans, json_tensors
 
 _MISSING = object()
 _OBJECT = "Input should be a valid dictionary or object to extract fields from"
@@ -64,7 +65,7 @@ def _check_input(problems: _Problems, index: int, item) -> None:
             elif type(size) is not int:
                 problems.add(f"{location}.shape.{position}", _INTEGER, where)
     problems.field(item, "datatype", f"{location}.datatype", str, _STRING, where)
-    problems.field(item, "data", f"{location}.data", list, _LIST, where)
+    problems.field(item, "data", f"{location}.data", (list, np.ndarray), _LIST, where)
 
 
 def _loads(body: bytes):
@@ -88,7 +89,8 @@ def parse(body: bytes) -> tuple[str, str, list[Tensor], tuple[str, str] | None]:
     caller once it knows the model exists (an unknown model is answered 404 first, whatever its
     inputs; the refusal crosses from a worker process as plain values)."""
     problems = _Problems()
-    document = _loads(body)
+    # A large body's plain numeric tensors are read without a Python object per number.
+    document = json_spans.loads(body, _loads)
     if not isinstance(document, dict):
         problems.add("body", _OBJECT)
         raise Invalid("invalid request", problems)

@@ -15,7 +15,7 @@ import numpy as np
 
 from service import rules
 from service.dtypes import BY_DATATYPE, DATATYPES
-from service.errors import ExecutionFailed, Invalid, clip, input_problem
+from service.errors import Invalid, clip, input_problem, server_fault
 
 # The typed InferTensorContents list that carries each datatype; FP16 and BF16 have none.
 _CONTENTS_FIELD = {
@@ -163,7 +163,7 @@ def encode_raw(name: str, datatype: str | None, array: np.ndarray) -> np.ndarray
     only where the array is not already so)."""
     entry = BY_DATATYPE.get(datatype) if datatype else None
     if entry is None:
-        raise ExecutionFailed(
-            f"output {name!r} has dtype {array.dtype}, which the protocol cannot carry"
+        raise server_fault(
+            f"encoding output {name!r}", f"dtype {array.dtype}, which the protocol cannot carry"
         )
     return np.ascontiguousarray(array, dtype=entry.carrier.newbyteorder("<")).reshape(-1)

@@ -17,7 +17,7 @@ import orjson
 from service import oip, rules
 from service.dataplane.types import InferRequest, InferResponse, Tensor
 from service.errors import clip, input_problem, invalid
-from service.protocols import json_tensors
+from service.protocols import json_spans, json_tensors
 from service.protocols.v2_rest import binary
 from service.shm import refs as shm_refs
 
@@ -167,18 +167,23 @@ def _outputs(value, shm: dict) -> list[tuple[str, bool | None]] | None:
     return outputs
 
 
-def parse_header(text: bytes | bytearray) -> ParsedRequest:
-    """The request's JSON (the whole body, or the header of a binary one), checked, with its JSON
-    tensors decoded; binary inputs keep their declared sizes for `to_request`."""
+def _document(text: bytes):
     try:
-        header = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
         try:  # NaN/Infinity literals and integers past 64 bits, which orjson refuses
-            header = json.loads(text)
+            return json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise invalid(
                 rules.REQUEST_JSON, f"the request is not valid JSON: {clip(exc)}"
             ) from None
+
+
+def parse_header(text: bytes | bytearray) -> ParsedRequest:
+    """The request's JSON (the whole body, or the header of a binary one), checked, with its JSON
+    tensors decoded; binary inputs keep their declared sizes for `to_request`. A large text's
+    plain numeric tensors are read without a Python object per number (json_spans)."""
+    header = json_spans.loads(bytes(text) if isinstance(text, bytearray) else text, _document)
     if not isinstance(header, dict):
         raise invalid(rules.REQUEST_INVALID, "the request must be a JSON object")
     request_id = header.get("id")

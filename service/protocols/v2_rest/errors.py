@@ -9,7 +9,6 @@ each v2 route, so the native API keeps its own codes (it answers 422 where this 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
@@ -25,8 +24,6 @@ from service.errors import (
 )
 from service.protocols import http_errors
 from service.protocols.disconnect import ClientDisconnected
-
-log = logging.getLogger(__name__)
 
 
 def error_response(
@@ -60,8 +57,8 @@ async def guarded(handler: Callable[[Request], Awaitable[Response]], request: Re
     except (ClientDisconnect, ClientDisconnected):
         raise  # nobody reads an answer; http_errors.UnexpectedErrors logs it
     except Exception:
-        log.exception("%s %s failed", request.method, clip(request.url.path))
-        return http_errors.internal_error_response()
+        what = f"{request.method} {clip(request.url.path)} failed"
+        return http_errors.internal_error_response(what, exc_info=True)
 
 
 class V2Route(APIRoute):

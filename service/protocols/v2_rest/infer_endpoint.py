@@ -47,12 +47,13 @@ async def infer_endpoint(scope, receive, send) -> None:
     params = scope["path_params"]
     state = scope["app"].state
     try:
-        await _serve(state.service, state.offload, scope, receive, send, params)
+        await _serve(state, scope, receive, send, params)
     except ServiceError as exc:
         await service_error_response(exc)(scope, receive, send)
 
 
-async def _serve(service, offload, scope, receive, send, params) -> None:
+async def _serve(state, scope, receive, send, params) -> None:
+    service, offload = state.service, state.offload
     model, version = params["model"], params.get("version")
     await known_model(service, model, version)  # an unknown one is answered before the body
     header_length = _binary_header(scope)
@@ -70,6 +71,7 @@ async def _serve(service, offload, scope, receive, send, params) -> None:
             "a binary inference request body",
             _header_length(header_length),
             service.body_buffer,
+            state.arriving,
         )
     try:
         response, parsed = await _infer(

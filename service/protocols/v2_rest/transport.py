@@ -17,9 +17,13 @@ loop for long.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
+import numpy as np
+
 from service.errors import Invalid, too_large
+from service.protocols.arriving import ArrivingBodies
 from service.protocols.bodies import BODY_INTO, chunks, declared_length, read_body, respond
 
 _SLICE = 4 * 1024 * 1024
@@ -29,23 +33,67 @@ JOIN_BELOW = 64 * 1024
 # the slot that the engine client takes for the outputs anyway, which costs less than a second
 # slot (and the transport's sink) would.
 SMALL_BODY = 64 * 1024
+# The memory a body's first bytes take (read_aligned_body grows it as more arrive).
+FIRST_STEP = 1024 * 1024
+# What it copies on the event loop when it grows; more is copied in a thread.
+COPY_INLINE_BELOW = 1024 * 1024
+
+
+def _copy(into, source, nbytes: int) -> None:
+    """numpy's copy lets go of the GIL (a memoryview's does not), so the loop runs meanwhile."""
+    np.frombuffer(into, np.uint8, nbytes)[:] = np.frombuffer(source, np.uint8, nbytes)
 
 
 async def read_aligned_body(
-    scope: dict, receive, limit: int, what: str, align_at: int | None, memory: Callable
+    scope: dict,
+    receive,
+    limit: int,
+    what: str,
+    align_at: int | None,
+    memory: Callable,
+    arriving: ArrivingBodies | None = None,
 ):
     """(body, lease): the body in memory from `memory(nbytes, align_at)`, which gives a view
     whose byte `align_at` lies on a 256-byte boundary, and the lease that holds it (None: plain
     memory). Without a declared length, when `align_at` is past it, or for a SMALL_BODY, the
-    body is read as read_body does. The memory is taken once the first `align_at` bytes have
-    arrived, so a client that declares a large body and then sends nothing holds none of it."""
+    body is read as read_body does.
+
+    The memory follows the bytes that arrived, not the length declared: it is first taken once
+    the header is in (FIRST_STEP, or twice what came), and taken again twice as large (what came
+    copied over) whenever the body outgrows it, up to the declared length. So a client that
+    declares 256 MiB and sends its head holds a megabyte of the arena, and one that sends the
+    whole body costs at most one extra copy of it. `arriving` caps what one client address
+    holds so (Busy past it)."""
     declared = declared_length(scope)
     if declared is None or align_at is None or align_at > declared or declared <= SMALL_BODY:
         return await read_body(scope, receive, limit, what), None
     if declared > limit:
         raise too_large(what, limit)
+    client = (scope.get("client") or ("", 0))[0]
     into = scope.get("extensions", {}).get(BODY_INTO)
-    head, body, lease, filled, sink = bytearray(), None, None, 0, None
+    head, body, lease, filled, sink, held = bytearray(), None, None, 0, None, 0
+
+    async def grow(need: int) -> None:
+        """Memory for at least `need` bytes, what came so far copied into it (in a thread when
+        large: the event loop answers health probes meanwhile)."""
+        nonlocal body, lease, held
+        size = min(declared, max(need, 2 * held, FIRST_STEP))
+        if arriving is not None:
+            arriving.hold(client, size - held)
+        try:
+            grown, grown_lease = memory(size, align_at)
+        except BaseException:
+            if arriving is not None:
+                arriving.drop(client, size - held)
+            raise
+        if body is not None and filled > COPY_INLINE_BELOW:
+            await asyncio.to_thread(_copy, grown, body, filled)
+        elif body is not None:
+            grown[:filled] = body[:filled]
+        if lease is not None:
+            lease.release()
+        body, lease, held = grown, grown_lease, size
+
     try:
         async for chunk in chunks(receive):
             if body is None:
@@ -54,20 +102,26 @@ async def read_aligned_body(
                     if len(head) < align_at and len(head) < declared:
                         continue
                     chunk = head
-                body, lease = memory(declared, align_at)
+                await grow(len(chunk))
                 head = None
-            if sink is not None or filled + len(chunk) > declared:
+            elif sink is not None:  # the transport filled the room: what came is in `body`
+                filled = sink.filled
+                sink.detach()
+                sink = None
+            if filled + len(chunk) > declared:
                 raise Invalid(f"{what} is longer than its Content-Length")
+            if filled + len(chunk) > held:
+                await grow(filled + len(chunk))
             body[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
-            if into is not None:  # the rest goes straight into the slot (bodies.BODY_INTO)
+            if into is not None and filled < held:  # the rest goes straight into the room
                 sink = into(scope, body, filled)
-                into = None
         if body is None:  # it ended before its header did (or it is empty)
             body, filled = head, len(head)
         elif sink is not None:
             filled = sink.filled
             sink.detach()
+            sink = None
         if filled != declared:
             raise Invalid(f"{what} is shorter than its Content-Length")
     except BaseException:
@@ -76,6 +130,9 @@ async def read_aligned_body(
         if lease is not None:
             lease.release()
         raise
+    finally:
+        if arriving is not None:
+            arriving.drop(client, held)
     return body, lease
 
 
