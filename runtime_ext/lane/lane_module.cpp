@@ -116,7 +116,8 @@ nb::tuple drain(LaneHub& hub) {
         item.lost ? nb::none()
                   : nb::steal(PyBytes_FromStringAndSize(
                         item.payload.data(), static_cast<Py_ssize_t>(item.payload.size())));
-    out.append(nb::make_tuple(item.link, payload));
+    nb::object failure = item.failure.ok() ? nb::none() : python_error(item.failure);
+    out.append(nb::make_tuple(item.link, payload, failure));
   }
   return nb::make_tuple(out, fold);
 }
@@ -193,8 +194,9 @@ void register_lane(nb::module_& m) {
            "whether longer executes may run on the workers]) each.")
       .def_prop_ro("inbox_fd", [](const LaneHub& self) { return self.inbox.fd(); })
       .def("drain", &drain,
-           "([(link key, message bytes, or None when the link ended)], whether the served log "
-           "wants folding)")
+           "([(link key, message bytes or None when the link ended, None or the exception a "
+           "lane request that ran failed with, as Method.execute raises it)], whether the "
+           "served log wants folding)")
       .def("served", &served,
            "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
            "output_ns, at, front) per request.");

@@ -219,6 +219,18 @@ class Inference:
             self._log(model, method, "ok", (done - begun) / 1e9)
         return route.version, answer
 
+    def execute_failed(
+        self, model: str, version: str, method: str, failure: Exception
+    ) -> ServiceError:
+        """The error for a request whose execute the engine's native lane ran and saw fail
+        (`failure`: as Method.execute raises it), counted as infer() counts its failures: the
+        answer is made here, where Python's own executes' failures are, and the request is not
+        run again (a program may keep state across executes)."""
+        error = _execution_error(failure, model, method)
+        outcome = outcome_of(error, _INFER_OUTCOMES)
+        self._finished(None, model, version, method, outcome, 0.0, 0.0, {})
+        return error
+
     def lane_routes(self) -> list[tuple]:
         """The served methods the engine's native lane may serve (runtime_ext/lane/), as
         (route id, model, version, method, the method's LaneGate, max_batch, signature, whether
