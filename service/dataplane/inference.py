@@ -154,11 +154,6 @@ class Inference:
                 model_label,
             )  # fmt: skip
 
-    def submit(self, request: InferRequest, done) -> None:
-        """The engine client's way to answer a request from a connection's callbacks
-        (service/protocols/lanes.py); in this process a request always takes infer()."""
-        return None
-
     def infer_now(
         self, model: str, version: str | None, method: str, arrays: list, requested, room=None
     ) -> tuple[str, list[tuple]] | None:

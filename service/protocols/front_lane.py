@@ -26,8 +26,10 @@ from service.engine.link import Relay
 from service.errors import ServiceError
 from service.ipc import frames
 from service.protocols.http_errors import internal_error_response
-from service.protocols.lanes import LANE_BODY
 
+# The largest body the native path takes: what arrives in one read, and what the v2 binary
+# reader takes as it comes rather than into an arena slot of its own (transport.SMALL_BODY).
+NATIVE_BODY = 64 * 1024
 log = logging.getLogger(__name__)
 
 
@@ -66,8 +68,8 @@ class FrontLane:
         self._renderers = renderers  # protocol ("native", "v2") -> its error response
         json_limit = min(settings.max_json_bytes, settings.max_infer_bytes)
         self._limits = (
-            min(LANE_BODY, json_limit),
-            min(LANE_BODY, settings.max_infer_bytes),
+            min(NATIVE_BODY, json_limit),
+            min(NATIVE_BODY, settings.max_infer_bytes),
             json_limit,
         )
         self._link = None
