@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from service.dataplane import residency
+from service.dataplane.instances import InstancePlan
 from service.store.records import StoredModel
 
 
@@ -77,7 +78,7 @@ class ModelPool:
         self,
         model: StoredModel,
         ethost,
-        instances_per_method: int,
+        plan: InstancePlan | int,
         kernel_threadpool: bool = False,
         inline_below_s: float = 0.0,
     ):
@@ -90,8 +91,14 @@ class ModelPool:
         self._metas = {}
         # (address, size) of every instance's host arenas, for memory(): fixed while it lives.
         self._arenas: list[tuple[int, int]] = []
+        if isinstance(plan, int):  # that many per method
+            plan = InstancePlan(plan, 0)
+        program_bytes = sum(path.stat().st_size for path in (model.program_path, *model.data_paths))
         for name in self.program.method_names:
-            instances = self.program.instances(name, instances_per_method)
+            instances = self.program.instances(name, plan.first)
+            more = plan.more(program_bytes, instances[0].meta)
+            if more:
+                instances += self.program.instances(name, more)
             for instance in instances:
                 instance.kernel_threadpool = kernel_threadpool
                 buffers = instance.meta["planned_buffers"]
