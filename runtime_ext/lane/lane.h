@@ -1,10 +1,10 @@
 // The engine's shortest path for a request, without Python: a request a front checked against a
-// route of the current model table (wire.h), whose method is scheduled directly and has a free
-// instance nobody in Python is waiting for (method_gate.h), is bound where its inputs lie in the
-// front's arena, executed on that instance with its outputs written straight into the room the
-// front reserved, counted (served_log.h) and answered. A short execute (under the table's
-// inline_ns) runs on the link thread that read it; a longer one on the lane's workers
-// (workers.h), so the link goes on reading meanwhile.
+// route of the current model table (wire.h), whose method is scheduled directly and whose gate
+// hands it an instance (method_gate.h: the one owner, which Python claims from too), is bound
+// where its inputs lie in the front's arena, executed on that instance with its outputs written
+// straight into the room the front reserved, counted (served_log.h) and answered. A short execute
+// (under the table's inline_ns) runs on the link thread that read it; a longer one on the lane's
+// workers (workers.h), so the link goes on reading meanwhile.
 //
 // It serves exactly the requests the engine's Python side would have run without a wait and
 // declines everything else before touching anything: the caller hands a declined message to

@@ -170,34 +170,51 @@ TEST(the_gate_hands_out_each_instance_once) {
   CHECK(gate.claim() == second);
 }
 
-TEST(waiters_get_instances_in_their_order_as_they_are_released) {
+TEST(waiters_get_instances_in_their_order_as_they_are_released_and_none_is_passed) {
   auto only = std::make_shared<FakeRunnable>();
   MethodGate gate({only});
   std::vector<int> got;
   Runnable* first = gate.claim();
   CHECK(first == only.get());
   gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 1 : -1); });
-  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 2 : -2); });
+  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 2 : -2); }, 7);
   CHECK(got.empty() && gate.waiters() == 2);
   gate.release(first);  // handed on, still claimed
   CHECK(got == std::vector<int>{1} && only->busy.load());
-  only->release();  // freed elsewhere (the Python side): a poke hands it on
-  gate.poke();
+  CHECK(gate.claim() == nullptr);  // a newcomer does not pass the one queued
+  gate.release(only.get());
   CHECK((got == std::vector<int>{1, 2}) && only->busy.load());
   gate.release(only.get());
   CHECK(!only->busy.load() && gate.waiters() == 0);
 }
 
-TEST(closing_the_gate_declines_its_waiters) {
+TEST(a_waiter_that_gives_up_leaves_the_queue_unless_it_was_served) {
   auto only = std::make_shared<FakeRunnable>();
   MethodGate gate({only});
   Runnable* held = gate.claim();
-  bool declined = false;
+  int called = 0;
+  gate.claim_or_wait([&](Runnable*) { ++called; }, 5);
+  gate.claim_or_wait([&](Runnable*) { ++called; }, 6);
+  CHECK(gate.forget(5) && gate.waiters() == 1);
+  gate.release(held);  // to waiter 6
+  CHECK(called == 1 && !gate.forget(6) && gate.waiters() == 0);
+  CHECK(gate.index_of(held) == 0 && gate.instance(0) == held);
+}
+
+TEST(closing_the_gate_declines_the_lanes_waiters_and_serves_what_python_admitted) {
+  auto only = std::make_shared<FakeRunnable>();
+  MethodGate gate({only});
+  Runnable* held = gate.claim();
+  bool declined = false, python_served = false;
   gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
+  gate.claim_or_wait([&](Runnable* instance) { python_served = instance != nullptr; }, 3);
   gate.close();
-  CHECK(declined && gate.waiters() == 0);
+  CHECK(declined && gate.waiters() == 1 && !python_served);
+  gate.release(held);
+  CHECK(python_served && only->busy.load());
   gate.release(held);
   CHECK(!only->busy.load());
+  declined = false;
   gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
   CHECK(declined);
 }
@@ -213,12 +230,9 @@ TEST(the_gate_calls_executes_short_from_what_it_saw_ignoring_one_preemption) {
   CHECK(gate.open_for_lane() && !gate.short_for_lane(100000));
 }
 
-TEST(the_gate_closes_for_the_lane_while_anyone_waits_or_once_closed) {
+TEST(the_gate_closes_for_the_lane_once_closed) {
   MethodGate gate({std::make_shared<FakeRunnable>()});
   gate.observe(1000);
-  gate.add_waiting(1);
-  CHECK(!gate.open_for_lane());
-  gate.add_waiting(-1);
   CHECK(gate.open_for_lane());
   gate.close();
   CHECK(!gate.open_for_lane());
@@ -275,11 +289,11 @@ TEST(the_lane_declines_what_it_cannot_run_at_once) {
   r = f.request();
   r.input_count = 0;
   CHECK(f.declines(r));
-  f.gate->add_waiting(1);  // somebody waits for an instance
+  f.instance->busy = true;  // no free instance, and somebody queued for the next
+  f.gate->claim_or_wait([](Runnable*) {}, 9);
   CHECK(f.declines(f.request()));
-  f.gate->add_waiting(-1);
-  f.instance->busy = true;  // no free instance
-  CHECK(f.declines(f.request()));
+  CHECK(f.gate->forget(9));
+  CHECK(f.declines(f.request()));  // no free instance
   f.instance->busy = false;
   CHECK(f.instance->runs == 0);
   f.gate->close();

@@ -189,9 +189,12 @@ class Inference:
                 into = room.destinations(names, route.most_bytes)
             bound = time.perf_counter_ns()
             try:
-                results, rows, infer_ns = scheduler.run_now(arrays, into)
+                ran = scheduler.run_now(arrays, into)
             except (ValueError, RuntimeError) as exc:
                 raise _execution_error(exc, model, method) from None
+            if ran is None:  # the gate had none free: nothing ran
+                return None
+            results, rows, infer_ns = ran
             executed = time.perf_counter_ns()
             answer = [(name, datatype, results[index]) for index, name, datatype in outputs]
         except ServiceError as exc:

@@ -120,15 +120,17 @@ def test_what_the_lane_declines_reaches_python_unchanged(lane):
     assert link.served == 0 and hub.served() == []
 
 
-def test_a_closed_or_waited_for_method_goes_to_python(lane):
+def test_a_closed_method_or_one_without_a_free_instance_goes_to_python(lane):
     ethost, hub, gate, instances, region, front, link = lane
     gate.observe(1000)
     _publish(hub, gate)
     x = np.ones((2, 4), np.float32)
-    gate.add_waiting(1)
+    held = [gate.claim(), gate.claim()]  # Python runs both instances
+    assert sorted(held) == [0, 1] and gate.claim() == -1
     _send(front, _request(region, x))
     assert len(_drained(hub, 1)) == 1
-    gate.add_waiting(-1)
+    for index in held:
+        gate.release(index)
     gate.close()
     _send(front, _request(region, x))
     assert len(_drained(hub, 1)) == 1
