@@ -62,7 +62,8 @@ class Settings:
     # JSON tensor bodies hold every number as text and then as a Python object while decoded:
     # they get a tighter limit of their own (binary tensor bodies only max_infer_bytes).
     max_json_bytes: int = 64 * MiB
-    instances_per_model: int = 2
+    # Method instances per model unless its config says; None: automatic (dataplane/instances.py).
+    instances_per_model: int | None = None
     # Methods whose recent executes took less than this run on the event loop (model_pool.py).
     inline_execute_us: float = InlinePolicy.execute_us
     infer_threads: int = 32
@@ -281,7 +282,9 @@ _OPTIONS = (
         "ETRT_INSTANCES",
         "instances_per_model",
         int,
-        "method instances per model (concurrent requests per method)",
+        "method instances per model (concurrent requests per method); default automatic: one "
+        "per front for a small CPU program (at most 16 MiB of files and 16 MiB planned per "
+        "instance), else 2",
     ),
     (
         "--infer-threads",
@@ -496,7 +499,8 @@ def parse_settings(
         "body_timeout_s",
         "max_connections",
     ):
-        if getattr(settings, attr) <= 0:
+        value = getattr(settings, attr)
+        if value is not None and value <= 0:
             parser.error(f"{_flag(attr)} must be positive")
     if settings.inline_execute_us < 0:
         parser.error("--inline-execute-us must be 0 or more")

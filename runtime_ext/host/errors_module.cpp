@@ -44,7 +44,7 @@ void register_exceptions(nb::module_& m) {
       "A Method instance serves one thread at a time; create more with Program.instances().");
 }
 
-void raise_python(const Status& error) {
+nb::object python_error(const Status& error) {
   switch (error.kind) {
     case Status::Kind::OsError: {
       std::string message = std::strerror(error.os_errno);
@@ -52,20 +52,16 @@ void raise_python(const Status& error) {
         message += " (" + error.reason + ")";
       }
       // OSError(errno, ...) picks FileNotFoundError / IsADirectoryError / ... from errno itself.
-      nb::object instance = nb::handle(PyExc_OSError)(error.os_errno, message, error.path);
-      raise_instance(reinterpret_cast<PyObject*>(Py_TYPE(instance.ptr())), instance);
+      return nb::handle(PyExc_OSError)(error.os_errno, message, error.path);
     }
     case Status::Kind::Input: {
       std::string message = error.input_name + ": " + error.reason;
       nb::object instance = nb::handle(g_input_error)(message);
       instance.attr("index") = error.has_input_index ? nb::cast(error.input_index) : nb::none();
       instance.attr("input_name") = error.input_name;
-      raise_instance(g_input_error, instance);
+      return instance;
     }
-    case Status::Kind::Busy: {
-      nb::object instance = nb::handle(g_instance_busy)(error.reason);
-      raise_instance(g_instance_busy, instance);
-    }
+    case Status::Kind::Busy: return nb::handle(g_instance_busy)(error.reason);
     case Status::Kind::Runtime: break;
   }
   nb::object instance = nb::handle(g_executorch_error)(error.message());
@@ -73,7 +69,12 @@ void raise_python(const Status& error) {
   instance.attr("error_name") = error_name(error.code);
   instance.attr("path") = error.path.empty() ? nb::none() : nb::cast(error.path);
   instance.attr("context") = error.reason;
-  raise_instance(g_executorch_error, instance);
+  return instance;
+}
+
+void raise_python(const Status& error) {
+  nb::object instance = python_error(error);
+  raise_instance(reinterpret_cast<PyObject*>(Py_TYPE(instance.ptr())), instance);
 }
 
 }  // namespace ethost

@@ -1,5 +1,5 @@
 // Where a Status becomes a Python exception: the exception types the ethost module defines and
-// the one function that raises them.
+// the one function that makes them.
 #pragma once
 
 #include "status.h"
@@ -9,6 +9,9 @@
 namespace ethost {
 
 void register_exceptions(nanobind::module_& m);
+// The exception `error` stands for, not raised: the engine's lane hands Python an execute's
+// failure this way, so that it reads exactly as the same failure raised by Method.execute.
+nanobind::object python_error(const Status& error);
 [[noreturn]] void raise_python(const Status& error);
 
 inline void raise_if_error(const Status& status) {

@@ -23,8 +23,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <chrono>
-#include <thread>
 #include <stdexcept>
 
 namespace nb = nanobind;
@@ -116,47 +114,37 @@ class PyProgram {
 // Holds an instance's claim for one execute, whatever way the call leaves.
 class Claim {
  public:
-  explicit Claim(MethodInstance& instance) : instance_(instance), held_(instance.try_acquire()) {}
+  // `given`: the caller holds the claim already, and gives it back itself.
+  Claim(MethodInstance& instance, bool given)
+      : instance_(instance), held_(given || instance.try_acquire()), owned_(!given) {}
   ~Claim() {
-    if (held_) instance_.release();
+    if (held_ && owned_) instance_.release();
   }
   bool held() const { return held_; }
-  void release() {
-    if (held_) instance_.release();
-    held_ = false;
-  }
-  // Until the claim is had; without the GIL (the holder is a lane thread, for microseconds).
-  void wait() {
-    for (unsigned spins = 0; !held_; ++spins) {
-      held_ = instance_.try_acquire();
-      if (held_) break;
-      if (spins < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    }
-  }
 
  private:
   MethodInstance& instance_;
   bool held_;
+  bool owned_;
 };
 
 nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinations,
-                 nb::handle gate) {
-  Claim claim(self);
-  if (!claim.held()) {
-    if (gate.is_none()) raise_python(Status::busy(self.name()));
-    // The engine's lane holds it (lane/method_gate.h): wait, counted as waiting at the
-    // method's gate so that the lane takes no more instances of it meanwhile.
-    lane_gate_add_waiting(gate, 1);
-    {
-      nb::gil_scoped_release released;
-      claim.wait();
+                 nb::handle gate, bool give_back_now) {
+  // With a gate, the caller claimed the instance from it, and it goes back through the gate
+  // (lane/method_gate.h) once the run ends, even if binding fails first.
+  Claim claim(self, !gate.is_none());
+  if (!claim.held()) raise_python(Status::busy(self.name()));
+  struct GiveBack {
+    nb::handle gate;
+    const MethodInstance& instance;
+    bool pending;
+    void now() {
+      if (!pending || gate.is_none()) return;
+      pending = false;
+      lane_gate_release(gate, instance);
     }
-    lane_gate_add_waiting(gate, -1);
-  }
+    ~GiveBack() { now(); }
+  } give_back{gate, self, give_back_now};
   const auto& specs = self.spec().inputs;
   size_t count = nb::len(values);
   if (count != specs.size()) {
@@ -191,11 +179,7 @@ nb::list execute(MethodInstance& self, nb::sequence values, nb::handle destinati
     nb::gil_scoped_release released;
     ran = self.run(bindings, into ? &*into : nullptr);
   }
-  if (!gate.is_none()) {
-    // Freed here rather than when the call returns: a lane request may be waiting for it.
-    claim.release();
-    lane_gate_poke(gate);
-  }
+  give_back.now();  // before the outputs are converted: a request may be waiting for it
   std::vector<OutputBuffer> outputs = unwrap(std::move(ran));
   nb::list result;
   for (auto& output : outputs) {
@@ -260,6 +244,7 @@ NB_MODULE(ethost, m) {
                    "outputs, without the GIL (0 before the first).")
       .def(
           "execute", &execute, "inputs"_a, "outputs"_a = nb::none(), "gate"_a = nb::none(),
+          "give_back"_a = true,
           "Runs the method; returns numpy copies of the outputs. Inputs are host arrays, or arrays "
           "in device memory described by __cuda_array_interface__ (see device_input_counts). "
           "`outputs`, if given, has one entry per output: None, device memory "
@@ -267,8 +252,9 @@ NB_MODULE(ethost, m) {
           "C-contiguous host buffer (read the same way) the output is written into, returned as "
           "a WrittenOutput (see device_output_counts, which counts device memory only). "
           "Raises InputError before running when inputs do not fit, InstanceBusy if another "
-          "thread is running it, unless `gate` (the method's LaneGate) is given: then an "
-          "instance the engine's lane holds is waited for.");
+          "thread is running it. With `gate` (the method's LaneGate), the caller claimed this "
+          "instance from the gate, and it goes back through the gate once the run ends, unless "
+          "`give_back` is False (the caller then gives it back with gate.release).");
 
   nb::class_<WrittenOutput>(m, "WrittenOutput",
                             "An output written into the memory given for it: no bytes, "

@@ -79,6 +79,10 @@ void FrontLink::declined(std::string message) {
   inbox_.push(key_, one);
 }
 
+void FrontLink::failed(std::string message, Status why) {
+  inbox_.failed(key_, std::move(message), std::move(why));
+}
+
 void FrontLink::want_fold() {
   inbox_.want_fold();
 }
@@ -127,18 +131,21 @@ bool FrontLink::handle_messages() {
     if (in_used_ - at - 4 < length) break;
     const uint8_t* message = in_.data() + at + 4;
     Lane::Result result = Lane::Result::Declined;
+    Status failure;
     if (length > 0 && message[0] == kInferTag) {
       {
         std::lock_guard<std::mutex> lock(flight_mutex_);
         ++in_flight_;  // before a worker may finish it
       }
-      result = lane_.serve(table, message, length, arena_, front_, answers_, fold, this);
+      result = lane_.serve(table, message, length, arena_, front_, answers_, fold, failure, this);
       if (result != Lane::Result::Queued) finished();
     }
     if (result == Lane::Result::Declined) {
       declined_.emplace_back(reinterpret_cast<const char*>(message), length);
     } else if (result == Lane::Result::Served) {
       served_.fetch_add(1, std::memory_order_relaxed);
+    } else if (result == Lane::Result::Failed) {
+      failed(std::string(reinterpret_cast<const char*>(message), length), std::move(failure));
     }
     at += 4 + length;
   }

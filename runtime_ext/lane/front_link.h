@@ -44,6 +44,7 @@ class FrontLink final : public Replies {
   // Replies, from the lane's workers.
   void answered(const std::string& framed) override;
   void declined(std::string message) override;
+  void failed(std::string message, Status why) override;
   void want_fold() override;
   void finished() override;
 

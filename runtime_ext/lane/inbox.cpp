@@ -26,14 +26,20 @@ void Inbox::wake_locked() {
 
 void Inbox::push(int link, std::vector<std::string>& payloads) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& payload : payloads) items_.push_back(InboxItem{link, std::move(payload), false});
+  for (auto& payload : payloads) items_.push_back(InboxItem{link, std::move(payload), false, {}});
   payloads.clear();
+  wake_locked();
+}
+
+void Inbox::failed(int link, std::string payload, Status why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  items_.push_back(InboxItem{link, std::move(payload), false, std::move(why)});
   wake_locked();
 }
 
 void Inbox::lost(int link) {
   std::lock_guard<std::mutex> lock(mutex_);
-  items_.push_back(InboxItem{link, std::string(), true});
+  items_.push_back(InboxItem{link, std::string(), true, {}});
   wake_locked();
 }
 

@@ -1,8 +1,11 @@
 // What the link threads hand the engine's Python side: messages the lane declined (and every
-// message that is not a lane request), a link that ended, and a served log that wants folding.
+// message that is not a lane request), lane requests that ran and failed (with why), a link that
+// ended, and a served log that wants folding.
 // One eventfd wakes the event loop (loop.add_reader); it is written once per batch, only when
 // the loop was not already due to look.
 #pragma once
+
+#include "status.h"
 
 #include <mutex>
 #include <string>
@@ -14,6 +17,7 @@ struct InboxItem {
   int link = 0;         // the key of the link it came through (front_link.h)
   std::string payload;  // a whole message, without its length prefix
   bool lost = false;    // the link ended (payload empty)
+  Status failure;       // not ok: the lane ran this request and it failed so (lane.h)
 };
 
 class Inbox {
@@ -27,6 +31,7 @@ class Inbox {
   int fd() const { return fd_; }
 
   void push(int link, std::vector<std::string>& payloads);  // moved out of `payloads`
+  void failed(int link, std::string payload, Status why);
   void lost(int link);
   void want_fold();
 

@@ -85,21 +85,28 @@ struct Prepared {
 };
 
 // Executes under the claim (given back here, or on to a request waiting for it); appends the
-// answer to `out` and records the request. False: declined (the execute failed or did not write
-// what it should).
-bool run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
+// answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
+// what it should (the request is answered with that, never run again).
+Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
   uint64_t bound = now_ns();
   Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
   job.route->gate->observe(job.instance->last_run_ns());
   job.route->gate->release(job.instance);  // or on to the request waiting for it
   job.instance = nullptr;
   uint64_t executed = now_ns();
-  if (!ran.ok()) return false;
+  if (!ran.ok()) return ran.take_status();
   std::vector<OutputBuffer> outputs = ran.take();
-  if (outputs.size() != job.destinations.size()) return false;
+  if (outputs.size() != job.destinations.size()) {
+    return Status(Error::Internal, "the method returned " + std::to_string(outputs.size()) +
+                                       " outputs, its signature has " +
+                                       std::to_string(job.destinations.size()));
+  }
   for (WireOutput& wire : job.answer) {
     const OutputBuffer& output = outputs[wire.index];
-    if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) return false;
+    if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) {
+      return Status(Error::Internal, "output " + std::to_string(wire.index) +
+                                         " was not written into the room reserved for it");
+    }
     wire.ndim = static_cast<uint32_t>(output.shape.size());
     for (size_t d = 0; d < output.shape.size(); ++d) {
       wire.dims[d] = static_cast<int64_t>(output.shape[d]);
@@ -112,14 +119,14 @@ bool run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
   fold = log.add(ServedRecord{job.route, job.front, job.rows, done - job.begun, input_ns,
                               executed - bound, done - executed, wall_s()}) ||
          fold;
-  return true;
+  return Status();
 }
 
 }  // namespace
 
 Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const uint8_t* message,
                          size_t size, const ArenaView& arena, int front, std::string& out,
-                         bool& fold, Replies* replies) {
+                         bool& fold, Status& failure, Replies* replies) {
   uint64_t begun = now_ns();
   Outcome<InferRequest> parsed = read_request(message, size);
   if (table == nullptr || !parsed.ok()) return Result::Declined;
@@ -174,7 +181,8 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   if (inline_run) {
     job->instance = gate.claim();
     if (job->instance == nullptr) return Result::Declined;
-    return run(*job, log_, out, fold) ? Result::Served : Result::Declined;
+    failure = run(*job, log_, out, fold);
+    return failure.ok() ? Result::Served : Result::Failed;
   }
   // On a worker, with an instance free now or the next one freed.
   auto kept = std::make_shared<std::string>(reinterpret_cast<const char*>(message), size);
@@ -192,11 +200,12 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
     workers->submit([shared, kept, log, replies] {
       std::string answer;
       bool wants_fold = false;
-      if (run(*shared, *log, answer, wants_fold)) {
+      Status ran = run(*shared, *log, answer, wants_fold);
+      if (ran.ok()) {
         replies->answered(answer);
         if (wants_fold) replies->want_fold();
       } else {
-        replies->declined(*kept);
+        replies->failed(*kept, std::move(ran));
       }
       replies->finished();
     });

@@ -1,16 +1,19 @@
 // The engine's shortest path for a request, without Python: a request a front checked against a
-// route of the current model table (wire.h), whose method is scheduled directly and has a free
-// instance nobody in Python is waiting for (method_gate.h), is bound where its inputs lie in the
-// front's arena, executed on that instance with its outputs written straight into the room the
-// front reserved, counted (served_log.h) and answered. A short execute (under the table's
-// inline_ns) runs on the link thread that read it; a longer one on the lane's workers
-// (workers.h), so the link goes on reading meanwhile.
+// route of the current model table (wire.h), whose method is scheduled directly and whose gate
+// hands it an instance (method_gate.h: the one owner, which Python claims from too), is bound
+// where its inputs lie in the front's arena, executed on that instance with its outputs written
+// straight into the room the front reserved, counted (served_log.h) and answered. A short execute
+// (under the table's inline_ns) runs on the link thread that read it; a longer one on the lane's
+// workers (workers.h), so the link goes on reading meanwhile.
 //
 // It serves exactly the requests the engine's Python side would have run without a wait and
 // declines everything else before touching anything: the caller hands a declined message to
-// Python unchanged. A request that fails on the way (an execute's error, an output without
-// room) is declined as well, after its execute: Python runs it again and answers the error as it
-// always has, so every error answer is made in one place.
+// Python unchanged. Declining is only allowed before anything ran: a program may keep state
+// across executes (mutable buffers, a KV cache), so a request is executed once. One that fails
+// once its instance ran (an execute's error, an output its room could not take) is Failed: the
+// caller hands Python the request with the Status, and Python answers it as it answers the same
+// failure of its own executes (without running it again), so every error answer is made in one
+// place.
 #pragma once
 
 #include "routes.h"
@@ -36,8 +39,10 @@ class Replies {
   virtual ~Replies() = default;
   virtual void answered(const std::string& framed) = 0;  // the answer, length prefix included
   virtual void declined(std::string message) = 0;        // the request, for Python
-  virtual void want_fold() = 0;                          // the served log asks to be drained
-  virtual void finished() = 0;                           // one request on a worker fewer
+  // The request ran and failed: for Python to answer from `why`.
+  virtual void failed(std::string message, Status why) = 0;
+  virtual void want_fold() = 0;  // the served log asks to be drained
+  virtual void finished() = 0;   // one request on a worker fewer
 };
 
 class Lane {
@@ -45,13 +50,15 @@ class Lane {
   // `workers`: where longer executes run; null to serve short ones only.
   Lane(ServedLog& log, Workers* workers) : log_(log), workers_(workers) {}
 
-  enum class Result { Served, Queued, Declined };
+  enum class Result { Served, Queued, Declined, Failed };
 
   // Served: the answer was appended (length-prefixed) to `out`, and `fold` set when the served
   // log asks to be drained. Queued: it runs on a worker, which tells `replies` (after the
-  // caller counted it in flight: the caller's `started`). Declined: nothing was done.
+  // caller counted it in flight: the caller's `started`). Declined: nothing was done. Failed:
+  // it ran, and `failure` says how it failed.
   Result serve(const std::shared_ptr<const RouteTable>& table, const uint8_t* message, size_t size,
-               const ArenaView& arena, int front, std::string& out, bool& fold, Replies* replies);
+               const ArenaView& arena, int front, std::string& out, bool& fold, Status& failure,
+               Replies* replies);
 
  private:
   ServedLog& log_;

@@ -4,12 +4,14 @@
 
 #include "errors_module.h"
 #include "front_link.h"
+#include "handoffs.h"
 #include "inbox.h"
 #include "lane.h"
 #include "method_gate.h"
 #include "routes.h"
 #include "served_log.h"
 
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -27,6 +29,7 @@ namespace ethost {
 namespace {
 
 using lane::FrontLink;
+using lane::Handoffs;
 using lane::Inbox;
 using lane::InboxItem;
 using lane::Lane;
@@ -39,6 +42,7 @@ using lane::ServedLog;
 // A method's gate, with what a route needs of the method's signature (read from one instance).
 struct PyGate {
   std::shared_ptr<MethodGate> gate;
+  std::vector<std::shared_ptr<MethodInstance>> instances;  // by the gate's index
   std::vector<executorch::aten::ScalarType> inputs;
   bool tensor_inputs = true;  // every input a tensor: the lane binds nothing else
   std::vector<uint64_t> most_bytes;
@@ -51,6 +55,7 @@ PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) 
     runnables.push_back(std::make_shared<lane::InstanceRunnable>(instance));
   }
   out.gate = std::make_shared<MethodGate>(std::move(runnables));
+  out.instances = instances;
   if (!instances.empty()) {
     const MethodSpec& spec = instances.front()->spec();
     for (const auto& input : spec.inputs) {
@@ -116,7 +121,8 @@ nb::tuple drain(LaneHub& hub) {
         item.lost ? nb::none()
                   : nb::steal(PyBytes_FromStringAndSize(
                         item.payload.data(), static_cast<Py_ssize_t>(item.payload.size())));
-    out.append(nb::make_tuple(item.link, payload));
+    nb::object failure = item.failure.ok() ? nb::none() : python_error(item.failure);
+    out.append(nb::make_tuple(item.link, payload, failure));
   }
   return nb::make_tuple(out, fold);
 }
@@ -147,20 +153,34 @@ PyLink attach(std::shared_ptr<LaneHub> hub, int fd, int key, int front, uintptr_
 
 }  // namespace
 
-void lane_gate_add_waiting(nb::handle gate, int delta) {
-  nb::cast<PyGate&>(gate).gate->add_waiting(delta);
-}
-
-void lane_gate_poke(nb::handle gate) {
-  std::shared_ptr<MethodGate> held = nb::cast<PyGate&>(gate).gate;
-  nb::gil_scoped_release released;
-  held->poke();
+void lane_gate_release(nb::handle gate, const MethodInstance& instance) {
+  const PyGate& py = nb::cast<const PyGate&>(gate);
+  std::shared_ptr<MethodGate> held = py.gate;
+  for (size_t i = 0; i < py.instances.size(); ++i) {
+    if (py.instances[i].get() == &instance) {
+      nb::gil_scoped_release released;
+      held->release(held->instance(i));
+      return;
+    }
+  }
 }
 
 void register_lane(nb::module_& m) {
+  nb::class_<Handoffs>(m, "Handoffs",
+                       "Instances gates hand to Python's waiting requests; fd wakes the loop.")
+      .def("__init__", [](Handoffs* self) { new (self) Handoffs(); })
+      .def_prop_ro("fd", &Handoffs::fd)
+      .def(
+          "drain",
+          [](Handoffs& self) {
+            nb::gil_scoped_release released;
+            return self.drain();
+          },
+          "(token, instance index, or -1 when the gate closed) per handoff since the last.");
+
   nb::class_<PyGate>(m, "LaneGate",
-                     "One model method's instances as the engine's lane and Python share them: "
-                     "who waits, whether it is closed, its recent execute time.")
+                     "One model method's instances, handed out by one owner to the engine's lane "
+                     "and to Python alike (runtime_ext/lane/method_gate.h).")
       .def(
           "__init__",
           [](PyGate* self, const std::vector<std::shared_ptr<MethodInstance>>& instances) {
@@ -174,8 +194,40 @@ void register_lane(nb::module_& m) {
           "recent_ns", [](const PyGate& self) { return self.gate->recent_ns(); },
           "Recent execute time in nanoseconds; negative before the first.")
       .def(
-          "add_waiting", [](PyGate& self, int delta) { self.gate->add_waiting(delta); }, "delta"_a)
-      .def_prop_ro("waiting", [](const PyGate& self) { return self.gate->waiting(); })
+          "claim",
+          [](PyGate& self) {
+            lane::Runnable* instance = self.gate->claim();
+            return instance == nullptr ? -1 : static_cast<int64_t>(self.gate->index_of(instance));
+          },
+          "The index of a free instance, now claimed (run it with execute(..., gate=this), which "
+          "gives it back), or -1: none free, someone queued, or closed.")
+      .def(
+          "wait",
+          [](PyGate& self, Handoffs& handoffs, uint64_t token) {
+            std::shared_ptr<MethodGate> gate = self.gate;
+            nb::gil_scoped_release released;
+            gate->claim_or_wait(handoffs.waiter(*gate, token), token);
+          },
+          "handoffs"_a, "token"_a,
+          "Queues for the next instance (nonzero `token`); `handoffs` delivers its index.")
+      .def(
+          "forget",
+          [](PyGate& self, uint64_t token) {
+            std::shared_ptr<MethodGate> gate = self.gate;
+            nb::gil_scoped_release released;
+            return gate->forget(token);
+          },
+          "token"_a, "Leaves the queue; False when an instance was already handed over.")
+      .def(
+          "release",
+          [](PyGate& self, size_t index) {
+            std::shared_ptr<MethodGate> gate = self.gate;
+            nb::gil_scoped_release released;
+            gate->release(gate->instance(index));
+          },
+          "index"_a, "Gives a claimed instance back unused (to the first waiter, else free).")
+      .def_prop_ro("waiters", [](const PyGate& self) { return self.gate->waiters(); })
+      .def_prop_ro("size", [](const PyGate& self) { return self.gate->size(); })
       .def("close",
            [](PyGate& self) {
              nb::gil_scoped_release released;
@@ -193,8 +245,9 @@ void register_lane(nb::module_& m) {
            "whether longer executes may run on the workers]) each.")
       .def_prop_ro("inbox_fd", [](const LaneHub& self) { return self.inbox.fd(); })
       .def("drain", &drain,
-           "([(link key, message bytes, or None when the link ended)], whether the served log "
-           "wants folding)")
+           "([(link key, message bytes or None when the link ended, None or the exception a "
+           "lane request that ran failed with, as Method.execute raises it)], whether the "
+           "served log wants folding)")
       .def("served", &served,
            "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
            "output_ns, at, front) per request.");

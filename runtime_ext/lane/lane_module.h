@@ -6,10 +6,11 @@
 
 namespace ethost {
 
+class MethodInstance;
+
 void register_lane(nanobind::module_& m);
-// `gate` (a LaneGate) counts one more or one fewer caller waiting for an instance.
-void lane_gate_add_waiting(nanobind::handle gate, int delta);
-// An instance of `gate`'s method was freed by Python: hands it to a lane request waiting.
-void lane_gate_poke(nanobind::handle gate);
+// Gives `instance`, claimed from `gate` (a LaneGate), back through the gate: to the first
+// request waiting for one, else free. Call with the GIL held (released while handing on).
+void lane_gate_release(nanobind::handle gate, const MethodInstance& instance);
 
 }  // namespace ethost

@@ -1,15 +1,12 @@
-// One model method's instances as both the engine's Python scheduler and the native lane use
-// them, and what the lane must know before it may run a request at once.
+// One model method's instances, handed out by one owner to the engine's native lane and to its
+// Python scheduler alike: whoever runs a request claims an instance here and gives it back here.
 //
-// The Python side (service/dataplane/model_pool.py) keeps its own free list and queue; the lane
-// runs a request only where Python would have run it without a wait: the method is open, an
-// instance is free, and nobody is waiting for one. The recent execute time (shared, so that
-// either side's executes count) says whether the lane runs it on the link thread or a worker. The
-// instance's own claim (MethodInstance::try_acquire) decides who runs it: the lane takes only
-// an unclaimed one and never waits, and Python, finding an instance the lane holds for its few
-// microseconds, waits for it (host execute(gate=...)) counted as waiting, so the lane stops
-// taking new ones meanwhile. A lane request to a method whose instances are all taken waits for
-// the next one freed (claim_or_wait), in arrival order, as Python's own requests would wait.
+// A free instance goes to whoever asks (claim), unless someone is queued; a caller that must
+// wait joins one queue, in arrival order, whichever side it comes from (claim_or_wait), and each
+// instance given back goes to the first in it (release). A lane request waits holding nothing;
+// Python's requests wait on the event loop, woken through Handoffs (an eventfd), so a busy method
+// ties up no thread. The recent execute time (either side's executes count) says whether the
+// lane runs a request on its link thread or on a worker.
 #pragma once
 
 #include "method_instance.h"
@@ -60,18 +57,22 @@ class MethodGate {
   explicit MethodGate(std::vector<std::shared_ptr<Runnable>> instances)
       : instances_(std::move(instances)) {}
 
-  // A free instance, now claimed by the caller (give it back with release()), or null.
+  // A free instance, now claimed by the caller (give it back with release()), or null: none
+  // free, someone queued for one, or closed.
   Runnable* claim();
 
   // Called with an instance claimed for it: one free now, else the next one released (a
-  // waiter holds nothing meanwhile); with null if the gate closes first.
+  // waiter holds nothing meanwhile). `id` 0: a lane request, called with null if the gate is or
+  // closes first. Nonzero `id`: a Python request (forget() takes it out), which its scheduler
+  // admitted before any close, so it is served even then: a pool that closes finishes what it
+  // admitted.
   using Waiter = std::function<void(Runnable*)>;
-  void claim_or_wait(Waiter waiter);
+  void claim_or_wait(Waiter waiter, uint64_t id = 0);
+  // Takes the waiter `id` out of the queue; false when it was no longer there (it was called).
+  bool forget(uint64_t id);
   // Gives a claimed instance back, or hands it on, still claimed, to the first waiter.
   void release(Runnable* instance);
-  // Hands instances freed elsewhere (the Python side's executes) to waiters.
-  void poke();
-  size_t waiters() const;
+  size_t waiters() const { return queued_.load(std::memory_order_acquire); }
 
   // Folds an execute's time into the recent execute time: the moving average of the shorter
   // of each two, so one execute stretched by a preemption does not count (as the Python side
@@ -80,27 +81,28 @@ class MethodGate {
   // Nanoseconds; negative before the first execute.
   double recent_ns() const { return recent_ns_.load(std::memory_order_relaxed); }
 
-  // Whether the lane may run a request now: open, nobody waiting for an instance in Python, and
-  // at least one execute seen (the first runs in Python, which measures it).
+  // Whether the lane may run a request now: open, and at least one execute seen (the first runs
+  // in Python, which measures it).
   bool open_for_lane() const;
   // Whether its executes are short enough (below `inline_ns`) to run on the link thread.
   bool short_for_lane(double inline_ns) const { return recent_ns() < inline_ns; }
 
-  void add_waiting(int delta) { waiting_.fetch_add(delta, std::memory_order_acq_rel); }
-  int waiting() const { return waiting_.load(std::memory_order_acquire); }
-  // Refuses the lane from now on; waiters are called with null.
+  // Refuses the lane from now on; its waiters are called with null.
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   size_t size() const { return instances_.size(); }
+  Runnable* instance(size_t index) const { return instances_[index].get(); }
+  // The index of `instance` among this gate's; size() if it is none of them.
+  size_t index_of(const Runnable* instance) const;
 
  private:
   std::vector<std::shared_ptr<Runnable>> instances_;
   std::atomic<double> recent_ns_{-1.0};
   std::atomic<uint64_t> last_ns_{0};
-  std::atomic<int> waiting_{0};
   std::atomic<bool> closed_{false};
+  std::atomic<size_t> queued_{0};  // waiters_.size(), read without the lock
   mutable std::mutex waiting_mutex_;
-  std::deque<Waiter> waiters_;
+  std::deque<std::pair<uint64_t, Waiter>> waiters_;
 };
 
 }  // namespace ethost::lane

@@ -72,7 +72,7 @@ struct Fixture {
     bool fold = false;
     auto current = std::make_shared<RouteTable>(table);
     return lane.serve(current, reinterpret_cast<const uint8_t*>(message.data()), message.size(),
-                      arena, 2, out, fold, replies);
+                      arena, 2, out, fold, failure, replies);
   }
 
   bool declines(const InferRequest& r) {
@@ -87,6 +87,7 @@ struct Fixture {
   std::shared_ptr<FakeRunnable> instance;
   std::shared_ptr<MethodGate> gate;
   RouteTable table;
+  Status failure;  // the last request's, when it ran and failed
 };
 
 // The answer appended to `out` (length prefix first), as the front reads it.
@@ -169,34 +170,51 @@ TEST(the_gate_hands_out_each_instance_once) {
   CHECK(gate.claim() == second);
 }
 
-TEST(waiters_get_instances_in_their_order_as_they_are_released) {
+TEST(waiters_get_instances_in_their_order_as_they_are_released_and_none_is_passed) {
   auto only = std::make_shared<FakeRunnable>();
   MethodGate gate({only});
   std::vector<int> got;
   Runnable* first = gate.claim();
   CHECK(first == only.get());
   gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 1 : -1); });
-  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 2 : -2); });
+  gate.claim_or_wait([&](Runnable* instance) { got.push_back(instance != nullptr ? 2 : -2); }, 7);
   CHECK(got.empty() && gate.waiters() == 2);
   gate.release(first);  // handed on, still claimed
   CHECK(got == std::vector<int>{1} && only->busy.load());
-  only->release();  // freed elsewhere (the Python side): a poke hands it on
-  gate.poke();
+  CHECK(gate.claim() == nullptr);  // a newcomer does not pass the one queued
+  gate.release(only.get());
   CHECK((got == std::vector<int>{1, 2}) && only->busy.load());
   gate.release(only.get());
   CHECK(!only->busy.load() && gate.waiters() == 0);
 }
 
-TEST(closing_the_gate_declines_its_waiters) {
+TEST(a_waiter_that_gives_up_leaves_the_queue_unless_it_was_served) {
   auto only = std::make_shared<FakeRunnable>();
   MethodGate gate({only});
   Runnable* held = gate.claim();
-  bool declined = false;
+  int called = 0;
+  gate.claim_or_wait([&](Runnable*) { ++called; }, 5);
+  gate.claim_or_wait([&](Runnable*) { ++called; }, 6);
+  CHECK(gate.forget(5) && gate.waiters() == 1);
+  gate.release(held);  // to waiter 6
+  CHECK(called == 1 && !gate.forget(6) && gate.waiters() == 0);
+  CHECK(gate.index_of(held) == 0 && gate.instance(0) == held);
+}
+
+TEST(closing_the_gate_declines_the_lanes_waiters_and_serves_what_python_admitted) {
+  auto only = std::make_shared<FakeRunnable>();
+  MethodGate gate({only});
+  Runnable* held = gate.claim();
+  bool declined = false, python_served = false;
   gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
+  gate.claim_or_wait([&](Runnable* instance) { python_served = instance != nullptr; }, 3);
   gate.close();
-  CHECK(declined && gate.waiters() == 0);
+  CHECK(declined && gate.waiters() == 1 && !python_served);
+  gate.release(held);
+  CHECK(python_served && only->busy.load());
   gate.release(held);
   CHECK(!only->busy.load());
+  declined = false;
   gate.claim_or_wait([&](Runnable* instance) { declined = instance == nullptr; });
   CHECK(declined);
 }
@@ -212,12 +230,9 @@ TEST(the_gate_calls_executes_short_from_what_it_saw_ignoring_one_preemption) {
   CHECK(gate.open_for_lane() && !gate.short_for_lane(100000));
 }
 
-TEST(the_gate_closes_for_the_lane_while_anyone_waits_or_once_closed) {
+TEST(the_gate_closes_for_the_lane_once_closed) {
   MethodGate gate({std::make_shared<FakeRunnable>()});
   gate.observe(1000);
-  gate.add_waiting(1);
-  CHECK(!gate.open_for_lane());
-  gate.add_waiting(-1);
   CHECK(gate.open_for_lane());
   gate.close();
   CHECK(!gate.open_for_lane());
@@ -274,11 +289,11 @@ TEST(the_lane_declines_what_it_cannot_run_at_once) {
   r = f.request();
   r.input_count = 0;
   CHECK(f.declines(r));
-  f.gate->add_waiting(1);  // somebody waits for an instance
+  f.instance->busy = true;  // no free instance, and somebody queued for the next
+  f.gate->claim_or_wait([](Runnable*) {}, 9);
   CHECK(f.declines(f.request()));
-  f.gate->add_waiting(-1);
-  f.instance->busy = true;  // no free instance
-  CHECK(f.declines(f.request()));
+  CHECK(f.gate->forget(9));
+  CHECK(f.declines(f.request()));  // no free instance
   f.instance->busy = false;
   CHECK(f.instance->runs == 0);
   f.gate->close();
@@ -324,16 +339,19 @@ TEST(an_output_without_a_known_bound_is_left_to_python) {
   CHECK(f.instance->runs == 0);
 }
 
-TEST(a_failed_execute_is_declined_for_python_to_answer) {
+TEST(a_request_that_ran_and_failed_is_answered_as_failed_never_declined) {
   Fixture f;
   f.instance->fail = true;
-  CHECK(f.declines(f.request()));
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed && out.empty());
   CHECK(f.instance->runs == 1);
+  CHECK(!f.failure.ok() && f.failure.reason == "kernel failed");
   CHECK(!f.instance->busy.load());
   CHECK(f.log.size() == 0);
   f.instance->fail = false;
   f.instance->leave_in_planned = true;  // an output the host could not write in its room
-  CHECK(f.declines(f.request()));
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed && out.empty());
+  CHECK(f.instance->runs == 2 && f.failure.code == executorch::runtime::Error::Internal);
   CHECK(f.log.size() == 0);
 }
 
@@ -369,6 +387,10 @@ struct Recorder : Replies {
     std::lock_guard<std::mutex> lock(mutex);
     refused.push_back(std::move(message));
   }
+  void failed(std::string message, Status why) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.emplace_back(std::move(message), std::move(why));
+  }
   void want_fold() override {}
   void finished() override {
     std::lock_guard<std::mutex> lock(mutex);
@@ -380,6 +402,7 @@ struct Recorder : Replies {
   }
   std::mutex mutex;
   std::vector<std::string> answers, refused;
+  std::vector<std::pair<std::string, Status>> failures;
   int done = 0;
 };
 
@@ -402,24 +425,27 @@ TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
   std::string message = write_request(f.request());
   std::string out;
   bool fold = false;
+  Status failure;
   auto table = std::make_shared<RouteTable>(f.table);
   CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, &recorder) == Lane::Result::Queued);
+                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
   CHECK(out.empty());
   CHECK(wait_until(recorder, 1));
   CHECK(recorder.answers.size() == 1 && read_answer(recorder.answers[0]).request_id == 42);
   CHECK(f.log.size() == 1 && !f.instance->busy.load());
-  // One that fails on the worker comes back whole, for Python.
+  // One that fails on the worker comes back whole with why, for Python to answer (not run).
   f.instance->fail = true;
   CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, &recorder) == Lane::Result::Queued);
+                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
   CHECK(wait_until(recorder, 2));
-  CHECK(recorder.refused.size() == 1 && recorder.refused[0] == message);
+  CHECK(recorder.refused.empty() && recorder.failures.size() == 1);
+  CHECK(recorder.failures[0].first == message && !recorder.failures[0].second.ok());
+  CHECK(f.instance->runs == 2);
   // Every instance busy: it waits for the next one freed, and runs then.
   f.instance->fail = false;
   f.instance->busy = true;
   CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, &recorder) == Lane::Result::Queued);
+                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(recorder.finished_count() == 2 && f.gate->waiters() == 1);
   f.gate->release(f.instance.get());
@@ -432,7 +458,7 @@ TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
   table = std::make_shared<RouteTable>(f.table);
   table->routes[7] = bounded;
   CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, &recorder) == Lane::Result::Declined);
+                   2, out, fold, failure, &recorder) == Lane::Result::Declined);
 }
 
 TEST(the_served_log_asks_once_to_be_folded) {
@@ -529,6 +555,14 @@ TEST(a_link_answers_lane_requests_itself_and_hands_over_the_rest) {
   CHECK(items.size() == 2);
   CHECK(items.size() == 2 && items[0].link == 11 && items[0].payload == "(marshal)");
   CHECK(items.size() == 2 && items[1].payload == write_request(declined));
+  CHECK(link->served() == 1);
+  // One that ran and failed reaches Python with why, to be answered, not run again.
+  f.instance->fail = true;
+  std::string failing = framed(write_request(f.request()));
+  CHECK(send(pair[0], failing.data(), failing.size(), 0) == static_cast<ssize_t>(failing.size()));
+  items = wait_for_items(inbox, 1);
+  CHECK(items.size() == 1 && items[0].payload == write_request(f.request()));
+  CHECK(items.size() == 1 && !items[0].failure.ok() && f.instance->runs == 2);
   CHECK(link->served() == 1);
   // Python's own messages go out through the link.
   std::string reply = framed("(answer)");

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from service.dataplane.catalog import UNLOADED, Model, Served, serve
+from service.dataplane.instances import plan_for
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.warmup import WarmupFailed, run_warmups
 from service.errors import (
@@ -77,7 +78,11 @@ class Deployment:
             lambda: ModelPool(
                 stored,
                 self._ethost,
-                stored.description.effective_config.instances(self.settings.instances_per_model),
+                plan_for(
+                    stored.description.effective_config.instance_count,
+                    self.settings,
+                    (b.id for b in self.backends if b.device == "gpu"),
+                ),
                 self.settings.kernel_threadpool,
                 InlinePolicy(self.settings.inline_execute_us).execute_below_s,
             ),

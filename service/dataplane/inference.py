@@ -154,11 +154,6 @@ class Inference:
                 model_label,
             )  # fmt: skip
 
-    def submit(self, request: InferRequest, done) -> None:
-        """The engine client's way to answer a request from a connection's callbacks
-        (service/protocols/lanes.py); in this process a request always takes infer()."""
-        return None
-
     def infer_now(
         self, model: str, version: str | None, method: str, arrays: list, requested, room=None
     ) -> tuple[str, list[tuple]] | None:
@@ -194,9 +189,14 @@ class Inference:
                 into = room.destinations(names, route.most_bytes)
             bound = time.perf_counter_ns()
             try:
-                results, rows, infer_ns = scheduler.run_now(arrays, into)
+                ran = scheduler.run_now(arrays, into)
             except (ValueError, RuntimeError) as exc:
-                raise _execution_error(exc, model, method, route.signature, arrays) from None
+                raise _execution_error(
+                    exc, model, method, route.signature, [a.shape for a in arrays]
+                ) from None
+            if ran is None:  # the gate had none free: nothing ran
+                return None
+            results, rows, infer_ns = ran
             executed = time.perf_counter_ns()
             answer = [(name, datatype, results[index]) for index, name, datatype in outputs]
         except ServiceError as exc:
@@ -218,6 +218,20 @@ class Inference:
         if self.settings.access_log:
             self._log(model, method, "ok", (done - begun) / 1e9)
         return route.version, answer
+
+    def execute_failed(
+        self, model: str, version: str, method: str, failure: Exception, shapes: list
+    ) -> ServiceError:
+        """The error for a request whose execute the engine's native lane ran and saw fail
+        (`failure`: as Method.execute raises it), counted as infer() counts its failures: the
+        answer is made here, where Python's own executes' failures are, and the request is not
+        run again (a program may keep state across executes)."""
+        served = self._find(model, version)
+        signature = None if served is None else served.signatures.get(method)
+        error = _execution_error(failure, model, method, signature, shapes)
+        outcome = outcome_of(error, _INFER_OUTCOMES)
+        self._finished(None, model, version, method, outcome, 0.0, 0.0, {})
+        return error
 
     def lane_routes(self) -> list[tuple]:
         """The served methods the engine's native lane may serve (runtime_ext/lane/), as
@@ -363,7 +377,9 @@ class Inference:
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except (ValueError, RuntimeError) as exc:
-            raise _execution_error(exc, model, method, signature, arrays) from None
+            raise _execution_error(
+                exc, model, method, signature, [a.shape for a in arrays]
+            ) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()
         response = _response(request, served.version, signature, selected, results)
@@ -405,12 +421,17 @@ def _most_bytes(served: Served, method: str) -> list:
 
 
 def _execution_error(
-    exc: Exception, model: str, method: str, signature: MethodSignature, arrays: list
+    exc: Exception,
+    model: str,
+    method: str,
+    signature: MethodSignature | None,
+    shapes: list,
 ) -> ServiceError:
     """What an execute's failure means for the client: the host's own input validation
     (ethost.InputError, a ValueError), a kernel or delegate refusing the inputs, or a real
     failure. A refusal names the shapes sent: a delegate's reason may not (XNNPACK's does not),
-    and it names the one input of a one-input method."""
+    and it names the one input of a one-input method (`signature` None: the method is no longer
+    served, its inputs are named by position)."""
     if isinstance(exc, ValueError):
         label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
         return input_problem(label, rules.INPUT_INVALID, str(exc))
@@ -419,8 +440,12 @@ def _execution_error(
         # One line per refused input: the host captures ExecuTorch's own lines instead of
         # printing them, so this is the only trace of it in the log.
         log.warning("infer model=%r method=%r outcome=input_rejected: %s", model, method, reason)
-        names = signature.input_names()
-        sent = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(names, arrays))
+        names = (
+            signature.input_names()
+            if signature is not None
+            else [f"input {i}" for i in range(len(shapes))]
+        )
+        sent = ", ".join(f"{n} {list(shape)}" for n, shape in zip(names, shapes))
         return input_problem(
             names[0] if len(names) == 1 else None,
             rules.INPUT_REJECTED,

@@ -1,12 +1,13 @@
 """Runs a model's methods on native-host instances.
 
 Each method has N independent instances (own planned memory), so up to N requests to one method
-run at once; more wait on an asyncio semaphore, not in a worker thread, so a model that is busy
-never ties up the threads other models need. Inference runs in a worker thread (the native host
-releases the GIL while executing), except for methods whose recent executes took less than
-`inline_below_s`: handing those to a thread and back costs more than the execute itself (tens of
-microseconds against 2 for a small program), so they run on the event loop, which they hold for
-about as long as a thread hop would.
+run at once. Its gate hands them out (runtime_ext/lane/method_gate.h), to this pool and to the
+engine's native lane alike; more requests queue there, waiting on the event loop rather than in a
+worker thread (handoffs.py), so a model that is busy never ties up the threads other models need.
+Inference runs in a worker thread (the native host releases the GIL while executing), except for
+methods whose recent executes took less than `inline_below_s`: handing those to a thread and
+back costs more than the execute itself (tens of microseconds against 2 for a small program), so
+they run on the event loop, which they hold for about as long as a thread hop would.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from service.dataplane import residency
+from service.dataplane import handoffs, residency
+from service.dataplane.instances import InstancePlan
 from service.store.records import StoredModel
 
 
@@ -27,26 +29,18 @@ class PoolClosed(Exception):
 
 
 class _MethodSlots:
-    """A method's instances as this pool hands them out. `gate` (ethost.LaneGate) is what the
-    engine's native lane shares of them (runtime_ext/lane/method_gate.h): the lane runs a
-    request on an instance only where this pool would have run it at once, so it must see who
-    waits here, whether the pool closed, and the recent execute time, which lives there."""
+    """A method's instances and their gate (ethost.LaneGate, runtime_ext/lane/method_gate.h),
+    the one owner that hands them out, to this pool and to the engine's native lane alike."""
 
     def __init__(self, instances: list, gate):
         self.count = len(instances)
-        self._waiting = 0
-        self.free = list(instances)
-        self.available = asyncio.Semaphore(len(instances))
+        self.instances = instances
         self.gate = gate
 
     @property
     def waiting(self) -> int:
-        return self._waiting
-
-    @waiting.setter
-    def waiting(self, value: int) -> None:
-        self.gate.add_waiting(value - self._waiting)
-        self._waiting = value
+        """Requests queued at the gate for an instance (the lane's included)."""
+        return self.gate.waiters
 
     @property
     def recent_s(self) -> float | None:
@@ -56,20 +50,19 @@ class _MethodSlots:
         recent_ns = self.gate.recent_ns
         return None if recent_ns < 0 else recent_ns * 1e-9
 
-    def execute(self, instance, inputs: list[np.ndarray], outputs: list | None = None) -> list:
-        """`outputs`: memory per output to write it into (Method.execute's). An instance the
-        lane holds at this moment is waited for (microseconds: it only runs short executes)."""
+    def execute(
+        self, index: int, inputs: list[np.ndarray], outputs: list | None = None, give_back=True
+    ) -> list:
+        """Runs instance `index`, claimed from the gate, which gets it back when the run ends
+        (`give_back`; else the caller gives it back). `outputs`: memory per output to write it
+        into (Method.execute's)."""
+        instance = self.instances[index]
         try:
-            return instance.execute(inputs, outputs, self.gate)
+            return instance.execute(inputs, outputs, self.gate, give_back)
         finally:
             # The host's own measure: a clock around the call in a worker thread would count
             # the wait for the GIL too, which is long exactly when the server is busy.
             self.gate.observe(instance.last_run_ns)
-
-    def idle(self) -> bool:
-        """No instance is executing (in a thread): whoever waits for one only waits for the
-        event loop to resume it."""
-        return len(self.free) == self.count
 
 
 class ModelPool:
@@ -77,7 +70,7 @@ class ModelPool:
         self,
         model: StoredModel,
         ethost,
-        instances_per_method: int,
+        plan: InstancePlan | int,
         kernel_threadpool: bool = False,
         inline_below_s: float = 0.0,
     ):
@@ -90,8 +83,14 @@ class ModelPool:
         self._metas = {}
         # (address, size) of every instance's host arenas, for memory(): fixed while it lives.
         self._arenas: list[tuple[int, int]] = []
+        if isinstance(plan, int):  # that many per method
+            plan = InstancePlan(plan, 0)
+        program_bytes = sum(path.stat().st_size for path in (model.program_path, *model.data_paths))
         for name in self.program.method_names:
-            instances = self.program.instances(name, instances_per_method)
+            instances = self.program.instances(name, plan.first)
+            more = plan.more(program_bytes, instances[0].meta)
+            if more:
+                instances += self.program.instances(name, more)
             for instance in instances:
                 instance.kernel_threadpool = kernel_threadpool
                 buffers = instance.meta["planned_buffers"]
@@ -102,6 +101,7 @@ class ModelPool:
                 ]
             self._methods[name] = _MethodSlots(instances, ethost.LaneGate(instances))
             self._metas[name] = instances[0].meta
+        self._handoffs = handoffs.shared(ethost)
         # Seconds the model's warmups took before it served (service.dataplane.warmup).
         self.warmup_s: float | None = None
         self._in_flight = 0
@@ -127,7 +127,7 @@ class ModelPool:
     def warm_up(self, method: str, inputs: list[np.ndarray], times: int) -> None:
         """Executes every instance of the method `times` times, before the pool serves (so no
         request holds an instance meanwhile); blocks: run it in a worker thread."""
-        for instance in self._methods[method].free:
+        for instance in self._methods[method].instances:
             for _ in range(times):
                 instance.execute(inputs)
 
@@ -158,31 +158,25 @@ class ModelPool:
         return await self.run_admitted(method, inputs, executor, acquired, timeout_s, outputs)
 
     def can_run_now(self, method: str) -> bool:
-        """Whether run_now may execute the method: an instance is free, its recent executes are
-        short enough to run inline, and nobody waits for an instance a thread holds (no request
-        jumps a line that is really waiting). Requests that only wait for the loop to resume
-        them (every instance is free) are delayed by an inline execute, microseconds; queueing
-        new requests behind them instead kept a loaded engine on the queued path for good,
-        measured at 8 fronts, since under load a newcomer is always there to join the line."""
+        """Whether run_now may execute the method: its recent executes are short enough to run
+        inline and nobody is queued at its gate (no request jumps a line that is waiting)."""
         slots = self._methods[method]
         return (
             not self.closed
-            and bool(slots.free)
-            and (slots.waiting == 0 or slots.idle())
+            and slots.waiting == 0
             and slots.recent_s is not None
             and slots.recent_s < self.inline_below_s
         )
 
-    def run_now(self, method: str, inputs: list[np.ndarray], outputs: list | None = None) -> list:
-        """Executes on the event loop at once; only right after can_run_now said so, with no
-        await between. The instance is back before anything else runs on the loop, so the
-        semaphore, which counts free instances for run(), needs no update."""
+    def run_now(self, method: str, inputs: list[np.ndarray], outputs: list | None = None):
+        """Executes on the event loop at once, on an instance the gate hands out now: only
+        right after can_run_now said so. None, with nothing run, when the gate has none free
+        (the engine's lane holds them)."""
         slots = self._methods[method]
-        instance = slots.free.pop()
-        try:
-            return slots.execute(instance, inputs, outputs)
-        finally:
-            slots.free.append(instance)
+        index = slots.gate.claim()
+        if index < 0:
+            return None
+        return slots.execute(index, inputs, outputs)
 
     def admit(self) -> None:
         """Counts a request as in flight until its run_admitted ends: close() waits for it.
@@ -204,35 +198,30 @@ class ModelPool:
     ) -> list[np.ndarray]:
         slots = self._methods[method]
         waiting_since = time.perf_counter()
-        slots.waiting += 1
         try:
-            if timeout_s is None or not slots.available.locked():  # no wait, no deadline
-                await slots.available.acquire()
-            else:
-                await asyncio.wait_for(slots.available.acquire(), max(timeout_s, 0.0))
+            index = await self._handoffs.claim(slots.gate, timeout_s)
         except BaseException:
             self._leave()
             raise
-        finally:
-            slots.waiting -= 1
-        instance = slots.free.pop()
+        if index == handoffs.CLOSED:
+            self._leave()
+            raise PoolClosed(self.model.name)
         if acquired is not None:
             acquired(time.perf_counter() - waiting_since)
 
         def release(_=None) -> None:
             # Runs when the execution really ends, even if the request was cancelled meanwhile,
             # so an instance is never handed out while a thread still executes it.
-            slots.free.append(instance)
-            slots.available.release()
+            slots.gate.release(index)
             self._leave()
 
         if slots.recent_s is not None and slots.recent_s < self.inline_below_s:
             try:
-                return slots.execute(instance, inputs, outputs)
+                return slots.execute(index, inputs, outputs, give_back=False)
             finally:
                 release()
         future = asyncio.get_running_loop().run_in_executor(
-            executor, slots.execute, instance, inputs, outputs
+            executor, slots.execute, index, inputs, outputs, False
         )
         future.add_done_callback(release)
         if outputs is None:

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
-from service.dataplane import residency, triton_config
+from service.dataplane import instances, residency, triton_config
 from service.dataplane.catalog import Model, parse_version
 from service.dataplane.deployment import Deployment
 from service.dataplane.inference import Inference
@@ -307,9 +307,14 @@ class ModelService(Deployment, Inference, Repository):
         """The model's configuration as Triton's ModelConfig (service.dataplane.triton_config),
         also of unavailable models, described from the file."""
         description = self._served_stored(name, version).description
+        count = description.effective_config.instance_count or self.settings.instances_per_model
+        if count is None:  # automatic: what the served version loaded, else the base
+            served = self._find(name, version)
+            methods = [] if served is None else served.pool.method_names
+            count = served.pool.instance_count(methods[0]) if methods else instances.BASE
         return triton_config.model_config(
             description,
-            description.effective_config.instances(self.settings.instances_per_model),
+            count,
             frozenset(b.id for b in self.backends if b.device == "gpu"),
         )
 

@@ -82,8 +82,11 @@ class _Front:
         self.tasks: dict[int, asyncio.Task] = {}
         self.protocol = _Sender(link, server._loop)
 
-    def _message(self, payload: bytes) -> None:
-        """A message the lane handed over: a lane request it declined, or a marshal tuple."""
+    def _message(self, payload: bytes, failure: Exception | None = None) -> None:
+        """A message the lane handed over: a lane request it declined, one it ran that failed
+        with `failure`, or a marshal tuple."""
+        if failure is not None:
+            return self.server.lane_failed(self, payload, failure)
         if payload[0] == INFER_TAG:
             message = self.server.lane_routes.message(payload)
             if message is None:  # its route is long gone: nothing says what it asked
@@ -193,7 +196,7 @@ class EngineServer:
     def _drain(self) -> None:
         """What the lane handed over since the last look (the inbox's eventfd woke the loop)."""
         items, fold = self.hub.drain()
-        for key, payload in items:
+        for key, payload, failure in items:
             front = self.fronts.get(key)
             if front is None:
                 continue
@@ -201,11 +204,24 @@ class EngineServer:
                 front._lost()
                 continue
             try:
-                front._message(payload)
+                front._message(payload, failure)
             except Exception:  # one bad message must not stop the others
                 log.exception("a message from front %d could not be read", front.front_id)
         if fold:
             self.service.ledger.fold()
+
+    def lane_failed(self, front: _Front, payload: bytes, failure: Exception) -> None:
+        """A lane request that ran and failed (runtime_ext/lane/lane.h): answered with the error
+        this failure of an execute means, as if Python had run it, never run again."""
+        self.service.metrics.front_request(front.front_id)
+        message = self.lane_routes.message(payload)
+        if message is None:  # its route is long gone: nothing says which method failed
+            return front._unknown_route(payload)
+        shapes = [item[2] for item in message.inputs]
+        failed = self.service.execute_failed(
+            message.model, message.version, message.method, failure, shapes
+        )
+        front.protocol.send(dispatch.error(message.request_id, failed))
 
     async def call(self, front: _Front, message: messages.Call) -> None:
         front.protocol.send(await self.calls.answer(message))

@@ -12,7 +12,7 @@ from service.config import Settings
 from service.dataplane.service import ModelService
 from service.front.native_path import NativePath
 from service.inline_policy import InlinePolicy
-from service.protocols import docs_page, http_errors, lanes
+from service.protocols import docs_page, http_errors
 from service.protocols.arriving import ArrivingBodies
 from service.protocols.fast_routes import FastRoutes
 from service.protocols.native import routes as http_routes
@@ -41,16 +41,6 @@ class ServerApp(FastAPI):
                 scope["app"] = self  # as Starlette sets it: handlers read app.state
                 return await endpoint(scope, receive, send)
         await super().__call__(scope, receive, send)
-
-    def lane_for(self, scope: dict) -> lanes.Lane | None:
-        """The lane that may take this request once its body is in, if its route has one and
-        the request may try it (service/protocols/lanes.py); the HTTP transport asks."""
-        found = self.fast.match(scope["method"], scope["path"])
-        if found is None or found[2].lane is None or not lanes.may_take(scope, self.policy):
-            return None
-        scope["path_params"] = found[1]
-        scope["app"] = self
-        return found[2].lane
 
 
 def _openapi(app: FastAPI):

@@ -3,8 +3,8 @@
 The front checks a request against its copy of the model table (refusing a bad one before it
 crosses), places the input tensors in its arena unless the protocol already received them there,
 reserves room for the outputs next to them, and sends the engine a descriptor of offsets; the
-answer names where the outputs are. A request from a lane (service/protocols/lanes.py) goes the
-same way from the connection's own callbacks (submit); any other awaits its answer (infer).
+answer names where the outputs are. A request the fronts' native path took is sent by it
+(service/protocols/front_lane.py); the ASGI route's requests come through infer().
 
 The model table is trusted only while its generation equals the engine's, which the engine
 publishes in a shared page and bumps before it answers any call that changed a model; so a
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -186,58 +185,6 @@ class EngineRequests:
             pending.settle()
             raise
         return self._response(link, request, pending, sent, answer)
-
-    def submit(
-        self, request: InferRequest, done: Callable[[InferResponse | Exception], None]
-    ) -> Callable[[], None] | None:
-        """Sends the request now, from the caller's own stack (no coroutine), and returns what
-        cancels it; `done(the response, or the error)` runs once the engine answers. None, with
-        nothing sent or counted, when the request cannot go that way: no current model table,
-        a model or method the table lacks, a closed gate, a refusal, a full arena. infer() then
-        answers it (service/protocols/lanes.py)."""
-        try:
-            link = self._require()
-        except Busy:  # the engine is down: infer() answers 503 with when to come back
-            return None
-        table = self._table
-        entry = table.entry(request.model, request.version)
-        if (
-            table.generation != link.generation()[0]
-            or entry is None
-            or not self.gate.open_for(request.model, entry.version, request.method)
-        ):
-            return None
-        try:
-            inputs, capacity, checked_at, lane = self._checked(link, table, request)
-            if checked_at is None:
-                return None
-            request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at, lane)
-        except (_Refused, ServiceError):
-            return None
-        sent = time.perf_counter()
-
-        def answered(future: asyncio.Future) -> None:
-            if future.cancelled():
-                return
-            error = future.exception()
-            if error is not None:
-                pending.settle()
-                done(error)
-                return
-            try:
-                response = self._response(link, request, pending, sent, future.result())
-            except ServiceError as exc:
-                done(exc)
-                return
-            done(response)
-
-        def cancel() -> None:
-            if not pending.future.done():
-                pending.future.cancel()
-                link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
-
-        pending.future.add_done_callback(answered)
-        return cancel
 
     def _checked(self, link: Link, table: ModelTable, request: InferRequest):
         """(the inputs as (name, datatype, array), room for the outputs, the generation they were

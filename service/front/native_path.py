@@ -23,8 +23,8 @@ import numpy as np
 
 from service.errors import ServiceError
 from service.front.engine_link import Relay
+from service.protocols.bodies import NATIVE_BODY
 from service.protocols.http_errors import internal_error_response
-from service.protocols.lanes import LANE_BODY
 from service.shared import frames, messages
 
 
@@ -63,8 +63,8 @@ class NativePath:
         self._renderers = renderers  # protocol ("native", "v2") -> its error response
         json_limit = min(settings.max_json_bytes, settings.max_infer_bytes)
         self._limits = (
-            min(LANE_BODY, json_limit),
-            min(LANE_BODY, settings.max_infer_bytes),
+            min(NATIVE_BODY, json_limit),
+            min(NATIVE_BODY, settings.max_infer_bytes),
             json_limit,
         )
         self._link = None

@@ -141,10 +141,12 @@ class ModelConfig:
     def warmups(self) -> tuple[Warmup, ...]:
         return self.model_warmup or ()
 
-    def instances(self, default: int) -> int:
-        """Instances per method: the instance_group counts, else the server's default."""
+    @property
+    def instance_count(self) -> int | None:
+        """Instances per method the instance_group counts ask for; None when none are set
+        (the server decides: service/dataplane/instances.py)."""
         groups = self.instance_group
-        return sum(group.count for group in groups) if groups else default
+        return sum(group.count for group in groups) if groups else None
 
     def to_json(self) -> dict:
         answer: dict = {}

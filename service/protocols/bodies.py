@@ -30,6 +30,10 @@ BODY_INTO = "etrt.body_into"
 # busy draining, closed, or access-logged): send it as ASGI messages then. It spares an answer
 # the two messages and the checks of every header that uvicorn makes for any application.
 RESPOND = "etrt.respond"
+# The largest body the fronts' native path (service/front/native_path.py) takes: what arrives in
+# one read, and what the v2 binary reader takes as it comes rather than into an arena slot of
+# its own (transport.SMALL_BODY).
+NATIVE_BODY = 64 * 1024
 
 
 class BodySink:

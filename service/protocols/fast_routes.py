@@ -26,8 +26,7 @@ from starlette.routing import compile_path
 class FastRoute:
     """`endpoint`: the ASGI app serving `method path`; `doc`: a function whose signature says,
     for OpenAPI only, what the route takes and answers (it is never called); `responses` and
-    `openapi_extra` as FastAPI's route decorators take them; `lane`: what may answer a small
-    request of this route without an ASGI task (service/protocols/lanes.py), given the app."""
+    `openapi_extra` as FastAPI's route decorators take them."""
 
     path: str
     endpoint: Callable
@@ -37,7 +36,6 @@ class FastRoute:
     responses: dict = field(default_factory=dict)
     openapi_extra: dict | None = None
     tags: tuple[str, ...] = ()
-    lane: Callable | None = None
 
 
 class FastRoutes:

@@ -13,14 +13,11 @@ A complete small answer may skip uvicorn's response messages altogether (bodies.
 protocol writes its status line, uvicorn's default headers (date, server), the answer's own
 and its body as one buffer, and marks uvicorn's request cycle done as uvicorn's send would.
 
-A small inference request may be answered without a task at all: once its body is in, the
-connection hands it to its route's lane (service/protocols/lanes.py), and a request the lane does
-not take starts its ASGI task then, its body waiting in the cycle as uvicorn leaves it.
-
 Before any of that, a request that arrives whole on an idle connection is offered to the fronts'
-native path (front_lane.py), which may take it from its bytes to its answer's bytes without
-uvicorn's parser, the request cycle or the codecs; what arrives meanwhile waits for that answer,
-so the connection's answers keep its requests' order.
+native path (service/front/native_path.py), which may take it from its bytes to its answer's
+bytes without uvicorn's parser, the request cycle or the codecs; what arrives meanwhile waits for
+that answer, so the connection's answers keep its requests' order. Everything it declines is
+uvicorn's, as it came: the ASGI route is the one other path.
 
 A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
 the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
@@ -36,11 +33,7 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.errors import clip
-from service.protocols.bodies import BODY_INTO, RESPOND, BodySink
-from service.protocols.disconnect import log_aborted
-from service.protocols.http_errors import internal_error_response
-from service.protocols.lanes import LANE_BODY, Reply
+from service.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
 from service.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -53,7 +46,7 @@ from service.protocols.read_timeouts import (
 # buffer (a copy that would cost more than the calls it saves).
 _JOIN_BELOW = 256 * 1024
 # Bytes a connection may send while the native path answers it, before reading pauses.
-_HELD_AT_MOST = 4 * LANE_BODY
+_HELD_AT_MOST = 4 * NATIVE_BODY
 _OK = b"HTTP/1.1 200 OK\r\n"
 log = logging.getLogger(__name__)
 
@@ -130,9 +123,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._eof = False  # the client half-closed: answer what it sent, then close
         self._sink: BodySink | None = None  # the body arriving now goes here
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
-        self._lane_for = getattr(self.app, "lane_for", None)  # the app's lanes, if it has any
-        self._waiting = None  # (cycle, app, lane): a request for a lane whose body is arriving
-        self._in_flight = None  # (cycle, cancel): a request a lane took, not answered yet
         front_lane = getattr(self.app, "native_path", None)
         self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
         self._native = None  # what the native path needs to answer the request it took
@@ -156,8 +146,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             and not self._parsing
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline
-            and self._waiting is None
-            and self._in_flight is None
             and not self.flow.write_paused
         ):
             try:
@@ -205,60 +193,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._reading.head_begins()
         HttpToolsProtocol.on_message_begin(self)
 
-    def _start_asgi_task(self, cycle, app) -> None:
-        """Where uvicorn starts a request's task, once its head is in: a request that a lane may
-        take waits for its body instead."""
-        lane = None
-        if self._lane_for is not None and app is self.app and not cycle.waiting_for_100_continue:
-            lane = self._lane_for(cycle.scope)
-        if lane is None:
-            HttpToolsProtocol._start_asgi_task(self, cycle, app)
-            return
-        self._waiting = (cycle, app, lane)
-        if not cycle.more_body:  # a pipelined request, whose body came before its turn
-            self._run_lane()
-
     def on_message_complete(self) -> None:
         self._parsing = False
         self._reading.stop()
         HttpToolsProtocol.on_message_complete(self)
-        waiting = self._waiting
-        if waiting is not None and waiting[0] is self.cycle:
-            self._run_lane()
-
-    def _run_lane(self) -> None:
-        cycle, app, lane = self._waiting
-        self._waiting = None
-        if cycle.disconnected:
-            return
-        body = bytes(cycle.body)
-        try:
-            cancel = lane(cycle.scope, body, Reply(self, cycle))
-        except Exception:  # a fault of the server's own, answered as the ASGI way's 500 guard does
-            scope = cycle.scope
-            what = f"unexpected error serving {scope['method']} {clip(scope['path'])}"
-            response = internal_error_response(what, exc_info=True)
-            HttpToolsProtocol._start_asgi_task(self, cycle, response)
-            return
-        if cancel is None:  # not taken: the ASGI way, with the body where uvicorn keeps it
-            HttpToolsProtocol._start_asgi_task(self, cycle, app)
-        else:
-            cycle.body = bytearray()
-            self._in_flight = (cycle, cancel)
-
-    def answered(self, cycle, content_type: bytes, headers: list, body: bytes) -> bool:
-        """A lane's 200 for `cycle`, written at once; False when it must go as ASGI messages."""
-        self._settled(cycle)
-        return self._respond(cycle.scope, content_type, headers, body)
-
-    def answer_with(self, cycle, app) -> None:
-        """A lane's answer for `cycle` from an ASGI app, run as uvicorn runs a request's."""
-        self._settled(cycle)
-        HttpToolsProtocol._start_asgi_task(self, cycle, app)
-
-    def _settled(self, cycle) -> None:
-        if self._in_flight is not None and self._in_flight[0] is cycle:
-            self._in_flight = None
 
     def connection_lost(self, exc) -> None:
         HttpToolsProtocol.connection_lost(self, exc)
@@ -266,11 +204,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._gone = True
         if self._native is not None:  # nobody reads its answer: the engine need not make it
             self._front_lane.cancel(self._native)
-        self._waiting = None
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:  # nobody reads its answer: the engine need not make it
-            in_flight[1]()
-            log_aborted(in_flight[0].scope)
 
     def on_headers_complete(self) -> None:
         HttpToolsProtocol.on_headers_complete(self)
@@ -298,8 +231,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             and not self._held
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline
-            and self._waiting is None
-            and self._in_flight is None
         )
 
     def timed_out(self, what: str) -> None:

@@ -16,7 +16,6 @@ layout (tests/unit/test_contract.py holds a digest of them that fails until it i
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -65,8 +64,6 @@ class Dataplane(Protocol):
     def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
-
-    def submit(self, request: InferRequest, done: Callable) -> Callable[[], None] | None: ...
 
     def body_buffer(self, nbytes: int, align_at: int) -> tuple[memoryview, object]: ...
 

@@ -406,8 +406,8 @@ def test_idle_connections_declaring_huge_bodies_hold_no_memory(fronted, linear_r
 def test_pipelined_requests_on_one_connection_are_answered_in_their_order(
     fronted, linear_relu_program
 ):
-    """Small inference requests are answered from the connection's callbacks, the rest through
-    the app (service/protocols/lanes.py): sent at once, all come back, each in its place."""
+    """Small inference requests are answered by the fronts' native path, the rest through the
+    app (service/protocols/front_lane.py): sent at once, all come back, each in its place."""
     server = fronted
     x = linear_relu_program.example_inputs[0].numpy()
     expected = linear_relu_program.module(torch.from_numpy(x)).detach().numpy()

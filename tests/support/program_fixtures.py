@@ -72,3 +72,13 @@ def large_input_program(programs_dir):
 @pytest.fixture(scope="session")
 def image_program(programs_dir):
     return programs.export_image(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def counter_program(programs_dir):
+    return programs.export_counter(programs_dir)
+
+
+@pytest.fixture(scope="session")
+def wide_counter_program(programs_dir):
+    return programs.export_counter(programs_dir, width=16384)

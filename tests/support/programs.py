@@ -486,6 +486,51 @@ def export_image(out_dir: Path, xnnpack: bool = False) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+COUNTER_MAX_BATCH, COUNTER_TABLE = 8, 4
+
+
+def _counter_module(width: int):
+    import torch
+
+    class Counter(torch.nn.Module):
+        """Counts the rows it executes in a mutable buffer, before a lookup that fails for an
+        index past its table: a failed execute still counts, as a program's state would change
+        (a KV cache written before a later kernel fails). Outputs the lookup and, per row, the
+        count after this execute."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(1, dtype=torch.int64))
+            self.register_buffer("first", torch.zeros(1, dtype=torch.int64), persistent=False)
+            self.table = torch.nn.Embedding(COUNTER_TABLE, width)
+
+        def forward(self, idx):
+            rows = torch.ones_like(idx).sum(0, keepdim=True)
+            self.count.index_put_((self.first,), self.count + rows)
+            return self.table(idx), self.count + torch.zeros_like(idx)
+
+    return Counter()
+
+
+def export_counter(out_dir: Path, width: int = 2) -> ExportedProgram:
+    """Int64 ids [batch] (1..COUNTER_MAX_BATCH) -> (their rows of a [COUNTER_TABLE, width] table,
+    the count of rows executed so far per row). The count lives in a mutable buffer updated in
+    place (run_reinplace_pass) before the lookup, so an id past the table fails the execute
+    after it counted. The buffer starts as whatever its planned memory held: compare counts,
+    not values."""
+    torch = _seeded()
+    module = _counter_module(width)
+    inputs = (torch.tensor([1, 2]),)
+    batch = torch.export.Dim("batch", min=1, max=COUNTER_MAX_BATCH)
+    pte, ptds = _export(
+        Path(out_dir) / f"counter_{width}",
+        {"forward": (module, inputs)},
+        {"run_reinplace_pass": True},
+        dynamic_shapes={"forward": ({0: batch},)},
+    )
+    return ExportedProgram(pte, ptds, module, inputs)
+
+
 def export_module(out_dir: Path, key: str, module, inputs: tuple) -> ExportedProgram:
     """Any torch module as a one-method ("forward") program in the folder `out_dir/key`; `key`
     must change whenever the module or the input shapes do (the files are re-used)."""
@@ -506,4 +551,5 @@ EXPORTERS: dict[str, Callable[[Path], ExportedProgram]] = {
     "cpu_heavy": export_cpu_heavy,
     "every_datatype": export_every_datatype,
     "image": export_image,
+    "counter": export_counter,
 }

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from service.dtypes import carrier_of
-from service.protocols.lanes import LANE_BODY
+from service.protocols.bodies import NATIVE_BODY
 from service.shared import lane_frames
 from service.shared.arena import Arena, align_up
 from support.front_cases import answer_array, case
@@ -39,7 +39,7 @@ from support.front_reference import (
 
 TOKEN = "s3cret"
 # A JSON limit below the binary one, so both limits and their order are crossed.
-LIMITS = Limits(native_body=LANE_BODY // 8, v2_body=LANE_BODY // 4, json=LANE_BODY // 16)
+LIMITS = Limits(native_body=NATIVE_BODY // 8, v2_body=NATIVE_BODY // 4, json=NATIVE_BODY // 16)
 _DONE = struct.Struct("<BBHIQ")
 _OUTPUT = struct.Struct("<IIQ")
 

@@ -17,7 +17,7 @@ from service.native_host import import_host
 from service.shared import frames, lane_frames, messages
 from service.shared.arena import Region
 from service.shared.contract import GetTable
-from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.program_fixtures import counter_program, linear_relu_program  # noqa: F401
 
 _LENGTH = struct.Struct("<I")
 ROUTE, GENERATION = 7, 3
@@ -116,20 +116,23 @@ def test_what_the_lane_declines_reaches_python_unchanged(lane):
     for payload in (stale, unknown, marshalled):
         _send(front, payload)
     items += _drained(hub, 3)
-    assert [payload for _, payload in items] == [slow, stale, unknown, marshalled]
-    assert {key for key, _ in items} == {1}
+    assert [payload for _, payload, _ in items] == [slow, stale, unknown, marshalled]
+    assert {key for key, _, _ in items} == {1}
+    assert {failure for _, _, failure in items} == {None}
     assert link.served == 0 and hub.served() == []
 
 
-def test_a_closed_or_waited_for_method_goes_to_python(lane):
+def test_a_closed_method_or_one_without_a_free_instance_goes_to_python(lane):
     ethost, hub, gate, instances, region, front, link = lane
     gate.observe(1000)
     _publish(hub, gate)
     x = np.ones((2, 4), np.float32)
-    gate.add_waiting(1)
+    held = [gate.claim(), gate.claim()]  # Python runs both instances
+    assert sorted(held) == [0, 1] and gate.claim() == -1
     _send(front, _request(region, x))
     assert len(_drained(hub, 1)) == 1
-    gate.add_waiting(-1)
+    for index in held:
+        gate.release(index)
     gate.close()
     _send(front, _request(region, x))
     assert len(_drained(hub, 1)) == 1
@@ -139,7 +142,7 @@ def test_a_closed_or_waited_for_method_goes_to_python(lane):
 def test_a_front_going_away_is_reported_once(lane):
     ethost, hub, gate, instances, region, front, link = lane
     front.close()
-    assert _drained(hub, 1) == [(1, None)]
+    assert _drained(hub, 1) == [(1, None, None)]
 
 
 def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
@@ -183,3 +186,54 @@ def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
     assert routes.message(payload).model == "m"
     assert routes.message(lane_frames.request(99, 1, 1, 0, 0, 1, [])) is None
     assert routes.request_id(payload) == 9
+
+
+@pytest.fixture
+def counting(counter_program):  # noqa: F811
+    """The lane over one instance of a program that counts its executes (programs.export_counter);
+    `count()` executes it once more and answers how many executes it saw, that one included."""
+    ethost = import_host()
+    program = ethost.Program(str(counter_program.pte), [])
+    [instance] = program.instances("forward", 1)
+    gate = ethost.LaneGate([instance])
+    hub = ethost.LaneHub(100, 2)
+    fd = os.memfd_create("lane-test")
+    os.ftruncate(fd, 1 << 20)
+    region = Region(fd, 1 << 20)
+    front, engine = socket.socketpair()
+    link = ethost.attach_front(hub, engine.detach(), 1, 4, region.address, region.size)
+
+    def count() -> int:
+        return int(instance.execute([np.array([0], np.int64)], None, gate)[1][0])
+
+    gate.observe(1000)
+    yield hub, gate, region, front, count
+    link.stop()
+    front.close()
+    os.close(fd)
+
+
+def _ids(region, ids, room=4096):
+    region.array(256, np.int64, (len(ids),))[...] = ids
+    return lane_frames.request(ROUTE, 9, GENERATION, 4096, room, 3, [(256, (len(ids),))])
+
+
+@pytest.mark.parametrize("inline_ns", [1e9, 0], ids=["inline", "workers"])
+def test_a_request_that_ran_is_answered_from_its_execute_never_run_again(counting, inline_ns):
+    hub, gate, region, front, count = counting
+    _publish(hub, gate, inline_ns=inline_ns)
+    before = count()
+    _send(front, _ids(region, [1, 2]))
+    assert lane_frames.request_id_of_answer(_receive(front)) == 9
+    # An id past the table fails the execute after it counted: Python hears how it failed,
+    # with the request, to answer it; the lane does not hand it over to be run again.
+    failing = _ids(region, [9])
+    _send(front, failing)
+    [(key, payload, failure)] = _drained(hub, 1)
+    assert payload == failing and type(failure).__name__ == "ExecuTorchError"
+    assert failure.error_name == "InvalidArgument" and "9" in failure.context
+    # A room too small for the outputs' upper bounds is declined before anything runs.
+    small = _ids(region, [1], room=64)
+    _send(front, small)
+    assert _drained(hub, 1) == [(1, small, None)]
+    assert count() - before == 2 + 1 + 1

@@ -37,14 +37,14 @@ def test_a_full_configuration_is_normalized_with_every_batching_field():
         },
         "instance_group": [{"count": 2}, {"count": 1}],
     }
-    assert config.instances(5) == 3 and config.max_batch == 8 and config.merges
+    assert config.instance_count == 3 and config.max_batch == 8 and config.merges
     assert config.queue.default_queue_policy.timeout_s is None
     assert stored_config(config.to_json()) == config  # the stored form parses to itself
 
 
 def test_no_configuration_is_none_and_keeps_the_server_instances():
     assert parse_model_config(None) == (None, [])
-    assert NO_CONFIG.instances(5) == 5 and parse_model_config({})[0].instances(5) == 5
+    assert NO_CONFIG.instance_count is None and parse_model_config({})[0].instance_count is None
     assert not NO_CONFIG.merges and NO_CONFIG.max_batch == 0 and NO_CONFIG.to_json() == {}
     # A section given is shown as given, even where it means the default.
     assert parse_model_config({"max_batch_size": 0})[0] == ModelConfig(max_batch_size=0)

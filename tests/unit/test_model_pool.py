@@ -118,12 +118,12 @@ def test_a_cancelled_request_writing_into_memory_hears_so_once_the_thread_is_don
         task.cancel()  # twice: the wait must hold through both
         with pytest.raises(asyncio.CancelledError):
             await task
-        return pool._methods["forward"].idle()
+        return pool._idle.is_set()  # no request in flight: its thread ended
 
     async def main(executor):
         pool = ModelPool(stored, import_host(), 1)
         without = await cancelled_run(pool, executor, None)
-        while not pool._methods["forward"].idle():  # its thread still runs
+        while not pool._idle.is_set():  # its thread still runs
             await asyncio.sleep(0.01)
         written = await cancelled_run(pool, executor, [destination])
         [expected] = await pool.run("forward", [x], executor)
@@ -140,7 +140,7 @@ def test_a_cancelled_request_writing_into_memory_hears_so_once_the_thread_is_don
 def test_instances_take_the_configured_kernel_threading(heavy, kernel_threadpool):
     exported, stored = heavy
     pool = ModelPool(stored, import_host(), 2, kernel_threadpool=kernel_threadpool)
-    slots = pool._methods["forward"].free
+    slots = pool._methods["forward"].instances
     assert [m.kernel_threadpool for m in slots] == [kernel_threadpool] * 2
 
 
@@ -285,7 +285,7 @@ def test_run_now_is_offered_only_for_a_known_fast_method_with_a_free_instance(pr
     assert executor.submitted == 2  # one first run per pool, nothing else in a thread
 
 
-def test_run_now_is_not_offered_while_the_only_instance_runs_in_a_thread(heavy):
+def test_run_now_runs_nothing_while_the_only_instance_runs_in_a_thread(heavy):
     exported, stored = heavy
     x = np.random.rand(SIZE).astype(np.float32)
     pool = ModelPool(stored, import_host(), 1, inline_below_s=60.0)
@@ -296,36 +296,44 @@ def test_run_now_is_not_offered_while_the_only_instance_runs_in_a_thread(heavy):
         running = asyncio.ensure_future(pool.run("forward", [x], executor))
         await asyncio.sleep(0.01)
         pool.inline_below_s = 60.0
-        busy = pool.can_run_now("forward")
+        busy = pool.run_now("forward", [x])
         await running
-        return busy, pool.can_run_now("forward")
+        return busy, pool.run_now("forward", [x])
 
     with ThreadPoolExecutor(2) as executor:
         busy, after = asyncio.run(main(executor))
-    assert (busy, after) == (False, True)
+    assert busy is None and after is not None
 
 
-def test_run_now_goes_ahead_of_requests_that_only_wait_for_the_loop_not_of_real_waiters(
+def test_run_now_runs_only_on_an_instance_the_gate_hands_out_and_never_passes_a_waiter(
     programs_dir,
 ):
-    """Under load a line of requests woken but not yet resumed is always there; queueing new
-    requests behind it kept the engine on the slow path. A request that waits for an instance a
-    thread holds is never overtaken."""
+    """The method's gate is the one owner of its instances: run_now takes one only when the gate
+    has one free and nobody is queued for it; otherwise nothing runs."""
     exported = programs.export_linear_relu(programs_dir)
     description = ModelDescription("m", (StoredFile("program.pte", "program", 0, ""),), ())
     stored = StoredModel("lin", exported.pte.parent, description)
     pool = ModelPool(stored, import_host(), 2, inline_below_s=60.0)
     x = exported.example_inputs[0].numpy()
-    with ThreadPoolExecutor(1) as executor:
-        asyncio.run(pool.run("forward", [x], executor))  # measured
     slots = pool._methods["forward"]
-    slots.waiting = 1  # someone waits, and every instance is free: it waits for the loop
-    assert pool.can_run_now("forward")
-    held = slots.free.pop()  # an instance executing in a thread: that wait is real
-    assert not pool.can_run_now("forward")
-    slots.free.append(held)
-    slots.waiting = 0
-    assert pool.can_run_now("forward")
+
+    async def main(executor):
+        await pool.run("forward", [x], executor)  # measured
+        assert pool.can_run_now("forward")
+        held = [slots.gate.claim(), slots.gate.claim()]  # both taken (the lane's, say)
+        assert sorted(held) == [0, 1] and pool.run_now("forward", [x]) is None
+        waiting = asyncio.ensure_future(pool.run("forward", [x], executor))
+        await asyncio.sleep(0.05)
+        queued = slots.waiting == 1 and not pool.can_run_now("forward")
+        for index in held:
+            slots.gate.release(index)  # the first goes to the request queued
+        [output] = await waiting
+        return queued, output, pool.run_now("forward", [x])
+
+    with ThreadPoolExecutor(1) as executor:
+        queued, output, now = asyncio.run(main(executor))
+    assert queued and now is not None
+    np.testing.assert_array_equal(now[0], output)
 
 
 class _Timed:
@@ -334,7 +342,7 @@ class _Timed:
     def __init__(self):
         self.last_run_ns = 0
 
-    def execute(self, inputs, outputs=None, gate=None):
+    def execute(self, inputs, outputs=None, gate=None, give_back=True):
         return []
 
 
@@ -345,9 +353,9 @@ def test_one_long_execute_does_not_move_a_method_off_the_loop_but_two_do():
     slots = _MethodSlots([instance], import_host().LaneGate([]))
     for took_s in (2e-6, 2e-6, 2e-6):
         instance.last_run_ns = int(took_s * 1e9)
-        slots.execute(instance, [])
+        slots.execute(0, [])
     instance.last_run_ns = int(5e-3 * 1e9)  # preempted once
-    slots.execute(instance, [])
+    slots.execute(0, [])
     assert slots.recent_s < 10e-6
-    slots.execute(instance, [])  # and again: the method really is slow now
+    slots.execute(0, [])  # and again: the method really is slow now
     assert slots.recent_s > 500e-6

@@ -66,13 +66,16 @@ class DirectPolicy(Policy):
 
     def run_now(
         self, arrays: list[np.ndarray], outputs: list | None = None
-    ) -> tuple[list, int, int]:
+    ) -> tuple[list, int, int] | None:
         """submit() without a wait, only right after can_run_now said so: (outputs, rows,
-        nanoseconds executing). The caller counts the execute with its request, in one go
+        nanoseconds executing); None, with nothing run, when the method's gate has no instance
+        free now. The caller counts the execute with its request, in one go
         (service/dataplane/ledger.py). `outputs`: as submit()'s."""
         rows = self._rows(arrays) if self.max_batch else 1
         begun = time.perf_counter_ns()
         outputs = self.pool.run_now(self.method, arrays, outputs)
+        if outputs is None:
+            return None
         now = time.perf_counter_ns()
         self._recent_execute_s = (now - begun) / 1e9
         self._completed(1, now)

@@ -7,8 +7,8 @@ the app calls it directly, behind only the token check and the 500 guard. Servic
 are answered by http_errors.service_error_response like every other route's, so no error body
 differs. Large bodies are parsed and large answers written in worker processes
 (protocols/offload.py and service/inline_policy.py say why and above what), so probes keep
-answering meanwhile. A small request whose checks pass is answered by `lane` instead, from the
-connection's callbacks (service/protocols/lanes.py); any other goes through `__call__`.
+answering meanwhile. A small request that arrives whole is usually taken by the fronts' native
+path before it gets here (service/protocols/front_lane.py); this is the path for every other.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from service.errors import ServiceError, input_problem
 from service.protocols.bodies import known_model, read_body, respond
 from service.protocols.disconnect import ClientDisconnected, log_aborted, unless_disconnected
 from service.protocols.http_errors import service_error_response
-from service.protocols.lanes import Reply
 from service.protocols.native import infer_body
 from service.protocols.offload import Offload
 
@@ -71,34 +70,3 @@ class InferEndpoint:
         finally:
             response.release()
         await respond(scope, send, _JSON, [], text)
-
-    def lane(self, scope, body: bytes, reply: Reply):
-        """What cancels the request, once sent to the engine; None to leave it to __call__."""
-        if not self.offload.policy.parse_inline(len(body)):
-            return None
-        try:
-            model, method, tensors, undecodable = infer_body.parse(body)
-        except ServiceError:
-            return None
-        if undecodable is not None:
-            return None
-        request = InferRequest(model=model, method=method, inputs=tensors, protocol="native")
-        return self.service.submit(request, lambda outcome: self._answer(outcome, reply))
-
-    def _answer(self, outcome, reply: Reply) -> None:
-        if isinstance(outcome, BaseException):
-            reply.fail(outcome, service_error_response)
-            return
-        try:
-            inline = self.offload.policy.write_inline(sum(t.array.size for t in outcome.outputs))
-            if inline:
-                text = infer_body.dump(outcome.model, outcome.method, outcome.outputs)
-        except Exception as exc:
-            outcome.release()
-            reply.fail(exc, service_error_response)
-            return
-        if not inline:  # written in a worker process, as __call__'s are (which frees the outputs)
-            reply.asgi(lambda scope, receive, send: self._send_answer(scope, send, outcome))
-            return
-        outcome.release()
-        reply.ok(_JSON, [], text)

@@ -175,6 +175,4 @@ def install(app: FastAPI) -> FastRoute:
     app.include_router(router)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    return FastRoute(
-        "/infer", endpoint, _describes_infer, "infer", responses=_INFER_ERRORS, lane=endpoint.lane
-    )
+    return FastRoute("/infer", endpoint, _describes_infer, "infer", responses=_INFER_ERRORS)

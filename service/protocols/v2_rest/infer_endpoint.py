@@ -6,18 +6,17 @@ Response and no FastAPI, the headers read once from the scope, and the answer se
 and (up to transport.JOIN_BELOW) one body message: measured on a front, the request and response
 objects and the message per part cost more than the protocol's own work for a small tensor.
 Errors are this protocol's codes and shape (errors.service_error_response); anything unexpected
-is the app's 500 guard's. A small request whose checks pass is answered by `lane` instead, from
-the connection's callbacks (service/protocols/lanes.py); any other goes through infer_endpoint.
+is the app's 500 guard's. A small request that arrives whole is usually taken by the fronts'
+native path before it gets here (service/protocols/front_lane.py); this is the path for every other.
 """
 
 from __future__ import annotations
 
 from service.errors import ServiceError, TooLarge
 from service.protocols.bodies import known_model, read_body, refuse_when_full
-from service.protocols.lanes import Reply
 from service.protocols.v2_rest import binary, codec, shared_memory
 from service.protocols.v2_rest.errors import service_error_response
-from service.protocols.v2_rest.transport import JOIN_BELOW, read_aligned_body, send_parts
+from service.protocols.v2_rest.transport import read_aligned_body, send_parts
 
 _HEADER = binary.HEADER.lower().encode()
 _JSON = b"application/json"
@@ -121,50 +120,3 @@ async def _infer(service, offload, model, version, body, header_length, lease):
     if dataplane_request.shared_memory:
         service = shared_memory.engine_of(service)
     return await service.infer(dataplane_request), parsed
-
-
-def lane(scope, body: bytes, reply: Reply):
-    """What cancels the request, once sent to the engine; None leaves it to infer_endpoint."""
-    state = scope["app"].state
-    service, offload = state.service, state.offload
-    params = scope["path_params"]
-    try:
-        header, payload = binary.split(body, _binary_header(scope))
-        if header.nbytes > _max_json(service.settings) or not offload.policy.parse_inline(
-            header.nbytes
-        ):
-            return None
-        if payload is not None and not offload.policy.slice_inline(payload.nbytes):
-            return None
-        parsed = codec.parse_header(body if payload is None else bytes(header))
-        request = codec.to_request(params["model"], params.get("version"), parsed, payload)
-    except ServiceError:
-        return None
-    if request.shared_memory:
-        return None
-    return service.submit(request, lambda outcome: _answer(offload, parsed, outcome, reply))
-
-
-def _answer(offload, parsed, outcome, reply: Reply) -> None:
-    if isinstance(outcome, BaseException):
-        reply.fail(outcome, service_error_response)
-        return
-    try:
-        head, as_json, parts = codec.response_header(outcome, parsed)
-        inline = offload.policy.write_inline(sum(t.array.size for _, t in as_json))
-        inline = inline and sum(part.nbytes for part in parts) <= JOIN_BELOW
-        if inline:
-            text = codec.dump_response(head, [(i, t.array, t.datatype) for i, t in as_json])
-            body = b"".join([text, *parts]) if parts else text
-    except Exception as exc:
-        outcome.release()
-        reply.fail(exc, service_error_response)
-        return
-    if not inline:  # encoded and sent as infer_endpoint's answers are (which frees the outputs)
-        reply.asgi(lambda scope, receive, send: _send_answer(scope, send, offload, outcome, parsed))
-        return
-    outcome.release()
-    if parts:
-        reply.ok(_BINARY, [(_HEADER, str(len(text)).encode())], body)
-    else:
-        reply.ok(_JSON, [], body)

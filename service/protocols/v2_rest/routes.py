@@ -110,7 +110,6 @@ FAST_ROUTES = [
         responses=INFER_ANSWERS,
         openapi_extra=INFER_BODY,
         tags=(TAG,),
-        lane=infer_endpoint.lane,
     )
     for path, doc, name in (
         ("/v2/models/{model}/infer", _describes_infer, "infer"),
