@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_staging import BareCopy, blob_for  # noqa: E402
 from delegate_timing import NullEngineProvider, per_call_us  # noqa: E402
 from service.engine import pinning  # noqa: E402
-from service.ipc.arena import Arena, Region  # noqa: E402
+from service.shared.arena import Arena, Region  # noqa: E402
 
 N = 3 * 224 * 224 * 4
 

@@ -29,6 +29,7 @@ OPEN, INFER, ADMIN = "open", "infer", "admin"
 _HEALTH_PATHS = frozenset({"/health/live", "/health/ready", "/v2/health/live", "/v2/health/ready"})
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _OPEN_GRPC = frozenset({"ServerLive", "ServerReady"})
+_HEALTH_GRPC = "/grpc.health.v1.Health/"
 _ADMIN_GRPC = frozenset({"RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"})
 _SOURCES = {
     ADMIN: ("ETRT_ADMIN_TOKEN", "admin_token_file", "--admin-token-file"),
@@ -55,7 +56,10 @@ def http_scope(method: str, path: str, metrics_auth: str = "none") -> str:
 
 
 def grpc_scope(full_method: str) -> str:
-    """Scope of a GRPCInferenceService call, e.g. '/inference.GRPCInferenceService/ModelInfer'."""
+    """Scope of a gRPC call, e.g. '/inference.GRPCInferenceService/ModelInfer'; health checks
+    (grpc.health.v1) are open, as the HTTP health routes are: a probe presents no token."""
+    if full_method.startswith(_HEALTH_GRPC):
+        return OPEN
     name = full_method.rsplit("/", 1)[-1]
     return OPEN if name in _OPEN_GRPC else ADMIN if name in _ADMIN_GRPC else INFER
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import os
 import pickle
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +37,11 @@ class Settings:
     port: int = 8000
     # Protocol front processes sharing the ports, over one engine process (service/supervisor.py).
     workers: int = 1
-    # Shared memory per front for the tensors of its requests in flight (service/ipc/arena.py);
+    # Shared memory per front for the tensors of its requests in flight (service/shared/arena.py);
     # pinned for the GPU on CUDA hosts, so it is committed memory there.
     arena_bytes: int = 512 * MiB
-    # How far below the engine's CPU priority the fronts run (nice; service/front.py says why).
+    # How far below the engine's CPU priority the fronts run (nice; service/front/__main__.py
+    # says why).
     front_nice: int = 10
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001
@@ -85,11 +89,20 @@ class Settings:
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
+    # Triton's GPU gauges (service/gpu_gauges.py) from NVML, where NVML is present.
+    gpu_metrics: bool = True
 
 
-# The words a boolean setting or form field may be given as (flags, env vars, 'replace').
+# The words a boolean setting or form field may be given as (flags, env vars, 'replace'), and
+# how messages list them, so that a refusal names every word that would have been taken.
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+BOOLEAN_WORDS = "true/false, 1/0, yes/no, on/off"
+# Levels every process's logging (and uvicorn's) knows by name.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# Size suffixes: powers of 1024, as the defaults are written (512M is 512 MiB).
+_SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "k": 1024, "m": MiB, "g": 1024 * MiB, "t": 1024 * 1024 * MiB}
 
 
 def _bool(text: str) -> bool:
@@ -98,7 +111,32 @@ def _bool(text: str) -> bool:
         return True
     if lowered in FALSE_WORDS:
         return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected a boolean ({BOOLEAN_WORDS}), got {text!r}")
+
+
+def _size(text: str) -> int:
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a size: bytes, or a number with K, M, G or T (powers of 1024: 512M, 1G), "
+            f"got {text!r}"
+        )
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _SIZE_UNITS[unit]
+
+
+def show_size(value: int) -> str:
+    """A byte count as the largest whole unit _size reads back (512M, 16G), for --help."""
+    for suffix, unit in (("T", 1024 * 1024 * MiB), ("G", 1024 * MiB), ("M", MiB), ("K", 1024)):
+        if value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)
+
+
+def _log_level(text: str) -> str:
+    if text.strip().lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return text.strip().lower()
 
 
 def _metrics_auth(text: str) -> str:
@@ -124,14 +162,13 @@ _OPTIONS = (
         "ETRT_WORKERS",
         "workers",
         int,
-        "protocol front processes sharing the ports over one engine process (default: one per "
-        "core up to 8 on a host with at least 4 cores, else 1)",
+        "protocol front processes sharing the ports over one engine process",
     ),
     (
         "--arena-bytes",
         "ETRT_ARENA_BYTES",
         "arena_bytes",
-        int,
+        _size,
         "shared memory per front process for the tensors of requests in flight (pinned on CUDA "
         "hosts); a request needing more is refused with 413",
     ),
@@ -147,21 +184,21 @@ _OPTIONS = (
         "--max-program-bytes",
         "ETRT_MAX_PROGRAM_BYTES",
         "max_program_bytes",
-        int,
+        _size,
         "largest accepted .pte",
     ),
     (
         "--max-data-bytes",
         "ETRT_MAX_DATA_BYTES",
         "max_data_bytes",
-        int,
+        _size,
         "largest accepted single .ptd",
     ),
     (
         "--max-upload-bytes",
         "ETRT_MAX_UPLOAD_BYTES",
         "max_upload_bytes",
-        int,
+        _size,
         "largest accepted request body",
     ),
     (
@@ -175,14 +212,14 @@ _OPTIONS = (
         "--max-infer-bytes",
         "ETRT_MAX_INFER_BYTES",
         "max_infer_bytes",
-        int,
+        _size,
         "largest accepted /infer request body",
     ),
     (
         "--max-json-bytes",
         "ETRT_MAX_JSON_BYTES",
         "max_json_bytes",
-        int,
+        _size,
         "largest accepted JSON inference body (native /infer, v2 JSON)",
     ),
     (
@@ -251,7 +288,7 @@ _OPTIONS = (
         "allow_client_shm",
         _bool,
         "let clients on this host register system and CUDA shared memory regions for tensors "
-        "(Triton's shared memory extensions); off by default",
+        "(Triton's shared memory extensions)",
     ),
     (
         "--shm-max-regions",
@@ -265,7 +302,7 @@ _OPTIONS = (
         "ETRT_BACKENDS",
         "backends",
         _list,
-        "comma-separated delegate backends to serve: tensorrt, xnnpack (default: both)",
+        "comma-separated delegate backends to serve: tensorrt, xnnpack",
     ),
     (
         "--backend-setup",
@@ -290,13 +327,13 @@ _OPTIONS = (
         str,
         "serve the one --model-dir itself as this model (KServe's single-model layout)",
     ),
-    ("--log-level", "ETRT_LOG_LEVEL", "log_level", str, "uvicorn log level"),
+    ("--log-level", "ETRT_LOG_LEVEL", "log_level", _log_level, f"{', '.join(LOG_LEVELS)}"),
     (
         "--access-log",
         "ETRT_ACCESS_LOG",
         "access_log",
         _bool,
-        "log every HTTP request and every inference (off by default: it costs throughput)",
+        "log every HTTP request and every inference (it costs throughput)",
     ),
     (
         "--admin-token-file",
@@ -319,15 +356,55 @@ _OPTIONS = (
         _metrics_auth,
         "none: /metrics is open; infer: it needs the infer token",
     ),
+    (
+        "--gpu-metrics",
+        "ETRT_GPU_METRICS",
+        "gpu_metrics",
+        _bool,
+        "report Triton's GPU gauges (nv_gpu_*) from NVML where it is present (default true)",
+    ),
 )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad setting on one line (no usage block, no traceback): the
+    operator reads it in a log or a container's status, where one line is what is shown."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"error: {message} ({self.prog} --help lists every setting)\n")
+        sys.exit(2)
+
+
+def _default_shown(attr: str, convert) -> str:
+    """The default --help prints, from Settings itself (so help and behaviour cannot differ)."""
+    if attr == "workers":
+        return "one per core up to 8 on a host with at least 4 cores, else 1"
+    value = {f.name: f.default for f in dataclasses.fields(Settings)}[attr]
+    if value is None or value == ():
+        return "none"
+    if convert is _size:
+        return show_size(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _flag(attr: str) -> str:
+    return next(flag for flag, _, name, _, _ in _OPTIONS if name == attr)
 
 
 def parse_settings(
     argv: list[str] | None = None, environ: dict[str, str] | None = None
 ) -> Settings:
     environ = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(
-        prog="python -m service", description="ExecuTorch/TensorRT model server"
+    parser = _Parser(
+        prog="python -m service",
+        description="ExecuTorch/TensorRT model server. Every flag has an environment variable; "
+        "flags win. Sizes take K, M, G, T (powers of 1024): --arena-bytes 1G.",
     )
     for flag, env, attr, convert, help_text in _OPTIONS:
         # A boolean flag given alone means true, as its documentation writes it.
@@ -335,7 +412,13 @@ def parse_settings(
         if convert is _paths:  # repeatable: one path per flag
             switch, convert = {"action": "append"}, Path
         parser.add_argument(
-            flag, dest=attr, type=convert, default=None, help=f"{help_text} (env {env})", **switch
+            flag,
+            dest=attr,
+            type=convert,
+            default=None,
+            help=f"{help_text} (default: {_default_shown(attr, convert)}; env {env})",
+            metavar={_size: "SIZE", _bool: "BOOL"}.get(convert),
+            **switch,
         )
     args = parser.parse_args(argv)
     values = {}
@@ -353,7 +436,7 @@ def parse_settings(
     if settings.model_name is not None and len(settings.model_dirs) != 1:
         parser.error("--model-name serves one --model-dir as that model: give exactly one")
     if not 0 <= settings.grpc_port <= 65535:
-        parser.error("grpc_port must be a TCP port (0 disables gRPC)")
+        parser.error("--grpc-port must be a TCP port (0 disables gRPC)")
     unknown = [name for name in settings.backends if name not in BACKEND_NAMES]
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(BACKEND_NAMES)}")
@@ -372,11 +455,11 @@ def parse_settings(
         "shm_max_regions",
     ):
         if getattr(settings, attr) <= 0:
-            parser.error(f"{attr} must be positive")
+            parser.error(f"{_flag(attr)} must be positive")
     if settings.inline_execute_us < 0:
-        parser.error("inline_execute_us must be 0 or more")
+        parser.error("--inline-execute-us must be 0 or more")
     if not 0 <= settings.front_nice <= 19:
-        parser.error("front_nice must be between 0 and 19")
+        parser.error("--front-nice must be between 0 and 19")
     return settings
 
 

@@ -35,6 +35,7 @@ class DeviceInfo:
     compute_capability: str  # "9.0"
     total_bytes: int
     used_bytes: int
+    uuid: str = ""  # as NVML and nvidia-smi write it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
 
 
 def _check(result, what: str):
@@ -102,10 +103,23 @@ def devices() -> list[DeviceInfo]:
             continue
         found.append(
             DeviceInfo(
-                index, _name(props), f"{props.major}.{props.minor}", int(total), int(total - free)
+                index,
+                _name(props),
+                f"{props.major}.{props.minor}",
+                int(total),
+                int(total - free),
+                _uuid(props),
             )
         )
     return found
+
+
+def _uuid(props) -> str:
+    raw = bytes(getattr(props.uuid, "bytes", b""))[:16]
+    if len(raw) != 16:
+        return ""
+    text = raw.hex()
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def _name(props) -> str:

@@ -2,7 +2,7 @@
 
 A rule id is the stable part of a refusal: clients and dashboards (`etrt_ingest_problems_total
 {rule}`) act on it, so each is declared here once and code refers to the declaration. The
-README's rule table is generated from this catalogue and checked against it
+docs/ingest-rules.md's rule table is generated from this catalogue and checked against it
 (tests/unit/test_rules.py), and a test fails on any rule-like string literal in service/ that is
 not declared, so a rule added on another branch is added here at the merge.
 
@@ -142,6 +142,11 @@ UPLOAD_DIGEST_MISMATCH = _rule(
 # --- uploads: programs, data files, model names ---------------------------------------------------
 PROGRAM_PTD_NAME = _rule("program.ptd_name", REFUSED, "the program's file name ends in .ptd")
 PROGRAM_INVALID = _rule("program.invalid", REFUSED, "not an ExecuTorch program")
+PROGRAM_SCHEMA = _rule(
+    "program.schema",
+    REFUSED,
+    "the program's schema is outside this runtime's window (both ExecuTorch versions named)",
+)
 PROGRAM_LOAD_FAILED = _rule(
     "program.load_failed", REFUSED, "loading every method in the check child failed"
 )
@@ -185,6 +190,11 @@ DATA_CASE_COLLISION = _rule(
 )
 DATA_DUPLICATE = _rule("data.duplicate", REFUSED, "one data file name given twice")
 DATA_INVALID = _rule("data.invalid", REFUSED, "not an ExecuTorch data file")
+DATA_SCHEMA = _rule(
+    "data.schema",
+    REFUSED,
+    "the data file's schema is outside this runtime's window (both versions named)",
+)
 DATA_DUPLICATE_KEY = _rule("data.duplicate_key", REFUSED, "one named-data key in two files")
 EXTERNAL_MISSING_KEY = _rule(
     "external.missing_key", REFUSED, "the program needs named data no uploaded .ptd has"
@@ -224,6 +234,28 @@ CONFIG_WARMUP_DATA_FILE = _rule(
 # --- uploads: delegates ---------------------------------------------------------------------------
 TENSORRT_BLOB_INVALID = _rule(
     "tensorrt.blob_invalid", REFUSED, "the delegate's blob breaks Torch-TensorRT's layout"
+)
+TENSORRT_DUPLICATE_BINDING = _rule(
+    "tensorrt.duplicate_binding",
+    REFUSED,
+    "the blob names one binding twice (or as both an input and an output)",
+)
+TENSORRT_ALIAS_BINDING = _rule(
+    "tensorrt.alias_binding", REFUSED, "an in-place alias names no output or no input binding"
+)
+TENSORRT_ALIAS_REPEATED = _rule(
+    "tensorrt.alias_repeated",
+    REFUSED,
+    "an output aliased twice, or two aliased outputs updating one input",
+)
+TENSORRT_ALIAS_KIND = _rule(
+    "tensorrt.alias_kind", REFUSED, "an alias kind other than kv_cache_update and user"
+)
+TENSORRT_ENGINE_AND_KEY = _rule(
+    "tensorrt.engine_and_key", REFUSED, "the blob carries engine bytes and an engine_key both"
+)
+TENSORRT_SHAPE_TENSOR_INPUT = _rule(
+    "tensorrt.shape_tensor_input", REFUSED, "the engine takes a shape-tensor input"
 )
 TENSORRT_ENGINE_KEY_MISSING = _rule(
     "tensorrt.engine_key_missing", REFUSED, "the engine's engine_key is in no uploaded .ptd"

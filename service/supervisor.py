@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from service import auth
 from service.config import Settings, encode_settings
-from service.engine import handshake
+from service.shared import handshake
 from service.store.lock import acquire
 
 log = logging.getLogger("service.supervisor")
@@ -149,6 +149,13 @@ class Supervisor:
             http.getsockname()[1],
             settings.grpc_port,
             settings.workers,
+        )
+        # The only PIDs in the log were the fronts' (uvicorn's), and killing a front restarts it:
+        # say which process is the server and how to stop it.
+        log.info(
+            "server pid %d: stop it with Ctrl-C or `kill %d` (SIGTERM drains, then stops)",
+            os.getpid(),
+            os.getpid(),
         )
         engine.start({"ETRT_ENGINE_READY_FD": str(ready_write)})
         os.close(ready_write)

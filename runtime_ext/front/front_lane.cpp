@@ -62,7 +62,8 @@ bool bearer_is(std::string_view authorization, std::string_view token) {
   return differs == 0;
 }
 
-// Room for a method's outputs at their upper bounds, as service/engine/link.py's output_bytes.
+// Room for a method's outputs at their upper bounds, as service/front/engine_link.py's
+// output_bytes.
 uint64_t output_room(const MethodEntry& method, int64_t rows) {
   uint64_t total = 0;
   for (const TensorSpec& spec : method.outputs) {
@@ -197,17 +198,21 @@ bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
 bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
                             std::string_view default_headers, std::string& out, bool& keep_alive) {
   auto found = pending_.find(id);
-  if (found == pending_.end() || size < 16 || payload[0] != ethost::lane::kDoneTag) return false;
+  using ethost::lane::kAnswerHead;
+  using ethost::lane::kOutputHead;
+  if (found == pending_.end() || size < kAnswerHead || payload[0] != ethost::lane::kDoneTag) {
+    return false;
+  }
   std::vector<Output> outputs(payload[1]);
-  size_t at = 16;
+  size_t at = kAnswerHead;
   for (Output& output : outputs) {
-    if (size - at < 16) return false;
+    if (size - at < kOutputHead) return false;
     uint32_t ndim;
     uint64_t offset;
     std::memcpy(&output.index, payload + at, 4);
     std::memcpy(&ndim, payload + at + 4, 4);
     std::memcpy(&offset, payload + at + 8, 8);
-    at += 16;
+    at += kOutputHead;
     if (ndim > kMaxDims || (size - at) / 8 < ndim ||
         output.index >= found->second.method->outputs.size()) {
       return false;

@@ -1,6 +1,7 @@
 // etrt_front: the fronts' native path (front_lane.h) and their arena's allocator (slots.h), for
-// service/protocols/front_lane.py and service/ipc/arena.py. Translation only. No ExecuTorch in
+// service/front/native_path.py and service/shared/arena.py. Translation only. No ExecuTorch in
 // here: a front never loads a program.
+#include "contract_export.h"
 #include "front_lane.h"
 #include "slots.h"
 
@@ -78,6 +79,7 @@ std::string_view view_of(nb::bytes data) {
 
 NB_MODULE(etrt_front, m) {
   m.doc() = "The fronts' native path for small inference requests, and their arena's allocator.";
+  ethost::export_contract_constants(m);
 
   nb::class_<Slots>(m, "Slots", "256-byte aligned slots of an arena: first fit, coalesced.")
       .def(

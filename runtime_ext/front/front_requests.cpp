@@ -10,7 +10,6 @@
 namespace etrt_front {
 namespace {
 
-constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 // Integers a double holds exactly: beyond them, converting to a float type could round twice.
 constexpr int64_t kExactInDouble = int64_t{1} << 53;
 

@@ -9,6 +9,7 @@
 // Python path reads the request from its first byte as before.
 #pragma once
 
+#include "contract_limits.h"
 #include "front_table.h"
 
 #include <array>
@@ -21,9 +22,10 @@ namespace etrt_front {
 
 enum class Protocol : uint8_t { Native, V2 };
 
-constexpr size_t kMaxDims = 16;
-constexpr size_t kMaxInputs = 16;
-constexpr size_t kMaxOutputs = 64;
+using ethost::limits::kMaxDim;
+using ethost::limits::kMaxDims;
+using ethost::limits::kMaxInputs;
+using ethost::limits::kMaxOutputs;
 
 struct GivenInput {
   std::string_view name;

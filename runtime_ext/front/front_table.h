@@ -1,7 +1,7 @@
 // The front's copy of the model table, as much of it as its native path checks requests
 // against: the served versions' methods that the engine's lane serves (service/engine/
 // lane_routes.py), each with its route id and its tensors. Published by the Python side whenever
-// it takes a new table (service/engine/requests.py); immutable once published.
+// it takes a new table (service/front/engine_requests.py); immutable once published.
 #pragma once
 
 #include <cstdint>

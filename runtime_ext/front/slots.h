@@ -1,8 +1,10 @@
-// The allocator of a front's arena (service/ipc/arena.py holds the mapping and the Python face):
+// The allocator of a front's arena (service/shared/arena.py holds the mapping and the Python face):
 // 256-byte aligned slots, first fit over the free extents in address order, coalesced on free.
 // One allocator per arena, shared by the Python path and the native path (front_lane.h), both on
 // the front's event loop: no lock.
 #pragma once
+
+#include "contract_limits.h"
 
 #include <cstdint>
 #include <map>
@@ -12,7 +14,7 @@
 
 namespace etrt_front {
 
-constexpr uint64_t kAlignment = 256;
+using ethost::limits::kAlignment;
 
 inline uint64_t align_up(uint64_t value) {
   return (value + kAlignment - 1) / kAlignment * kAlignment;

@@ -2,6 +2,7 @@
 // exceptions, specs become dicts, and the GIL is released around every ExecuTorch call that
 // can take long (file verification, method load, execute).
 #include "backend_loader.h"
+#include "contract_export.h"
 #include "device_memory.h"
 #include "errors_module.h"
 #include "executorch_log.h"
@@ -227,6 +228,7 @@ NB_MODULE(ethost, m) {
   install_log_capture();
   register_exceptions(m);
   register_lane(m);
+  export_contract_constants(m);
   m.doc() =
       "Native host for ExecuTorch programs: verified, memory-mapped programs, 256-byte aligned "
       "planned arenas, GIL-free execute, one Method instance per worker thread.";

@@ -3,10 +3,12 @@
 // arrays the caller already holds. The Python side of both is tensors_module.h.
 #pragma once
 
+#include "contract_limits.h"
 #include "device_copies.h"
 #include "method_spec.h"
 
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_dimension_limit.h>
 
 #include <array>
 #include <cstdint>
@@ -22,7 +24,9 @@ const char* dtype_name(executorch::aten::ScalarType type);
 // Everything set_input needs, readable without the GIL. The data stays owned by the caller's
 // array, which the bindings keep alive until execute returns.
 // Fixed arrays rather than vectors: binding an input allocates nothing (this is per call).
-constexpr size_t kMaxInputDims = 16;  // ExecuTorch's kTensorDimensionLimit
+constexpr size_t kMaxInputDims = limits::kMaxDims;
+static_assert(kMaxInputDims == executorch::runtime::kTensorDimensionLimit,
+              "contract_limits.h's kMaxDims is ExecuTorch's dimension limit");
 
 struct InputBinding {
   bool is_tensor = false;

@@ -10,7 +10,7 @@
 namespace ethost::lane {
 namespace {
 
-constexpr uint64_t kAlignment = 256;  // every slot and output in a front's arena
+using limits::kAlignment;  // every slot and output in a front's arena
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

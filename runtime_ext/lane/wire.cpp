@@ -5,11 +5,6 @@
 namespace ethost::lane {
 namespace {
 
-constexpr size_t kRequestHead = 48;
-constexpr size_t kInputHead = 16;
-constexpr size_t kAnswerHead = 16;
-constexpr size_t kOutputHead = 16;
-
 template <typename T>
 T load(const uint8_t* at) {
   T value;

@@ -14,6 +14,7 @@
 //     per output: u32 index, u32 ndim, u64 offset in the front's arena, i64 dims[ndim]
 #pragma once
 
+#include "contract_limits.h"
 #include "status.h"
 
 #include <array>
@@ -27,9 +28,15 @@ namespace ethost::lane {
 // flag 0x80), never with these.
 constexpr uint8_t kInferTag = 0xF1;
 constexpr uint8_t kDoneTag = 0xF2;
-constexpr size_t kMaxInputs = 16;
-constexpr size_t kMaxDims = 16;     // ExecuTorch's kTensorDimensionLimit
-constexpr size_t kMaxOutputs = 64;  // the width of the outputs-asked mask
+using limits::kMaxDims;
+using limits::kMaxInputs;
+using limits::kMaxOutputs;
+// The fixed parts' sizes, as laid out above (exported with the tags: service/ipc/lane_frames.py
+// checks its struct layouts against them).
+constexpr size_t kRequestHead = 48;
+constexpr size_t kInputHead = 16;
+constexpr size_t kAnswerHead = 16;
+constexpr size_t kOutputHead = 16;
 
 struct WireInput {
   uint64_t offset = 0;

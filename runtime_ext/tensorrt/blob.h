@@ -51,8 +51,31 @@ struct ParsedBlob {
 
 constexpr size_t kBlobHeaderSize = 32;
 
-// The blob's layout and metadata, or an InvalidProgram status naming the refusal. The result
-// points into `data` (engine).
-ethost::Outcome<ParsedBlob> parse_blob(const uint8_t* data, size_t size);
+// Which rule a refused blob breaks. The service turns each into the rule "tensorrt.<name>" of
+// its catalogue (BLOB_FAULT_RULES in service/backends/tensorrt/checks.py); a test compares that
+// mapping with ethost_tensorrt.blob_faults(), so a fault added here without its rule fails.
+enum class BlobFault {
+  Invalid,           // the layout or the metadata's form (header, offsets, JSON, field types)
+  DuplicateBinding,  // a binding name used twice (also once as input and once as output)
+  AliasBinding,      // an alias naming no output or no input binding
+  AliasRepeated,     // an output aliased twice, or two aliases updating one input
+  AliasKind,         // an alias kind other than kv_cache_update and user
+  EngineAndKey,      // engine bytes and an engine_key both
+};
+
+const char* blob_fault_name(BlobFault fault);
+std::vector<BlobFault> all_blob_faults();
+
+// Why parse_blob refused: the fault, and the binding it concerns (empty when none does).
+struct BlobRefusal {
+  BlobFault fault = BlobFault::Invalid;
+  std::string binding;
+};
+
+// The blob's layout and metadata, or an InvalidProgram status naming the refusal (and, where
+// `why` is given, its fault and binding). The result points into `data` (engine). Metadata is
+// read with a real JSON parser: key order, and keys' names appearing as values, do not matter.
+ethost::Outcome<ParsedBlob> parse_blob(const uint8_t* data, size_t size,
+                                       BlobRefusal* why = nullptr);
 
 }  // namespace ethost_trt

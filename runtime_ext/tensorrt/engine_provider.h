@@ -24,6 +24,9 @@ struct EngineIo {
   Dims shape;                       // -1 = dynamic
   std::optional<Dims> profile_min;  // optimization profile 0
   std::optional<Dims> profile_max;
+  // An input whose values (not only its shape) TensorRT needs to infer shapes: the delegate
+  // cannot feed those, so an engine having one is refused at load, as upstream's delegate does.
+  bool shape_tensor = false;
 };
 
 struct EngineStats {

@@ -56,6 +56,13 @@ Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engi
                   "the blob names " + std::to_string(meta.io_bindings.size()) +
                       " bindings but the engine has " + std::to_string(io.size()) + " I/O tensors");
   }
+  for (const auto& t : io) {
+    if (t.is_input && t.shape_tensor) {
+      return Status(Error::InvalidProgram, "the engine's input '" + t.name +
+                                               "' is a shape tensor, which this delegate "
+                                               "cannot feed");
+    }
+  }
   auto index_of = [&](const std::string& name) -> int {
     for (size_t i = 0; i < io.size(); ++i) {
       if (io[i].name == name) return static_cast<int>(i);

@@ -203,6 +203,7 @@ void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io,
     t.shape = nb::cast<std::vector<int64_t>>(e["shape"]);
     if (e.contains("profile_min")) t.profile_min = optional_dims(e["profile_min"]);
     if (e.contains("profile_max")) t.profile_max = optional_dims(e["profile_max"]);
+    if (e.contains("shape_tensor")) t.shape_tensor = nb::cast<bool>(e["shape_tensor"]);
     io->push_back(std::move(t));
   }
   nb::dict s = nb::cast<nb::dict>(d["stats"]);

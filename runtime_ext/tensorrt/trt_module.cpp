@@ -61,6 +61,16 @@ nb::dict blob_dict(const ParsedBlob& b) {
   return d;
 }
 
+// A ValueError whose message is the reason, carrying the fault and binding as attributes.
+[[noreturn]] void raise_refusal(const std::string& reason, const BlobRefusal& why) {
+  nb::object error = nb::handle(PyExc_ValueError)(nb::str(reason.c_str()));
+  error.attr("fault") = nb::str(blob_fault_name(why.fault));
+  error.attr("binding") =
+      why.binding.empty() ? nb::object(nb::none()) : nb::object(nb::str(why.binding.c_str()));
+  PyErr_SetObject(PyExc_ValueError, error.ptr());
+  throw nb::python_error();
+}
+
 }  // namespace
 
 // The test hooks, imported on first use of `ethost_tensorrt.testing` (PEP 562 module
@@ -98,12 +108,24 @@ NB_MODULE(ethost_tensorrt, m) {
   m.def(
       "parse_blob",
       [](nb::bytes blob) {
-        auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size());
-        if (!parsed.ok()) throw nb::value_error(parsed.status().reason.c_str());
+        BlobRefusal why;
+        auto parsed = parse_blob(static_cast<const uint8_t*>(blob.data()), blob.size(), &why);
+        if (!parsed.ok()) raise_refusal(parsed.status().reason, why);
         return blob_dict(parsed.value());
       },
       nb::arg("blob"),
-      "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused.");
+      "The delegate's own reading of a Torch-TensorRT blob; ValueError says why it is refused, "
+      "its `fault` which rule it breaks (one of blob_faults()) and its `binding` which binding "
+      "(None when none).");
+
+  m.def(
+      "blob_faults",
+      []() {
+        std::vector<std::string> names;
+        for (BlobFault f : all_blob_faults()) names.emplace_back(blob_fault_name(f));
+        return names;
+      },
+      "Every fault parse_blob may name: the service maps each to a rule of its catalogue.");
 
   m.def("set_engine_provider", &set_python_provider, nb::arg("provider").none(),
         "Install the object TensorRT is reached through (deserialize, describe, create_context, "

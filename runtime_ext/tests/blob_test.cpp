@@ -100,17 +100,72 @@ TEST(metadata_refusals_name_the_field) {
   CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true},)"
                               R"( {"name": "x", "is_input": false}]})",
                               "E")),
-                 "names 'x' twice");
+                 "names 'x' twice, as an input and an output");
   CHECK_CONTAINS(refusal(blob(R"({"io_bindings": [{"name": "", "is_input": true}]})", "E")),
                  "io_bindings[0] has no non-empty name");
   CHECK_CONTAINS(
       refusal(blob(R"({"io_bindings": [{"name": "x", "is_input": true, "shape": [1.5]}]})", "E")),
       "shape is not a list of integers");
   CHECK_CONTAINS(refusal(blob(meta(R"(, "device_id": -1)"), "E")),
-                 "device_id is not a non-negative integer");
+                 "device_id is not a non-negative 32-bit integer");
+  CHECK_CONTAINS(refusal(blob(meta(R"(, "device_id": 4294967296)"), "E")),
+                 "device_id is not a non-negative 32-bit integer");
   CHECK_CONTAINS(refusal(blob(meta(R"(, "aliased_io": [{"output": "x", "input": "y"}])"), "E")),
                  "output 'x' is not an output binding");
   CHECK_CONTAINS(refusal(blob(meta(R"(, "engine_key": "k")"), "E")),
                  "carries engine bytes and also an engine_key");
   CHECK_CONTAINS(refusal(blob(meta(), "")), "neither engine bytes nor an engine_key");
+}
+
+namespace {
+
+ethost_trt::BlobRefusal fault_of(const std::string& metadata, const std::string& engine = "E") {
+  auto b = blob(metadata, engine);
+  ethost_trt::BlobRefusal why;
+  auto parsed = parse_blob(b.data(), b.size(), &why);
+  CHECK(!parsed.ok());
+  return why;
+}
+
+}  // namespace
+
+TEST(each_refusal_names_its_fault_and_binding) {
+  using ethost_trt::BlobFault;
+  auto dup = fault_of(
+      R"({"io_bindings": [{"name": "x", "is_input": true}, {"name": "x", "is_input": true}]})");
+  CHECK(dup.fault == BlobFault::DuplicateBinding && dup.binding == "x");
+  auto twice = fault_of(meta(R"(, "aliased_io": [{"output": "y", "input": "x"},)"
+                             R"( {"output": "y", "input": "x"}])"));
+  CHECK(twice.fault == BlobFault::AliasRepeated && twice.binding == "y");
+  auto kind = fault_of(meta(R"(, "aliased_io": [{"output": "y", "input": "x", "kind": "z"}])"));
+  CHECK(kind.fault == BlobFault::AliasKind && kind.binding == "y");
+  auto unknown = fault_of(meta(R"(, "aliased_io": [{"output": "y", "input": "w"}])"));
+  CHECK(unknown.fault == BlobFault::AliasBinding && unknown.binding == "w");
+  auto both = fault_of(meta(R"(, "engine_key": "k")"));
+  CHECK(both.fault == BlobFault::EngineAndKey && both.binding.empty());
+  auto layout = fault_of("{not json");
+  CHECK(layout.fault == BlobFault::Invalid);
+  CHECK(std::string(ethost_trt::blob_fault_name(BlobFault::AliasKind)) == "alias_kind");
+  CHECK(ethost_trt::all_blob_faults().size() == 6);
+}
+
+TEST(key_order_and_keys_spelled_as_values_do_not_change_what_is_read) {
+  // Sorted keys, aliases last, a binding named device_id and values spelled like keys.
+  const char* sorted =
+      R"({"aliased_io": [{"input": "device_id", "kind": "user", "output": "aliased_io"}],)"
+      R"( "device_id": 2, "engine_key": "k", "hardware_compatible": true,)"
+      R"( "io_bindings": [{"is_input": true, "name": "device_id", "shape": [1]},)"
+      R"( {"dtype": "float32", "is_input": false, "name": "aliased_io"}],)"
+      R"( "serialized_metadata": "device_id", "target_platform": "io_bindings"})";
+  Layout tr02;
+  tr02.magic = "TR02";
+  auto b = blob(sorted, "", tr02);
+  auto parsed = parse_blob(b.data(), b.size());
+  CHECK(parsed.ok());
+  if (!parsed.ok()) return;
+  const auto& m = parsed.value().metadata;
+  CHECK(m.device_id == 2 && m.hardware_compatible && m.target_platform == "io_bindings");
+  CHECK(m.io_bindings.size() == 2 && m.io_bindings[0].name == "device_id");
+  CHECK(m.aliased_io.size() == 1 && m.aliased_io[0].output == "aliased_io");
+  CHECK(m.aliased_io[0].input == "device_id" && m.aliased_io[0].kind == "user");
 }

@@ -330,6 +330,11 @@ TEST(creating_a_runner_checks_the_blob_against_the_engine) {
   CHECK_CONTAINS(wrong_role.created.reason, "the blob's input 'y' is not an engine input");
   Fixture unknown(one_in_one_out(), false, bindings({{"x", true}, {"z", false}}));
   CHECK_CONTAINS(unknown.created.reason, "the blob's output 'z' is not an engine output");
+  Script shapes = one_in_one_out();
+  shapes.io[0].shape_tensor = true;
+  Fixture shape_tensor(shapes);
+  CHECK(shape_tensor.runner == nullptr && shape_tensor.created.code == Error::InvalidProgram);
+  CHECK_CONTAINS(shape_tensor.created.reason, "input 'x' is a shape tensor");
 
   Script no_context = one_in_one_out();
   no_context.create_context_fails = Status(Error::MemoryAllocationFailed, "out of device memory");

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from service import rules
 from service.backends.tensorrt.checks import UNVERIFIED_OPTION
+from service.cli import exits
 from service.cli.plan_head import recorded_plans
 from service.cli.targets import Target, Verdict, judge
 from service.config import Settings, parse_settings
@@ -26,7 +27,7 @@ from service.errors import Problem
 from service.ingest.pipeline import IngestRefused, run_ingest
 
 OK, REFUSED, NOT_VERIFIABLE = "ok", "refused", "not_verifiable"
-EXIT_CODES = {OK: 0, REFUSED: 1, NOT_VERIFIABLE: 2}
+EXIT_CODES = {OK: exits.OK, REFUSED: exits.REFUSED, NOT_VERIFIABLE: exits.NOT_HERE}
 UNVERIFIABLE_RULE = rules.TENSORRT_UNVERIFIABLE
 
 

@@ -6,22 +6,12 @@ are hard-linked there (copied across file systems): the user's files are never m
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 from service.ingest.staging import StagedFile, StagedUpload
-
-CHUNK = 1 << 20
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+from service.store.digests import file_sha256
 
 
 def _stage(source: Path, target: Path) -> StagedFile:
@@ -29,7 +19,7 @@ def _stage(source: Path, target: Path) -> StagedFile:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-    return StagedFile(source.name, target, target.stat().st_size, sha256_of(target))
+    return StagedFile(source.name, target, target.stat().st_size, file_sha256(target)[0])
 
 
 def stage_local(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from service.cli import output
+from service.cli import exits, output
 from service.cli.client import DEFAULT_URL, Server, ServerError
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -20,7 +20,7 @@ _token = click.option(
 )
 
 
-def _fail(exc: ServerError, code: int = 1):
+def _fail(exc: ServerError, code: int = exits.REFUSED):
     output.error(str(exc))
     output.problems(exc.problems, err=True)
     sys.exit(code)
@@ -96,12 +96,12 @@ def deploy(name, program, data, config, replace, version, wait, as_json, url, to
     version = model.get("version") or version or "1"  # the version the server stored it as
     if model.get("runnable", True) and not wait_ready(server, name, version, wait):
         output.error(f"model {name!r} was stored but is not READY after {wait} s")
-        sys.exit(1)
+        sys.exit(exits.REFUSED)
     if as_json:
         click.echo(json.dumps(model, indent=2))
     else:
         output.description(model)
-    sys.exit(0 if model.get("runnable", True) else 2)
+    sys.exit(exits.OK if model.get("runnable", True) else exits.NOT_HERE)
 
 
 @cli.command()
@@ -175,4 +175,16 @@ def serve(args) -> None:
 
 
 def main() -> None:
-    cli(prog_name="etrt")
+    """Runs the command; every failure ends in one `error: ...` line and a status of EXITS."""
+    try:
+        code = cli.main(prog_name="etrt", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "etrt"
+        output.error(f"{exc.format_message()} (see '{where} --help')")
+        code = exits.USAGE
+    except click.ClickException as exc:
+        output.error(exc.format_message())
+        code = exits.REFUSED
+    except click.Abort:
+        code = exits.INTERRUPTED
+    sys.exit(code or exits.OK)

@@ -4,7 +4,7 @@ A deploy can be gigabytes of engines, so the body is never held in memory: it is
 by part from the files, with its length computed beforehand (the server refuses an oversized
 upload from the Content-Length, before any byte is sent). Each file part carries an RFC 9530
 `Content-Digest` (sha-256) computed before sending, so the server proves it stored exactly the
-bytes that were on this disk (README "Verified uploads").
+bytes that were on this disk (docs/deploying.md, "Verified uploads").
 """
 
 from __future__ import annotations

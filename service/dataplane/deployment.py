@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -33,7 +32,8 @@ from service.errors import (
 from service.ingest.pipeline import IngestRefused, run_ingest
 from service.ingest.staging import StagedUpload
 from service.inline_policy import InlinePolicy
-from service.ipc.arena import ALIGNMENT
+from service.shared.arena import ALIGNMENT
+from service.store import digests
 from service.store.records import ModelDescription, StoredModel
 from service.store.storage import NameTaken
 
@@ -63,8 +63,15 @@ class _OpenFailed(Exception):
 
 class Deployment:
     def _open_pool(self, stored: StoredModel) -> ModelPool:
-        """Opens a version's instances and runs its warmups on them (WarmupFailed if one
-        fails): a version serves only warmed."""
+        """Checks a version's files against their recorded digests (DigestMismatch), opens its
+        instances and runs its warmups on them (WarmupFailed if one fails): a version serves
+        only verified and warmed."""
+        try:
+            check = digests.verify(stored)
+        except digests.DigestMismatch:
+            self.metrics.digest_checked(stored.name, "mismatch")
+            raise
+        self.metrics.digest_checked(stored.name, "ok", check.seconds)
         pool = self.metrics.open_pool(
             stored.name,
             lambda: ModelPool(
@@ -105,9 +112,16 @@ class Deployment:
                 reason = version_stored.description.not_runnable
                 if reason is None:
                     try:
-                        pool = await asyncio.to_thread(self._open_pool, version_stored)
+                        pool = await asyncio.get_running_loop().run_in_executor(
+                            self._loader, self._open_pool, version_stored
+                        )
                     except WarmupFailed as failed:  # stored, and unavailable with why
                         reason = str(failed)
+                    except digests.DigestMismatch as changed:  # likewise, whatever the load
+                        log.error(
+                            "model %s version %d is unavailable: %s", entry.name, version, changed
+                        )
+                        reason = str(changed)
                     except Exception as exc:
                         if version in strict:
                             raise _OpenFailed(version_stored, exc) from exc
@@ -143,18 +157,6 @@ class Deployment:
         start = -(np.frombuffer(buffer, np.uint8).ctypes.data + align_at) % ALIGNMENT
         return memoryview(buffer)[start : start + nbytes], None
 
-    async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
-        """Receives an upload (the transport's part: a form, a repository load, a folder), then
-        deploys it. Receiving belongs here so that uploads refused while they arrive (too large,
-        a malformed form) are counted like the ones ingest refuses."""
-        begun = time.perf_counter()
-        try:
-            upload = await receive()
-        except ServiceError as exc:
-            self.upload_refused(None, exc, time.perf_counter() - begun)
-            raise
-        return await self.deploy_staged(upload, time.perf_counter() - begun)
-
     def upload_refused(self, name: str | None, error: ServiceError, elapsed_s: float) -> None:
         """Counts and logs an upload that was refused before it was staged whole."""
         self._upload_finished(
@@ -171,7 +173,7 @@ class Deployment:
             elapsed_s,
         )
 
-    async def deploy_staged(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
+    async def deploy(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
         """Checks, stores and starts serving a staged upload (whose directory it consumes), then
         counts and logs the outcome; `received_s` is how long receiving it took."""
         begun = time.perf_counter() - received_s

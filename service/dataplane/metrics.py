@@ -28,9 +28,15 @@ UNKNOWN = "(unknown)"
 class Metrics:
     """The server's metrics; updated from the event loop and worker threads, hence the lock."""
 
-    def __init__(self, backends: list | None = None, ledger: ServedLedger | None = None):
+    def __init__(
+        self,
+        backends: list | None = None,
+        ledger: ServedLedger | None = None,
+        sources: list | None = None,
+    ):
         """`backends`: the enabled backends' metrics (service.backends.base.BackendMetrics);
-        `ledger`: the requests served at once, shared with the statistics."""
+        `ledger`: the requests served at once, shared with the statistics; `sources`: more
+        families to render, not tied to models (anything with families(): the GPU gauges)."""
         self._lock = threading.Lock()
         self.requests = Counter(
             "etrt_inference_requests_total",
@@ -89,6 +95,7 @@ class Metrics:
             ("front", "state"),
         )
         self.backends = [m for m in (backends or []) if m is not None]
+        self.sources = list(sources or [])
         self._ledger = ServedLedger() if ledger is None else ledger
         self._ledger.subscribe(self._count_served)
         self._live: dict[str, object] = {}
@@ -98,6 +105,17 @@ class Metrics:
         # (model, version) -> its serving pool, whose memory is measured when rendering (weak: a
         # replaced or deleted version's pool must not be kept alive by its metrics).
         self._pools: dict[tuple[str, int], weakref.ref] = {}
+        self.digest_checks = Counter(
+            "etrt_model_digest_checks_total",
+            "Checks of a model version's stored files against the sha-256 recorded at ingest, "
+            "run before every load, by outcome (ok; mismatch: the version is not loaded)",
+            ("model", "outcome"),
+        )
+        self.digest_seconds = Gauge(
+            "etrt_model_digest_check_seconds",
+            "Seconds the last passing digest check of a model's files took (at load only)",
+            ("model",),
+        )
         self.warmups = Gauge(
             "etrt_model_warmup_seconds",
             "Seconds a served model version's model_warmup took, on every instance, before it "
@@ -204,6 +222,12 @@ class Metrics:
             self._pools[(model, version)] = weakref.ref(pool)
         return pool
 
+    def digest_checked(self, model: str, outcome: str, seconds: float | None = None) -> None:
+        with self._lock:
+            self.digest_checks.add((model, outcome))
+            if seconds is not None:
+                self.digest_seconds.samples[(model,)] = seconds
+
     def warmed_up(self, model: str, version: int, seconds: float | None) -> None:
         """A version's warmups took `seconds` (None: it has none) before it served."""
         with self._lock:
@@ -231,6 +255,8 @@ class Metrics:
                 self.inflight,
                 self.batch_size,
                 self.lane,
+                self.digest_checks,
+                self.digest_seconds,
             ):
                 family.remove("model", model)
             self._queues = {k: v for k, v in self._queues.items() if k[0] != model}
@@ -296,8 +322,11 @@ class Metrics:
                 self.native,
                 self.arenas,
                 self.warmups,
+                self.digest_checks,
+                self.digest_seconds,
                 *memory,
             ]
             families += [f for backend in self.backends for f in backend.families()]
+            families += [f for source in self.sources for f in source.families()]
             lines = [line for family in families if family is not None for line in family.render()]
         return "\n".join(lines) + "\n"

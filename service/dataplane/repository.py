@@ -15,6 +15,7 @@ from pathlib import Path
 from service import rules
 from service.errors import ServiceError, Unavailable, clip, invalid
 from service.ingest.model_dirs import stage_folder, unchanged
+from service.ingest.receive import receive_and_deploy
 from service.ingest.staging import stage_files, stage_stored
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,15 @@ class Repository:
         the stored model is served again (re-ingested from its stored files if a config is
         given), as many of its versions as its policy selects."""
         if files is not None:
-            return await self.deploy(
-                lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config)
+            return await receive_and_deploy(
+                self,
+                lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config),
             )
         if config is not None:
             stored = sorted(self._entry(name).stored.values(), key=lambda m: m.version)
-            return await self.deploy(
-                lambda: asyncio.to_thread(stage_stored, self.begin_staging(), stored, config)
+            return await receive_and_deploy(
+                self,
+                lambda: asyncio.to_thread(stage_stored, self.begin_staging(), stored, config),
             )
         self._entry(name)  # before the lock: locks exist only for names that exist
         async with self._lock(name):
@@ -130,10 +133,11 @@ class Repository:
             try:
                 if stored is not None and await asyncio.to_thread(unchanged, stored, folder):
                     continue
-                await self.deploy(
+                await receive_and_deploy(
+                    self,
                     lambda name=name, folder=folder: asyncio.to_thread(
                         stage_folder, self.begin_staging(), name, folder
-                    )
+                    ),
                 )
                 log.info("model %s loaded from %s", name, folder)
             except ServiceError as exc:

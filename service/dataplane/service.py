@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
 
 from service.backends.registry import enabled, ingest_backends, setups
 from service.config import Settings
@@ -27,16 +28,21 @@ from service.dataplane.signature import published_method, signature_of
 from service.dataplane.statistics import Statistics
 from service.dataplane.types import MethodSignature, ModelEntry, ModelTable
 from service.errors import NotFound, ServiceError, Unavailable, clip
+from service.gpu_gauges import GpuGauges
 from service.ingest import child_guard
 from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
 from service.native_host import import_host
+from service.shared.contract import Capability
 from service.store.storage import Storage
 
 log = logging.getLogger(__name__)
 
 
 class ModelService(Deployment, Inference, Repository):
+    # Everything runs in this process: no engine link, no client shared memory regions.
+    capabilities: ClassVar[Capability] = Capability.NONE
+
     def __init__(self, settings: Settings, keep_staging: bool = False):
         """`keep_staging`: an engine restarted under running fronts leaves the staging area to
         the uploads they are receiving."""
@@ -53,6 +59,11 @@ class ModelService(Deployment, Inference, Repository):
         # let the next deploy of that name take a fresh one and commit concurrently.
         self._locks: dict[str, asyncio.Lock] = {}
         self._executor = ThreadPoolExecutor(settings.infer_threads, thread_name_prefix="infer")
+        # Every model load of this process (ExecuTorch programs, their methods' instances, the
+        # delegates' engines and contexts) runs on this one thread, one after another: two loads
+        # at once are what upstream measured unsafe (ExecuTorch's Python loads crashed 1 in 6;
+        # TensorRT must create no engine while another thread records a CUDA graph).
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="load")
         # Ingest (child load checks of up to load_check_timeout each) gets threads of its own, so
         # slow uploads queue here instead of starving the shared pool that parses request bodies
         # and commits, and at most this many uploads are checked at once.
@@ -63,7 +74,11 @@ class ModelService(Deployment, Inference, Repository):
         self._ingest_backends = ingest_backends(settings)
         # One ledger of the requests served at once, which both views count from.
         self.ledger = ServedLedger()
-        self.metrics = Metrics([backend.metrics() for backend in self.backends], self.ledger)
+        # Absent (no families) where NVML is not: see service/gpu_gauges.py.
+        self.gpu_gauges = GpuGauges.from_nvml() if settings.gpu_metrics else GpuGauges(None)
+        self.metrics = Metrics(
+            [backend.metrics() for backend in self.backends], self.ledger, [self.gpu_gauges]
+        )
         self.statistics = Statistics(self.ledger)
         self._ready = False
         self._loading: asyncio.Task | None = None
@@ -94,6 +109,7 @@ class ModelService(Deployment, Inference, Repository):
 
     async def start(self) -> None:
         self.storage = Storage(self.settings.artifacts)
+        self.gpu_gauges.start()
         self._ethost = import_host(setups(self.settings))
         # Before reconcile clears the staging area, where the children recorded themselves.
         await asyncio.to_thread(child_guard.reap_stale, self.storage.root)
@@ -116,6 +132,7 @@ class ModelService(Deployment, Inference, Repository):
 
     async def stop(self) -> None:
         self.ready = False
+        self.gpu_gauges.stop()
         if self._loading is not None:
             self._loading.cancel()
             await asyncio.gather(self._loading, return_exceptions=True)
@@ -124,6 +141,7 @@ class ModelService(Deployment, Inference, Repository):
                 await served.pool.close()
         self._executor.shutdown(wait=True)
         self._ingest.shutdown(wait=True)
+        self._loader.shutdown(wait=True)
 
     def begin_staging(self) -> Staging:
         """Where a transport puts an upload's files before handing it to deploy()."""
@@ -338,7 +356,7 @@ class ModelService(Deployment, Inference, Repository):
 
     def arena_usage(self, front: int, in_use: int, size: int, native: int = 0) -> None:
         """A front's report of its arena and of the requests its native path answered
-        (service/engine/client.py), for /metrics."""
+        (service/front/engine_client.py), for /metrics."""
         self.metrics.arena_usage(front, in_use, size, native)
 
 

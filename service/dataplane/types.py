@@ -32,11 +32,12 @@ class InferRequest:
     parameters: dict = field(default_factory=dict)
     # Seconds the request may wait for an instance before it is dropped unexecuted.
     timeout_s: float | None = None
-    # The shared-memory slot the protocol received the tensors into, if any (service/ipc/arena.py):
-    # whoever sends the request on holds it until the engine is done with them.
+    # The shared-memory slot the protocol received the tensors into, if any
+    # (service/shared/arena.py): whoever sends the request on holds it until the engine is done
+    # with them.
     memory: object | None = None
     # The model-table generation at which a front checked the inputs against the method's
-    # signature and put them in its order (service/engine/requests.py); None: not checked.
+    # signature and put them in its order (service/front/engine_requests.py); None: not checked.
     checked_at: int | None = None
     # Tensors left in client shared memory regions (service/shm/refs.py SharedTensors); the
     # engine binds and writes them there.

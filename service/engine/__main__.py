@@ -18,7 +18,7 @@ from service.config import decode_settings
 from service.dataplane.service import ModelService
 from service.engine.server import EngineServer
 from service.ingest import child_guard
-from service.ipc.gc_tuning import tune_for_serving
+from service.shared.gc_tuning import tune_for_serving
 
 
 async def _serve(settings, ready_fd: int | None) -> None:

@@ -3,7 +3,7 @@ a lane request it declined asks for.
 
 Every served model version's method has a route id for as long as it serves (catalog.Served);
 the fronts' model table names the ones the lane may serve (ModelService.lane_routes), and a
-front sends a request to one of them as a lane request (service/ipc/lane_frames.py). The lane
+front sends a request to one of them as a lane request (service/shared/lane_frames.py). The lane
 declines what it cannot run at once, and the engine's Python serves that message as it serves
 any: read_message turns it back into the inference message it stands for. A route that stopped
 serving is remembered a while (a request may have been on its way), so that such a request is
@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import NamedTuple
 
-from service.ipc import frames, lane_frames
+from service.shared import frames, lane_frames, messages
 
 # Routes kept after they stopped serving (each a few names).
 _RETIRED_KEPT = 4096
 
 
-class LaneRoute(NamedTuple):
+class RouteTarget(NamedTuple):
+    """What a route id names: a served model version's method, and its tensors' names."""
+
     model: str
     version: str
     method: str
@@ -31,15 +33,15 @@ class LaneRoute(NamedTuple):
 
 class LaneRoutes:
     def __init__(self):
-        self._routes: dict[int, LaneRoute] = {}
-        self._retired: OrderedDict[int, LaneRoute] = OrderedDict()
+        self._routes: dict[int, RouteTarget] = {}
+        self._retired: OrderedDict[int, RouteTarget] = OrderedDict()
 
     def publish(self, hub, service) -> None:
         """Gives the lane (`hub`, an ethost.LaneHub) the routes `service` serves now."""
         entries = service.lane_routes()
         routes = {}
         for route, model, version, method, _, _, signature, _ in entries:
-            routes[route] = LaneRoute(
+            routes[route] = RouteTarget(
                 model,
                 version,
                 method,
@@ -54,15 +56,15 @@ class LaneRoutes:
         self._routes = routes
         hub.publish(service.generation, service.settings.inline_execute_us * 1e3, entries)
 
-    def message(self, payload: bytes) -> tuple | None:
-        """The inference message (frames.INFER's tuple) a lane request stands for; None when
-        its route is unknown (stopped serving too long ago)."""
+    def message(self, payload: bytes) -> messages.Infer | None:
+        """The inference message a lane request stands for; None when its route is unknown
+        (stopped serving too long ago)."""
         route_id, key, generation, room, size, asked, inputs = lane_frames.read_request(payload)
         route = self._routes.get(route_id) or self._retired.get(route_id)
         if route is None:
             return None
         wanted = [name for index, name in enumerate(route.outputs) if asked >> index & 1]
-        return (
+        return messages.Infer(
             frames.INFER,
             key,
             route.model,

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from service.ipc.arena import Region, align_up
+from service.shared.arena import Region, align_up
 
 
 class OutputRoom:

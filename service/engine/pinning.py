@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from service.ipc.arena import Region
+from service.shared.arena import Region
 
 log = logging.getLogger(__name__)
 

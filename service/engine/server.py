@@ -14,65 +14,37 @@ event loop through the lane's inbox (one eventfd) and is served as before. The l
 routes published here at every change to what is served (ModelService.lane_routes), and counts
 what it served into the one ledger (service/dataplane/ledger.py) when that is read.
 
-The control page (a shared page every front maps) carries the model-table generation and the
-readiness; it is written before the answer to whatever changed them, so no front can act on a
-table older than an answer a client already has.
+This module wires the engine's parts together by job: fronts joining (adoption.py), the control
+page they map (control.py), inference messages (dispatch.py) and the declared calls and notes
+(calls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import marshal
-import math
-import mmap
-import os
-import pickle
 import socket
 import struct
-import threading
 
-from service import rules
 from service.dataplane.ledger import FOLD_AT, Served
 from service.dataplane.service import ModelService
-from service.dataplane.types import InferRequest, Tensor
-from service.dtypes import BY_DATATYPE
-from service.engine import handshake, pinning
+from service.engine import dispatch, pinning
+from service.engine.adoption import Adoption
+from service.engine.calls import Calls
+from service.engine.control import ControlPage
 from service.engine.lane_routes import LaneRoutes
-from service.engine.outputs import OutputRoom, place
-from service.errors import Aborted, ServiceError, Unavailable, invalid
-from service.ipc import frames
-from service.ipc.arena import Region
-from service.ipc.lane_frames import INFER_TAG
+from service.errors import Unavailable
 from service.native_host import import_host
-from service.shm.binding import RequestShm
+from service.shared import frames, messages
+from service.shared.arena import Region
+from service.shared.lane_frames import INFER_TAG
 from service.shm.metrics import ShmMetrics
-from service.shm.refs import from_wire
 from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
-# Fire-and-forget notes the fronts send (counts of what they refused themselves).
-_NOTES = frozenset({"record_refused", "upload_refused", "arena_usage"})
-# Coroutines of ModelService that fronts must not call by name.
-_NOT_CALLS = frozenset({"start", "stop", "deploy", "infer"})
 _LENGTH = struct.Struct("<I")
-
-
-class InternalError(Exception):
-    """Stands in for an unexpected engine-side failure in the front: answered as a 500 there,
-    with the details in the engine's log."""
-
-
-def _callable(name: str) -> bool:
-    member = getattr(SharedMemory if name.startswith("shm_") else ModelService, name, None)
-    return (
-        not name.startswith("_")
-        and name not in _NOT_CALLS
-        and member is not None
-        and inspect.iscoroutinefunction(member)
-    )
 
 
 class _Sender:
@@ -87,7 +59,7 @@ class _Sender:
         self._outgoing: list[bytes] = []
 
     def send(self, message: tuple) -> None:
-        payload = marshal.dumps(message)
+        payload = marshal.dumps(tuple(message))  # a record of messages.py: its plain tuple
         if not self._outgoing:
             self._loop.call_soon(self._flush)
         self._outgoing += (_LENGTH.pack(len(payload)), payload)
@@ -117,35 +89,35 @@ class _Front:
             if message is None:  # its route is long gone: nothing says what it asked
                 return self._unknown_route(payload)
         else:
-            message = marshal.loads(payload)
+            message = messages.read(marshal.loads(payload))
         self._received(message)
 
     def _unknown_route(self, payload: bytes) -> None:
         key = self.server.lane_routes.request_id(payload)
         error = Unavailable("the model changed while the request was on its way; send it again")
-        self.protocol.send((frames.DONE, key, False, pickle.dumps(error)))
+        self.protocol.send(dispatch.error(key, error))
 
-    def _received(self, message: tuple) -> None:
-        kind = message[0]
+    def _received(self, message) -> None:
+        kind = message.kind
         if kind == frames.INFER:
             self.server.service.metrics.front_request(self.front_id)
-            request = self.server.serve_now(self, message)
+            request = self.server.dispatch.serve_now(self, message)
             if request is not None:
-                key = message[1]
-                work = self.server.infer(self, key, request)
+                key = message.request_id
+                work = self.server.dispatch.infer(self, key, request)
                 task = asyncio.get_running_loop().create_task(work)
                 if request.shared_memory is not None:  # even if cancelled before it starts
                     task.add_done_callback(lambda _, held=request.shared_memory: held.close())
                 self.tasks[key] = task
                 task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
         elif kind == frames.CANCEL:
-            task = self.tasks.get(message[1])
+            task = self.tasks.get(message.request_id)
             if task is not None:
                 task.cancel()
         elif kind == frames.CALL:
             asyncio.get_running_loop().create_task(self.server.call(self, message))
         elif kind == frames.NOTE:
-            self.server.note(message)
+            self.server.calls.note(message)
 
     def _lost(self) -> None:
         tasks = list(self.tasks.values())
@@ -164,15 +136,10 @@ class _Front:
 class EngineServer:
     def __init__(self, service: ModelService, socket_name: str, secret: str):
         self.service = service
-        self.socket_name = socket_name
-        self.secret = secret
         self.fronts: dict[int, _Front] = {}  # by link key
         self._keys = itertools.count(1)
-        self._control_fd = os.memfd_create("etrt-control", os.MFD_CLOEXEC)
-        os.ftruncate(self._control_fd, handshake.CONTROL_BYTES)
-        self._control = mmap.mmap(self._control_fd, handshake.CONTROL_BYTES)
-        self._listener: socket.socket | None = None
-        self._accepting: threading.Thread | None = None
+        self._control = ControlPage()
+        self._adoption = Adoption(socket_name, secret, self._control.fd, self._adopt)
         self._loop: asyncio.AbstractEventLoop | None = None
         # False until the stored models are open again: before, every model would look unknown.
         self.serving = False
@@ -186,19 +153,15 @@ class EngineServer:
         # Client shared memory regions (service/shm/): mapped here, where the programs run.
         self.shm = SharedMemory(service.settings)
         service.metrics.backends.append(ShmMetrics(self.shm))
+        self.calls = Calls(service, self.shm)
+        self.dispatch = dispatch.Dispatch(service, self.shm)
 
     def _publish(self) -> None:
         # The lane's routes first: a front that sees the new generation may send requests
         # checked against it at once. None once closed (they hold the models' instances).
         if not self._closed:
             self.lane_routes.publish(self.hub, self.service)
-        handshake.CONTROL.pack_into(
-            self._control,
-            0,
-            self.service.generation,
-            int(self.service.ready),
-            int(self.serving),
-        )
+        self._control.write(self.service.generation, self.service.ready, self.serving)
 
     def _lane_served(self) -> list[Served]:
         return [Served(*record) for record in self.hub.served()]
@@ -207,44 +170,14 @@ class EngineServer:
         self.serving = True
         self._publish()
 
-    # -- fronts joining ------------------------------------------------------------------------
-
     def open(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.hub.inbox_fd, self._drain)
         self._publish()
-        self._listener = handshake.listen(self.socket_name)
-        self._accepting = threading.Thread(
-            target=self._accept_loop, name="engine-accept", daemon=True
-        )
-        self._accepting.start()
-
-    def _accept_loop(self) -> None:
-        """Handshakes block (and pinning an arena takes a while), so they run here, not on the
-        event loop."""
-        while True:
-            try:
-                sock, front_id, arena_fd = handshake.accept(self._listener, self.secret)
-            except handshake.HandshakeError as exc:
-                log.warning("%s", exc)
-                continue
-            except OSError:
-                if self._listener.fileno() < 0:
-                    return
-                continue
-            try:
-                region = Region(arena_fd, os.fstat(arena_fd).st_size)
-                pinned = pinning.pin(region)
-                handshake.answer(sock, self._control_fd, pinned)
-            except OSError as exc:
-                log.warning("front %d could not join: %s", front_id, exc)
-                sock.close()
-                continue
-            finally:
-                os.close(arena_fd)
-            self._loop.call_soon_threadsafe(self._adopt, sock, front_id, region)
+        self._adoption.open(self._loop)
 
     def _adopt(self, sock: socket.socket, front_id: int, region: Region) -> None:
+        """A front that joined: its socket goes to a link thread of the native lane."""
         key = next(self._keys)
         try:
             link = self._ethost.attach_front(
@@ -274,15 +207,11 @@ class EngineServer:
         if fold:
             self.service.ledger.fold()
 
+    async def call(self, front: _Front, message: messages.Call) -> None:
+        front.protocol.send(await self.calls.answer(message))
+
     def close(self) -> None:
-        if self._listener is not None:
-            # Closing alone does not wake a thread blocked in accept(); shutting it down does.
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-            self._accepting.join(timeout=5)
+        self._adoption.close()
         if self._loop is not None:
             self._loop.remove_reader(self.hub.inbox_fd)
         for front in list(self.fronts.values()):
@@ -292,128 +221,3 @@ class EngineServer:
         self._closed = True
         self.hub.publish(0, 0.0, [])
         self.shm.close()
-
-    # -- requests ------------------------------------------------------------------------------
-
-    def serve_now(self, front: _Front, message: tuple) -> InferRequest | None:
-        """Answers an inference message at once when it can run without a wait (most small
-        requests on an idle enough engine: see ModelService.infer_now), or when it is malformed;
-        otherwise returns its request for infer(), in a task of its own."""
-        key, model = message[1], message[2]
-        try:
-            if len(message) > 13 and message[13]:  # tensors in client shared memory
-                return self._shm_request(front, message)
-            arrays = [_array(front.region, *item) for item in message[5]]
-            # Outputs are written by the execute straight into the room the front reserved.
-            room = OutputRoom(front.region, message[7], message[8])
-            # Inputs the front checked against the signatures served now may run at once.
-            if message[12] == self.service.generation:
-                answer = self.service.infer_now(
-                    model, message[3], message[4], arrays, message[6], room
-                )
-                if answer is not None:
-                    self._answer(front, key, *answer, room)
-                    return None
-            return _request(message, arrays, room)
-        except ServiceError as exc:
-            front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
-        except Exception:
-            self._failed(front, key, model)
-        return None
-
-    def _shm_request(self, front: _Front, message: tuple) -> InferRequest:
-        """The request with its inputs viewed in their regions (service/shm/), which it holds
-        until it is answered; it always takes infer()'s path."""
-        shm = RequestShm(self.shm, from_wire(message[13]))
-        try:
-            arrays = [
-                _array(front.region, *item) if type(item[3]) is int else shm.input(*item).array
-                for item in message[5]
-            ]
-            request = _request(message, arrays, OutputRoom(front.region, message[7], message[8]))
-        except BaseException:
-            shm.close()
-            raise
-        request.shared_memory = shm
-        return request
-
-    async def infer(self, front: _Front, key: int, request: InferRequest) -> None:
-        try:
-            response = await self.service.infer(request)
-            shm = request.shared_memory
-            written = shm.write_outputs(response.outputs) if shm is not None else ()
-            outputs = [(tensor.name, tensor.datatype, tensor.array) for tensor in response.outputs]
-            self._answer(front, key, response.version, outputs, request.output_room, written)
-        except ServiceError as exc:
-            front.protocol.send((frames.DONE, key, False, pickle.dumps(exc)))
-        except asyncio.CancelledError:
-            front.protocol.send(
-                (frames.DONE, key, False, pickle.dumps(Aborted("the client went away")))
-            )
-        except Exception:
-            self._failed(front, key, request.model)
-
-    @staticmethod
-    def _answer(
-        front: _Front, key: int, version: str, outputs: list[tuple], room: OutputRoom, written=()
-    ) -> None:
-        placed = place(room, outputs, written)
-        front.protocol.send((frames.DONE, key, True, (version, placed)))
-
-    @staticmethod
-    def _failed(front: _Front, key: int, model: str) -> None:
-        log.exception("inference of model %r failed in the engine", model)
-        failure = InternalError("the inference engine failed; see its log")
-        front.protocol.send((frames.DONE, key, False, pickle.dumps(failure)))
-
-    async def call(self, front: _Front, message: tuple) -> None:
-        _, key, name, args = message
-        try:
-            if not _callable(name):
-                raise AttributeError(f"the engine has no call {name!r}")
-            target = self.shm if name.startswith("shm_") else self.service
-            value = await getattr(target, name)(*pickle.loads(args))
-            answer = (True, pickle.dumps(value, protocol=5))
-        except ServiceError as exc:
-            answer = (False, pickle.dumps(exc))
-        except Exception:
-            log.exception("engine call %s failed", name)
-            answer = (
-                False,
-                pickle.dumps(InternalError(f"the engine's {name} failed; see its log")),
-            )
-        front.protocol.send((frames.RESULT, key, *answer))
-
-    def note(self, message: tuple) -> None:
-        _, _, name, args = message
-        if name in _NOTES:
-            getattr(self.service, name)(*pickle.loads(args))
-
-
-def _request(message: tuple, arrays: list, room: OutputRoom) -> InferRequest:
-    """`arrays`: the message's inputs, viewed where they lie (_array, RequestShm.input)."""
-    (_, _, model, version, method, inputs, outputs, _, _, timeout_s) = message[:10]
-    request_id, parameters, checked_at = message[10:13]
-    return InferRequest(
-        model=model,
-        inputs=[Tensor(item[0], item[1], array) for item, array in zip(inputs, arrays)],
-        method=method,
-        version=version,
-        id=request_id,
-        outputs=outputs,
-        parameters=pickle.loads(parameters) if parameters else {},
-        timeout_s=timeout_s,
-        checked_at=checked_at,
-        output_room=room,
-    )
-
-
-def _array(region: Region, name: str, datatype: str, shape, offset: int):
-    """An input as a view of the front's arena at `offset` (no copy)."""
-    dtype = BY_DATATYPE.get(datatype)
-    if dtype is None:
-        raise invalid(rules.INPUT_DATATYPE, f"input {name!r}: unknown datatype {datatype!r}")
-    count = math.prod(shape)
-    if offset < 0 or offset + count * dtype.itemsize > region.size:
-        raise invalid(rules.INPUT_SHAPE, f"input {name!r} lies outside its shared memory slot")
-    return region.array(offset, dtype.carrier, tuple(shape))

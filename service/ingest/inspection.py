@@ -13,12 +13,20 @@ import math
 import mmap
 import struct
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from service.dtypes import BY_SCALAR_TYPE
 
 PROGRAM_IDENTIFIER = b"ET12"
 DATA_IDENTIFIER = b"FT01"
+# The runtime's compatibility window: the identifiers above and, within them, the highest schema
+# version it reads (Program::kMaxSupportedSchemaVersion and FlatTensorDataMap's, in the headers
+# of the ExecuTorch the native host is built on). A newer exporter stamps a higher one; the
+# runtime would refuse the file at load with a log line only, so ingest names both versions.
+# tests/unit/test_schema_window.py loads files outside the window with the native host.
+PROGRAM_SCHEMA_VERSION = 0
+DATA_SCHEMA_VERSION = 0
 _TENSOR = 5  # KernelTypes.Tensor
 # KernelTypes union members -> the native host's EValue tag names (method_meta "tag").
 _TAGS = {
@@ -42,6 +50,43 @@ _SEGMENT = 1  # DataLocation.SEGMENT
 
 class InspectionError(ValueError):
     pass
+
+
+class OutsideSchemaWindow(InspectionError):
+    """The file is an ExecuTorch program (or data file), of a schema this runtime does not read."""
+
+
+def _runtime_release() -> str:
+    try:
+        return f"ExecuTorch {metadata.version('executorch')}"
+    except metadata.PackageNotFoundError:
+        return "this server's ExecuTorch"
+
+
+def _check_identifier(data, expected: bytes, what: str) -> None:
+    """Same family (two letters and two digits), other number: written by another ExecuTorch."""
+    found = bytes(data[4:8]) if len(data) >= 8 else b""
+    if found == expected:
+        return
+    if found[:2] == expected[:2] and found[2:].isdigit():
+        age = "a newer" if found > expected else "an older"
+        raise OutsideSchemaWindow(
+            f"written by {age} ExecuTorch: its schema identifier is {found.decode()}, and this "
+            f"server's runtime ({_runtime_release()}) reads {expected.decode()} only; export it "
+            f"with {_runtime_release()} or serve it with a runtime that reads {found.decode()}"
+        )
+    raise InspectionError(
+        f"not an ExecuTorch {what}: file identifier {found!r}, expected {expected!r}"
+    )
+
+
+def _check_version(version: int, highest: int) -> None:
+    if version > highest:
+        raise OutsideSchemaWindow(
+            f"written by a newer ExecuTorch: its schema version is {version}, and this "
+            f"server's runtime ({_runtime_release()}) reads schema versions up to {highest}; "
+            f"export it with {_runtime_release()} or serve it with a newer runtime"
+        )
 
 
 class _Buffer:
@@ -338,14 +383,11 @@ def method_meta(method: MethodInfo) -> dict:
 def inspect_program(path: Path) -> ProgramInfo:
     data = _open(path)
     buf = _Buffer(data)
-    if len(data) < 8 or bytes(data[4:8]) != PROGRAM_IDENTIFIER:
-        found = bytes(data[4:8]) if len(data) >= 8 else b""
-        raise InspectionError(
-            f"not an ExecuTorch program: file identifier {found!r}, expected {PROGRAM_IDENTIFIER!r}"
-        )
+    _check_identifier(data, PROGRAM_IDENTIFIER, "program")
     header = _header(buf, b"eh00", "QQ")
     base = header[1] if header else None
     program = buf.root()
+    _check_version(program.scalar(0, "<I"), PROGRAM_SCHEMA_VERSION)
     segments = program.tables(4)
     methods = [_method(buf, plan, program, segments, base) for plan in program.tables(1)]
     if not methods:
@@ -356,16 +398,13 @@ def inspect_program(path: Path) -> ProgramInfo:
 def inspect_data_file(path: Path) -> DataFileInfo:
     data = _open(path)
     buf = _Buffer(data)
-    if len(data) < 8 or bytes(data[4:8]) != DATA_IDENTIFIER:
-        found = bytes(data[4:8]) if len(data) >= 8 else b""
-        raise InspectionError(
-            f"not an ExecuTorch data file: file identifier {found!r}, expected {DATA_IDENTIFIER!r}"
-        )
+    _check_identifier(data, DATA_IDENTIFIER, "data file")
     header = _header(buf, b"FH01", "QQQQ")
     if not header:
         raise InspectionError("data file has no FH01 header")
     base = header[2]
     root = buf.root()
+    _check_version(root.scalar(0, "<I"), DATA_SCHEMA_VERSION)
     segments = root.tables(1)
     spans = {}
     for named in root.tables(2):

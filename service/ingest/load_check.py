@@ -177,7 +177,15 @@ def load_result(run: CheckRun, program_name: str, file_names: dict[str, str]) ->
     if run.loaded["ok"]:
         return LoadCheckResult(run.loaded["methods"], [])
     file = file_names.get(run.loaded.get("path") or "") or program_name
-    return _refused(file, rules.PROGRAM_LOAD_FAILED, run.loaded["error"])
+    return _refused(file, rules.PROGRAM_LOAD_FAILED, _named(run.loaded["error"], file_names))
+
+
+def _named(message: str, file_names: dict[str, str]) -> str:
+    """ExecuTorch's message with the staged paths it quotes (a scratch folder, part-N) written as
+    the names the files were uploaded under: those are the files a user can look at."""
+    for path in sorted(file_names, key=len, reverse=True):  # part-10 before part-1
+        message = message.replace(path, repr(file_names[path]))
+    return message
 
 
 def _refused(file: str, rule: str, message: str) -> LoadCheckResult:

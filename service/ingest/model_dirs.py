@@ -9,7 +9,6 @@ is only read (it is often a read-only volume, and other servers may read it too)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -19,6 +18,7 @@ from service.errors import Problem
 from service.ingest.staging import StagedUpload, Staging, read_chunks
 from service.model_config.parse import parse_model_config
 from service.model_config.records import NO_CONFIG
+from service.store.digests import file_sha256
 from service.store.records import DATA, PROGRAM, StoredModel
 
 CONFIG_FILE = rules.CONFIG_JSON
@@ -92,13 +92,6 @@ def stage_folder(staging: Staging, name: str, folder: Path) -> StagedUpload:
         raise
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    for chunk in read_chunks(path):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 def unchanged(stored: StoredModel, folder: Path) -> bool:
     """Whether the stored model is this entry as it is now (same files, same bytes, same
     config), so a restart does not check every directory model again."""
@@ -111,4 +104,4 @@ def unchanged(stored: StoredModel, folder: Path) -> bool:
     if on_disk != known:
         return False
     by_name = {f.name: f.sha256 for f in stored.description.files}
-    return all(_sha256(path) == by_name[path.name] for _, path in _files(folder))
+    return all(file_sha256(path)[0] == by_name[path.name] for _, path in _files(folder))

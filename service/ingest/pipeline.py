@@ -33,6 +33,7 @@ from service.ingest.inspection import (
     DataFileInfo,
     DelegateInfo,
     InspectionError,
+    OutsideSchemaWindow,
     ProgramInfo,
     inspect_data_file,
     inspect_program,
@@ -77,6 +78,14 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
     if upload.program is not None:
         try:
             program = inspect_program(upload.program.path)
+        except OutsideSchemaWindow as exc:
+            problems.append(
+                Problem(
+                    upload.program.name,
+                    rules.PROGRAM_SCHEMA,
+                    f"{clip(upload.program.name)!r} was {exc}",
+                )
+            )
         except InspectionError as exc:
             problems.append(
                 Problem(
@@ -89,6 +98,8 @@ def _inspect(upload: StagedUpload) -> tuple[ProgramInfo | None, dict[str, DataFi
     for data in upload.data:
         try:
             data_files[data.name] = inspect_data_file(data.path)
+        except OutsideSchemaWindow as exc:
+            problems.append(Problem(data.name, rules.DATA_SCHEMA, f"{clip(data.name)!r} was {exc}"))
         except InspectionError as exc:
             problems.append(
                 Problem(
@@ -371,7 +382,10 @@ def run_ingest(
         reports,
         load,
         upload.directory / ".check.jsonl",
-        {str(d.path): d.name for d in upload.data},
+        {
+            str(upload.program.path): context.program_name,
+            **{str(d.path): d.name for d in upload.data},
+        },
     )
     details, delegate_problems, warnings = _collect(reports)
     problems += delegate_problems

@@ -1,14 +1,13 @@
 """The fronts' event loop: uvloop, except that a listening socket shared with other processes is
 accepted from one connection per wakeup.
 
-Every front inherits the one HTTP listening socket the supervisor bound (service/front.py). A
-uvloop server accepts until nothing is pending, so when a client opens its connections at once
-(wrk, a connection pool), the first front to wake takes most of them, and every connection of
-one front waits on that front's one core while others idle. Accepting one
-connection and going back to the loop lets each pending connection go to whichever front wakes
-for it next; a busy front comes back to its listener later than an idle one, so new connections
-lean towards idle fronts. The socket stays shared, so connections waiting for a front that dies
-are still taken by the others.
+Every front inherits the one HTTP listening socket the supervisor bound (service/front/__main__.py).
+A uvloop server accepts until nothing is pending, so when a client opens its connections at once
+(wrk, a connection pool), the first front to wake takes most of them, and every connection of one
+front waits on that front's one core while others idle. Accepting one connection and going back to
+the loop lets each pending connection go to whichever front wakes for it next; a busy front comes
+back to its listener later than an idle one, so new connections lean towards idle fronts. The socket
+stays shared, so connections waiting for a front that dies are still taken by the others.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 FastAPI's request handling (per-request telemetry checks, middleware layers, dependency solving,
 pydantic validation of every tensor value in and out, a second serialization) costs several times
 the inference of a small program. So the inference routes are served by bare ASGI endpoints: the
-app (service/app.py) looks a request up in this table first, and only a request no entry takes
+app (service/front/app.py) looks a request up in this table first, and only a request no entry takes
 goes on to FastAPI. The path is matched here, once; its parameters reach the endpoint in
 `scope["path_params"]`, as Starlette gives them to routes.
 

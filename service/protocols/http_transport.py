@@ -120,7 +120,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._lane_for = getattr(self.app, "lane_for", None)  # the app's lanes, if it has any
         self._waiting = None  # (cycle, app, lane): a request for a lane whose body is arriving
         self._in_flight = None  # (cycle, cancel): a request a lane took, not answered yet
-        front_lane = getattr(self.app, "front_lane", None)
+        front_lane = getattr(self.app, "native_path", None)
         self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
         self._native = None  # what the native path needs to answer the request it took
         self._held = b""  # what the client sent meanwhile

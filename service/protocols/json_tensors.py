@@ -20,6 +20,7 @@ import orjson
 
 from service.dtypes import BY_DATATYPE, datatype_of
 from service.errors import clip
+from service.shared.limits import MAX_DIM, MAX_DIMS
 
 BF16 = "BF16"
 # OIP datatype -> the native host's dtype name (bfloat16 travels in a uint16 carrier).
@@ -28,9 +29,6 @@ _CARRIERS = {datatype: entry.carrier for datatype, entry in BY_DATATYPE.items()}
 _FLOATS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64, BF16: np.float32}
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NUMBERS = frozenset({int, float})
-# ExecuTorch tensors have at most 16 dimensions (kTensorDimensionLimit) of int32 sizes.
-MAX_DIMS = 16
-MAX_DIM = 2**31 - 1
 
 
 class CodecError(ValueError):

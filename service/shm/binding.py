@@ -26,7 +26,7 @@ from service import cuda
 from service.dataplane.types import Tensor
 from service.dtypes import BY_DATATYPE
 from service.errors import Forbidden, clip
-from service.ipc.arena import ALIGNMENT
+from service.shared.arena import ALIGNMENT
 from service.shm.device_array import DeviceArray
 from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
 from service.shm.regions import FLAG, SharedMemory

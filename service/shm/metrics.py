@@ -1,7 +1,8 @@
-"""What /metrics says about shared memory and the GPUs, rendered with the dataplane's families:
-the regions registered, the copies made for them (the engine's own and the native host's), the
-CUDA inputs bound without one, and each GPU's memory (as Triton's nv_gpu_memory_total_bytes /
-nv_gpu_memory_used_bytes), read through cuda-python when it is installed and a device exists."""
+"""What /metrics says about shared memory, rendered with the dataplane's families: the regions
+registered, the copies made for them (the engine's own and the native host's), the CUDA inputs
+bound without one, and the device memory each model took when it was opened (read through
+cuda-python when it is installed and a device exists). The GPUs' own gauges are
+service/gpu_gauges.py's."""
 
 from __future__ import annotations
 
@@ -73,16 +74,7 @@ class ShmMetrics:
             count = inputs.get(reason, 0) + outputs.get(reason, 0)
             copies.samples[key] = copies.samples.get(key, 0) + count
         families = [regions, copies, bound]
-        devices = cuda.devices()
-        if devices:
-            total = Gauge(
-                "nv_gpu_memory_total_bytes", "GPU total memory, in bytes", ("gpu", "name")
-            )
-            used = Gauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", ("gpu", "name"))
-            for device in devices:
-                labels = (str(device.index), device.name)
-                total.samples[labels] = device.total_bytes
-                used.samples[labels] = device.used_bytes
+        if self.model_bytes:
             per_model = Gauge(
                 "etrt_model_device_bytes",
                 "Device memory a model took when its instances were opened, in bytes",
@@ -90,5 +82,5 @@ class ShmMetrics:
             )
             for model, size in self.model_bytes.items():
                 per_model.samples[(model,)] = size
-            families += [total, used, per_model]
+            families.append(per_model)
         return families

@@ -11,7 +11,7 @@ file would). The holder writes its pid, host and start time into the file for th
 next server prints; the lock, not the text, decides. The descriptor is close-on-exec, so the
 load-check children the server spawns do not hold the lock after it exits. `flock` only excludes
 processes that share a kernel's view of the file: on a network file system it may not, so give
-each replica its own folder (the README's "Scaling out").
+each replica its own folder (docs/kserve.md, "Scaling out").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def shared_server(tmp_path_factory):
 
 def pytest_collection_modifyitems(config, items):
     """Marks every test under tests/e2e `e2e` (each starts real server processes), so the quick
-    lane can leave them out: `pytest -m "not e2e and not slow"` (README, Development)."""
+    lane can leave them out: `pytest -m "not e2e and not slow"` (docs/development.md)."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:

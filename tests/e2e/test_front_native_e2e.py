@@ -1,4 +1,4 @@
-"""The fronts' native path (service/protocols/front_lane.py, runtime_ext/front/) through real
+"""The fronts' native path (service/front/native_path.py, runtime_ext/front/) through real
 server processes: a request sent whole is answered by it, the same request sent in two parts
 (which it never takes: uvicorn's parser gets it) by the Python path, and the two answers are the
 same bytes, errors included; the front's count says the native path answered the first kind."""

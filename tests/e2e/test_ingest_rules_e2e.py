@@ -144,6 +144,18 @@ def test_malformed_form(server, kwargs, rule):
     assert only_rule(refused(server, **kwargs))["rule"] == rule
 
 
+def test_replace_takes_the_boolean_words_its_refusal_lists(start_server, linear_relu_program):
+    """'yes' is taken, so the refusal of 'maybe' lists every word taken, not only true/false."""
+    server = start_server()
+    problem = only_rule(refused(server, "m", b"x", fields={"replace": "maybe"}))
+    assert "true/false, 1/0, yes/no, on/off" in problem["message"], problem
+    assert "'maybe'" in problem["message"], problem
+    with server.client() as client:
+        assert upload(client, "words", linear_relu_program.pte).status_code == 201
+        again = upload(client, "words", linear_relu_program.pte, fields={"replace": "yes"})
+    assert again.status_code == 201, again.text
+
+
 def test_program_missing(server, external_weights_program):
     problem = only_rule(refused(server, "m", None, external_weights_program.ptds))
     assert problem["rule"] == "upload.program_missing"
@@ -200,3 +212,12 @@ def test_hanging_load_check_times_out(start_server, linear_relu_program):
     )
     problem = only_rule(refused(server, "m", linear_relu_program.pte))
     assert problem["rule"] == "program.load_timeout"
+
+
+def test_program_from_a_newer_executorch_names_both_versions(server, linear_relu_program):
+    data = bytearray(linear_relu_program.pte.read_bytes())
+    data[4:8] = b"ET13"
+    problem = only_rule(refused(server, "m", bytes(data)))
+    assert problem["rule"] == "program.schema" and problem["file"] == "model.pte"
+    assert "written by a newer ExecuTorch: its schema identifier is ET13" in problem["message"]
+    assert "reads ET12 only" in problem["message"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -26,7 +25,7 @@ from support.program_fixtures import (  # noqa: F401
     image_program,
     linear_relu_program,
 )
-from support.server import REPO, ServerProcess, upload
+from support.server import ServerProcess, upload
 
 IMAGE = (1, 3, 224, 224)
 IMAGE_BYTES = int(np.prod(IMAGE)) * 4
@@ -362,18 +361,6 @@ def test_off_by_default_registration_is_refused_naming_the_flag(shared_server, r
         assert "--allow-client-shm" in caught.value.message()
     assert http.get_system_shared_memory_status() == []
     http.close()
-
-
-def test_the_readme_system_shm_example_runs_as_written(server, http, image_program):
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Shared memory (Triton's system and CUDA") :]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    block = block.replace("127.0.0.1:8000", server.url.removeprefix("http://"))
-    block = block.replace('"resnet"', '"img"').replace("/resnet_", f"/etrt_readme_{os.getpid()}_")
-    namespace = {}
-    exec(block, namespace)  # the README's block, with this server's address and model
-    np.testing.assert_allclose(namespace["y"], eager(image_program, namespace["x"]), rtol=1e-6)
-    assert http.get_system_shared_memory_status() == []
 
 
 def test_a_region_in_use_cannot_be_unregistered_until_its_request_is_answered(

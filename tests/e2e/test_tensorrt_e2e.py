@@ -232,6 +232,29 @@ def test_a_stripped_plan_is_refused(trt_server, mixed_16, tmp_path):
     assert STRIPPED_HINT == "saved without its weights; re-export with strip_engine_weights=False"
 
 
+def test_a_damaged_alias_is_refused_naming_file_method_and_binding(trt_server, mixed_16, tmp_path):
+    damaged = rewritten(
+        mixed_16.pte,
+        tmp_path / "damaged.pte",
+        blob_fields={"aliased_io": [{"output": "output0", "input": "input0", "kind": "bogus"}]},
+    )
+    problems = refused(trt_server, "damaged", damaged)
+    assert [p["rule"] for p in problems] == ["tensorrt.alias_kind"] * 2
+    assert problems[0]["file"] == "model.pte"
+    assert problems[0]["message"].startswith(
+        "'model.pte' method 'forward' delegate 0 (TensorRTBackend) (binding 'output0'): "
+    )
+
+
+def test_an_engine_with_a_shape_tensor_input_is_refused_naming_it(trt_server, mixed_16, tmp_path):
+    shapes = rewritten(
+        mixed_16.pte, tmp_path / "shapes.pte", io_fields={"input1": {"shape_tensor": True}}
+    )
+    problems = refused(trt_server, "shapes", shapes)
+    assert [p["rule"] for p in problems] == ["tensorrt.shape_tensor_input"] * 2
+    assert "binding 'input1' is a shape-tensor input" in problems[0]["message"]
+
+
 def test_a_plan_holding_all_its_weights_passes_with_its_stats(trt_server, mixed_16, tmp_path):
     kept = rewritten(
         mixed_16.pte,

@@ -219,12 +219,17 @@ def test_hostile_cuda_regions_are_refused_naming_them(server, region):
 
 
 def test_metrics_report_gpu_memory(server):
+    """Triton's names and labels (service/gpu_gauges.py), read the way model-analyzer's remote
+    monitor reads them: prometheus_client's parser, samples keyed by gpu_uuid."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = httpx.get(f"{server.url}/metrics").text
-    total = [line for line in text.splitlines() if line.startswith("nv_gpu_memory_total_bytes{")]
-    used = [line for line in text.splitlines() if line.startswith("nv_gpu_memory_used_bytes{")]
-    assert total and used, text[-2000:]
-    assert 'gpu="0"' in total[0] and "H200" in total[0]
-    assert float(total[0].split()[-1]) > 100e9
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    [total] = families["nv_gpu_memory_total_bytes"].samples
+    [used] = families["nv_gpu_memory_used_bytes"].samples
+    assert total.labels["gpu_uuid"].startswith("GPU-") and total.value > 100e9
+    assert used.labels == total.labels and 0 < used.value < total.value
+    assert "nv_gpu_utilization" in families and "nv_gpu_power_usage" in families
 
 
 # --- the TensorRT delegate reading the region itself ----------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.engine import pinning
-from service.ipc.arena import Arena, Region
+from service.shared.arena import Arena, Region
 from support.trt_host import load_tensorrt_backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -69,6 +69,7 @@ def test_the_engine_stats_and_serialization_flags_resolve(trt):
                 "get_tensor_shape",
                 "get_tensor_location",
                 "get_tensor_profile_shape",
+                "is_shape_inference_io",
                 "get_engine_stat",
                 "refittable",
                 "create_execution_context",

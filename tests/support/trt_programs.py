@@ -224,8 +224,9 @@ if __name__ == "__main__":
         print(program.pte)
 
 
-def with_plans_rewritten(source, target, blob_fields=None, **fields):
-    """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...), and
+def with_plans_rewritten(source, target, blob_fields=None, io_fields=None, **fields):
+    """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...), its
+    I/O tensors with `io_fields` (name -> fields, e.g. {"input0": {"shape_tensor": True}}), and
     the blobs' metadata with `blob_fields` (e.g. target_platform=...).
 
     Rewritten through ExecuTorch's own serializer, so only the engines differ from a program
@@ -245,8 +246,9 @@ def with_plans_rewritten(source, target, blob_fields=None, **fields):
         start = meta["engine_offset"]
         plan = json.loads(blob[start + len(b"TESTPLAN") : start + meta["engine_size"]])
         bindings = [(b["name"], b["is_input"]) for b in meta["io_bindings"]]
+        plan_io = [{**t, **(io_fields or {}).get(t["name"], {})} for t in plan["io"]]
         entry.data = make_blob(
-            metadata(bindings, **(blob_fields or {})), plan_bytes(plan["op"], plan["io"], **fields)
+            metadata(bindings, **(blob_fields or {})), plan_bytes(plan["op"], plan_io, **fields)
         )
     Path(target).write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
     return Path(target)

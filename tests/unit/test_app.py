@@ -3,15 +3,15 @@ import sys
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.config import Settings
+from service.front.app import create_app
 
 
 def test_the_server_never_imports_torch():
     code = (
-        "import sys, service.__main__, service.app, service.ingest.pipeline, "
+        "import sys, service.__main__, service.front.app, service.ingest.pipeline, "
         "service.ingest.load_check, "
-        "service.protocols.native.multipart; from service.app import create_app; "
+        "service.protocols.native.multipart; from service.front.app import create_app; "
         "from service.config import Settings; create_app(Settings()); "
         "assert 'torch' not in sys.modules and 'executorch.exir' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith(('torch', 'executorch')))"

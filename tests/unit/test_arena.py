@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Region, align_up
+from service.shared.arena import ALIGNMENT, Arena, ArenaFull, Region, align_up
 
 
 def test_slots_are_256_byte_aligned_addresses_and_never_overlap():

@@ -2,8 +2,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service import auth
-from service.app import create_app
 from service.config import Settings, parse_settings
+from service.front.app import create_app
 
 
 @pytest.mark.parametrize(

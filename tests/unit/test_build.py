@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-# slow (left out of the quick lane, README Development): configures the native build with CMake
+# slow (left out of the quick lane, docs/development.md): configures the native build with CMake
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]

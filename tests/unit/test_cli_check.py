@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from service.cli import exits
 from support.cli import TEST_BACKEND, etrt
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import (
@@ -120,6 +121,21 @@ def test_tensorrt_blob_layout(mixed_16, tmp_path):
     assert rules(run) == ["tensorrt.blob_invalid"] * 2
 
 
+def test_the_newer_blob_rules_name_the_binding(mixed_16, tmp_path):
+    from support.trt_programs import with_plans_rewritten
+
+    damaged = with_plans_rewritten(
+        mixed_16.pte,
+        tmp_path / "damaged.pte",
+        blob_fields={"aliased_io": [{"output": "output0", "input": "input0", "kind": "bogus"}]},
+    )
+    run = checked(damaged, code=1)
+    assert rules(run) == ["tensorrt.alias_kind"] * 2
+    message = run.json()["problems"][0]["message"]
+    assert message.startswith("'damaged.pte' method 'forward' delegate ")
+    assert "(binding 'output0')" in message and "kind must be" in message
+
+
 def test_tensorrt_engine_keys(add_external):
     run = checked(add_external.pte, code=1)
     assert rules(run) == ["tensorrt.engine_key_missing"]
@@ -208,4 +224,19 @@ def test_a_hardware_compatible_plan_is_judged_against_the_gpu(mixed_16, tmp_path
 
 def test_an_unknown_gpu_is_a_usage_error(mixed_16):
     run = etrt("check", "--gpu", "potato", mixed_16.pte)
-    assert run.code == 2 and "named target" in run.err
+    assert run.code == exits.USAGE and "named target" in run.err
+
+
+def test_a_file_cut_short_is_named_by_its_own_name(tmp_path):
+    """A half-copied program passes inspection up to where ExecuTorch's loader reads its size:
+    the refusal quotes ExecuTorch, with the file named as the user has it, not the scratch
+    folder's part-0 it was loaded from."""
+    (tmp_path / "whole").mkdir()
+    whole = export_xnnpack_linear(tmp_path / "whole")
+    short = tmp_path / "short.pte"
+    short.write_bytes(whole.read_bytes()[:-1])
+    run = checked(short, code=1)
+    [problem] = run.json()["problems"]
+    assert problem["file"] == "short.pte", problem
+    assert "'short.pte'" in problem["message"], problem
+    assert "part-" not in problem["message"] and "etrt-check" not in problem["message"], problem

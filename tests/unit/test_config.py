@@ -101,6 +101,67 @@ def test_bad_values_exit_with_a_usage_error(argv, env, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_settings(argv, env)
     assert exit_info.value.code == 2
+    err = capsys.readouterr().err  # one line naming the setting, no usage block
+    assert err.startswith("error: ") and err.count("\n") == 1 and "usage:" not in err, err
+
+
+@pytest.mark.parametrize(
+    "text,size",
+    [
+        ("536870912", 512 * 2**20),
+        ("512M", 512 * 2**20),
+        ("512MiB", 512 * 2**20),
+        ("1G", 2**30),
+        ("1g", 2**30),
+        ("64k", 64 * 1024),
+        ("2T", 2 * 2**40),
+        ("100B", 100),
+    ],
+)
+def test_sizes_take_units(text, size):
+    settings = parse_settings(["--arena-bytes", text], {"ETRT_MAX_JSON_BYTES": text})
+    assert settings.arena_bytes == settings.max_json_bytes == size
+
+
+def test_a_size_with_an_unknown_unit_is_named(capsys):
+    with pytest.raises(SystemExit):
+        parse_settings(["--max-data-bytes", "1X"], {})
+    err = capsys.readouterr().err
+    assert "--max-data-bytes" in err and "'1X'" in err and "512M, 1G" in err
+
+
+def test_a_bad_log_level_is_one_line_naming_the_levels(capsys):
+    with pytest.raises(SystemExit):
+        parse_settings([], {"ETRT_LOG_LEVEL": "loud"})
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ETRT_LOG_LEVEL='loud'" in err
+    assert "critical, error, warning, info, debug" in err
+    assert parse_settings(["--log-level", "DEBUG"], {}).log_level == "debug"
+
+
+def test_help_shows_every_default_from_the_settings(capsys):
+    with pytest.raises(SystemExit):
+        parse_settings(["--help"], {})
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for expected in (
+        "default: 512M; env ETRT_ARENA_BYTES",
+        "default: 8000; env ETRT_PORT",
+        "default: 2G; env ETRT_MAX_PROGRAM_BYTES",
+        "default: info; env ETRT_LOG_LEVEL",
+        "default: false; env ETRT_ACCESS_LOG",
+        "default: tensorrt,xnnpack",
+        "default: artifacts; env ETRT_ARTIFACTS",
+        "default: 100; env ETRT_INLINE",
+    ):
+        assert expected in shown, expected
+    assert shown.count("(default: ") == shown.count("; env ETRT_")
+
+
+def test_the_boolean_words_a_refusal_lists_are_the_ones_taken():
+    from service.config import BOOLEAN_WORDS, FALSE_WORDS, TRUE_WORDS
+
+    listed = {word for pair in BOOLEAN_WORDS.split(", ") for word in pair.split("/")}
+    assert listed == (TRUE_WORDS | FALSE_WORDS) - {""}
 
 
 def test_the_fronts_priority_below_the_engines_is_a_setting_within_nices_range(capsys):
@@ -110,4 +171,16 @@ def test_the_fronts_priority_below_the_engines_is_a_setting_within_nices_range(c
     for wrong in ("-1", "20"):
         with pytest.raises(SystemExit):
             parse_settings(["--front-nice", wrong], {})
-        assert "front_nice must be between 0 and 19" in capsys.readouterr().err
+        assert "--front-nice must be between 0 and 19" in capsys.readouterr().err
+
+
+def test_the_docs_table_lists_every_flag_and_variable_the_code_takes():
+    """docs/configuration.md's table against service/config.py's options, both ways."""
+    import re
+
+    from service.config import _OPTIONS
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = set(re.findall(r"^\| (`--[a-z-]+`|\(none\)) \| `(ETRT_[A-Z_]+)`", page, re.M))
+    documented = {(flag.strip("`"), env) for flag, env in rows if flag != "(none)"}
+    assert documented == {(flag, env) for flag, env, _, _, _ in _OPTIONS}

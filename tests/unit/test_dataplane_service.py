@@ -4,8 +4,8 @@ import threading
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.config import Settings
+from service.front.app import create_app
 from support.program_fixtures import linear_relu_program  # noqa: F401
 
 

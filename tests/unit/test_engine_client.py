@@ -4,7 +4,9 @@ import asyncio
 
 from service.config import Settings
 from service.dataplane.types import ModelEntry, ModelTable
-from service.engine.client import EngineClient
+from service.front.engine_client import EngineClient
+from service.shared import frames, messages
+from service.shared.contract import GetTable
 
 
 class _Link:
@@ -28,10 +30,10 @@ def test_requests_before_the_first_table_cost_the_engine_one_call(tmp_path):
     calls = []
     table = ModelTable(5, {"m": ModelEntry({}, 0)}, {("m", "1"): ModelEntry({}, 0)})
 
-    async def call(name, *args):
-        calls.append(name)
+    async def call(record):
+        calls.append(type(record).__name__)
         await asyncio.sleep(0.01)
-        return table if name == "table" else False
+        return table if type(record) is GetTable else False
 
     client._call = call
 
@@ -44,7 +46,7 @@ def test_requests_before_the_first_table_cost_the_engine_one_call(tmp_path):
     ready, versioned, other = asyncio.run(main())
     assert ready == [True] * 20 and versioned is True
     assert other is False  # not in the table: the engine answers (and names what is wrong)
-    assert calls == ["table", "model_ready"]
+    assert calls == ["GetTable", "ModelReady"]
 
 
 def _served_client(tmp_path, arena_bytes=1 << 20):
@@ -56,9 +58,9 @@ def _served_client(tmp_path, arena_bytes=1 << 20):
     import numpy as np  # noqa: F401  (the tests' arrays)
 
     from service.dataplane.types import MethodSignature, TensorSpec
-    from service.engine.handshake import CONTROL
-    from service.engine.link import Link
-    from service.ipc.arena import Arena
+    from service.front.engine_link import Link
+    from service.shared.arena import Arena
+    from service.shared.handshake import CONTROL
 
     client = EngineClient(
         Settings(artifacts=tmp_path / "artifacts", arena_bytes=arena_bytes), "unused", "s", 0
@@ -85,8 +87,6 @@ def _request(array, model="m", datatype="FP32"):
 def test_a_lane_request_goes_at_once_and_its_answer_comes_back_through_done(tmp_path):
     import numpy as np
 
-    from service.ipc import frames
-
     async def main():
         client, link, sent, notes = _served_client(tmp_path)
         outcomes = []
@@ -94,15 +94,14 @@ def test_a_lane_request_goes_at_once_and_its_answer_comes_back_through_done(tmp_
         cancel = client.submit(_request(x), outcomes.append)
         assert cancel is not None and len(sent) == 1 and link.arena.in_use > 0
         message = sent[0]
-        assert message[0] == frames.INFER and message[12] == 7  # checked at this generation
-        (name, datatype, shape, offset) = message[5][0]
+        assert type(message) is messages.Infer and message.checked_at == 7  # at this generation
+        (name, datatype, shape, offset) = message.inputs[0]
         assert (name, datatype, shape) == ("x", "FP32", (2, 2))
         assert np.array_equal(link.arena.region.array(offset, np.float32, (2, 2)), x)
-        out_at = message[7]
+        out_at = message.room_offset
         link.arena.region.array(out_at, np.float32, (2, 2))[...] = x * 2
-        link._received(
-            (frames.DONE, message[1], True, ("1", [("y", "FP32", [2, 2], out_at, None)]))
-        )
+        outputs = [("y", "FP32", [2, 2], out_at, None)]
+        link._received((frames.DONE, message.request_id, True, ("1", outputs)))
         await asyncio.sleep(0)
         (response,) = outcomes
         assert response.version == "1" and np.array_equal(response.outputs[0].array, x * 2)
@@ -116,15 +115,15 @@ def test_a_lane_request_goes_at_once_and_its_answer_comes_back_through_done(tmp_
 
         client.submit(_request(x), outcomes.append)
         error = NotFound("gone meanwhile")
-        link._received((frames.DONE, sent[-1][1], False, pickle.dumps(error)))
+        link._received((frames.DONE, sent[-1].request_id, False, pickle.dumps(error)))
         await asyncio.sleep(0)
         assert isinstance(outcomes[-1], NotFound) and link.arena.in_use == 0
 
         # Cancelled (the client went away): the engine is told; its late answer frees the slots.
         cancel = client.submit(_request(x), outcomes.append)
-        key = sent[-1][1]
+        key = sent[-1].request_id
         cancel()
-        assert sent[-1] == (frames.CANCEL, key) and link.arena.in_use > 0
+        assert sent[-1] == messages.Cancel(frames.CANCEL, key) and link.arena.in_use > 0
         link._received((frames.DONE, key, True, ("1", [])))
         await asyncio.sleep(0)
         assert len(outcomes) == 2 and link.arena.in_use == 0
@@ -151,7 +150,7 @@ def test_what_a_lane_cannot_finish_is_left_to_infer_with_nothing_sent_or_counted
         client.gate.refused(QueueFull("full", "m", "1", "forward", pace_s=0.1, drain_s=5.0))
         left.append(client.submit(_request(good), print))  # a closed gate: admit() decides
         client.gate = type(client.gate)()
-        from service.ipc.arena import ArenaFull
+        from service.shared.arena import ArenaFull
 
         held = []
         try:
@@ -162,7 +161,7 @@ def test_what_a_lane_cannot_finish_is_left_to_infer_with_nothing_sent_or_counted
         left.append(client.submit(_request(good), print))
         for lease in held:
             lease.release()
-        from service.engine.handshake import CONTROL
+        from service.shared.handshake import CONTROL
 
         CONTROL.pack_into(link.control, 0, 7, 1, 0)  # an engine not serving yet: a 503 to say
         left.append(client.submit(_request(good), print))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.engine.outputs import OutputRoom, place
-from service.ipc.arena import Region
+from service.shared.arena import Region
 from support.programs import export_image
 
 

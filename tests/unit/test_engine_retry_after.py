@@ -4,10 +4,10 @@ requests recently held their slots, an engine that is down how long its last sta
 import pytest
 
 from service.config import Settings
-from service.engine import client as engine_client
-from service.engine.client import EngineClient, EngineDown
 from service.errors import Busy
-from service.ipc.arena import Arena
+from service.front import engine_link
+from service.front.engine_client import EngineClient, EngineDown
+from service.shared.arena import Arena
 
 
 class Clock:
@@ -21,7 +21,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(engine_client.time, "monotonic", clock)
+    monkeypatch.setattr(engine_link.time, "monotonic", clock)
     return clock
 
 

@@ -19,7 +19,7 @@ from support.program_fixtures import (  # noqa: F401  (fixtures)
     two_methods_program,
 )
 
-# slow (left out of the quick lane, README Development): exports programs, picked by fixture
+# slow (left out of the quick lane, docs/development.md): exports programs, picked by fixture
 # name in parametrized tests
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 
 from support.program_fixtures import external_weights_program, mix_of_ops_program  # noqa: F401
 
-# slow (left out of the quick lane, README Development): loads hundreds of corrupted files, each in
+# slow (left out of the quick lane, docs/development.md): loads hundreds of corrupted files, each in
 # a child process
 pytestmark = pytest.mark.slow
 

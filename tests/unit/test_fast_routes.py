@@ -7,9 +7,9 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.auth import TokenAuth
 from service.config import Settings
+from service.front.app import create_app
 from service.inline_policy import InlinePolicy
 from service.protocols.http_errors import UnexpectedErrors
 from service.protocols.native.infer_endpoint import InferEndpoint

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from service.dataplane.types import InferResponse, Tensor
-from service.ipc import lane_frames
-from service.ipc.arena import Arena
 from service.protocols import json_tensors
 from service.protocols.native import infer_body
 from service.protocols.v2_rest import codec
+from service.shared import lane_frames
+from service.shared.arena import Arena
 
 HEADERS = b"date: Thu, 03 Dec 2026 00:00:00 GMT\r\nserver: uvicorn\r\n"
 GENERATION = 7

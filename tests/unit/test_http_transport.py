@@ -108,7 +108,7 @@ def _protocol(app):
         http=GatheringHttpToolsProtocol,
         lifespan="off",
         log_level="error",
-        proxy_headers=False,  # as the fronts run it (service/front.py)
+        proxy_headers=False,  # as the fronts run it (service/front/__main__.py)
     )
     protocol = GatheringHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     protocol.connection_made(RecordingTransport())

@@ -17,7 +17,7 @@ from support.program_fixtures import (
     two_methods_program,
 )
 
-# slow (left out of the quick lane, README Development): exports programs (fixtures picked by name
+# slow (left out of the quick lane, docs/development.md): exports programs (fixtures picked by name
 # in parametrized tests)
 pytestmark = pytest.mark.slow
 

@@ -4,6 +4,7 @@ and an arena in shared memory, requests written with the fronts' encoder (lane_f
 
 import marshal
 import os
+import pickle
 import socket
 import struct
 import time
@@ -12,9 +13,10 @@ import numpy as np
 import pytest
 
 from service.engine.lane_routes import LaneRoutes
-from service.ipc import frames, lane_frames
-from service.ipc.arena import Region
 from service.native_host import import_host
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import Region
+from service.shared.contract import GetTable
 from support.program_fixtures import linear_relu_program  # noqa: F401
 
 _LENGTH = struct.Struct("<I")
@@ -110,7 +112,7 @@ def test_what_the_lane_declines_reaches_python_unchanged(lane):
     gate.observe(1000)
     stale = _request(region, x, generation=GENERATION - 1)
     unknown = _request(region, x, route=ROUTE + 1)
-    marshalled = marshal.dumps((frames.CALL, 1, "table", b""))
+    marshalled = marshal.dumps((frames.CALL, 1, pickle.dumps(GetTable())))
     for payload in (stale, unknown, marshalled):
         _send(front, payload)
     items += _drained(hub, 3)
@@ -162,13 +164,22 @@ def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
     routes.publish(hub, Service(gate))
     payload = lane_frames.request(ROUTE, 9, GENERATION, 4096, 512, 1, [(256, (2, 4))])
     message = routes.message(payload)
-    assert message[:5] == (frames.INFER, 9, "m", "2", "forward")
-    assert message[5] == [("input_0", "FP32", (2, 4), 256)]
-    assert message[6] is None  # every output asked for
-    assert message[7:9] == (4096, 512) and message[12] == GENERATION
+    assert type(message) is messages.Infer and message.kind == frames.INFER
+    assert (message.request_id, message.model, message.version, message.method) == (
+        9,
+        "m",
+        "2",
+        "forward",
+    )
+    assert message.inputs == [("input_0", "FP32", (2, 4), 256)]
+    assert message.outputs is None  # every output asked for
+    assert (message.room_offset, message.room_size) == (4096, 512)
+    assert message.checked_at == GENERATION
+    # What reaches the engine's Python reads as the same record a front's Infer would.
+    assert messages.read(marshal.loads(marshal.dumps(tuple(message)))) == message
     # A route that stops serving is still read (by name, checked again by the engine).
     Service.lane_routes = lambda self: []
     routes.publish(hub, Service(gate))
-    assert routes.message(payload)[2] == "m"
+    assert routes.message(payload).model == "m"
     assert routes.message(lane_frames.request(99, 1, 1, 0, 0, 1, [])) is None
     assert routes.request_id(payload) == 9

@@ -17,14 +17,30 @@ SERVICE = Path(__file__).resolve().parents[2] / "service"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "processes and the etrt command",
-        ("service.__main__", "service.supervisor", "service.front", "service.app", "service.cli"),
+        (
+            "service.__main__",
+            "service.supervisor",
+            "service.front",
+            "service.cli",
+        ),
     ),
     (
         "protocols",
         ("service.protocols.native", "service.protocols.v2_rest", "service.protocols.v2_grpc"),
     ),
     ("shared by the protocols", ("service.protocols",)),
-    ("dataplane/engine", ("service.dataplane", "service.engine", "service.shm")),
+    # The front-engine contract names the dataplane's records (the model table, staged uploads),
+    # and the handshake states its version: both sit with the dataplane, not in the base.
+    (
+        "dataplane/engine",
+        (
+            "service.dataplane",
+            "service.engine",
+            "service.shm",
+            "service.shared.contract",
+            "service.shared.handshake",
+        ),
+    ),
     ("backends", ("service.backends",)),
     ("ingest", ("service.ingest",)),
     ("store", ("service.store",)),
@@ -39,7 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "service.dtypes",
             "service.errors",
             "service.inline_policy",
-            "service.ipc",
+            "service.shared",
             "service.native_host",
             "service.oip",
             "service.prometheus",
@@ -195,3 +211,30 @@ def test_lazy_imports_count(tmp_path):
     assert _imports("service.ingest.x", module, {"service.backends.registry"}) == {
         "service.backends.registry"
     }
+
+
+def _rooms(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the two processes' rooms: the engine process imports nothing of the
+    fronts (service/front/, service/protocols/), and a front nothing of the engine's wiring
+    (service/engine/); what they share is in service/shared/ (docs/architecture-contract.md)."""
+    forbidden = {
+        "service.engine": ("service.front", "service.protocols"),
+        "service.front": ("service.engine",),
+        "service.protocols": ("service.engine", "service.front"),
+    }
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        for room, others in forbidden.items():
+            if source == room or source.startswith(room + "."):
+                wrong += [
+                    f"{source} imports {target}"
+                    for target in sorted(targets)
+                    if any(target == o or target.startswith(o + ".") for o in others)
+                ]
+    return wrong
+
+
+def test_each_process_imports_nothing_of_the_others_room():
+    assert _rooms(_graph()) == []
+    made_wrong = {"service.engine.calls": {"service.front.engine_client"}}
+    assert _rooms(made_wrong) == ["service.engine.calls imports service.front.engine_client"]

@@ -10,7 +10,7 @@ from service.ingest.load_check import load_result, run_checks
 from support.foreign_delegate import export_xnnpack_linear
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 
-# slow (left out of the quick lane, README Development): real child processes, some killed at their
+# slow (left out of the quick lane, docs/development.md): real child processes, some killed at their
 # time limits
 pytestmark = pytest.mark.slow
 

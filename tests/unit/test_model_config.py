@@ -147,8 +147,8 @@ def test_instance_group_count_overrides_the_servers_instances(tmp_path, linear_r
 
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
     from service.config import Settings
+    from service.front.app import create_app
 
     app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0, instances_per_model=2))
     with TestClient(app) as client:

@@ -2,8 +2,8 @@
 
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.config import Settings
+from service.front.app import create_app
 
 
 def test_unknown_fields_are_reported_once_each_and_boundedly(tmp_path):

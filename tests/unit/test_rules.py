@@ -1,7 +1,8 @@
-"""The rule catalogue (service/rules.py) is the one list of rule ids: the README's table is it,
-every rule-like string in service/ is in it, and its answers are the protocols' own.
+"""The rule catalogue (service/rules.py) is the one list of rule ids: the table of
+docs/ingest-rules.md is it, every rule-like string in service/ is in it, and its answers are the
+protocols' own.
 
-`python tests/unit/test_rules.py` writes the README's table from the catalogue.
+`python tests/unit/test_rules.py` writes the docs' table from the catalogue.
 """
 
 from __future__ import annotations
@@ -16,19 +17,21 @@ sys.path.insert(0, str(ROOT))
 
 from service import errors, rules  # noqa: E402
 
-README = ROOT / "README.md"
+RULES_PAGE = ROOT / "docs" / "ingest-rules.md"
+# Every page a reader may meet a rule id on.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BEGIN = "<!-- rule catalogue: generated from service/rules.py by tests/unit/test_rules.py -->"
 END = "<!-- end of the rule catalogue -->"
 RULE_LIKE = re.compile(r"[a-z][a-z_]*\.[a-z][a-z_0-9]*")
 # Strings of a rule family's spelling that are no rule ids.
-NOT_RULES = {"program.pte", "server.lock", "server.py"}
+NOT_RULES = {"program.pte", "model.pte", "server.lock", "server.py"}
 
 
 def families() -> set[str]:
     return {rule_id.split(".")[0] for rule_id in rules.CATALOGUE}
 
 
-def readme_table() -> str:
+def rules_table() -> str:
     lines = [
         BEGIN,
         "",
@@ -42,7 +45,7 @@ def readme_table() -> str:
     return "\n".join([*lines, "", END])
 
 
-def _readme_block(text: str) -> str:
+def _generated_block(text: str) -> str:
     start, end = text.index(BEGIN), text.index(END) + len(END)
     return text[start:end]
 
@@ -59,16 +62,18 @@ def rule_like_literals(path: Path) -> set[str]:
     } - NOT_RULES
 
 
-def test_the_readme_table_is_the_catalogue():
-    assert _readme_block(README.read_text()) == readme_table(), (
-        "README.md's rule table differs from service/rules.py: run python tests/unit/test_rules.py"
+def test_the_docs_table_is_the_catalogue():
+    assert _generated_block(RULES_PAGE.read_text()) == rules_table(), (
+        "docs/ingest-rules.md's rule table differs from service/rules.py: "
+        "run python tests/unit/test_rules.py"
     )
 
 
-def test_every_rule_the_readme_names_is_declared():
-    named = set(re.findall(r"`([a-z][a-z_]*\.[a-z][a-z_0-9]*)`", README.read_text()))
-    named = {n for n in named if n.split(".")[0] in families()} - NOT_RULES
-    assert named - set(rules.CATALOGUE) == set()
+def test_every_rule_the_docs_name_is_declared():
+    for page in PAGES:
+        named = set(re.findall(r"`([a-z][a-z_]*\.[a-z][a-z_0-9]*)`", page.read_text()))
+        named = {n for n in named if n.split(".")[0] in families()} - NOT_RULES
+        assert named - set(rules.CATALOGUE) == set(), page.name
 
 
 def test_every_rule_like_literal_in_service_is_declared():
@@ -112,5 +117,5 @@ def test_a_rule_is_declared_once():
 
 
 if __name__ == "__main__":
-    text = README.read_text()
-    README.write_text(text.replace(_readme_block(text), readme_table()))
+    text = RULES_PAGE.read_text()
+    RULES_PAGE.write_text(text.replace(_generated_block(text), rules_table()))

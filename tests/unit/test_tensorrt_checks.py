@@ -159,7 +159,7 @@ def test_an_invalid_blob_is_refused_with_the_parsers_reason():
     assert _rules(report) == ["tensorrt.blob_invalid"]
     message = report.problems[0].message
     assert message.startswith(
-        "method 'forward' delegate 0 (TensorRTBackend): the delegate blob is invalid: "
+        "'model.pte' method 'forward' delegate 0 (TensorRTBackend): the delegate blob is invalid: "
     )
     assert "TR03" in message or "magic" in message
 
@@ -405,6 +405,28 @@ def test_blob_bindings_that_do_not_match_the_engine_are_refused(test_provider):
     report = _verified(check_tensorrt_delegate(delegate, context))
     assert _rules(report) == ["tensorrt.bindings_mismatch"]
     assert "['output0', 'x']" in report.problems[0].message
+    assert "binding(s) 'output0', 'y' differ" in report.problems[0].message
+
+
+def test_a_binding_count_other_than_the_engines_is_refused_with_both_counts(test_provider):
+    delegate, context = _plan_context(declared=[("x", True), ("output0", False), ("extra", False)])
+    report = _verified(check_tensorrt_delegate(delegate, context))
+    assert _rules(report) == ["tensorrt.bindings_mismatch"]
+    message = report.problems[0].message
+    assert message.startswith("'model.pte' method 'forward' delegate 0 (TensorRTBackend): ")
+    assert "the blob names 3 bindings, the engine has 2 I/O tensors; binding(s) 'extra'" in message
+
+
+def test_a_shape_tensor_input_is_refused_naming_it(test_provider):
+    plan_io = [
+        {**trt_blob.io("x", True, [2, 4]), "shape_tensor": True},
+        trt_blob.io("output0", False, [2, 4]),
+    ]
+    delegate, context = _plan_context(plan=trt_blob.plan_bytes("scale", plan_io))
+    report = _verified(check_tensorrt_delegate(delegate, context))
+    assert _rules(report) == ["tensorrt.shape_tensor_input"]
+    assert "binding 'x' is a shape-tensor input" in report.problems[0].message
+    assert report.problems[0].message.startswith("'model.pte' method 'forward'")
 
 
 # --- real programs delegated to TensorRTBackend (exported with the test stand-in backend) -------

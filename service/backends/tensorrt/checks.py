@@ -21,7 +21,7 @@ from service import rules
 from service.backends.tensorrt import cuda_driver
 from service.backends.tensorrt import runtime as tensorrt_runtime
 from service.backends.tensorrt.mismatch import refusal_message
-from service.errors import Problem
+from service.errors import Problem, clip
 from service.ingest.delegates import DelegateReport, IngestContext, IsolatedWork
 from service.ingest.inspection import DelegateInfo, MethodInfo
 
@@ -32,6 +32,16 @@ PLANNING_HINT = (
     "memory_planning_pass=MemoryPlanningPass(alignment=256)))"
 )
 UNVERIFIED_OPTION = "ETRT_ALLOW_UNVERIFIED_PLANS=1 (--allow-unverified-plans)"
+# The rule of each fault the delegate's blob reader names (ethost_tensorrt.blob_faults(): the
+# reader decides, this only names; tests/unit/test_blob_rules.py fails when the two drift).
+BLOB_FAULT_RULES = {
+    "blob_invalid": rules.TENSORRT_BLOB_INVALID,
+    "duplicate_binding": rules.TENSORRT_DUPLICATE_BINDING,
+    "alias_binding": rules.TENSORRT_ALIAS_BINDING,
+    "alias_repeated": rules.TENSORRT_ALIAS_REPEATED,
+    "alias_kind": rules.TENSORRT_ALIAS_KIND,
+    "engine_and_key": rules.TENSORRT_ENGINE_AND_KEY,
+}
 
 
 def stripped_weights_problem(stripped: int, total: int) -> str | None:
@@ -128,14 +138,29 @@ def _parse(blob: bytes) -> dict:
 
 
 def _binding_mismatch(metadata: dict, engine_io: list[dict]) -> str | None:
+    """Upstream's delegate refuses a blob whose binding count is not the engine's I/O count as
+    damaged; names and directions must match too, or the delegate binds the wrong buffers."""
     declared = {b["name"]: bool(b["is_input"]) for b in metadata["io_bindings"]}
     actual = {t["name"]: t["is_input"] for t in engine_io}
     if declared == actual:
         return None
-    return (
-        f"the blob's io_bindings {sorted(declared)} do not match the engine's I/O tensors "
-        f"{sorted(actual)} (names and directions must be the same)"
+    count = ""
+    if len(declared) != len(actual):
+        count = (
+            f"the blob names {len(declared)} bindings, the engine has {len(actual)} I/O tensors; "
+        )
+    differing = sorted(
+        n for n in declared.keys() | actual.keys() if declared.get(n) != actual.get(n)
     )
+    return (
+        f"{count}binding(s) {', '.join(map(repr, differing))} differ: the blob's io_bindings "
+        f"{sorted(declared)} do not match the engine's I/O tensors {sorted(actual)} "
+        "(names and directions must be the same)"
+    )
+
+
+def _shape_tensor_inputs(engine_io: list[dict]) -> list[str]:
+    return [t["name"] for t in engine_io if t["is_input"] and t.get("shape_tensor")]
 
 
 def _availability() -> tuple[bool, str]:
@@ -233,7 +258,21 @@ def _apply_verification(
     mismatch = _binding_mismatch(metadata, answer["io"])
     if mismatch:
         report.problems.append(
-            Problem(program_name, rules.TENSORRT_BINDINGS_MISMATCH, f"{delegate.where}: {mismatch}")
+            Problem(
+                program_name,
+                rules.TENSORRT_BINDINGS_MISMATCH,
+                f"{clip(program_name)!r} {delegate.where}: {mismatch}",
+            )
+        )
+    for name in _shape_tensor_inputs(answer["io"]):
+        report.problems.append(
+            Problem(
+                program_name,
+                rules.TENSORRT_SHAPE_TENSOR_INPUT,
+                f"{clip(program_name)!r} {delegate.where}: binding {name!r} is a shape-tensor "
+                "input (TensorRT needs its values to infer shapes), which the delegate cannot "
+                "feed; re-export with that value static or as an execution-tensor input",
+            )
         )
 
 
@@ -267,11 +306,13 @@ def check_tensorrt_delegate(delegate: DelegateInfo, ctx: IngestContext) -> Deleg
         )
         return report
     except ValueError as exc:
+        binding = getattr(exc, "binding", None)
+        about = f" (binding {binding!r})" if binding else ""
         report.problems.append(
             Problem(
                 ctx.program_name,
-                rules.TENSORRT_BLOB_INVALID,
-                f"{where}: the delegate blob is invalid: {exc}",
+                BLOB_FAULT_RULES[getattr(exc, "fault", "blob_invalid")],
+                f"{clip(ctx.program_name)!r} {where}{about}: the delegate blob is invalid: {exc}",
             )
         )
         return report

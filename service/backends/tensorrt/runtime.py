@@ -29,12 +29,14 @@ from types import ModuleType
 from service import cuda as service_cuda
 from service.backends.tensorrt import BACKEND_ID
 from service.backends.tensorrt.cuda_driver import TensorRTError, cuda_driver
+from service.shared.limits import ALIGNMENT
 
 # Full TensorRT first: where both exist, it is the one the image was built and tested with.
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
 
-# TensorRT requires every bound address to be a multiple of this and does not check it.
-ADDRESS_ALIGNMENT = 256
+# TensorRT requires every bound address to be a multiple of this and does not check it: the
+# alignment every arena slot has (one definition, runtime_ext/common/contract_limits.h).
+ADDRESS_ALIGNMENT = ALIGNMENT
 
 # TensorRT DataType member names -> numpy dtype names the native host uses. INT4, FP4 and E8M0
 # have no ExecuTorch scalar type, so an engine binding them cannot be fed by a delegate call.
@@ -273,6 +275,9 @@ class TensorRTEngineProvider:
                     "location": cuda_engine.get_tensor_location(name).name.lower(),
                     "profile_min": profile_min,
                     "profile_max": profile_max,
+                    # Refused by the delegate and at ingest: it cannot feed a tensor's values
+                    # to TensorRT's shape inference.
+                    "shape_tensor": bool(cuda_engine.is_shape_inference_io(name)),
                 }
             )
         memory = getattr(cuda_engine, "device_memory_size_v2", None)

@@ -16,7 +16,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from service import rules
-from service.config import FALSE_WORDS, TRUE_WORDS
+from service.config import BOOLEAN_WORDS, FALSE_WORDS, TRUE_WORDS
 from service.errors import Aborted, Problem, TooLarge, clip, refused
 from service.ingest.staging import StagedFile, StagedUpload, Staging, version_number
 from service.model_config.parse import decode_config
@@ -194,7 +194,8 @@ class _Receiver:
                 Problem(
                     None,
                     rules.UPLOAD_REPLACE,
-                    f"'replace' must be true or false, not {clip(replace_text)!r}",
+                    f"'replace' must be true or false ({BOOLEAN_WORDS}), "
+                    f"not {clip(replace_text)!r}",
                 )
             )
         config = None

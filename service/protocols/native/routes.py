@@ -16,6 +16,7 @@ from service.dataplane.service import ModelService
 from service.errors import (
     ServiceError,
 )
+from service.ingest.receive import receive_and_deploy
 from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from service.protocols.fast_routes import FastRoute
 from service.protocols.http_errors import AUTH, responses, service_error_response
@@ -92,10 +93,11 @@ def _service(request: Request) -> ModelService:
 )
 async def deploy_model(request: Request, replace: bool = Query(False)) -> dict:
     service = _service(request)
-    return await service.deploy(
+    return await receive_and_deploy(
+        service,
         lambda: receive_upload(
             request, service.begin_staging, service.settings.max_upload_bytes, replace
-        )
+        ),
     )
 
 

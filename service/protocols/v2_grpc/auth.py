@@ -16,7 +16,7 @@ import grpc
 
 from service import auth
 
-_CODES = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED}
+CODES = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED}
 
 
 def _denied(code: grpc.StatusCode, message: str, handler: grpc.RpcMethodHandler):
@@ -40,4 +40,4 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if denial is None or handler is None:
             return handler
-        return _denied(_CODES[denial.status], denial.message, handler)
+        return _denied(CODES[denial.status], denial.message, handler)

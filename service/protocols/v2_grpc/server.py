@@ -13,8 +13,10 @@ from contextlib import asynccontextmanager
 
 import grpc
 
+from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
+from service.protocols.v2_grpc import health
 from service.protocols.v2_grpc.binding import generic_handler
 from service.protocols.v2_grpc.servicer import InferenceServicer
 
@@ -33,7 +35,10 @@ async def start(
     service: ModelService,
     settings: Settings,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    policy: auth.Policy | None = None,
 ) -> grpc.aio.Server:
+    """`policy`: the tokens the interceptors check, which the health service applies to model
+    checks itself (its calls carry the model in the message, not in the method)."""
     server = grpc.aio.server(
         interceptors=tuple(interceptors),
         options=(
@@ -47,13 +52,14 @@ async def start(
         ),
     )
     server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))
+    health.add_to(server, service, policy)  # grpc.health.v1, for Kubernetes' gRPC probes
     address = _address(settings.host, settings.grpc_port)
     try:
         server.add_insecure_port(address)
     except RuntimeError as exc:
         raise RuntimeError(f"gRPC cannot listen on {address}: {exc}") from None
     await server.start()
-    log.info("gRPC (inference.GRPCInferenceService) listening on %s", address)
+    log.info("gRPC (inference.GRPCInferenceService, grpc.health.v1) listening on %s", address)
     return server
 
 
@@ -62,12 +68,13 @@ async def grpc_listener(
     service: ModelService,
     settings: Settings,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    policy: auth.Policy | None = None,
 ) -> AsyncIterator[None]:
     """Serves gRPC for the duration of the block; grpc_port 0 serves nothing."""
     if not settings.grpc_port:
         yield
         return
-    server = await start(service, settings, interceptors)
+    server = await start(service, settings, interceptors, policy)
     try:
         yield
     finally:

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from service import rules
 from service.errors import Aborted, clip, invalid, too_large
+from service.ingest.receive import receive_and_deploy
 from service.ingest.staging import StagedUpload
 from service.protocols.bodies import read_body
 from service.protocols.v2_rest.errors import V2Route
@@ -105,7 +106,7 @@ async def load(request: Request, model: str) -> Response:
             body.staging.abort()
             raise
 
-    await service.deploy(receive)
+    await receive_and_deploy(service, receive)
     return Response(status_code=200)
 
 

@@ -14,11 +14,11 @@ import binascii
 import orjson
 from fastapi import APIRouter, Request
 
-from service.dataplane.service import ModelService
 from service.errors import Unavailable, clip, invalid
 from service.protocols.bodies import read_body
 from service.protocols.http_errors import AUTH, responses
 from service.protocols.v2_rest.errors import V2Route
+from service.shared.contract import Capability
 
 router = APIRouter(prefix="/v2", route_class=V2Route, tags=["v2 shared memory"])
 # A registration is a few fields; nothing larger is read.
@@ -69,7 +69,7 @@ def _body(kind: str) -> dict:
 def engine_of(service):
     """The engine client: regions live in the engine process, which an app running its own
     ModelService in-process (tests only) does not have."""
-    if isinstance(service, ModelService):
+    if not service.capabilities & Capability.SHARED_MEMORY:
         raise Unavailable("shared memory regions need the engine process (python -m service)")
     return service
 

@@ -4,7 +4,7 @@ A body is read into one buffer (binary inputs are numpy views of it, so it is th
 the request's tensors) by service/protocols/bodies.py, which refuses it with 413 as soon as it
 crosses the limit, declared or streamed. With a declared Content-Length, a binary body goes
 into memory the dataplane gives for it (in a front process, a slot of the arena the engine
-reads: service/ipc/arena.py), placed so that the tensor data after the JSON header starts on a
+reads: service/shared/arena.py), placed so that the tensor data after the JSON header starts on a
 256-byte boundary: otherwise the header's arbitrary length would leave inputs misaligned, and
 they would have to be copied (TensorRT takes no buffer off that boundary). Arena pages cost
 memory only once written, so a request that declares a large body and sends little costs

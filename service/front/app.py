@@ -10,16 +10,17 @@ from fastapi.openapi.utils import get_openapi
 from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
+from service.front.native_path import NativePath
 from service.inline_policy import InlinePolicy
 from service.protocols import docs_page, http_errors, lanes
 from service.protocols.fast_routes import FastRoutes
-from service.protocols.front_lane import FrontLane
 from service.protocols.native import routes as http_routes
 from service.protocols.offload import Offload
 from service.protocols.v2_grpc.auth import TokenInterceptor
 from service.protocols.v2_grpc.server import grpc_listener
 from service.protocols.v2_rest import errors as v2_errors
 from service.protocols.v2_rest import routes as v2_routes
+from service.shared.contract import Capability
 
 
 class ServerApp(FastAPI):
@@ -28,8 +29,8 @@ class ServerApp(FastAPI):
 
     fast: FastRoutes  # set by create_app
     policy: auth.Policy  # likewise
-    # The fronts' native path (service/protocols/front_lane.py); None in a single process.
-    front_lane: FrontLane | None = None
+    # The fronts' native path (service/front/native_path.py); None in a single process.
+    native_path: NativePath | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -69,7 +70,8 @@ def _openapi(app: FastAPI):
 
 def create_app(settings: Settings, service=None, offload_workers: int | None = None) -> FastAPI:
     """`service`: the dataplane the protocols call; a front process passes its engine client
-    (service/engine/client.py), and without one the app runs its own ModelService in-process."""
+    (service/front/engine_client.py), and without one the app runs its own ModelService
+    in-process."""
     service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
     offload = Offload(offload_workers, InlinePolicy(settings.inline_execute_us))
@@ -79,7 +81,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
         http_errors.clip_access_log()
         await service.start()
         try:
-            async with grpc_listener(service, settings, [TokenInterceptor(policy)]):
+            async with grpc_listener(service, settings, [TokenInterceptor(policy)], policy):
                 yield
         finally:
             offload.close()
@@ -104,12 +106,12 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
     app.policy = policy
     app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
-    if hasattr(service, "lane_link"):  # an engine client: requests cross to the engine
+    if service.capabilities & Capability.ENGINE_LINK:  # requests cross to the engine
         renderers = {
             "native": http_errors.service_error_response,
             "v2": v2_errors.service_error_response,
         }
-        app.front_lane = FrontLane(service, settings, policy.infer_token, renderers)
+        app.native_path = NativePath(service, settings, policy.infer_token, renderers)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 
 import uvicorn
 
-from service.app import create_app
 from service.config import decode_settings
-from service.engine.client import EngineClient
+from service.front.app import create_app
+from service.front.engine_client import EngineClient
 from service.ingest import child_guard
-from service.ipc.gc_tuning import tune_for_serving
 from service.protocols.http_transport import GatheringHttpToolsProtocol
+from service.shared.gc_tuning import tune_for_serving
 
 
 def main() -> None:
@@ -59,6 +60,8 @@ def main() -> None:
         )
     )
     server.run(sockets=[listener])
+    if not server.started:  # its startup failed (an engine of another contract, say): logged
+        sys.exit(3)
 
 
 if __name__ == "__main__":

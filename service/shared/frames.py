@@ -1,9 +1,10 @@
 """Small control messages between the fronts and the engine, over a Unix socket.
 
-Messages are tuples of plain values encoded with `marshal` (both ends run the same interpreter,
-and it is several times faster than pickle for tuples of numbers and strings), each framed by
-its length. Under load many requests are in flight at once, so writes are gathered and sent once
-per turn of the event loop: one system call carries dozens of descriptors instead of one each.
+Messages are the records of messages.py, sent as tuples of plain values encoded with `marshal`
+(both ends run the same interpreter, and it is several times faster than pickle for tuples of
+numbers and strings), each framed by its length. Under load many requests are in flight at
+once, so writes are gathered and sent once per turn of the event loop: one system call carries
+dozens of descriptors instead of one each.
 Anything else (errors, model descriptions) travels as a pickle inside a message.
 
 Tensor bytes never travel here; messages only say where in the front's arena they are. The
@@ -18,7 +19,7 @@ import marshal
 import struct
 from collections.abc import Callable
 
-from service.ipc import lane_frames
+from service.shared import lane_frames
 
 _LENGTH = struct.Struct("<I")
 _DONE_TAG = bytes([lane_frames.DONE_TAG])
@@ -26,7 +27,7 @@ _DONE_TAG = bytes([lane_frames.DONE_TAG])
 # Front -> engine
 INFER, CANCEL, CALL, NOTE = 1, 2, 3, 4
 # Engine -> front
-DONE, RESULT, EVENT = 11, 12, 13
+DONE, RESULT = 11, 12
 LANE_DONE = 14  # the lane's answer, as FrameProtocol delivers it: (LANE_DONE, id, payload)
 
 
@@ -66,7 +67,8 @@ class FrameProtocol(asyncio.Protocol):
             self._on_message(message)
 
     def send(self, message: tuple) -> None:
-        self.send_payload(marshal.dumps(message))
+        """`message`: a record of messages.py, sent as its plain tuple."""
+        self.send_payload(marshal.dumps(tuple(message)))
 
     def send_payload(self, payload: bytes) -> None:
         """A message already encoded (a lane request, lane_frames.request)."""

@@ -1,5 +1,5 @@
 """A front's connection to the engine: its socket, the arena and control page that come with it,
-and the requests and calls waiting on answers (service/engine/client.py drives it).
+and the requests and calls waiting on answers (service/front/engine_client.py drives it).
 
 When the connection is lost, everything waiting on it fails with the client's EngineDown at once
 and its slots are abandoned with the arena, never reused: the old engine may still write them.
@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 
 from service.dtypes import BY_DATATYPE
-from service.engine.handshake import CONTROL
-from service.ipc import frames, lane_frames
-from service.ipc.arena import Arena, Lease, align_up
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import Arena, Lease, align_up
+from service.shared.handshake import CONTROL
 
 _SCALAR_BYTES = 8  # int, float and bool outputs travel as one 8-byte value
 
@@ -42,7 +42,7 @@ class Pending:
     def __init__(self, future: asyncio.Future, leases: list[Lease]):
         self.future = future
         self.leases = leases
-        self.lane = None  # sent as a lane request: how its answer reads (requests._LaneRoute)
+        self.lane = None  # sent as a lane request: how its answer reads (engine_requests.LanePlan)
 
     def settle(self) -> None:
         for lease in self.leases:
@@ -52,8 +52,8 @@ class Pending:
 
 class Relay:
     """A request whose answer goes to a callback, not a future: one the fronts' native path
-    took (service/protocols/front_lane.py). `on_answer(message)` gets the engine's answer as
-    received, or None when the engine went away."""
+    took (service/front/native_path.py). `on_answer(message)` gets the engine's answer as
+    received (messages.Done or messages.LaneDone), or None when the engine went away."""
 
     __slots__ = ("on_answer",)
 
@@ -80,9 +80,11 @@ class Link:
     def serving(self) -> bool:
         return bool(CONTROL.unpack_from(self.control, 0)[2])
 
-    def _received(self, message: tuple) -> None:
-        kind, key = message[0], message[1]
+    def _received(self, received: tuple) -> None:
+        message = messages.read(received)
+        kind = message.kind
         if kind == frames.DONE or kind == frames.LANE_DONE:
+            key = message.request_id
             pending = self.pending.get(key)
             if type(pending) is Relay:
                 del self.pending[key]
@@ -95,7 +97,7 @@ class Link:
             if pending.future.done():  # cancelled: nobody waits, only the slots remain
                 pending.settle()
             else:
-                pending.future.set_result((message[2], message[3]))
+                pending.future.set_result(message)
         elif kind == frames.LANE_DONE:
             pending = self.pending.pop(key, None)
             if pending is None:
@@ -106,13 +108,15 @@ class Link:
             lane = pending.lane
             outputs = [
                 (*lane.outputs[index], list(shape), offset, None)
-                for index, offset, shape in lane_frames.read_answer(message[2])
+                for index, offset, shape in lane_frames.read_answer(message.payload)
             ]
-            pending.future.set_result((True, (lane.version, outputs)))
+            pending.future.set_result(
+                messages.Done(frames.DONE, key, True, (lane.version, outputs))
+            )
         elif kind == frames.RESULT:
-            future = self.calls.pop(key, None)
+            future = self.calls.pop(message.call_id, None)
             if future is not None and not future.done():
-                future.set_result(message[2:])
+                future.set_result(message)
 
     def _lost(self, exc) -> None:
         self.alive = False

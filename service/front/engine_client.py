@@ -1,9 +1,10 @@
 """The engine as a front process sees it: the dataplane's interface, over a socket and an arena.
 
-Protocols call the same coroutines on this as on an in-process ModelService, so no protocol knows
-which process runs the models. Inference is the hot path and has its own messages
-(service/engine/requests.py); everything else is a call by name whose arguments and answer are
-pickled.
+Protocols call the same methods on this as on an in-process ModelService (the interface
+contract.Dataplane declares), so no protocol knows which process runs the models. Inference is
+the hot path and has its own messages (service/front/engine_requests.py); every other method is one
+declared call (service/shared/contract.py): a typed record, pickled, answered by the engine's one
+handler for it.
 
 Losing the engine (it died; the supervisor restarts it) fails every request in flight with a
 503 and abandons the arena, whose slots the old engine might still be writing: the next
@@ -11,7 +12,7 @@ connection gets a fresh one.
 
 Every 503 says when to come back (Retry-After) from what this front measured: an engine that is
 down, from how long its last start took; a full arena, from how long requests have recently held
-their slots (requests.py).
+their slots (engine_requests.py).
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ import asyncio
 import itertools
 import logging
 import pickle
-import time
-from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 from service.config import Settings
 from service.dataplane.scheduling.gate import Gate
 from service.dataplane.types import ModelTable
-from service.engine import handshake
-from service.engine.link import Link, Outage
-from service.engine.requests import EngineRequests
 from service.errors import Busy, ServiceError
+from service.front.engine_link import Link, Outage
+from service.front.engine_requests import EngineRequests
 from service.ingest.staging import StagedUpload, Staging, stage_files
-from service.ipc import frames
-from service.ipc.arena import Arena
+from service.shared import contract as c
+from service.shared import frames, handshake, messages
+from service.shared.arena import Arena
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,10 @@ class EngineDown(Busy):
 
 
 class EngineClient(EngineRequests):
-    """ModelService's interface for the protocols, served by the engine process."""
+    """ModelService's interface for the protocols (contract.Dataplane), served by the engine
+    process."""
+
+    capabilities: ClassVar[c.Capability] = c.Capability.ENGINE_LINK | c.Capability.SHARED_MEMORY
 
     def __init__(self, settings: Settings, socket_name: str, secret: str, front_id: int):
         self.settings = settings
@@ -60,10 +63,11 @@ class EngineClient(EngineRequests):
         self._connector: asyncio.Task | None = None
         self._closing = False
         self._connected = asyncio.Event()
+        self._refused: handshake.ContractMismatch | None = None  # by an engine of another build
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
         self._outage = Outage()
         self.gate = Gate()  # refuses for full queues without crossing
-        # Requests the protocols' native path sent (service/protocols/front_lane.py), reported
+        # Requests the protocols' native path sent (service/front/native_path.py), reported
         # with the arena's usage.
         self.native_requests = 0
 
@@ -74,6 +78,8 @@ class EngineClient(EngineRequests):
         startup waits for this, and the HTTP socket is served only after it)."""
         self._connector = asyncio.get_running_loop().create_task(self._keep_connected())
         await self._connected.wait()
+        if self._refused is not None:  # the front cannot serve: it exits, saying why
+            raise self._refused
 
     async def stop(self) -> None:
         self._closing = True
@@ -94,12 +100,19 @@ class EngineClient(EngineRequests):
                 try:
                     await self._connect(loop)
                     self._connected.set()
+                except handshake.ContractMismatch as exc:
+                    log.error("%s", exc)
+                    self._refused = exc
+                    self._connected.set()
+                    return
                 except (OSError, handshake.HandshakeError) as exc:
                     log.debug("engine not reachable yet: %s", exc)
             else:
-                usage = (link.arena.in_use, link.arena.size, self.native_requests)
+                usage = c.ArenaUsage(
+                    self._front_id, link.arena.in_use, link.arena.size, self.native_requests
+                )
                 if usage != reported:
-                    self._note("arena_usage", self._front_id, *usage)
+                    self._note(usage)
                     reported = usage
             await asyncio.sleep(_RECONNECT_S if link is None else _REPORT_S)
 
@@ -142,52 +155,89 @@ class EngineClient(EngineRequests):
             raise self.down()
         return link
 
-    # -- calls by name ---------------------------------------------------------------------------
+    # -- the declared calls (service/shared/contract.py) -----------------------------------------
 
-    async def _call(self, name: str, *args):
+    async def _call(self, call: c.EngineCall):
         link = self._require()
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         link.calls[call_id] = future
-        link.protocol.send((frames.CALL, call_id, name, pickle.dumps(args, protocol=5)))
-        ok, payload = await future
-        value = pickle.loads(payload)
-        if not ok:
+        record = pickle.dumps(call, protocol=5)
+        link.protocol.send(messages.Call(frames.CALL, call_id, record))
+        result: messages.Result = await future
+        value = pickle.loads(result.payload)
+        if not result.ok:
             raise value
         return value
 
-    def _note(self, name: str, *args) -> None:
+    def _note(self, note) -> None:
         link = self._link
         if link is not None:
-            link.protocol.send((frames.NOTE, 0, name, pickle.dumps(args, protocol=5)))
+            link.protocol.send(messages.Note(frames.NOTE, pickle.dumps(note, protocol=5)))
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable]:
-        """Every other public coroutine of ModelService, called in the engine."""
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *args: self._call(name, *args)
+    async def signatures(self, model: str, version: str | None = None) -> dict:
+        return await self._call(c.Signatures(model, version))
 
-    # -- uploads: received here, checked and stored by the engine ------------------------------
+    async def served_versions(self, model: str) -> list[str]:
+        return await self._call(c.ServedVersions(model))
+
+    async def model_config(self, model: str, version: str | None = None) -> dict:
+        return await self._call(c.ModelConfig(model, version))
+
+    async def model_stats(self, model: str | None, version: str | None = None) -> list[dict]:
+        return await self._call(c.ModelStats(model, version))
+
+    async def list_models(self) -> list[dict]:
+        return await self._call(c.ListModels())
+
+    async def describe(self, model: str, version: str | None = None) -> dict:
+        return await self._call(c.Describe(model, version))
+
+    async def metrics_text(self) -> str:
+        return await self._call(c.MetricsText())
+
+    async def repository_index(self) -> list[dict]:
+        return await self._call(c.RepositoryIndex())
+
+    async def unload_model(self, model: str) -> None:
+        await self._call(c.Unload(model))
+
+    async def delete(self, model: str, version: str | None = None) -> None:
+        await self._call(c.Delete(model, version))
+
+    async def shm_register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._call(c.ShmRegisterSystem(name, key, offset, byte_size))
+
+    async def shm_register_cuda(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self._call(c.ShmRegisterCuda(name, raw_handle, device_id, byte_size))
+
+    async def shm_status(self, kind: str, name: str | None = None) -> list[dict]:
+        return await self._call(c.ShmStatus(kind, name))
+
+    async def shm_unregister(self, kind: str, name: str | None = None) -> None:
+        await self._call(c.ShmUnregister(kind, name))
+
+    # -- uploads: received and staged here, checked and stored by the engine -------------------
 
     def begin_staging(self) -> Staging:
         return Staging(self._staging, self.settings)
 
-    async def deploy(self, receive: Callable[[], Awaitable[StagedUpload]]) -> dict:
-        begun = time.perf_counter()
+    async def deploy(self, upload: StagedUpload, received_s: float = 0.0) -> dict:
+        """The staged upload, which the engine consumes; discarded here if the engine is down."""
         try:
-            upload = await receive()
-        except ServiceError as exc:
-            self._note("upload_refused", None, exc, time.perf_counter() - begun)
-            raise
-        try:
-            return await self._call("deploy_staged", upload, time.perf_counter() - begun)
+            return await self._call(c.Deploy(upload, received_s))
         except EngineDown:
             self._staging.discard(upload.directory)
             raise
 
-    async def load_model(self, name: str, files=None, config=None) -> dict:
+    def upload_refused(self, model: str | None, error: ServiceError, elapsed_s: float) -> None:
+        self._note(c.UploadRefused(model, error, elapsed_s))
+
+    async def load_model(self, model: str, files=None, config=None) -> dict:
         if files is None:
-            return await self._call("load_model", name, None, config)
-        return await self.deploy(
-            lambda: asyncio.to_thread(stage_files, self.begin_staging(), name, files, config)
-        )
+            return await self._call(c.Reload(model, config))
+        staging = self.begin_staging()
+        upload = await asyncio.to_thread(stage_files, staging, model, files, config)
+        return await self.deploy(upload)

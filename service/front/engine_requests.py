@@ -27,10 +27,11 @@ from service.dataplane.scheduling.gate import Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferRequest, InferResponse, ModelTable, Tensor
 from service.dtypes import BY_DATATYPE
-from service.engine.link import Link, Pending, output_bytes
 from service.errors import Busy, QueueFull, ServiceError, TooLarge
-from service.ipc import frames, lane_frames
-from service.ipc.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
+from service.front.engine_link import Link, Pending, output_bytes
+from service.shared import frames, lane_frames, messages
+from service.shared.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
+from service.shared.contract import GetTable, ModelReady, RequestRefused
 from service.shm.refs import placeholder, to_wire
 
 _SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
@@ -44,7 +45,7 @@ class _Refused(Exception):
         self.error = error
 
 
-class _LaneRoute(NamedTuple):
+class LanePlan(NamedTuple):
     """How a checked request travels as a lane request, and how its answer reads."""
 
     route: int
@@ -53,7 +54,7 @@ class _LaneRoute(NamedTuple):
     outputs: list  # (name, datatype) of every output of the method
 
 
-def _lane_route(entry, request: InferRequest, signature, asked: list[int]) -> _LaneRoute | None:
+def _lane_plan(entry, request: InferRequest, signature, asked: list[int]) -> LanePlan | None:
     """A lane request carries what the lane needs and nothing else, so only a request the
     engine would run as it is: one with no parameters or timeout of its own, asking for
     outputs in the method's order (the lane answers them in that order)."""
@@ -70,11 +71,11 @@ def _lane_route(entry, request: InferRequest, signature, asked: list[int]) -> _L
     for index in asked:
         mask |= 1 << index
     outputs = [(spec.name, spec.datatype) for spec in signature.outputs]
-    return _LaneRoute(route, mask, entry.version, outputs)
+    return LanePlan(route, mask, entry.version, outputs)
 
 
 class EngineRequests:
-    """EngineClient's inference (service/engine/client.py keeps the link, table and calls)."""
+    """EngineClient's inference (service/front/engine_client.py keeps the link, table and calls)."""
 
     _link: Link | None
     _table: ModelTable
@@ -108,7 +109,7 @@ class EngineRequests:
         generation = link.generation()[0]
         while self._table.generation != generation:
             if self._refreshing is None or self._refreshing.done():
-                self._refreshing = asyncio.get_running_loop().create_task(self._call("table"))
+                self._refreshing = asyncio.get_running_loop().create_task(self._call(GetTable()))
             table = await asyncio.shield(self._refreshing)
             if table.generation >= self._table.generation:
                 self._table = table
@@ -117,9 +118,9 @@ class EngineRequests:
                 break
         return self._table
 
-    def lane_link(self) -> Link | None:
+    def native_path_link(self) -> Link | None:
         """The link to the engine while requests may go to it without this front's Python
-        (service/protocols/front_lane.py): it serves, and no full queue is on record here (the
+        (service/front/native_path.py): it serves, and no full queue is on record here (the
         gate's refusals are the Python path's to make)."""
         link = self._link
         if link is None or not link.alive or self.gate.any_closed:
@@ -147,7 +148,7 @@ class EngineRequests:
             table = await self._current_table(link)
         if table.entry(model, version) is not None:
             return True
-        return await self._call("model_ready", model, version)  # False, or NotFound saying why
+        return await self._call(ModelReady(model, version))  # False, or NotFound saying why
 
     def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
         """As ModelService.refuses, from this front's gate; the refusal is counted as the
@@ -157,7 +158,7 @@ class EngineRequests:
             return None
         refusal = self.gate.refuses(model, entry.version, entry.signatures, protocol)
         if refusal is not None:
-            self._note("record_refused", model, oip.DEFAULT_METHOD, "busy", 0.0, version)
+            self._note(RequestRefused(model, oip.DEFAULT_METHOD, "busy", 0.0, version))
         return refusal
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -171,7 +172,7 @@ class EngineRequests:
         except _Refused as refused:
             elapsed_s = time.perf_counter() - begun
             model, method, version = request.model, request.method, request.version
-            self._note("record_refused", model, method, refused.kind, elapsed_s, version)
+            self._note(RequestRefused(model, method, refused.kind, elapsed_s, version))
             raise refused.error from None
         request_id, pending = self._dispatch(link, request, inputs, capacity, checked_at, lane)
         sent = time.perf_counter()
@@ -179,7 +180,7 @@ class EngineRequests:
             answer = await pending.future
         except asyncio.CancelledError:
             # The engine may be writing the outputs: the slots stay held until it answers.
-            link.protocol.send((frames.CANCEL, request_id))
+            link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
             raise
         except BaseException:
             pending.settle()
@@ -233,7 +234,7 @@ class EngineRequests:
         def cancel() -> None:
             if not pending.future.done():
                 pending.future.cancel()
-                link.protocol.send((frames.CANCEL, request_id))
+                link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
 
         pending.future.add_done_callback(answered)
         return cancel
@@ -264,7 +265,7 @@ class EngineRequests:
         # Upper bounds can be far above what a request produces: an output that outgrows
         # its room comes back inline instead, so the room never crowds out other requests.
         capacity = min(output_bytes(entry, request.method, rows), link.arena.size // 4)
-        return inputs, capacity, table.generation, _lane_route(entry, request, signature, asked)
+        return inputs, capacity, table.generation, _lane_plan(entry, request, signature, asked)
 
     def engines_error(self, error: Exception) -> Exception:
         """The engine's answer to a request it refused, once a full queue's has closed the gate
@@ -280,7 +281,7 @@ class EngineRequests:
         inputs,
         capacity: int,
         checked_at: int | None,
-        lane: _LaneRoute | None = None,
+        lane: LanePlan | None = None,
     ) -> tuple[int, Pending]:
         """Places the inputs in the arena (unless they are there or in a client's region),
         reserves room for the outputs and sends the descriptor: (its id, what waits on it). A
@@ -336,36 +337,40 @@ class EngineRequests:
                 )
                 return request_id, pending
         link.protocol.send(
-            (
-                frames.INFER,
-                request_id,
-                request.model,
-                request.version,
-                request.method,
-                [tuple(p) for p in placed],
-                request.outputs,
-                lease.offset + size,
-                lease.size - size,
-                request.timeout_s,
-                request.id,
-                pickle.dumps(request.parameters) if request.parameters else None,
-                checked_at,
-                to_wire(shared) if shared else None,
+            messages.Infer(
+                kind=frames.INFER,
+                request_id=request_id,
+                model=request.model,
+                version=request.version,
+                method=request.method,
+                inputs=[tuple(p) for p in placed],
+                outputs=request.outputs,
+                room_offset=lease.offset + size,
+                room_size=lease.size - size,
+                timeout_s=request.timeout_s,
+                client_id=request.id,
+                parameters=pickle.dumps(request.parameters) if request.parameters else None,
+                checked_at=checked_at,
+                shared_memory=to_wire(shared) if shared else None,
             )
         )
         return request_id, pending
 
     def _response(
-        self, link: Link, request: InferRequest, pending: Pending, sent: float, answer: tuple
+        self,
+        link: Link,
+        request: InferRequest,
+        pending: Pending,
+        sent: float,
+        answer: messages.Done,
     ) -> InferResponse:
         """The engine's answer as the dataplane's response (viewing the outputs in the arena,
         which it holds until released), or the error it refused the request with."""
         self._holding_s += _SMOOTHING * (time.perf_counter() - sent - self._holding_s)
-        ok, payload = answer
-        if not ok:
+        if not answer.ok:
             pending.settle()
-            raise self.engines_error(pickle.loads(payload))
-        version, outputs = payload
+            raise self.engines_error(pickle.loads(answer.payload))
+        version, outputs = answer.payload
         region = link.arena.region
         tensors = []
         for name, datatype, shape, offset, inline in outputs:

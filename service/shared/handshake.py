@@ -5,6 +5,10 @@ read-only root file system), so any local process could connect to it: the front
 started by this server's supervisor with the secret the supervisor gave both, and the engine
 also checks the peer's uid. The front passes its arena's memfd with the request (SCM_RIGHTS);
 the engine answers with its control page (generation and readiness, read by every front).
+
+Both sides state the contract version they speak (service/shared/contract.py): the engine refuses
+a front of another version, saying both, and the front refuses an engine of another version
+(ContractMismatch), so neither misreads the other's messages.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import secrets
 import socket
 import struct
 
+from service.shared.contract import CONTRACT_VERSION
+
 CONTROL_BYTES = mmap.PAGESIZE
 # The control page: model-table generation, ready, serving (written by the engine, read by fronts).
 CONTROL = struct.Struct("<QQQ")
@@ -25,6 +31,18 @@ _MAX_HELLO = 4096
 
 class HandshakeError(Exception):
     pass
+
+
+class ContractMismatch(HandshakeError):
+    """The other side speaks another version of the front-engine contract: retrying cannot
+    help (a front and an engine from different installations)."""
+
+
+def _mismatch(front: object, engine: object) -> str:
+    return (
+        f"the front speaks contract version {front} and the engine {engine}: both must come "
+        "from one installation of the server"
+    )
 
 
 def new_secret() -> str:
@@ -54,17 +72,26 @@ def connect(
     try:
         sock.settimeout(_TIMEOUT_S)
         sock.connect(_address(name))
-        hello = json.dumps({"secret": secret, "front": front_id}).encode()
-        socket.send_fds(sock, [hello], [arena_fd])
+        hello = {"secret": secret, "front": front_id, "contract": CONTRACT_VERSION}
+        socket.send_fds(sock, [json.dumps(hello).encode()], [arena_fd])
         reply, fds, _, _ = socket.recv_fds(sock, _MAX_HELLO, 1)
-        if not reply.startswith(b"OK") or len(fds) != 1:
+        try:
+            answer = json.loads(reply)
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict) or not answer.get("ok") or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
+            if isinstance(answer, dict) and answer.get("contract") != CONTRACT_VERSION:
+                raise ContractMismatch(_mismatch(CONTRACT_VERSION, answer.get("contract")))
             raise HandshakeError(f"the engine refused the front: {reply[:200]!r}")
+        if answer.get("contract") != CONTRACT_VERSION:
+            os.close(fds[0])
+            raise ContractMismatch(_mismatch(CONTRACT_VERSION, answer.get("contract")))
         control = mmap.mmap(fds[0], CONTROL_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
         os.close(fds[0])
         sock.setblocking(False)
-        return sock, control, reply == b"OK pinned"
+        return sock, control, bool(answer.get("pinned"))
     except BaseException:
         sock.close()
         raise
@@ -89,6 +116,12 @@ def accept(listener: socket.socket, secret: str) -> tuple[socket.socket, int, in
             for fd in fds:
                 os.close(fd)
             raise HandshakeError("a peer without the supervisor's secret tried to join the engine")
+        if message.get("contract") != CONTRACT_VERSION:
+            os.close(fds[0])
+            why = _mismatch(message.get("contract"), CONTRACT_VERSION)
+            refusal = {"ok": False, "contract": CONTRACT_VERSION, "error": why}
+            sock.sendall(json.dumps(refusal).encode())
+            raise ContractMismatch(f"front {message.get('front')} refused: {why}")
         return sock, int(message.get("front", -1)), fds[0]
     except BaseException:
         sock.close()
@@ -96,5 +129,6 @@ def accept(listener: socket.socket, secret: str) -> tuple[socket.socket, int, in
 
 
 def answer(sock: socket.socket, control_fd: int, pinned: bool) -> None:
-    socket.send_fds(sock, [b"OK pinned" if pinned else b"OK"], [control_fd])
+    reply = {"ok": True, "pinned": pinned, "contract": CONTRACT_VERSION}
+    socket.send_fds(sock, [json.dumps(reply).encode()], [control_fd])
     sock.setblocking(False)

@@ -20,9 +20,11 @@ from __future__ import annotations
 import mmap
 import os
 
+import etrt_front
 import numpy as np
 
-ALIGNMENT = 256
+from service.shared.limits import ALIGNMENT
+
 # Free extents at least this large are returned to the kernel when freed.
 RETURN_BYTES = 4 * 1024 * 1024
 
@@ -90,11 +92,9 @@ class Lease:
 class Arena:
     """A front's arena and its allocator (one event loop uses it: no lock). The allocator is
     native (runtime_ext/front/slots.h), shared with the fronts' native path, which takes slots
-    for the requests it reads (service/protocols/front_lane.py)."""
+    for the requests it reads (service/front/native_path.py)."""
 
     def __init__(self, size: int):
-        import etrt_front
-
         size = align_up(size, mmap.PAGESIZE)
         fd = os.memfd_create("etrt-arena", os.MFD_CLOEXEC)
         os.ftruncate(fd, size)

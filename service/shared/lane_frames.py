@@ -11,17 +11,27 @@ from __future__ import annotations
 
 import struct
 
-INFER_TAG = 0xF1
-DONE_TAG = 0xF2
-MAX_INPUTS = 16
-MAX_DIMS = 16
-MAX_OUTPUTS = 64
+import etrt_front
+
+from service.shared.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
+
+INFER_TAG: int = etrt_front.LANE_INFER_TAG
+DONE_TAG: int = etrt_front.LANE_DONE_TAG
 
 _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
 _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
 _OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
 _DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
+_SIZES = {
+    "request": (_REQUEST.size, etrt_front.LANE_REQUEST_HEAD),
+    "input": (_INPUT.size, etrt_front.LANE_INPUT_HEAD),
+    "answer": (_ANSWER.size, etrt_front.LANE_ANSWER_HEAD),
+    "output": (_OUTPUT.size, etrt_front.LANE_OUTPUT_HEAD),
+}
+_DRIFTED = {part: sizes for part, sizes in _SIZES.items() if sizes[0] != sizes[1]}
+if _DRIFTED:  # the modules were built from another wire.h than these layouts describe
+    raise ImportError(f"lane message layouts disagree with the native modules' wire.h: {_DRIFTED}")
 
 
 def fits(inputs: list, output_count: int) -> bool:

@@ -5,7 +5,7 @@ the answer's encoding) is what bounds a front's throughput for small requests. S
 transport (http_transport.py) offers each request that arrives whole on an idle connection to
 the native path first: it reads the head and body of `POST /infer` and the v2 infer routes,
 checks them against this front's model table as the Python path does, writes the tensors into
-an arena slot and returns the engine's lane message (service/ipc/lane_frames.py); the engine's
+an arena slot and returns the engine's lane message (service/shared/lane_frames.py); the engine's
 answer becomes the HTTP answer there too. Python's part is sending the message and writing the
 answer. What the native path declines (anything it does not read exactly as the Python path
 would accept: errors, parameters, shared memory, tokens that do not check, non-finite JSON
@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from service.engine.link import Relay
 from service.errors import ServiceError
-from service.ipc import frames
+from service.front.engine_link import Relay
 from service.protocols.http_errors import internal_error_response
 from service.protocols.lanes import LANE_BODY
+from service.shared import frames, messages
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _entries(table) -> list:
     return found
 
 
-class FrontLane:
+class NativePath:
     """One front's native path over its engine client's current link (a new link, after the
     engine restarted, brings a new arena and a new native path)."""
 
@@ -79,7 +79,7 @@ class FrontLane:
     def _current(self):
         """The native path for the link in use now, its table current; None when requests
         must take the Python path."""
-        link = self._client.lane_link()
+        link = self._client.native_path_link()
         if link is None:
             return None
         if link is not self._link:
@@ -118,19 +118,19 @@ class FrontLane:
         """The client went away: the engine need not answer (it frees the slot when it does)."""
         _, request_id, link = ticket
         if link.alive:
-            link.protocol.send((frames.CANCEL, request_id))
+            link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
 
-    def answer(self, ticket, message: tuple | None, default_headers: list) -> tuple[bytes, bool]:
+    def answer(self, ticket, message, default_headers: list) -> tuple[bytes, bool]:
         """(the HTTP answer to write, whether the connection stays open) for the engine's
-        `message` (None: the engine went away)."""
+        `message` (messages.Done or messages.LaneDone; None: the engine went away)."""
         native, request_id, _ = ticket
         headers = self._header_bytes(default_headers)
-        if message is not None and message[0] == frames.LANE_DONE:
-            written = native.answer_lane(request_id, bytes(message[2]), headers)
+        if message is not None and message.kind == frames.LANE_DONE:
+            written = native.answer_lane(request_id, bytes(message.payload), headers)
             if written is not None:
                 return written
-        elif message is not None and message[2]:  # run by the engine's Python: outputs placed
-            version, outputs = message[3]
+        elif message is not None and message.ok:  # run by the engine's Python: outputs placed
+            version, outputs = message.payload
             region = self._link.arena.region
             placed = []
             for name, _, shape, offset, inline in outputs:
@@ -148,22 +148,24 @@ class FrontLane:
         response = self._error_response(message, protocol)
         return _response_bytes(response, headers, keep_alive), keep_alive
 
-    def forget(self, ticket, message: tuple | None) -> None:
+    def forget(self, ticket, message) -> None:
         """The engine's answer to a request whose client went away: only the slot to free."""
         native, request_id, _ = ticket
         native.release(request_id)
 
-    def _error_response(self, message: tuple | None, protocol: str):
+    def _error_response(self, message, protocol: str):
         """The protocol's answer to the engine's refusal, or to its going away."""
         if message is None:
             return self._renderers[protocol](self._client.down())
-        if message[0] == frames.DONE and not message[2]:
-            error = self._client.engines_error(pickle.loads(message[3]))
+        if message.kind == frames.DONE and not message.ok:
+            error = self._client.engines_error(pickle.loads(message.payload))
             if isinstance(error, ServiceError):
                 return self._renderers[protocol](error)
             log.error("inference failed in the engine: %s", error)
         else:  # an answer the native path could not write (none should be)
-            log.error("the native path could not write the answer to request %r", message[1])
+            log.error(
+                "the native path could not write the answer to request %r", message.request_id
+            )
         return internal_error_response()
 
     def _header_bytes(self, default_headers: list) -> bytes:
