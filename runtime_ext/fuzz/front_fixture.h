@@ -82,11 +82,11 @@ inline std::shared_ptr<const FrontTable> table() {
   return table;
 }
 
-// A front over its own arena, engine serving at the table's generation; with a `token`,
-// inference needs "Bearer <token>".
+// A front over its own arena of `arena_bytes`, engine serving at the table's generation; with a
+// `token`, inference needs "Bearer <token>".
 struct Front {
-  explicit Front(const char* token = nullptr)
-      : arena(kArenaBytes), slots(std::make_shared<Slots>(kArenaBytes, nullptr, kArenaBytes)) {
+  explicit Front(const char* token = nullptr, uint64_t arena_bytes = kArenaBytes)
+      : arena(arena_bytes), slots(std::make_shared<Slots>(arena_bytes, nullptr, arena_bytes)) {
     FrontConfig config;
     config.max_native_body = 64 * 1024;
     config.max_v2_body = 256 * 1024;

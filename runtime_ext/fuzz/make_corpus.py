@@ -259,7 +259,8 @@ def answer(outputs: list[tuple[int, int, list[int]]]) -> bytes:
 
 def answer_seeds() -> dict[str, bytes]:
     # fuzz_lane_answer.cpp's requests: 0 tiny (native), 1 tiny (v2, with an id), 2 pair (v2),
-    # 3 fp64 (v2 binary, output y as binary), 4 bool (native, with the scalar output s).
+    # 3 fp64 (v2 binary, output y as binary), 4 bool (native, with the scalar output s); its
+    # arena is 64 KiB.
     room = 256  # every request's slot starts at 0; its inputs take one alignment unit here
     seeds = {
         "tiny-native": b"\x00" + answer([(0, room, [2, 8]), (1, room + 256, [2])]),
@@ -272,7 +273,7 @@ def answer_seeds() -> dict[str, bytes]:
         "wrong-tag": b"\x00\xf1" + answer([(0, room, [2, 8])])[1:],
         "cut-short": b"\x00" + answer([(0, room, [2, 8])])[:-4],
         "unknown-output": b"\x00" + answer([(7, room, [2, 8])]),
-        "past-the-arena": b"\x00" + answer([(0, (1 << 20) - 16, [2, 8])]),
+        "past-the-arena": b"\x00" + answer([(0, (1 << 16) - 16, [2, 8])]),
         "negative-dim": b"\x00" + answer([(0, room, [-1, 8])]),
         "pair-subset": b"\x02" + answer([(1, room, [4]), (3, room + 256, [4])]),
         "tiny-full-batch": b"\x00" + answer([(0, room, [4, 8]), (1, room + 512, [4])]),
@@ -282,7 +283,7 @@ def answer_seeds() -> dict[str, bytes]:
         "sixteen-dims": b"\x00" + answer([(0, room, [1] * 16)]),
         "seventeen-dims": b"\x00" + answer([(0, room, [1] * 17)]),
         "zero-elements": b"\x01" + answer([(0, room, [0, 8]), (1, room, [0])]),
-        "at-the-arena-end": b"\x00" + answer([(0, 1 << 20, [0, 8])]),
+        "at-the-arena-end": b"\x00" + answer([(0, 1 << 16, [0, 8])]),
         "count-over-outputs": b"\x00\xf2\x03" + answer([(0, room, [2, 8])])[2:],
         "trailing-bytes": b"\x02" + answer([(0, room, [4])]) + b"xyz",
         # An FP32 shape of 2^62 elements: its byte count, 2^64, wrapped to 0 and passed the check.
