@@ -158,7 +158,7 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
 class Ours:
     """A real `python -m service --workers N` with the two programs deployed."""
 
-    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int):
+    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int | None):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
             scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
@@ -170,8 +170,13 @@ class Ours:
                 # run N executes of one model at once is N instances of its method (planned
                 # memory each, weights and engine shared): as a Triton user would configure it.
                 # The same count with 1 and N fronts, so that section e compares like with like.
-                config = {"instance_group": [{"count": instances}]}
-                response = upload(client, name, program.pte, fields={"config": json.dumps(config)})
+                # None: no configuration, the server's own instance default.
+                fields = (
+                    {}
+                    if instances is None
+                    else {"config": json.dumps({"instance_group": [{"count": instances}]})}
+                )
+                response = upload(client, name, program.pte, fields=fields)
                 assert response.status_code == 201, response.text
 
     def engine_rss_kib(self) -> dict:
@@ -257,6 +262,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sections", default="abcde")
     parser.add_argument(
+        "--instances",
+        default=None,
+        help="method instances each model is deployed with: a count (default: the fronts' "
+        "count, at least 2, as the floor runs one execute per process) or 'auto' (no "
+        "configuration: the server's own default, what a user gets)",
+    )
+    parser.add_argument(
         "--image",
         choices=("xnnpack", "portable"),
         default="xnnpack",
@@ -305,7 +317,7 @@ def main() -> None:
         )
         print(f"  {label:<34} {results[label]}{spread}\n{cost}", flush=True)
 
-    instances = max(2, n)
+    instances = None if args.instances == "auto" else int(args.instances or max(2, n))
     one = Ours(scratch, exported, 1, instances)
     many = Ours(scratch, exported, n, instances) if n > 1 else None
     try:
