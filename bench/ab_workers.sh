@@ -25,7 +25,6 @@ run() {  # run LABEL SITE SCRIPT ARGS...
   PYTHONPATH=$site:/tmp/site python3 "$script" --programs .gpu/bench_programs --workers 8 \
     --seconds "$seconds" "$@" 2>&1 | tee -a "$OUT/$label.log" | grep -v "^\s*$"
 }
-run A1 /tmp/siteA .ab/base/bench/bench_workers.py --sections "$sections"
-run B1 /tmp/siteB bench/bench_workers.py --sections "$sections" "$@"
-run A2 /tmp/siteA .ab/base/bench/bench_workers.py --sections "$sections"
-run B2 /tmp/siteB bench/bench_workers.py --sections "$sections" "$@"
+# B_ONLY=1: this tree alone (e.g. a second look with other flags after an A/B call).
+[ -n "${B_ONLY:-}" ] || run A /tmp/siteA .ab/base/bench/bench_workers.py --sections "$sections"
+run B /tmp/siteB bench/bench_workers.py --sections "$sections" "$@"
