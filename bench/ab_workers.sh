@@ -3,14 +3,14 @@
 # each built from source into its own site folder, measured alternately so both see the same
 # machine. Made for the device tool (see docs/benchmarks.md):
 #   git archive <baseline> service runtime_ext bench tests pyproject.toml | tar -x -C .ab/base
-#   ../shared/device/wheels.sh --service --bench --wrk     (then wheels in .whlb, without TensorRT)
+#   ../shared/device/wheels.sh --trt --service --bench --wrk
 #   bench/bench_workers.py --export .gpu/bench_programs     (here: torch exports the programs)
 #   bash bench/ab_workers.sh SECTIONS SECONDS [extra bench_workers flags for B...]
-# carrying .whlb .gpu .wrk .ab. Logs land in $OUT.
+# carrying .whl .gpu .wrk .ab. Logs land in $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 sections=${1:-abd}; seconds=${2:-3}; shift 2 || true
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whlb/*.whl \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
 build() {  # build SOURCE TARGET
