@@ -13,9 +13,11 @@ sections=${1:-abd}; seconds=${2:-3}; shift 2 || true
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
-build() {  # build SOURCE TARGET
+build() {  # build SOURCE TARGET (once per machine)
+  [ -f "$2/.built" ] && return
   (cd "$1" && PYTHONPATH=/tmp/site python3 -m pip install --no-build-isolation --no-deps --no-index \
      --target "$2" . > "$OUT/build-$(basename "$2").log" 2>&1) || { tail -30 "$OUT/build-$(basename "$2").log"; exit 1; }
+  touch "$2/.built"
 }
 build .ab/base /tmp/siteA & build . /tmp/siteB & wait
 echo "built A (baseline) and B (this tree)"
