@@ -120,7 +120,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(_GatheringTransport(transport, self.loop))
         self._reading = ReadClock(self)
         self._reading.head_begins()
-        self._eof = False  # the client half-closed: answer what it sent, then close
         self._sink: BodySink | None = None  # the body arriving now goes here
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
         front_lane = getattr(self.app, "native_path", None)
@@ -171,7 +170,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         )
         self.transport.write_now(answer)
         self.server_state.total_requests += 1
-        if not keep_alive or self._close_after or (self._eof and not self._held):
+        if not keep_alive or self._close_after:
             self.transport.close()
             return
         self.timeout_keep_alive_task = self.loop.call_later(
@@ -212,26 +211,13 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._reading.body_begins()
 
     def eof_received(self) -> bool:
-        """A half-close (the client's shutdown(SHUT_WR)) ends what it sends, not what it reads:
-        when what it sent is whole requests, the transport stays open for their answers and
-        closes after them. (uvicorn's returns None, which closes the transport at once: no
-        answer.)"""
-        self._eof = True
+        """The client's FIN is taken as its leaving, as uvicorn takes it: the connection closes
+        and a request still waiting or queued is cancelled (never executed for nobody). A
+        half-close (shutdown(SHUT_WR)) cannot be told from a close until an answer is written,
+        and running every abandoned request to find out costs more than half-closing clients
+        gain (docs/hardening.md)."""
         self._reading.stop()
-        if self._parsing or self._idle():
-            # A request cut short can never complete (its reader sees the disconnect), and
-            # nothing else waits for an answer: closed, as uvicorn closes it.
-            return False
-        return True
-
-    def _idle(self) -> bool:
-        """Nothing of the client's waits for an answer (nor will: it sent no more)."""
-        return (
-            self._native is None
-            and not self._held
-            and (self.cycle is None or self.cycle.response_complete)
-            and not self.pipeline
-        )
+        return False
 
     def timed_out(self, what: str) -> None:
         """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the
@@ -306,8 +292,6 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         # Before a pipelined next request starts: its answer must not overtake this one.
         self.transport.flush()
-        if self._eof and not self.pipeline and not self._parsing:
-            self.transport.close()
         super().on_response_complete()
         if self._bad_request is not None and self.cycle.response_complete:  # the last one
             if not self.transport.is_closing():  # else closed after the answer, as it asked

@@ -90,7 +90,7 @@ def test_each_method_instance_owns_its_method_and_planned_memory(tmp_path, linea
     with TestClient(app) as client:
         assert _upload(client, "m", linear_relu_program).status_code == 201
         pool = app.state.service._catalog["m"].served[1].pool
-        instances = list(pool._methods["forward"].free)
+        instances = list(pool._methods["forward"].instances)
         assert len(instances) == 3 and len({id(i) for i in instances}) == 3
         spans = sorted(
             (address, address + buffer["size"])
@@ -129,17 +129,20 @@ def test_the_pool_never_hands_one_instance_to_two_threads(tmp_path, monkeypatch,
     lock = threading.Lock()
     real = model_pool._MethodSlots.execute
 
-    def watched(self, instance, inputs, outputs=None):
+    def watched(self, index, inputs, outputs=None, give_back=True):
+        instance = self.instances[index]  # claimed from the method's gate for this run
         with lock:
             if id(instance) in busy:
                 overlaps.append(id(instance))
             busy.add(id(instance))
             threads_seen.add(threading.current_thread().name)
-        try:
-            return real(self, instance, inputs, outputs)
+        try:  # given back below, once no longer counted busy, so no false overlap
+            return real(self, index, inputs, outputs, False)
         finally:
             with lock:
                 busy.discard(id(instance))
+            if give_back:
+                self.gate.release(index)
 
     monkeypatch.setattr(model_pool._MethodSlots, "execute", watched)
     app = create_app(Settings(artifacts=tmp_path / "artifacts", grpc_port=0, instances_per_model=2))
