@@ -2,7 +2,7 @@
 1 GiB .ptd-sized file, against a plain read of the same file in the same run:
 `python bench/bench_digest.py [--gib 1] [--runs 3] [--dir /tmp]`.
 
-Rows: "read" reads the file in the check's 8 MiB chunks and does nothing with them (the floor:
+Rows: "read" reads the file in the check's 1 MiB chunks and does nothing with them (the floor:
 what any check must pay to see the bytes); "digest" is the shipped file_sha256; "mmap" hashes a
 memory map of the file in one update, for comparison. Each row is the best of --runs, wall and
 CPU seconds (on a shared machine the wall time waits for a core, the CPU time does not).
