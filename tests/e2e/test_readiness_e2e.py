@@ -30,12 +30,14 @@ def server(tmp_path_factory, linear_relu_program):
     # Tokens on, so the probes' answers show that health needs none.
     env = {"ETRT_ADMIN_TOKEN": "admin-secret", "ETRT_INFER_TOKEN": "infer-secret"}
     server = ServerProcess(tmp_path_factory.mktemp("ready") / "artifacts", env=env).start()
-    admin = {"Authorization": "Bearer admin-secret"}
-    with httpx.Client(base_url=server.url, timeout=120, headers=admin) as client:
-        response = upload(client, "m", linear_relu_program.pte)
-        assert response.status_code == 201, response.text
-    yield server
-    server.stop()
+    try:  # stopped even when the upload fails: no server outlives its tests
+        admin = {"Authorization": "Bearer admin-secret"}
+        with httpx.Client(base_url=server.url, timeout=120, headers=admin) as client:
+            response = upload(client, "m", linear_relu_program.pte)
+            assert response.status_code == 201, response.text
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
