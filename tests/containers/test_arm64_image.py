@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from support import containers
-from support.foreign_delegate import export_xnnpack_linear, xnnpack_linear_model
+from support.foreign_delegate import serve_xnnpack_linear, xnnpack_linear_model
 from support.program_fixtures import linear_relu_program
 from support.server import REPO, tensor, upload
 
@@ -82,15 +82,9 @@ def test_the_server_answers_health_and_cpu_models_under_emulation(
         expected = linear_relu_program.module(x).detach().numpy()
         np.testing.assert_allclose(np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5)
 
-        deployed = upload(client, "xnn", export_xnnpack_linear(programs_dir))
-        assert deployed.status_code == 201, deployed.text
-        [method] = deployed.json()["methods"]
-        assert [d["backend"] for d in method["delegates"]] == ["XnnpackBackend"]
-        response = client.post("/infer", json={"model": "xnn", "inputs": [tensor(x)]})
-        assert response.status_code == 200, response.text
+        output = serve_xnnpack_linear(client, programs_dir, x)
     with torch.no_grad():
         expected = xnnpack_linear_model()(x).numpy()
-    [output] = response.json()["outputs"]
     np.testing.assert_allclose(
         np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5, atol=1e-6
     )

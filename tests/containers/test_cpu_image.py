@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import tritonclient.grpc as triton
 
-from support.foreign_delegate import export_xnnpack_linear, xnnpack_linear_model
+from support.foreign_delegate import serve_xnnpack_linear, xnnpack_linear_model
 from support.program_fixtures import mix_of_ops_program
 from support.server import tensor, upload
 
@@ -80,13 +80,7 @@ def test_an_xnnpack_program_runs_on_the_trimmed_executorch(engine, cpu_image, vo
     container = engine.run_server(cpu_image.tag, volume)
     container.wait_ready()
     with container.client() as client:
-        response = upload(client, "xnn", export_xnnpack_linear(programs_dir))
-        assert response.status_code == 201, response.text
-        [method] = response.json()["methods"]
-        assert [d["backend"] for d in method["delegates"]] == ["XnnpackBackend"]
-        response = client.post("/infer", json={"model": "xnn", "inputs": [tensor(x)]})
-    assert response.status_code == 200, response.text
-    [output] = response.json()["outputs"]
+        output = serve_xnnpack_linear(client, programs_dir, x)
     np.testing.assert_allclose(
         np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5, atol=1e-6
     )

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from support.processes import memory_status
 from support.programs import export_module
 
 MiB = 1 << 20
@@ -22,15 +23,6 @@ ELEMENTS = 2_900_000  # random FP32 values as Python writes them (~20 bytes each
 class _Mean(torch.nn.Module):
     def forward(self, x):
         return x.mean(0, keepdim=True)
-
-
-def _status(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if value.strip().endswith("kB"):
-            fields[key] = int(value.split()[0]) * 1024
-    return fields
 
 
 def _descendants(pid: int) -> list[int]:
@@ -96,11 +88,11 @@ def test_a_60_mb_json_body_peaks_under_3x_its_size_in_every_process(served, tmp_
         # Warm up: the decoding workers start on the first large body.
         assert client.post(path, content=content).status_code == 200
         pids = _descendants(served.process.pid)
-        baseline = {pid: _status(pid)["VmRSS"] for pid in pids}
+        baseline = {pid: memory_status(pid)["VmRSS"] for pid in pids}
         for pid in pids:
             Path(f"/proc/{pid}/clear_refs").write_text("5")
         response = client.post(path, content=content)
-        peak = {pid: _status(pid)["VmHWM"] for pid in pids}
+        peak = {pid: memory_status(pid)["VmHWM"] for pid in pids}
     assert response.status_code == 200, response.text[:500]
     grown = {f"{_name(pid)} {pid}": (peak[pid] - baseline[pid]) / size for pid in pids}
     assert any(name.startswith("offload worker") for name in grown), grown

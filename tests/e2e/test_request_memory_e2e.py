@@ -16,19 +16,11 @@ import httpx
 import pytest
 from tritonclient.grpc import service_pb2
 
+from support.processes import memory_status
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.server import ServerProcess
 
 MiB = 1 << 20
-
-
-def _status(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if value.strip().endswith("kB"):
-            fields[key] = int(value.split()[0]) * 1024
-    return fields
 
 
 def _reset_peak(pid: int) -> None:
@@ -64,14 +56,14 @@ def test_a_150_mb_repository_load_peaks_under_100_mib_above_baseline(
     with httpx.Client(base_url=shared_server.url, timeout=300) as client:
         # Warm the route once, so that first-use allocations are not counted.
         client.post("/v2/repository/models/warm/load", content=b'{"parameters": {}}')
-        baseline = {module: _status(pid)["VmRSS"] for module, pid in pids.items()}
+        baseline = {module: memory_status(pid)["VmRSS"] for module, pid in pids.items()}
         for pid in pids.values():
             _reset_peak(pid)
         answer = client.post(
             "/v2/repository/models/big/load",
             content=_load_body(linear_relu_program.pte.read_bytes(), weights),
         )
-        peak = {module: _status(pid)["VmHWM"] for module, pid in pids.items()}
+        peak = {module: memory_status(pid)["VmHWM"] for module, pid in pids.items()}
     # Random bytes are no flat-tensor file: ingest refuses them, after they were all received.
     assert 400 <= answer.status_code < 500, answer.text
     assert answer.json()["problems"], answer.text
@@ -101,7 +93,7 @@ def test_refused_grpc_messages_leave_no_memory_behind(shared_server):
     with channel:
         with pytest.raises(grpc.RpcError):  # warm: first-use allocations are not counted
             infer(_model_infer_message(MiB))
-        baseline = _status(pid)["VmRSS"]
+        baseline = memory_status(pid)["VmRSS"]
         for _ in range(8):
             with pytest.raises(grpc.RpcError) as refused:
                 infer(message)
@@ -109,10 +101,10 @@ def test_refused_grpc_messages_leave_no_memory_behind(shared_server):
     # Returned, not merely capped: the server still held it 10 s later. A loaded
     # machine may take a moment to hand freed pages back, so allow a few seconds.
     deadline = time.monotonic() + 5
-    after = _status(pid)["VmRSS"]
+    after = memory_status(pid)["VmRSS"]
     while after > baseline * 1.1 and time.monotonic() < deadline:
         time.sleep(0.25)
-        after = _status(pid)["VmRSS"]
+        after = memory_status(pid)["VmRSS"]
     assert after <= baseline * 1.1, f"{baseline / MiB:.0f} -> {after / MiB:.0f} MiB"
 
 
@@ -131,11 +123,11 @@ def test_a_grpc_message_without_credentials_is_refused_before_it_is_received(tmp
         ):
             channel, infer = _model_infer(server, metadata)
             with channel:
-                baseline = _status(pid)["VmRSS"]
+                baseline = memory_status(pid)["VmRSS"]
                 _reset_peak(pid)
                 with pytest.raises(grpc.RpcError) as refused:
                     infer(message)
-                peak = _status(pid)["VmHWM"]
+                peak = memory_status(pid)["VmHWM"]
             assert refused.value.code() == code, refused.value
             assert peak - baseline < 32 * MiB, (
                 f"{metadata}: peak +{(peak - baseline) / MiB:.0f} MiB"

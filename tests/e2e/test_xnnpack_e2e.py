@@ -4,8 +4,7 @@ eager PyTorch, through a real server with its default backends."""
 import numpy as np
 import torch
 
-from support.foreign_delegate import export_xnnpack_linear, xnnpack_linear_model
-from support.server import tensor, upload
+from support.foreign_delegate import serve_xnnpack_linear, xnnpack_linear_model
 
 
 def test_an_xnnpack_program_deploys_and_matches_eager_pytorch(shared_server, programs_dir):
@@ -13,13 +12,7 @@ def test_an_xnnpack_program_deploys_and_matches_eager_pytorch(shared_server, pro
     with torch.no_grad():
         expected = xnnpack_linear_model()(x).numpy()
     with shared_server.client() as client:
-        response = upload(client, "xnn", export_xnnpack_linear(programs_dir))
-        assert response.status_code == 201, response.text
-        [method] = response.json()["methods"]
-        assert [d["backend"] for d in method["delegates"]] == ["XnnpackBackend"]
-        response = client.post("/infer", json={"model": "xnn", "inputs": [tensor(x)]})
-        assert response.status_code == 200, response.text
-    [output] = response.json()["outputs"]
+        output = serve_xnnpack_linear(client, programs_dir, x)
     assert output["shape"] == [2, 3]
     np.testing.assert_allclose(
         np.array(output["data"]).reshape(2, 3), expected, rtol=1e-5, atol=1e-6

@@ -28,3 +28,18 @@ def export_xnnpack_linear(out_dir: Path) -> Path:
     program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     path.write_bytes(program.to_executorch().buffer)
     return path
+
+
+def serve_xnnpack_linear(client, programs_dir: Path, x) -> dict:
+    """Deploys the program as "xnn" through `client` (a server's or a container's), checks that
+    its method is delegated to XNNPACK, and returns the one output /infer gives for `x`."""
+    from support.server import tensor, upload
+
+    response = upload(client, "xnn", export_xnnpack_linear(programs_dir))
+    assert response.status_code == 201, response.text
+    [method] = response.json()["methods"]
+    assert [d["backend"] for d in method["delegates"]] == ["XnnpackBackend"]
+    response = client.post("/infer", json={"model": "xnn", "inputs": [tensor(x)]})
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    return output

@@ -34,3 +34,13 @@ def role_pids(server, role: str) -> list[int]:
         if f"service.{role}".encode() in argv:
             pids.append(pid)
     return pids
+
+
+def memory_status(pid: int) -> dict[str, int]:
+    """The process's memory figures from /proc/PID/status (VmRSS, VmHWM, ...), in bytes."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
