@@ -6,6 +6,7 @@
 #pragma once
 
 #include "method_gate.h"
+#include "wakeup.h"
 
 #include <cstdint>
 #include <memory>
@@ -17,13 +18,12 @@ namespace ethost::lane {
 
 class Handoffs {
  public:
-  Handoffs();
-  ~Handoffs();
+  Handoffs() = default;
   Handoffs(const Handoffs&) = delete;
   Handoffs& operator=(const Handoffs&) = delete;
 
   // The eventfd to wait on; -1 if it could not be made (the constructor's only failure).
-  int fd() const { return fd_; }
+  int fd() const { return wakeup_.fd(); }
   // A waiter of `gate` (which outlives it: the gate holds it) for the token `token`. This
   // object must outlive every gate it waits at (the engine keeps one for its lifetime).
   MethodGate::Waiter waiter(const MethodGate& gate, uint64_t token);
@@ -33,7 +33,7 @@ class Handoffs {
  private:
   void push(uint64_t token, int64_t index);
 
-  int fd_ = -1;
+  Wakeup wakeup_;
   std::mutex mutex_;
   std::vector<std::pair<uint64_t, int64_t>> ready_;
   bool woken_ = false;

@@ -1,27 +1,11 @@
 #include "inbox.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdint>
-
 namespace ethost::lane {
-
-Inbox::Inbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-
-Inbox::~Inbox() {
-  if (fd_ >= 0) close(fd_);
-}
 
 void Inbox::wake_locked() {
   if (woken_) return;
   woken_ = true;
-  uint64_t one = 1;
-  ssize_t written;
-  do {
-    written = write(fd_, &one, sizeof(one));
-  } while (written < 0 && errno == EINTR);
+  wakeup_.signal();
 }
 
 void Inbox::push(int link, std::vector<std::string>& payloads) {
@@ -52,11 +36,7 @@ void Inbox::want_fold() {
 std::vector<InboxItem> Inbox::drain(bool& fold) {
   // Cleared before the swap: a push after the swap wakes the loop again, and one before it is
   // in what this drain returns.
-  uint64_t count;
-  ssize_t got;
-  do {
-    got = read(fd_, &count, sizeof(count));
-  } while (got < 0 && errno == EINTR);
+  wakeup_.clear();
   std::vector<InboxItem> out;
   std::lock_guard<std::mutex> lock(mutex_);
   out.swap(items_);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "status.h"
+#include "wakeup.h"
 
 #include <mutex>
 #include <string>
@@ -22,13 +23,12 @@ struct InboxItem {
 
 class Inbox {
  public:
-  Inbox();
-  ~Inbox();
+  Inbox() = default;
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
 
   // The eventfd to wait on; -1 if it could not be made (the constructor's only failure).
-  int fd() const { return fd_; }
+  int fd() const { return wakeup_.fd(); }
 
   void push(int link, std::vector<std::string>& payloads);  // moved out of `payloads`
   void failed(int link, std::string payload, Status why);
@@ -41,7 +41,7 @@ class Inbox {
  private:
   void wake_locked();
 
-  int fd_ = -1;
+  Wakeup wakeup_;
   std::mutex mutex_;
   std::vector<InboxItem> items_;
   bool fold_ = false;
