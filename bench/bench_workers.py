@@ -126,7 +126,7 @@ def _grpc_client(address: str, body: bytes, seconds: float, connections: int, ou
 
 
 def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connections: int) -> Load:
-    from service.protocols.v2_grpc import messages
+    from service.front.protocols.v2_grpc import messages
 
     request = messages.ModelInferRequest(model_name=model)
     request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))

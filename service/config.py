@@ -41,9 +41,10 @@ class Settings:
     # pinned for the GPU on CUDA hosts, so it is committed memory there.
     arena_bytes: int = 512 * MiB
     # Request bodies still arriving may hold this much of a front's arena per client address
-    # (service/protocols/arriving.py); a body's share grows with the bytes that came.
+    # (service/front/protocols/arriving.py); a body's share grows with the bytes that came.
     max_client_arriving_bytes: int = 256 * MiB
-    # nginx's client_header_timeout and client_body_timeout (service/protocols/read_timeouts.py).
+    # nginx's client_header_timeout and client_body_timeout
+    # (service/front/protocols/read_timeouts.py).
     header_timeout_s: float = 60.0
     body_timeout_s: float = 60.0
     # Open connections per front (uvicorn's limit_concurrency: past it, 503).

@@ -7,7 +7,8 @@ Each kind of work has its threshold here:
 
 - JSON bodies parsed, and JSON answers written, inline up to `json_bytes` / `json_elements`;
   above, in a worker process: json and list conversions hold the GIL throughout
-  (service/protocols/offload.py). Parsing 256 KiB of JSON takes about 4 ms, less than the trip.
+  (service/front/protocols/offload.py). Parsing 256 KiB of JSON takes about 4 ms, less than
+  the trip.
 - binary tensor data sliced inline up to `binary_bytes`; above, in a thread (checking BOOL bytes
   and copying misaligned slices is linear, and numpy releases the GIL for it).
 - a method executed on the loop while its recent executes took less than `execute_us`

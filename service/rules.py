@@ -18,7 +18,7 @@ from dataclasses import dataclass
 class Answer:
     """How the protocols answer a problem of a rule: the native HTTP API's status, the Open
     Inference Protocol's (REST /v2) and gRPC's code. `error` names the service.errors class the
-    dataplane raises (service/protocols/http_errors.py and v2_grpc/binding.py map it)."""
+    dataplane raises (service/front/protocols/http_errors.py and v2_grpc/binding.py map it)."""
 
     error: str
     http: int
@@ -28,7 +28,7 @@ class Answer:
 
 REFUSED = Answer("Invalid", 422, 400, "INVALID_ARGUMENT")
 TOO_LARGE = Answer("TooLarge", 413, 413, "RESOURCE_EXHAUSTED")
-# Answers no route writes (service/protocols/http_errors.py); gRPC has its own for these.
+# Answers no route writes (service/front/protocols/http_errors.py); gRPC has its own for these.
 NO_ROUTE = Answer("", 404, 404, "UNIMPLEMENTED")
 NO_METHOD = Answer("", 405, 405, "UNIMPLEMENTED")
 HTTP_OTHER = Answer("", 400, 400, "")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from service import auth
 from service.config import Settings, encode_settings
-from service.protocols import fair_accept
+from service.front.protocols import fair_accept
 from service.shared import handshake
 from service.store.lock import acquire
 

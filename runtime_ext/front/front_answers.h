@@ -1,6 +1,6 @@
 // Answers of the fronts' native path, the same bytes the Python path writes for them: the native
 // API's JSON, and the v2 answer (JSON, or a JSON header followed by binary outputs), with the
-// HTTP head uvicorn and service/protocols/http_transport.py write around them.
+// HTTP head uvicorn and service/front/protocols/http_transport.py write around them.
 #pragma once
 
 #include "front_requests.h"

@@ -1,6 +1,6 @@
 // The fronts' native path for small inference requests: from the bytes of an HTTP request to the
 // engine's lane message, and from the engine's answer to the bytes of the HTTP answer, without
-// Python objects per request. The connection stays uvicorn's (service/protocols/
+// Python objects per request. The connection stays uvicorn's (service/front/protocols/
 // http_transport.py): it offers each request here first, and whatever this declines goes to
 // uvicorn's parser as it came.
 //

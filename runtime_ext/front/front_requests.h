@@ -51,7 +51,7 @@ struct GivenRequest {
   std::vector<std::pair<std::string_view, int8_t>> outputs;
 };
 
-// The native API's body (service/protocols/native/infer_body.py).
+// The native API's body (service/front/protocols/native/infer_body.py).
 bool read_native(const char* body, size_t size, GivenRequest& request);
 // The v2 body; `binary_header`: Inference-Header-Content-Length's value, or null without one.
 // `max_json`: the longest JSON (header) the server accepts.

@@ -18,9 +18,9 @@ import uvicorn
 from service.config import decode_settings
 from service.front.app import create_app
 from service.front.engine_client import EngineClient
+from service.front.protocols.http_transport import GatheringHttpToolsProtocol
+from service.front.protocols.read_timeouts import ReadTimeouts
 from service.ingest import child_guard
-from service.protocols.http_transport import GatheringHttpToolsProtocol
-from service.protocols.read_timeouts import ReadTimeouts
 from service.shared.gc_tuning import tune_for_serving
 
 
@@ -54,7 +54,7 @@ def main() -> None:
         uvicorn.Config(
             app,
             # uvloop, accepting one connection at a time from the shared listening socket.
-            loop="service.protocols.fair_accept:new_loop",
+            loop="service.front.protocols.fair_accept:new_loop",
             http=GatheringHttpToolsProtocol,
             # Nothing here reads the client's address or scheme, so X-Forwarded-* need not be
             # parsed on every request.

@@ -11,21 +11,21 @@ from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
 from service.front.native_path import NativePath
+from service.front.protocols import docs_page, http_errors
+from service.front.protocols.arriving import ArrivingBodies
+from service.front.protocols.fast_routes import FastRoutes
+from service.front.protocols.native import routes as http_routes
+from service.front.protocols.offload import Offload
+from service.front.protocols.v2_grpc.auth import TokenInterceptor
+from service.front.protocols.v2_grpc.server import grpc_listener
+from service.front.protocols.v2_rest import errors as v2_errors
+from service.front.protocols.v2_rest import routes as v2_routes
 from service.inline_policy import InlinePolicy
-from service.protocols import docs_page, http_errors
-from service.protocols.arriving import ArrivingBodies
-from service.protocols.fast_routes import FastRoutes
-from service.protocols.native import routes as http_routes
-from service.protocols.offload import Offload
-from service.protocols.v2_grpc.auth import TokenInterceptor
-from service.protocols.v2_grpc.server import grpc_listener
-from service.protocols.v2_rest import errors as v2_errors
-from service.protocols.v2_rest import routes as v2_routes
 from service.shared.contract import Capability
 
 
 class ServerApp(FastAPI):
-    """FastAPI, except that the fast routes (service/protocols/fast_routes.py: the inference
+    """FastAPI, except that the fast routes (service/front/protocols/fast_routes.py: the inference
     routes) go straight to their endpoints behind the same token check and 500 guard."""
 
     fast: FastRoutes  # set by create_app

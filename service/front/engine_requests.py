@@ -4,7 +4,7 @@ The front checks a request against its copy of the model table (refusing a bad o
 crosses), places the input tensors in its arena unless the protocol already received them there,
 reserves room for the outputs next to them, and sends the engine a descriptor of offsets; the
 answer names where the outputs are. A request the fronts' native path took is sent by it
-(service/protocols/front_lane.py); the ASGI route's requests come through infer().
+(service/front/protocols/front_lane.py); the ASGI route's requests come through infer().
 
 The model table is trusted only while its generation equals the engine's, which the engine
 publishes in a shared page and bumps before it answers any call that changed a model; so a

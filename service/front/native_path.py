@@ -23,8 +23,8 @@ import numpy as np
 
 from service.errors import ServiceError
 from service.front.engine_link import Relay
-from service.protocols.bodies import NATIVE_BODY
-from service.protocols.http_errors import internal_error_response
+from service.front.protocols.bodies import NATIVE_BODY
+from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, messages
 
 

@@ -1,8 +1,8 @@
 """What the store keeps per model, as types of their own, and their stored (JSON) form.
 
-The records are the server's internal state; the HTTP schemas (service.protocols.*) are views of
-them, so a protocol can change its answer without changing what is stored, and the store can
-change its form (RECORD_VERSION, with a migration in service.store.storage) without changing any
+The records are the server's internal state; the HTTP schemas (service.front.protocols.*) are
+views of them, so a protocol can change its answer without changing what is stored, and the store
+can change its form (RECORD_VERSION, with a migration in service.store.storage) without changing any
 answer. Method descriptions stay plain dicts: they are what the native host reports of a method
 and are passed through to every protocol as they are.
 """

@@ -1,8 +1,8 @@
 """The lowest versions pyproject.toml allows of the two dependencies whose internals this server
 relies on, installed beside the test environment and used by a real server: the fronts' HTTP
-transport subclasses uvicorn's httptools protocol (service/protocols/http_transport.py, down to
-its private `_start_asgi_task`, which uvicorn 0.44 and older lack), and the fronts' native path
-writes JSON numbers as orjson does (runtime_ext/front/json_numbers.h; orjson before 3.11.7
+transport subclasses uvicorn's httptools protocol (service/front/protocols/http_transport.py,
+down to its private `_start_asgi_task`, which uvicorn 0.44 and older lack), and the fronts' native
+path writes JSON numbers as orjson does (runtime_ext/front/json_numbers.h; orjson before 3.11.7
 writes some of them otherwise, e.g. 1e39 as 1e+39). Each is pinned to the range tested
 (`>=low,<high`); moving either end means this test passes there.
 """

@@ -1,6 +1,7 @@
 """Issue 34, item 6, against a real server with two fronts: four keep-alive clients, each on one
 long-lived connection opened at the same time, are spread over both fronts (by the fronts'
-connection counts, service/protocols/fair_accept.py), not all served by the one that woke first.
+connection counts, service/front/protocols/fair_accept.py), not all served by the one that
+woke first.
 """
 
 import threading

@@ -407,7 +407,7 @@ def test_pipelined_requests_on_one_connection_are_answered_in_their_order(
     fronted, linear_relu_program
 ):
     """Small inference requests are answered by the fronts' native path, the rest through the
-    app (service/protocols/front_lane.py): sent at once, all come back, each in its place."""
+    app (service/front/protocols/front_lane.py): sent at once, all come back, each in its place."""
     server = fronted
     x = linear_relu_program.example_inputs[0].numpy()
     expected = linear_relu_program.module(torch.from_numpy(x)).detach().numpy()

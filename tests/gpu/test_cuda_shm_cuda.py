@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from cuda.bindings import runtime as rt
 
-from service.protocols.v2_grpc import messages
+from service.front.protocols.v2_grpc import messages
 from support.program_fixtures import image_program  # noqa: F401
 from support.server import ServerProcess, upload
 

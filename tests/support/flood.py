@@ -118,7 +118,7 @@ async def _http_loop(port, request, outcome, until, honor, started):
 def _grpc_request(model: str, x: np.ndarray) -> bytes:
     # The server's own message classes: the same wire format as tritonclient's, and present on
     # a host that has only the server (bench_flood on the GPU host).
-    from service.protocols.v2_grpc import messages
+    from service.front.protocols.v2_grpc import messages
 
     request = messages.ModelInferRequest(model_name=model)
     request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))

@@ -22,11 +22,11 @@ from service import auth
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferResponse, MethodSignature, Tensor, TensorSpec
 from service.errors import ServiceError
-from service.protocols import json_tensors
-from service.protocols.fast_routes import FastRoute, FastRoutes
-from service.protocols.native import infer_body
-from service.protocols.v2_rest import binary, codec
-from service.protocols.v2_rest import routes as v2_routes
+from service.front.protocols import json_tensors
+from service.front.protocols.fast_routes import FastRoute, FastRoutes
+from service.front.protocols.native import infer_body
+from service.front.protocols.v2_rest import binary, codec
+from service.front.protocols.v2_rest import routes as v2_routes
 
 # The date and server lines uvicorn writes (http_transport.py passes its list on).
 HEADERS = b"date: Thu, 03 Dec 2026 00:00:00 GMT\r\nserver: uvicorn\r\n"
@@ -104,7 +104,7 @@ VERSIONS = {(e.model, e.version): e for e in TABLE}
 
 
 def entries() -> list:
-    """TABLE as etrt_front.FrontLane.publish takes it (service/protocols/front_lane._entries)."""
+    """TABLE as etrt_front.FrontLane.publish takes it (service/front/native_path._entries)."""
     found = []
     for e in TABLE:
         methods = [

@@ -11,7 +11,7 @@ def test_the_server_never_imports_torch():
     code = (
         "import sys, service.__main__, service.front.app, service.ingest.pipeline, "
         "service.ingest.load_check, "
-        "service.protocols.native.multipart; from service.front.app import create_app; "
+        "service.front.protocols.native.multipart; from service.front.app import create_app; "
         "from service.config import Settings; create_app(Settings()); "
         "assert 'torch' not in sys.modules and 'executorch.exir' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith(('torch', 'executorch')))"

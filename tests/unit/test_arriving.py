@@ -1,6 +1,6 @@
 """A binary body's memory follows the bytes that arrived (v2_rest/transport.read_aligned_body):
 taken at 1 MiB once the header is in, doubled as the body outgrows it, the bytes kept; a client
-address's bodies still arriving are capped (service/protocols/arriving.py)."""
+address's bodies still arriving are capped (service/front/protocols/arriving.py)."""
 
 import asyncio
 import os
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from service.errors import Busy
-from service.protocols.arriving import ArrivingBodies
-from service.protocols.v2_rest.transport import FIRST_STEP, read_aligned_body
+from service.front.protocols.arriving import ArrivingBodies
+from service.front.protocols.v2_rest.transport import FIRST_STEP, read_aligned_body
 
 MiB = 1 << 20
 

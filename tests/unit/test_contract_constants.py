@@ -11,7 +11,7 @@ import ethost
 import etrt_front
 
 from service.backends.tensorrt import runtime as tensorrt_runtime
-from service.protocols import json_tensors
+from service.front.protocols import json_tensors
 from service.shared import arena, lane_frames, limits
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 import asyncio
 import socket
 
-from service.protocols.fair_accept import FrontLoop, OneAtATimeServer
+from service.front.protocols.fair_accept import FrontLoop, OneAtATimeServer
 
 
 class Counting(asyncio.Protocol):

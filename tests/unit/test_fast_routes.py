@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from service.auth import TokenAuth
 from service.config import Settings
 from service.front.app import create_app
+from service.front.protocols.http_errors import UnexpectedErrors
+from service.front.protocols.native.infer_endpoint import InferEndpoint
+from service.front.protocols.v2_rest import infer_endpoint as v2_infer
+from service.front.protocols.v2_rest import routes as v2_routes
 from service.inline_policy import InlinePolicy
-from service.protocols.http_errors import UnexpectedErrors
-from service.protocols.native.infer_endpoint import InferEndpoint
-from service.protocols.v2_rest import infer_endpoint as v2_infer
-from service.protocols.v2_rest import routes as v2_routes
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from service.dtypes import carrier_of
-from service.protocols.bodies import NATIVE_BODY
+from service.front.protocols.bodies import NATIVE_BODY
 from service.shared import lane_frames
 from service.shared.arena import Arena, align_up
 from support.front_cases import answer_array, case

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from service.dataplane.types import InferResponse, Tensor
-from service.protocols import json_tensors
-from service.protocols.native import infer_body
-from service.protocols.v2_rest import codec
+from service.front.protocols import json_tensors
+from service.front.protocols.native import infer_body
+from service.front.protocols.v2_rest import codec
 from service.shared import lane_frames
 from service.shared.arena import Arena
 

@@ -6,7 +6,7 @@ import json
 import threading
 
 from service.errors import Busy, Invalid, Problem, QueueFull
-from service.protocols.v2_grpc.binding import (
+from service.front.protocols.v2_grpc.binding import (
     OFF_LOOP_BYTES,
     PROBLEMS_METADATA_CHARS,
     off_loop,

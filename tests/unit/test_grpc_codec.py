@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.errors import ExecutionFailed, Invalid
-from service.protocols.v2_grpc import codec
+from service.front.protocols.v2_grpc import codec
 
 
 def contents(**lists):

@@ -4,12 +4,12 @@ the contract tritonclient.grpc's stubs speak (imported here, in the same process
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import service_pb2 as triton
 
-from service.protocols.v2_grpc import descriptor, generate, messages
+from service.front.protocols.v2_grpc import descriptor, generate, messages
 
 
 def test_regenerating_from_the_proto_yields_the_committed_module():
     assert generate.render(generate.compile_proto()) == generate.OUTPUT.read_text(), (
-        "grpc_service.proto changed: run `python -m service.protocols.v2_grpc.generate`"
+        "grpc_service.proto changed: run `python -m service.front.protocols.v2_grpc.generate`"
     )
 
 

@@ -4,7 +4,7 @@ the call's deadline, and a repository load's file overrides and configuration.""
 import pytest
 
 from service.errors import Invalid
-from service.protocols.v2_grpc.servicer import _load_parameters, _timeout_s
+from service.front.protocols.v2_grpc.servicer import _load_parameters, _timeout_s
 
 
 @pytest.mark.parametrize(

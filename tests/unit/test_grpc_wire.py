@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
-from service.protocols.v2_grpc import messages, wire
+from service.front.protocols.v2_grpc import messages, wire
 
 RAW_INPUTS = messages.field_number("ModelInferRequest", "raw_input_contents")
 RAW_OUTPUTS = messages.field_number("ModelInferResponse", "raw_output_contents")

@@ -8,7 +8,7 @@ import re
 import pytest
 from starlette.requests import ClientDisconnect
 
-from service.protocols.http_errors import UnexpectedErrors
+from service.front.protocols.http_errors import UnexpectedErrors
 
 SCOPE = {"type": "http", "method": "POST", "path": "/infer/" + "x" * 10_000}
 
@@ -30,7 +30,7 @@ def test_a_server_fault_is_answered_500_in_the_error_shape(caplog):
     async def broken(scope, receive, send):
         raise OverflowError("int too large to convert to float")
 
-    with caplog.at_level(logging.ERROR, "service.protocols.http_errors"):
+    with caplog.at_level(logging.ERROR, "service.front.protocols.http_errors"):
         start, body = call(broken)
     assert start["status"] == 500
     answered = json.loads(body["body"])
@@ -57,7 +57,7 @@ def test_a_client_that_went_away_gets_no_answer_and_an_info_line(caplog):
     async def gone(scope, receive, send):
         raise ClientDisconnect()
 
-    with caplog.at_level(logging.INFO, "service.protocols.disconnect"):
+    with caplog.at_level(logging.INFO, "service.front.protocols.disconnect"):
         assert call(gone) == []
     [record] = caplog.records
     assert record.levelno == logging.INFO and "outcome=aborted" in record.getMessage()

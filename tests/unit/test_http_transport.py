@@ -2,7 +2,7 @@
 
 import asyncio
 
-from service.protocols.http_transport import _JOIN_BELOW, _GatheringTransport
+from service.front.protocols.http_transport import _JOIN_BELOW, _GatheringTransport
 
 
 class RecordingTransport:
@@ -101,7 +101,7 @@ def _protocol(app):
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from service.protocols.http_transport import GatheringHttpToolsProtocol
+    from service.front.protocols.http_transport import GatheringHttpToolsProtocol
 
     config = Config(
         app=app,
@@ -122,7 +122,7 @@ def _post(body: bytes) -> bytes:
 
 def _receiving_app(room: int, seen: dict):
     """Reads the first message, then hands the rest of the body to a buffer of `room` bytes."""
-    from service.protocols.bodies import BODY_INTO, chunks
+    from service.front.protocols.bodies import BODY_INTO, chunks
 
     async def app(scope, receive, send):
         first = await receive()
@@ -182,7 +182,7 @@ def test_a_body_longer_than_its_readers_room_reaches_it_the_usual_way():
 
 
 def test_a_detached_reader_gets_no_more_bytes_in_its_memory():
-    from service.protocols.bodies import BODY_INTO
+    from service.front.protocols.bodies import BODY_INTO
 
     buffer = bytearray(100)
     done: list = []
@@ -206,7 +206,7 @@ def test_a_detached_reader_gets_no_more_bytes_in_its_memory():
 
 
 def test_a_pipelined_requests_reader_is_not_handed_the_next_requests_body():
-    from service.protocols.bodies import BODY_INTO
+    from service.front.protocols.bodies import BODY_INTO
 
     answers: list = []
 
@@ -231,7 +231,7 @@ def test_a_pipelined_requests_reader_is_not_handed_the_next_requests_body():
 
 def _responding_app(answered: list):
     """Answers each request with its own body through the transport (bodies.respond)."""
-    from service.protocols.bodies import respond
+    from service.front.protocols.bodies import respond
 
     async def app(scope, receive, send):
         message = await receive()

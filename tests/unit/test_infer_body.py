@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.errors import Invalid
-from service.protocols.native import infer_body
+from service.front.protocols.native import infer_body
 
 
 def problems(body: bytes) -> list[tuple[str, str | None, str]]:

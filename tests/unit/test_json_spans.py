@@ -1,4 +1,4 @@
-"""Large JSON tensor bodies read without a Python object per number (service/protocols/
+"""Large JSON tensor bodies read without a Python object per number (service/front/protocols/
 json_spans.py) decode exactly as the whole parse does, and whatever is not plainly numbers takes
 the whole parse, with its own answer."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from service.errors import Invalid
-from service.protocols import json_spans
-from service.protocols.native import infer_body
-from service.protocols.v2_rest import codec
+from service.front.protocols import json_spans
+from service.front.protocols.native import infer_body
+from service.front.protocols.v2_rest import codec
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from service.protocols import json_tensors as codec
+from service.front.protocols import json_tensors as codec
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 
 from service.config import Settings
 from service.errors import Invalid, TooLarge
+from service.front.protocols.v2_rest.load_body import LoadBody
 from service.ingest.staging import Staging
-from service.protocols.v2_rest.load_body import LoadBody
 from service.store.storage import Storage
 
 PROGRAM = os.urandom(1000)

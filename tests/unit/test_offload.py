@@ -5,7 +5,7 @@ import asyncio
 import os
 import time
 
-from service.protocols.offload import Offload
+from service.front.protocols.offload import Offload
 
 
 def _alive(pid: int) -> bool:

@@ -94,8 +94,8 @@ def test_the_literal_check_finds_an_undeclared_rule(tmp_path):
 
 def test_answers_are_the_protocols_own():
     """Each answer's statuses are what the HTTP protocols and gRPC send for its error class."""
-    from service.protocols import http_errors
-    from service.protocols.v2_grpc import binding
+    from service.front.protocols import http_errors
+    from service.front.protocols.v2_grpc import binding
 
     for rule in rules.CATALOGUE.values():
         answer = rule.answer

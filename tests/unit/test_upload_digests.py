@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from service.protocols.native import upload_digests as digests
+from service.front.protocols.native import upload_digests as digests
 
 CONTENT = b"program bytes"
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from service.errors import Invalid
-from service.protocols.json_tensors import bf16_bits_to_float32, float32_to_bf16_bits
-from service.protocols.v2_rest import binary, codec
-from service.protocols.v2_rest.errors import service_error_response
+from service.front.protocols.json_tensors import bf16_bits_to_float32, float32_to_bf16_bits
+from service.front.protocols.v2_rest import binary, codec
+from service.front.protocols.v2_rest.errors import service_error_response
 
 
 def body_of(header, payload: bytes = b"") -> tuple[bytearray, str]:

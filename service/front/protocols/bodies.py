@@ -1,0 +1,129 @@
+"""The one reader of request bodies, for every HTTP protocol (bare endpoints and routes alike).
+
+It works on the ASGI `receive` itself: the inference endpoints run without Starlette's Request
+(fast_routes.py beside this says why), and a route's Request hands over the same callable.
+A body is refused with 413 as soon as it crosses its limit, declared or streamed, and a client
+that goes away mid-body raises ClientDisconnected (logged as aborted, never a server error).
+The inference endpoints' whole answers leave through `respond`, which the fronts' transport can
+write at once (RESPOND).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from service.errors import too_large
+from service.front.protocols.disconnect import ClientDisconnected
+
+Receive = Callable[[], Awaitable[dict]]
+
+# An ASGI scope extension of the fronts' HTTP transport (service/front/protocols/http_transport.py):
+# `scope["extensions"][BODY_INTO](scope, view, filled)` has the rest of the request's body written
+# into `view` from byte `filled` on as it arrives, and returns the BodySink that counts it (None:
+# read it as usual); receive() then only says when the body has ended. A large binary body lands
+# in its arena slot in one copy, instead of being gathered into a buffer, copied into a message
+# and copied again into the slot.
+BODY_INTO = "etrt.body_into"
+# Another: `scope["extensions"][RESPOND](scope, content_type, headers, body)` writes a whole 200
+# answer (`headers`: lowercase (name, value) pairs besides its type and length) to the
+# connection at once and returns True, or returns False when it cannot now (the connection is
+# busy draining, closed, or access-logged): send it as ASGI messages then. It spares an answer
+# the two messages and the checks of every header that uvicorn makes for any application.
+RESPOND = "etrt.respond"
+# The largest body the fronts' native path (service/front/native_path.py) takes: what arrives in
+# one read, and what the v2 binary reader takes as it comes rather than into an arena slot of
+# its own (transport.SMALL_BODY).
+NATIVE_BODY = 64 * 1024
+
+
+class BodySink:
+    """`view[:filled]` holds the body so far."""
+
+    __slots__ = ("view", "filled")
+
+    def __init__(self, view, filled: int):
+        self.view = view
+        self.filled = filled
+
+    def detach(self) -> None:
+        """No more bytes go into the view: its memory may be given to another request now."""
+        self.view = b""
+
+
+async def known_model(service, model: str, version: str | None = None) -> None:
+    """NotFound for an unknown model or version, before a body is read (or its tensors judged):
+    what the process holds answers a served model at once, only any other name costs a call
+    (in a front, to the engine)."""
+    if not service.serves(model, version):
+        await service.model_ready(model, version)
+
+
+def refuse_when_full(service, model: str, version: str | None, protocol: str) -> None:
+    """Busy, before a body is read, for a model whose every method's queue is full now: under
+    a flood most requests are such refusals, and reading and decoding their bodies would take
+    the cores the admitted requests' executes need (service/dataplane/scheduling/gate.py)."""
+    refused = service.refuses(model, version, protocol)
+    if refused is not None:
+        raise refused.error()
+
+
+def declared_length(scope: dict) -> int | None:
+    """The request's Content-Length, None when absent or not a plain number."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """The body as it arrives."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnected()
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def read_body(scope: dict, receive: Receive, limit: int, what: str) -> bytes:
+    """The whole body; one that arrives in one message is returned as it came (no copy)."""
+    declared = declared_length(scope)
+    if declared is not None and declared > limit:
+        raise too_large(what, limit)
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnected()
+    body = message.get("body", b"")
+    if len(body) > limit:
+        raise too_large(what, limit)
+    if not message.get("more_body", False):
+        return body
+    parts, size = [body], len(body)
+    async for chunk in chunks(receive):
+        size += len(chunk)
+        if size > limit:
+            raise too_large(what, limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def respond(scope: dict, send, content_type: bytes, headers: list, body: bytes) -> None:
+    """A complete 200 answer, written by the transport itself where it offers to (RESPOND)."""
+    direct = scope.get("extensions", {}).get(RESPOND)
+    if direct is not None and direct(scope, content_type, headers, body):
+        return
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", content_type),
+                *headers,
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

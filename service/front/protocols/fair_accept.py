@@ -1,0 +1,163 @@
+"""The fronts' event loop: uvloop, except that a listening socket shared with other processes is
+accepted from one connection per wakeup.
+
+Every front inherits the one HTTP listening socket the supervisor bound (service/front/__main__.py).
+A uvloop server accepts until nothing is pending, so when a client opens its connections at once
+(wrk, a connection pool), the first front to wake takes most of them, and every connection of
+one front waits on that front's one core while others idle. Accepting one
+connection and going back to the loop lets each pending connection go to whichever front wakes
+for it next; a busy front comes back to its listener later than an idle one, so new connections
+lean towards idle fronts. The socket stays shared, so connections waiting for a front that dies
+are still taken by the others.
+
+That spreads connections as they are opened, not as they are kept: four keep-alive clients
+opening their connections one after another could all land on the front that woke first. So
+the fronts also publish how many connections each holds (FrontLoads, a small shared memory the
+supervisor makes), and a front holding more than the least loaded one does not accept at once:
+it stops listening for DEFER_S and lets the least loaded front take the connection; if nobody
+took it by then (that front is busy or gone), it takes it itself. The least loaded front never
+waits, so a connection waits DEFER_S at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import mmap
+import os
+import socket
+
+import numpy as np
+import uvloop
+
+log = logging.getLogger(__name__)
+
+# Out of descriptors or memory: the connection stays queued for another front (or a later try).
+_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+# How long a front holding more connections than another leaves a new one to the others.
+DEFER_S = 0.005
+LOADS_FD = "ETRT_FRONT_LOADS_FD"
+
+
+class FrontLoads:
+    """Open connections per front, in shared memory every front maps (one int64 each; each
+    front writes its own, reads all). Made by the supervisor (new_loads_fd), found by a front
+    through LOADS_FD and ETRT_FRONT_ID."""
+
+    def __init__(self, fd: int, front: int):
+        self._map = mmap.mmap(fd, 0)
+        self.counts = np.frombuffer(self._map, np.int64)
+        self.front = front
+        self.counts[front] = 0  # a restarted front starts again from none
+
+    @classmethod
+    def of_this_front(cls) -> FrontLoads | None:
+        fd = os.environ.get(LOADS_FD)
+        return None if fd is None else cls(int(fd), int(os.environ["ETRT_FRONT_ID"]))
+
+    def opened(self) -> None:
+        self.counts[self.front] += 1
+
+    def closed(self) -> None:
+        self.counts[self.front] -= 1
+
+    def more_than_least(self) -> bool:
+        return self.counts[self.front] > self.counts.min()
+
+
+def new_loads_fd(fronts: int) -> int:
+    """The shared memory of FrontLoads for `fronts` fronts, as a file descriptor to pass on."""
+    fd = os.memfd_create("etrt-front-loads", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 8 * fronts)
+    return fd
+
+
+class OneAtATimeServer:
+    """What uvicorn needs of an asyncio.Server (close, wait_closed, sockets) over a shared
+    listening socket, accepting one connection per readiness of the socket."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        factory,
+        sock: socket.socket,
+        loads: FrontLoads | None = None,
+    ):
+        self._loop = loop
+        self._factory = factory
+        self._sock = sock
+        self._serving = True
+        self._loads = loads
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), self._accept)
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return (self._sock,)
+
+    def _accept(self) -> None:
+        if self._loads is not None and self._loads.more_than_least():
+            self._loop.remove_reader(self._sock.fileno())
+            self._loop.call_later(DEFER_S, self._listen_again)
+            return
+        self._take()
+
+    def _listen_again(self) -> None:
+        """A connection still waiting now is one the less loaded fronts did not take."""
+        if self._serving:
+            self._take()
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _take(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return  # another front took it, or the client gave up while it was queued
+        except OSError as exc:
+            if exc.errno not in _TRANSIENT:
+                raise
+            log.warning("cannot accept a connection now: %s", exc)
+            return
+        conn.setblocking(False)
+        self._loop.create_task(self._connect(conn))
+
+    async def _connect(self, conn: socket.socket) -> None:
+        factory = self._factory if self._loads is None else self._counted
+        try:
+            await self._loop.connect_accepted_socket(factory, conn)
+        except OSError:  # reset before it could be set up
+            conn.close()
+
+    def _counted(self):
+        """The protocol, its connection counted in FrontLoads from now until it is lost."""
+        protocol = self._factory()
+        loads, lost = self._loads, protocol.connection_lost
+        loads.opened()
+
+        def connection_lost(exc) -> None:
+            loads.closed()
+            lost(exc)
+
+        protocol.connection_lost = connection_lost
+        return protocol
+
+    def close(self) -> None:
+        if self._serving:
+            self._serving = False
+            self._loop.remove_reader(self._sock.fileno())
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+class FrontLoop(uvloop.Loop):
+    async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, **kw):
+        if sock is not None and kw.get("ssl") is None:
+            return OneAtATimeServer(self, protocol_factory, sock, FrontLoads.of_this_front())
+        return await super().create_server(protocol_factory, host, port, sock=sock, **kw)
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvicorn's loop factory: Config(loop="service.front.protocols.fair_accept:new_loop")."""
+    return FrontLoop()

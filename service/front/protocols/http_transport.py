@@ -1,0 +1,298 @@
+"""uvicorn's httptools protocol, with each answer written to its connection in one write and
+large bodies received straight into the memory their reader gives.
+
+uvicorn writes a response's head and its body (and each part of a multipart body) as separate
+`transport.write`s, and uvloop makes a system call for each at once, holding the GIL: measured on
+small v2 answers, a third of a front's time went to those calls. Here writes are gathered and go
+out together once the response is complete (uvicorn's on_response_complete), so an answer is one
+system call and waits for nothing else; whatever is written outside a response (a 100 Continue,
+uvicorn's own 400s) goes out at the end of the loop turn. Bytes and order are unchanged, and data
+written just before a close goes out before the close.
+
+A complete small answer may skip uvicorn's response messages altogether (bodies.RESPOND): the
+protocol writes its status line, uvicorn's default headers (date, server), the answer's own
+and its body as one buffer, and marks uvicorn's request cycle done as uvicorn's send would.
+
+Before any of that, a request that arrives whole on an idle connection is offered to the fronts'
+native path (service/front/native_path.py), which may take it from its bytes to its answer's
+bytes without uvicorn's parser, the request cycle or the codecs; what arrives meanwhile waits for
+that answer, so the connection's answers keep its requests' order. Everything it declines is
+uvicorn's, as it came: the ASGI route is the one other path.
+
+A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
+the scope extension bodies.BODY_INTO, and the chunks that arrive after are copied there as they
+come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
+the reader would copy each message again. A chunk that does not fit goes the usual way, so the
+reader sees a body longer than its room and refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
+from service.front.protocols.read_timeouts import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    ReadClock,
+    ReadTimeouts,
+    timeout_answer,
+)
+
+# Above this, the parts are handed to the transport as they are rather than joined into one
+# buffer (a copy that would cost more than the calls it saves).
+_JOIN_BELOW = 256 * 1024
+# Bytes a connection may send while the native path answers it, before reading pauses.
+_HELD_AT_MOST = 4 * NATIVE_BODY
+_OK = b"HTTP/1.1 200 OK\r\n"
+log = logging.getLogger(__name__)
+
+
+class _GatheringTransport:
+    """Stands in for the connection's transport: writes wait for the end of the loop turn;
+    everything else goes to the real transport."""
+
+    __slots__ = ("_transport", "_loop", "_pending", "_size")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._size = 0
+
+    def write(self, data) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+        self._size += len(data)
+
+    def write_now(self, data) -> None:
+        """A whole answer: written at once, after whatever waits (no end-of-turn call for it)."""
+        if self._pending:
+            self.write(data)
+            self.flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
+    def writelines(self, items) -> None:
+        for data in items:
+            self.write(data)
+
+    def flush(self) -> None:
+        pending, size = self._pending, self._size
+        if not pending:
+            return
+        self._pending, self._size = [], 0
+        if self._transport.is_closing():
+            return
+        if len(pending) == 1:
+            self._transport.write(pending[0])
+        elif size < _JOIN_BELOW:
+            self._transport.write(b"".join(pending))
+        else:
+            self._transport.writelines(pending)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self._size
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+class GatheringHttpToolsProtocol(HttpToolsProtocol):
+    # Read timeouts (service/front/protocols/read_timeouts.py); set by the app's settings.
+    timeouts = ReadTimeouts(HEADER_TIMEOUT_S, BODY_TIMEOUT_S)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(_GatheringTransport(transport, self.loop))
+        self._reading = ReadClock(self)
+        self._reading.head_begins()
+        self._sink: BodySink | None = None  # the body arriving now goes here
+        self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
+        front_lane = getattr(self.app, "native_path", None)
+        self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
+        self._native = None  # what the native path needs to answer the request it took
+        self._held = b""  # what the client sent meanwhile
+        self._parsing = False  # uvicorn's parser is inside a request
+        self._gone = False
+        self._close_after = False
+        self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
+
+    def data_received(self, data: bytes) -> None:
+        self._reading.progressed()
+        if self._bad_request is not None:  # the parser has failed: nothing more is read
+            return
+        if self._native is not None:  # answered first: the connection's order
+            self._held += data
+            if len(self._held) > _HELD_AT_MOST:
+                self.flow.pause_reading()
+            return
+        if (
+            self._front_lane is not None
+            and not self._parsing
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.flow.write_paused
+        ):
+            try:
+                taken = self._front_lane.take(data, self._native_answered)
+            except Exception:  # a fault of the native path's own: the Python path serves it
+                log.exception("the native path failed on a request; the Python path takes it")
+                taken = None
+            if taken is not None:
+                self._reading.stop()
+                consumed, self._native = taken
+                self._unset_keepalive_if_required()
+                self._held = data[consumed:]
+                return
+        HttpToolsProtocol.data_received(self, data)
+
+    def _native_answered(self, message) -> None:
+        ticket, self._native = self._native, None
+        if self._gone:
+            self._front_lane.forget(ticket, message)
+            return
+        answer, keep_alive = self._front_lane.answer(
+            ticket, message, self.server_state.default_headers
+        )
+        self.transport.write_now(answer)
+        self.server_state.total_requests += 1
+        if not keep_alive or self._close_after:
+            self.transport.close()
+            return
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+        held, self._held = self._held, b""
+        self.flow.resume_reading()
+        if held:
+            self.data_received(held)
+
+    def shutdown(self) -> None:
+        if self._native is not None:  # closed once its answer is written
+            self._close_after = True
+            return
+        HttpToolsProtocol.shutdown(self)
+
+    def on_message_begin(self) -> None:
+        self._parsing = True
+        self._reading.head_begins()
+        HttpToolsProtocol.on_message_begin(self)
+
+    def on_message_complete(self) -> None:
+        self._parsing = False
+        self._reading.stop()
+        HttpToolsProtocol.on_message_complete(self)
+
+    def connection_lost(self, exc) -> None:
+        HttpToolsProtocol.connection_lost(self, exc)
+        self._reading.stop()
+        self._gone = True
+        if self._native is not None:  # nobody reads its answer: the engine need not make it
+            self._front_lane.cancel(self._native)
+
+    def on_headers_complete(self) -> None:
+        HttpToolsProtocol.on_headers_complete(self)
+        self.scope["extensions"] = self._extensions
+        self._sink = None
+        self._reading.body_begins()
+
+    def eof_received(self) -> bool:
+        """The client's FIN is taken as its leaving, as uvicorn takes it: the connection closes
+        and a request still waiting or queued is cancelled (never executed for nobody). A
+        half-close (shutdown(SHUT_WR)) cannot be told from a close until an answer is written,
+        and running every abandoned request to find out costs more than half-closing clients
+        gain (docs/hardening.md)."""
+        self._reading.stop()
+        return False
+
+    def timed_out(self, what: str) -> None:
+        """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the
+        connection closes; the request's reader sees a disconnect and frees what it holds."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            self.transport.write_now(timeout_answer(what, self.timeouts))
+        self.transport.close()
+
+    def _body_into(self, scope: dict, view, filled: int) -> BodySink | None:
+        """None when the body arriving now is not that request's: a pipelined request's came
+        after it (that request's own body has arrived whole by then)."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not scope or cycle.response_complete:
+            return None
+        self._sink = BodySink(view, filled)
+        return self._sink
+
+    def _respond(self, scope: dict, content_type: bytes, headers: list, body: bytes) -> bool:
+        cycle = self.cycle
+        if (
+            cycle is None
+            or cycle.scope is not scope
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+        ):
+            return False
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        parts = [_OK]
+        for name, value in (*self.server_state.default_headers, *headers):
+            parts += (name, b": ", value, b"\r\n")
+        parts += (b"content-type: ", content_type, b"\r\ncontent-length: ")
+        parts += (str(len(body)).encode(), b"\r\n")
+        if not cycle.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts += (b"\r\n", body)
+        self.transport.write_now(b"".join(parts))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()
+        return True
+
+    def on_body(self, body: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            end = sink.filled + len(body)
+            if end <= len(sink.view):
+                sink.view[sink.filled : end] = body
+                sink.filled = end
+                return
+            self._sink = None  # longer than its room: the reader is told the usual way
+        HttpToolsProtocol.on_body(self, body)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refuses. Bytes that follow a whole request
+        (received, maybe running already) are answered after that request's answer, as the
+        native path answers them (RFC 9112: answers in the order of the requests; bytes that
+        are no request get a 400 and the connection closes); uvicorn would write the 400 at once
+        and close, and the client would never get the answer of a request that ran."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._bad_request = msg
+            self.flow.pause_reading()
+            return
+        HttpToolsProtocol.send_400_response(self, msg)
+
+    def on_response_complete(self) -> None:
+        # Before a pipelined next request starts: its answer must not overtake this one.
+        self.transport.flush()
+        super().on_response_complete()
+        if self._bad_request is not None and self.cycle.response_complete:  # the last one
+            if not self.transport.is_closing():  # else closed after the answer, as it asked
+                HttpToolsProtocol.send_400_response(self, self._bad_request)

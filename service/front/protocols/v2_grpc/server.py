@@ -1,0 +1,81 @@
+"""The gRPC listener: served by the HTTP server's process and event loop, over its ModelService.
+
+It lives exactly as long as the app (its lifespan enters `grpc_listener`), so both protocols see
+one set of models, one set of metrics and one shutdown. Interceptors (e.g. bearer tokens) are
+passed to `grpc_listener` and run before every handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import grpc
+
+from service import auth
+from service.config import Settings
+from service.dataplane.service import ModelService
+from service.front.protocols.v2_grpc import health
+from service.front.protocols.v2_grpc.binding import generic_handler
+from service.front.protocols.v2_grpc.servicer import InferenceServicer
+
+log = logging.getLogger(__name__)
+# gRPC message sizes are C ints.
+_INT32_MAX = 2**31 - 1
+# Seconds in-flight calls get to finish at shutdown before they are cancelled.
+_SHUTDOWN_GRACE_S = 5.0
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def start(
+    service: ModelService,
+    settings: Settings,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    policy: auth.Policy | None = None,
+) -> grpc.aio.Server:
+    """`policy`: the tokens the interceptors check, which the health service applies to model
+    checks itself (its calls carry the model in the message, not in the method)."""
+    server = grpc.aio.server(
+        interceptors=tuple(interceptors),
+        options=(
+            # A request message is the same thing as an /infer body, so the same limit applies;
+            # gRPC itself refuses a larger one with RESOURCE_EXHAUSTED before it is parsed.
+            ("grpc.max_receive_message_length", min(settings.max_infer_bytes, _INT32_MAX)),
+            ("grpc.max_send_message_length", -1),
+            # Several fronts of one server share the port (the supervisor checked that it was
+            # free first); a single front must fail to start on a busy port, not share it.
+            ("grpc.so_reuseport", int(settings.workers > 1)),
+        ),
+    )
+    server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))
+    health.add_to(server, service, policy)  # grpc.health.v1, for Kubernetes' gRPC probes
+    address = _address(settings.host, settings.grpc_port)
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise RuntimeError(f"gRPC cannot listen on {address}: {exc}") from None
+    await server.start()
+    log.info("gRPC (inference.GRPCInferenceService, grpc.health.v1) listening on %s", address)
+    return server
+
+
+@asynccontextmanager
+async def grpc_listener(
+    service: ModelService,
+    settings: Settings,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    policy: auth.Policy | None = None,
+) -> AsyncIterator[None]:
+    """Serves gRPC for the duration of the block; grpc_port 0 serves nothing."""
+    if not settings.grpc_port:
+        yield
+        return
+    server = await start(service, settings, interceptors, policy)
+    try:
+        yield
+    finally:
+        await server.stop(_SHUTDOWN_GRACE_S)
