@@ -50,6 +50,6 @@ def test_a_poisoned_context_is_contained_and_the_model_quarantined(
         print(f"{path}: {measured}")
         assert max(measured.ready_false_s) < 1.0
         assert max(measured.serving_again_s) <= 10.0
-        assert "cudaErrorIllegalAddress" in server.log()
+        assert "cudaErrorIllegalAddress" in server.log_path.read_text()
     finally:
         server.stop()
