@@ -169,8 +169,8 @@ class CudaMemory final : public DeviceMemory {
     int rc = api_->set_device(device_);
     if (rc == 0) rc = api_->device_synchronize();
     if (rc == 0) return Status();
-    return Status(Error::Internal, std::string(api_->get_error_name(rc)) + ": " +
-                                       api_->get_error_string(rc));
+    return Status(Error::Internal,
+                  std::string(api_->get_error_name(rc)) + ": " + api_->get_error_string(rc));
   }
 
  private:

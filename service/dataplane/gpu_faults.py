@@ -136,4 +136,3 @@ class GpuFaults:
 
     def families(self) -> list:
         return [self.faults, self.restarts]
-

@@ -12,11 +12,13 @@ each appended in one write (shorter than PIPE_BUF), so no reader sees half of on
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 EVENTS_ENV = "ETRT_ENGINE_EVENTS"
 # The engine's exit status after a sticky GPU fault (EX_TEMPFAIL): the supervisor restarts it
 # as such (no early-exit count toward giving up; backoff by faults in a row).
@@ -84,11 +86,14 @@ class EngineEvents:
             for key, value in asdict(event).items()
         }
         line = json.dumps({"kind": _NAMES[type(event)], **record}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:  # what it records is lost; what it serves must not be
+            log.warning("could not record %s in %s: %s", event, self.path, exc)
 
     def read(self) -> list[Event]:
         if self.path is None:

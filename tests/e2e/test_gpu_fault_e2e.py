@@ -31,7 +31,10 @@ def sticky(mixed_16, tmp_path_factory):  # noqa: F811
 
 @pytest.mark.parametrize("path", ["lane", "python"])
 def test_a_poisoned_context_is_contained_and_the_model_quarantined(
-    tmp_path, mixed_16, sticky, path  # noqa: F811
+    tmp_path,
+    mixed_16,  # noqa: F811
+    sticky,
+    path,
 ):
     server = ServerProcess(
         tmp_path / "artifacts",
