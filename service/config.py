@@ -101,7 +101,7 @@ class Settings:
     metrics_auth: str = "none"
     # Triton's GPU gauges (service/gpu_gauges.py) from NVML, where NVML is present.
     gpu_metrics: bool = True
-    # A model whose executes poison the GPU context this many times within the window is not
+    # A model blamed for poisoning the GPU context this many times within the window is not
     # loaded again until a load or a redeploy (service/dataplane/gpu_faults.py).
     gpu_fault_quarantine_count: int = 3
     gpu_fault_quarantine_window_s: float = 600.0
@@ -414,15 +414,16 @@ _OPTIONS = (
         "ETRT_GPU_FAULT_QUARANTINE_COUNT",
         "gpu_fault_quarantine_count",
         int,
-        "GPU faults (a poisoned CUDA context) after which a model is not loaded at the engine's "
-        "restart, until a load or a redeploy of it",
+        "GPU faults (a poisoned CUDA context) blamed on a model after which it is not loaded at "
+        "the engine's restart, until a load or a redeploy of it",
     ),
     (
         "--gpu-fault-quarantine-window",
         "ETRT_GPU_FAULT_QUARANTINE_WINDOW",
         "gpu_fault_quarantine_window_s",
         float,
-        "seconds in which --gpu-fault-quarantine-count faults quarantine a model",
+        "seconds in which --gpu-fault-quarantine-count faults quarantine a model (and a fault's "
+        "models stay suspects, each execute alone on the device)",
     ),
 )
 

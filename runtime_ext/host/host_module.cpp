@@ -14,6 +14,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -295,7 +296,19 @@ NB_MODULE(ethost, m) {
           "name"_a, "Signature of a method; loads it (once) because dynamism is only known then.")
       .def("load_method", &PyProgram::load_method, "name"_a)
       .def("instances", &PyProgram::instances, "name"_a, "n"_a,
-           "n independent instances sharing this program's mapped files.");
+           "n independent instances sharing this program's mapped files.")
+      .def(
+          "mark_suspect",
+          [](PyProgram& self, int clean_executes) {
+            ExecuteRegistry::process().mark_suspect(self.loaded().executes(), clean_executes);
+          },
+          "clean_executes"_a,
+          "Makes it a suspect of a GPU fault (one seen while it and others were executing): "
+          "each of its executes runs alone on the device, so a fault during one is its own, "
+          "until `clean_executes` of them succeed.")
+      .def_prop_ro(
+          "suspect", [](const PyProgram& self) { return self.loaded().executes().suspect(); },
+          "Whether its executes still run alone on the device (see mark_suspect).");
 
   m.def(
       "pin_host_memory",
@@ -339,6 +352,24 @@ NB_MODULE(ethost, m) {
       "Why the device context is poisoned (a sticky error: every later call fails, only a new "
       "process recovers), or None while it works or where there is no device. Asked after an "
       "execute or a load failed (DeviceMemory::context_health, the one definition).");
+  m.def(
+      "sticky_fault",
+      []() -> std::optional<std::pair<std::string, std::vector<std::string>>> {
+        std::optional<StickyFault> fault;
+        {
+          nb::gil_scoped_release released;  // it may wait for the device's work in flight
+          fault = ExecuteRegistry::process().fault([] {
+            auto memory = ethost_device::active_memory();
+            return memory.ok() ? memory.value()->context_health() : Status();
+          });
+        }
+        if (!fault) return std::nullopt;
+        return std::make_pair(fault->reason, fault->candidates);
+      },
+      "The sticky GPU fault of this process as (the runtime's words, the paths of the programs "
+      "with an execute in flight when it was first seen: the candidates for the blame), or None "
+      "while the context works. Recorded by the first failed execute after which the context "
+      "no longer works (execute_registry.h); asked after an execute or a load failed.");
   m.def(
       "device_input_counts",
       [] {

@@ -1,6 +1,8 @@
 #include "method_instance.h"
 
 #include "executorch_log.h"
+#include "device_memory.h"
+#include "execute_registry.h"
 
 #include <executorch/extension/threadpool/threadpool_guard.h>
 
@@ -361,8 +363,17 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
 
 Outcome<std::vector<OutputBuffer>> MethodInstance::run(
     std::vector<InputBinding>& inputs, const std::vector<OutputDestination>* destinations) {
+  // Counted in flight (and, for a suspect, alone on the device) until it ends; a failure is
+  // told while it is still in flight, so a sticky fault names who was executing.
+  ExecuteRegistry::Running running(ExecuteRegistry::process(), program_->executes());
   auto begun = std::chrono::steady_clock::now();
   Outcome<std::vector<OutputBuffer>> outcome = run_timed(inputs, destinations);
+  if (!outcome.ok() && outcome.status().code != Error::InvalidArgument) {
+    running.failed([] {
+      auto memory = ethost_device::active_memory();
+      return memory.ok() ? memory.value()->context_health() : Status();
+    });
+  }
   auto took = std::chrono::steady_clock::now() - begun;
   last_run_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count(),
                      std::memory_order_relaxed);

@@ -83,6 +83,7 @@ Outcome<std::shared_ptr<LoadedProgram>> LoadedProgram::open(
   std::shared_ptr<LoadedProgram> loaded(new LoadedProgram());
   loaded->path_ = pte_path;
   loaded->data_paths_ = data_paths;
+  loaded->executes_ = ExecuteRegistry::process().enroll(pte_path);
 
   ETHOST_ASSIGN_OR_RETURN(loaded->pte_loader_, map_file(pte_path));
 

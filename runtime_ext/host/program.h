@@ -2,6 +2,7 @@
 // Method instance created from it (on any thread).
 #pragma once
 
+#include "execute_registry.h"
 #include "status.h"
 
 #include <executorch/extension/data_loader/mmap_data_loader.h>
@@ -38,12 +39,16 @@ class LoadedProgram {
   // (plan_reader.h); all false where the plan cannot be read.
   std::vector<bool> inputs_read_only_by_device_delegates(const std::string& method) const;
   std::vector<bool> outputs_written_only_by_device_delegates(const std::string& method) const;
+  // Its executes in flight and whether it is a suspect of a GPU fault (execute_registry.h),
+  // labelled with its path.
+  ExecuteOwner& executes() const { return *executes_; }
 
  private:
   LoadedProgram() = default;
 
   std::string path_;
   std::vector<std::string> data_paths_;
+  std::shared_ptr<ExecuteOwner> executes_;
   // Declaration order is destruction order in reverse: the loaders must outlive what reads them.
   std::unique_ptr<executorch::extension::MmapDataLoader> pte_loader_;
   std::vector<std::unique_ptr<executorch::extension::MmapDataLoader>> data_loaders_;

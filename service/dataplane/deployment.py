@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from service.dataplane.catalog import UNLOADED, Model, Served, serve
+from service.dataplane.gpu_faults import LOAD, SUSPECT_CLEAN_EXECUTES
 from service.dataplane.instances import plan_for
 from service.dataplane.model_pool import ModelPool
 from service.dataplane.warmup import WarmupFailed, run_warmups
@@ -88,6 +89,9 @@ class Deployment:
             ),
             stored.version,
         )
+        self._program_owners[str(pool.program.path)] = stored.name
+        if self.gpu_faults.suspect(stored.name):  # its executes alone, its warmups included
+            pool.program.mark_suspect(SUSPECT_CLEAN_EXECUTES)
         pool.warmup_s = run_warmups(pool, stored.description.effective_config)
         self.metrics.warmed_up(stored.name, stored.version, pool.warmup_s)
         return pool
@@ -158,7 +162,7 @@ class Deployment:
     def _load_fault(self, stored: StoredModel, failure: Exception) -> None:
         """A load (or its warmup) failed: a GPU fault if the device context no longer works
         after it (the engine then restarts; gpu_faults.py), else the model's own failure."""
-        self.gpu_faults.classify(stored.name, str(stored.version), "(load)", "[]", failure)
+        self.gpu_faults.classify(stored.name, str(stored.version), LOAD, "[]", failure)
 
     async def _close(self, served: Served) -> None:
         await served.pool.close()

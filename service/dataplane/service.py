@@ -56,6 +56,8 @@ class ModelService(Deployment, Inference, Repository):
         # Every stored model with its versions, served or not (why not, too): describing them
         # reads no database.
         self._catalog: dict[str, Model] = {}
+        # Program path -> model, from its load on (a fault during a warmup is named too).
+        self._program_owners: dict[str, str] = {}
         # Model directory entries ingest refused (nothing of them is stored), with why.
         self._refused: dict[str, ServiceError] = {}
         # One lock per model name, never dropped: a lock popped while a deploy waits on it would
@@ -82,7 +84,8 @@ class ModelService(Deployment, Inference, Repository):
         # Sticky GPU faults: this process's, and the server's run's from before (quarantine).
         self.gpu_faults = GpuFaults(
             EngineEvents.from_env(),
-            self._device_fault,
+            self._sticky_fault,
+            self._owner,
             settings.gpu_fault_quarantine_count,
             settings.gpu_fault_quarantine_window_s,
         )
@@ -111,8 +114,12 @@ class ModelService(Deployment, Inference, Repository):
         poisoned = self.gpu_faults.refusal()
         return poisoned.message if poisoned is not None else NOT_READY
 
-    def _device_fault(self) -> str | None:
-        return None if self._ethost is None else self._ethost.device_fault()
+    def _sticky_fault(self) -> tuple[str, list[str]] | None:
+        return None if self._ethost is None else self._ethost.sticky_fault()
+
+    def _owner(self, program_path: str) -> str | None:
+        """The model whose version runs the program at `program_path` (served or loading)."""
+        return self._program_owners.get(program_path)
 
     @ready.setter
     def ready(self, value: bool) -> None:

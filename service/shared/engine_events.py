@@ -28,19 +28,41 @@ _CLIP = 400  # characters kept of each text field, so a line stays one write
 
 @dataclass(frozen=True)
 class GpuFault:
-    """A sticky error seen after an execute (or a load) of `model`: its context is poisoned."""
+    """A sticky error seen after an execute (or a load): the context is poisoned.
+
+    `models`: those with an execute in flight when it was first seen (the culprit is among
+    them: runtime_ext/host/execute_registry.h). One is blamed; several are not (none can be told
+    from the others), and each is a suspect, run alone on the device by the next engines, so
+    its next fault is its own. `model`, `version`, `method`, `inputs`: the request (or load)
+    that saw it."""
 
     at: float
+    models: tuple[str, ...]
     model: str
     version: str
     method: str
     inputs: str  # what the request carried: names, dtypes, shapes
     reason: str  # the CUDA runtime's words
 
+    @property
+    def blamed(self) -> str | None:
+        """The model that poisoned the context, when it is known (one was executing)."""
+        return self.models[0] if len(self.models) == 1 else None
+
     def describe(self) -> str:
+        """One sentence: who poisoned the context, with what inputs, and the CUDA error."""
+        seen = f"version {self.version} method {self.method!r} with inputs {self.inputs}"
+        if self.blamed is not None and self.blamed == self.model:
+            return f"model {self.model!r} {seen} poisoned the GPU context ({self.reason})"
+        if self.blamed is not None:
+            return (
+                f"model {self.blamed!r} poisoned the GPU context ({self.reason}; seen by model "
+                f"{self.model!r} {seen})"
+            )
+        named = " and ".join(repr(m) for m in self.models) or "none"
         return (
-            f"model {self.model!r} version {self.version} method {self.method!r} poisoned the GPU "
-            f"context ({self.reason}) with inputs {self.inputs}"
+            f"the GPU context was poisoned ({self.reason}) while models {named} were executing, "
+            f"so none is blamed (seen by model {self.model!r} {seen})"
         )
 
 
@@ -65,6 +87,11 @@ class Lifted:
 Event = GpuFault | Restart | Lifted
 _KINDS = {"fault": GpuFault, "restart": Restart, "lifted": Lifted}
 _NAMES = {cls: name for name, cls in _KINDS.items()}
+
+
+def _frozen(value):
+    """JSON gives lists; the records keep tuples (frozen)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 class EngineEvents:
@@ -107,7 +134,8 @@ class EngineEvents:
             try:
                 record = json.loads(line)
                 cls = _KINDS[record.pop("kind")]
-                events.append(cls(**{f.name: record[f.name] for f in fields(cls)}))
+                values = {f.name: record[f.name] for f in fields(cls)}
+                events.append(cls(**{k: _frozen(v) for k, v in values.items()}))
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut by a crash mid-write says nothing
         return events

@@ -3,7 +3,12 @@ provider puts the host-memory stand-in in the sticky state a CUDA illegal addres
 service meets it through the same seam as on a GPU: the delegate's stream synchronize fails and
 ethost.device_fault() says the context is poisoned) while another model serves.
 
-Checked: the faulting request is a 503 with Retry-After naming the model and its input;
+The good model's executes are slow (test_execute_delay_s), and the first fault comes while one
+runs: it is ambiguous (both named, neither counted), both are suspects in the next engine, whose
+executes run alone on the device (runtime_ext/host/execute_registry.h), so bad's next faults are
+blamed on it, and it alone is quarantined.
+
+Checked: the faulting request is a 503 with Retry-After naming the model(s) and its input;
 readiness is false within 1 s on HTTP and gRPC; the engine restarts and the other model answers
 again within 10 s, with nothing but 200 and 503 meanwhile; the faults and restarts are counted
 across engine restarts; after K faults the model is quarantined (described as such, the others
@@ -19,6 +24,7 @@ from support.trt_program_fixtures import mixed_16  # noqa: F401
 
 TEST_BACKEND = "support.test_backend_setup:install_test_backend"
 K = 2  # faults to quarantine, as --gpu-fault-quarantine-count (3 by default: 2 keeps it short)
+DELAY_S = 0.3  # each of the good model's executes, so one is in flight when bad's comes
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +35,20 @@ def sticky(mixed_16, tmp_path_factory):  # noqa: F811
     return with_plans_rewritten(mixed_16.pte, target, test_sticky_fault="illegal_address")
 
 
+@pytest.fixture(scope="module")
+def slow(mixed_16, tmp_path_factory):  # noqa: F811
+    from support.trt_programs import with_plans_rewritten
+
+    target = tmp_path_factory.mktemp("slow") / "slow.pte"
+    return with_plans_rewritten(mixed_16.pte, target, test_execute_delay_s=DELAY_S)
+
+
 @pytest.mark.parametrize("path", ["lane", "python"])
 def test_a_poisoned_context_is_contained_and_the_model_quarantined(
     tmp_path,
     mixed_16,  # noqa: F811
     sticky,
+    slow,
     path,
 ):
     server = ServerProcess(
@@ -46,7 +61,7 @@ def test_a_poisoned_context_is_contained_and_the_model_quarantined(
     ).start()
     try:
         with server.client() as client:
-            assert upload(client, "good", mixed_16.pte).status_code == 201
+            assert upload(client, "good", slow).status_code == 201
             assert upload(client, "bad", sticky).status_code == 201
         inputs = mixed_16.example_inputs()
         measured = contain(server, inputs, mixed_16.reference(*inputs)[0].reshape(-1), K)

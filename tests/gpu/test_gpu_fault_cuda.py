@@ -5,13 +5,18 @@ writes through an invalid address (cudaErrorIllegalAddress) or a misaligned one
 (cudaErrorMisalignedAddress) on the execute's stream: the delegate's stream synchronize meets the
 error, and the device synchronize the engine then asks for fails too. The "good" model computes
 its adds with a CUDA kernel (test_cuda_kernel), so its right answers after each restart show the
-new engine's context runs kernels.
+new engine's context runs kernels, and each of its executes stays in flight 0.3 s
+(test_execute_delay_s): the first fault is seen while one runs (on the H200, before blame was
+fixed, the good model's execute saw the bad one's fault first and was blamed), so it is
+ambiguous (both named, neither counted); then both are suspects whose executes run alone on the
+device, and each later fault is the bad model's own.
 
 The scenario and its checks are the CPU e2e test's (support/gpu_fault_cases.py): the faulting
 request 503 with Retry-After naming model and input, readiness false within 1 s (HTTP, gRPC),
 the good model answering again within 10 s with nothing but 200/503 meanwhile, faults and
-restarts counted across restarts, quarantine after K (the default 3 for the illegal address; 1
-for the misaligned one, to keep the run short) lifted by a load, no front restarted.
+restarts counted across restarts, quarantine after K blamed faults (K + 1 faults in all; the
+default 3 for the illegal address; 1 for the misaligned one, to keep the run short) lifted by a
+load, the good model never blamed nor quarantined, no front restarted.
 
 Programs: exported beforehand into $ETHOST_TRT_PROGRAMS (`cd tests && python -m
 support.trt_programs DIR`: mixed_256_<name>.pte for each of trt_models.FAULT_SET), since

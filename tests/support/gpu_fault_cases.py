@@ -4,8 +4,13 @@ bad address): one model faults while another serves, and everything the containm
 checked and timed.
 
 `server` serves `good` and `bad`, programs of the same signature (`inputs`); every execute of
-`bad` poisons the device context. With quarantine after `k` faults, `contain()` makes `bad` fault
-k times and returns what it measured.
+`bad` poisons the device context, and every execute of `good` stays in flight for a while
+(test_execute_delay_s). The first fault comes while an execute of `good` is in flight, so it
+cannot be told whose it is: it is ambiguous (both named, neither counted) and both are suspects
+in the next engine, where each of their executes runs alone on the device, so `bad`'s next
+faults are its own, even with `good` executing when its request comes. With quarantine after `k`
+blamed faults, `contain()` makes `bad` fault k + 1 times and returns what it measured; `good` is
+never blamed, never quarantined, and answers only 200 or 503 throughout.
 """
 
 from __future__ import annotations
@@ -74,16 +79,36 @@ class _Traffic:
         raise AssertionError(f"the good model did not answer again within {timeout} s")
 
 
-def _fault(client: httpx.Client, inputs, measured: Measured) -> float:
-    """One request to `bad`: its 503 and the server's readiness right after. Returns when the
-    answer came."""
+# How long a request to `good` is given to reach its execute before `bad`'s is sent (its executes
+# take test_execute_delay_s, several times this).
+OVERLAP_S = 0.1
+AMBIGUOUS = "while models 'bad' and 'good' were executing, so none is blamed"
+RESTARTING = "; the engine is restarting, retry shortly"
+
+
+def _fault(client: httpx.Client, url: str, inputs, measured: Measured, ambiguous: bool) -> float:
+    """One request to `bad` sent while one to `good` executes: its 503 and the server's
+    readiness right after. Returns when the answer came."""
+    bystander = threading.Thread(
+        target=lambda: httpx.post(f"{url}/v2/models/good/infer", json=_body(inputs), timeout=30),
+        daemon=True,
+    )
+    bystander.start()
+    time.sleep(OVERLAP_S)
     response = client.post("/v2/models/bad/infer", json=_body(inputs))
     at = time.monotonic()
+    bystander.join(30)
+    assert not bystander.is_alive(), "a request to the good model hangs"
     assert response.status_code == 503, response.text
     assert int(response.headers["Retry-After"]) >= 1, response.headers
     error = response.json()["error"]
-    assert "model 'bad'" in error and "poisoned the GPU context" in error, error
-    assert "input_0" in error, error  # the input that triggered it is named
+    assert error.endswith(RESTARTING) and error.count("poisoned") == 1, error
+    assert "input_0" in error, error  # the input that saw it is named
+    if ambiguous:  # both were executing: neither is blamed
+        assert AMBIGUOUS in error, error
+    else:  # bad ran alone: it is blamed, with its own request's inputs
+        assert error.startswith("model 'bad' version 1 method 'forward' with inputs"), error
+        assert "poisoned the GPU context (" in error, error
     while True:  # readiness goes false at once: it is checked within 1 s
         ready = client.get("/v2/health/ready")
         if ready.status_code == 503:
@@ -102,16 +127,20 @@ def contain(server, inputs, expected, k: int) -> Measured:
         _Traffic(server.url, inputs, expected) as traffic,
     ):
         traffic.first_ok_after(0.0, 10.0)
-        for n in range(1, k + 1):
-            at = _fault(client, inputs, measured)
-            if n == 1:
+        for n in range(k + 1):
+            at = _fault(client, server.url, inputs, measured, ambiguous=n == 0)
+            if n == 0:
                 assert not _grpc_ready(server.grpc_url)  # gRPC agrees (the engine drains 1 s)
             measured.serving_again_s.append(traffic.first_ok_after(at, 10.0))
             _wait_ready(client)
             metrics = parse(client.get("/metrics").text)
-            assert value(metrics, "etrt_model_gpu_faults_total", model="bad") == n
-            assert value(metrics, "etrt_engine_restarts_total", reason="gpu_fault") == n
-        # Quarantined: not loaded by the engine started after the k-th fault; it says why.
+            for model in ("bad", "good"):  # the first fault is counted for both, as ambiguous
+                got = value(metrics, "etrt_model_gpu_faults_ambiguous_total", model=model)
+                assert got == 1, (model, got)
+            assert value(metrics, "etrt_model_gpu_faults_total", model="bad") == (n or None)
+            assert value(metrics, "etrt_model_gpu_faults_total", model="good") is None
+            assert value(metrics, "etrt_engine_restarts_total", reason="gpu_fault") == n + 1
+        # Quarantined: not loaded by the engine started after the k-th blamed fault; it says why.
         description = client.get("/models/bad").json()
         assert description["state"] == "unavailable", description
         assert "quarantined" in description["error"], description
@@ -120,6 +149,7 @@ def contain(server, inputs, expected, k: int) -> Measured:
         [entry] = [e for e in index if e["name"] == "bad"]
         assert "quarantined" in entry["reason"], entry
         assert client.get("/v2/models/good/ready").status_code == 200
+        assert client.get("/models/good").json()["state"] == "ready"  # never quarantined
         # A load lifts it: it serves again (until its next execute).
         loaded = client.post("/v2/repository/models/bad/load", json={})
         assert loaded.status_code == 200, loaded.text
@@ -131,8 +161,12 @@ def contain(server, inputs, expected, k: int) -> Measured:
     assert not traffic.wrong, traffic.wrong
     log = server.log_path.read_text(errors="replace")
     assert "front 0 exited" not in log, "a front was restarted"
-    [logged, *_] = [line for line in log.splitlines() if "GPU fault: " in line]
-    assert "model 'bad'" in logged and "input_0" in logged, logged  # the model and its input
+    logged = [line for line in log.splitlines() if "GPU fault: " in line]
+    assert len(logged) == k + 1, logged
+    assert AMBIGUOUS in logged[0] and "input_0" in logged[0], logged[0]
+    for line in logged[1:]:  # blamed: the model and its input
+        assert "GPU fault: model 'bad' version 1 method 'forward' with inputs" in line, line
+        assert "input_0" in line, line
     return measured
 
 

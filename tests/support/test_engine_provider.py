@@ -29,7 +29,10 @@ execute's stream (cupy); on the host-memory stand-in it puts the stand-in in the
 (ethost_tensorrt.testing.poison_device). Either way the execute returns and the delegate's stream
 synchronize meets the error, and the device says its context is poisoned: the seam the service
 classifies GPU faults through. A plan with "test_cuda_kernel": true computes "add" with a CUDA
-kernel on CUDA memory (a trivial kernel, to show a context works). The stand-in
+kernel on CUDA memory (a trivial kernel, to show a context works). A plan with
+"test_execute_delay_s": seconds makes every execute take that much longer (it sleeps after its
+work is queued, before the delegate's stream synchronize), so an execute of it is in flight when
+another model poisons the context: the GPU-fault tests' innocent bystander. The stand-in
 plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
 
@@ -37,6 +40,7 @@ import collections
 import json
 import os
 import sys
+import time
 
 import ethost_tensorrt
 import numpy as np
@@ -167,7 +171,10 @@ class TestEngineProvider:
         self.streams.append(stream)
         # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
         ethost_tensorrt.testing.stream_synchronize(stream)
-        e = ctx.engine
+        self._run(ctx, ctx.engine, stream)
+        time.sleep(float(ctx.engine.spec.get("test_execute_delay_s", 0)))
+
+    def _run(self, ctx, e, stream):
         if "test_fail_execute" in e.spec:
             raise RuntimeError(e.spec["test_fail_execute"])
         if "test_sticky_fault" in e.spec:

@@ -1,5 +1,6 @@
 """Sticky GPU faults (issue 31, item 1) in parts: the device's answer through the native seam
-(ethost.device_fault over the host-memory stand-in), the classification and the quarantine
+(ethost.device_fault and ethost.sticky_fault over the host-memory stand-in), the classification,
+the blame (one model executing: blamed; several: ambiguous, suspects) and the quarantine
 (service/dataplane/gpu_faults.py), and the events file they and the supervisor share
 (service/shared/engine_events.py). The whole path through real processes is
 tests/e2e/test_gpu_fault_e2e.py."""
@@ -11,7 +12,7 @@ import time
 import ethost
 import pytest
 
-from service.dataplane.gpu_faults import GpuFaulted, GpuFaults
+from service.dataplane.gpu_faults import LOAD, GpuFaulted, GpuFaults
 from service.errors import Busy
 from service.shared.engine_events import EngineEvents, GpuFault, Lifted, Restart
 from support.trt_host import load_tensorrt_backend
@@ -19,16 +20,26 @@ from support.trt_host import load_tensorrt_backend
 ILLEGAL = "cudaErrorIllegalAddress: an illegal memory access was encountered"
 
 
-def _fault(model: str, at: float, reason: str = ILLEGAL) -> GpuFault:
-    return GpuFault(at, model, "1", "forward", "[input_0 [3, 5]]", reason)
+def _fault(model: str, at: float, reason: str = ILLEGAL, models=None) -> GpuFault:
+    models = (model,) if models is None else models
+    return GpuFault(at, models, model, "1", "forward", "[input_0 [3, 5]]", reason)
 
 
-def _faults(tmp_path, events=(), device=None, count=3, window=600.0):
+def _faults(tmp_path, events=(), device=None, count=3, window=600.0, in_flight=("bad",)):
+    """`device`: the CUDA error the context is poisoned with (None: it works); `in_flight`: the
+    models executing when it was first seen."""
     tmp_path.mkdir(exist_ok=True)
     file = EngineEvents(tmp_path / "events.jsonl")
     for event in events:
         file.append(event)
-    return file, GpuFaults(file, lambda: device, count, window)
+
+    def sticky():
+        return None if device is None else (device, [f"/store/{m}.pte" for m in in_flight])
+
+    def owner(path):
+        return path.removeprefix("/store/").removesuffix(".pte") if "x" not in path else None
+
+    return file, GpuFaults(file, sticky, owner, count, window)
 
 
 def test_the_host_stand_in_poisoned_is_what_the_device_reports():
@@ -52,6 +63,7 @@ def test_the_host_stand_in_poisoned_is_what_the_device_reports():
 def test_a_failure_after_which_the_device_works_is_not_a_gpu_fault(tmp_path):
     _, faults = _faults(tmp_path, device=None)
     assert faults.classify("m", "1", "forward", "[]", RuntimeError("boom")) is None
+    assert faults.faults.render() == faults.faults.render()[:2]  # nothing counted
     assert faults.fault is None and faults.refusal() is None
 
 
@@ -61,15 +73,70 @@ def test_a_sticky_fault_is_recorded_once_and_refuses_everything_after(tmp_path):
     faults.on_fault(seen.append)
     error = faults.classify("bad", "1", "forward", "[input_0 [3, 5]]", RuntimeError("x"))
     assert isinstance(error, GpuFaulted) and isinstance(error, Busy)  # 503 + Retry-After
-    assert "model 'bad'" in error.message and "input_0 [3, 5]" in error.message
-    assert ILLEGAL in error.message and error.retry_after_s >= 1
+    assert error.message == (
+        f"model 'bad' version 1 method 'forward' with inputs [input_0 [3, 5]] poisoned the GPU "
+        f"context ({ILLEGAL}); the engine is restarting, retry shortly"
+    )
+    assert error.retry_after_s >= 1
     again = faults.classify("good", "1", "forward", "[]", RuntimeError("y"))
     assert "model 'bad'" in again.message  # the fault that poisoned it, not the later victim
-    assert len(seen) == 1 and seen[0].model == "bad"
+    assert len(seen) == 1 and seen[0].blamed == "bad"
     assert [type(e) for e in file.read()] == [GpuFault]
     assert [line for line in faults.faults.render() if line.startswith("etrt_")] == [
         'etrt_model_gpu_faults_total{model="bad"} 1'
     ]
+
+
+def test_a_fault_seen_while_several_executed_blames_none_and_makes_them_suspects(tmp_path):
+    """On the H200 the good model's execute saw the bad one's fault first and was blamed: the
+    native host names every model executing then, and with several none is blamed."""
+    file, faults = _faults(tmp_path, device=ILLEGAL, in_flight=("good", "bad"), count=1)
+    error = faults.classify("good", "1", "forward", "[input_0 [3, 5]]", RuntimeError("x"))
+    assert error.message == (
+        f"the GPU context was poisoned ({ILLEGAL}) while models 'bad' and 'good' were executing,"
+        " so none is blamed (seen by model 'good' version 1 method 'forward' with inputs "
+        "[input_0 [3, 5]]); the engine is restarting, retry shortly"
+    )
+    [recorded] = file.read()
+    assert recorded.models == ("bad", "good") and recorded.blamed is None
+    rendered = [line for f in faults.families() for line in f.render() if line.startswith("etrt_")]
+    assert rendered == [
+        'etrt_model_gpu_faults_ambiguous_total{model="bad"} 1',
+        'etrt_model_gpu_faults_ambiguous_total{model="good"} 1',
+    ]
+    # The next engine (quarantine after 1): neither quarantined, both suspects, run alone.
+    after = GpuFaults(file, lambda: None, lambda _: None, 1, 600.0)
+    assert after.quarantined("good") is None and after.quarantined("bad") is None
+    assert after.suspect("good") and after.suspect("bad") and not after.suspect("other")
+    # bad, alone, faults again: blamed, and quarantined by the engine after.
+    file.append(_fault("bad", time.time()))
+    again = GpuFaults(file, lambda: None, lambda _: None, 1, 600.0)
+    assert again.quarantined("bad") is not None and again.quarantined("good") is None
+    again.lift("bad")  # a load ends its quarantine and its suspicion
+    assert not again.suspect("bad") and again.suspect("good")
+
+
+def test_a_load_that_meets_a_poisoned_context_names_the_loading_model(tmp_path):
+    _, faults = _faults(tmp_path, device=ILLEGAL, in_flight=())
+    error = faults.classify("fresh", "2", LOAD, "[]", RuntimeError("x"))
+    assert faults.fault.blamed == "fresh" and "model 'fresh'" in error.message
+    _, faults = _faults(tmp_path / "b", device=ILLEGAL, in_flight=("unknown-x",))
+    faults.classify("m", "1", "forward", "[]", RuntimeError("x"))  # nobody known executing
+    assert faults.fault.models == () and "models none" in faults.refusal().message
+
+
+def test_the_native_host_names_the_programs_in_flight_when_the_fault_is_first_seen():
+    trt = load_tensorrt_backend()
+    trt.testing.use_host_memory()
+    try:
+        trt.testing.poison_device(ILLEGAL)
+        # The process registry (runtime_ext/host/execute_registry.h): nothing in flight now.
+        reason, candidates = ethost.sticky_fault()
+        assert reason == ILLEGAL and candidates == []
+        assert ethost.sticky_fault() == (ILLEGAL, [])  # the first recorded stays
+    finally:
+        trt.testing.use_host_memory()
+    assert ethost.sticky_fault() is None  # a fresh stand-in works: nothing to blame
 
 
 def test_k_faults_in_the_window_quarantine_and_a_lift_ends_it(tmp_path):
@@ -88,7 +155,7 @@ def test_k_faults_in_the_window_quarantine_and_a_lift_ends_it(tmp_path):
     faults.lift("bad")
     assert faults.quarantined("bad") is None
     # The next engine counts only the faults after the lift.
-    assert GpuFaults(file, lambda: None, 3, 600.0).quarantined("bad") is None
+    assert GpuFaults(file, lambda: None, lambda _: None, 3, 600.0).quarantined("bad") is None
     assert isinstance(file.read()[-1], Lifted)
 
 
@@ -111,7 +178,7 @@ def test_why_away_names_the_fault_behind_a_restart(tmp_path):
     assert file.why_away(60) is None
     now = time.time()
     file.append(_fault("bad", now - 2))
-    assert file.why_away(60).startswith("the engine is restarting: model 'bad'")
+    assert file.why_away(60).startswith("the engine is restarting: model 'bad' version 1")
     file.append(Restart(now - 1, "gpu_fault", "2 in the last 60 s", 0.5))
     why = file.why_away(60)
     assert "gpu_fault, 2 in the last 60 s, after a backoff of 0.5 s" in why
