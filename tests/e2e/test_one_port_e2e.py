@@ -18,6 +18,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from support.processes import children
 from support.program_fixtures import dynamic_batch_program, linear_relu_program  # noqa: F401
@@ -89,7 +90,7 @@ def test_without_one_port_a_grpc_client_on_the_http_port_fails_at_once(
     server = start_server()
     with grpcclient.InferenceServerClient(f"127.0.0.1:{server.port}") as client:
         begun = time.monotonic()
-        with pytest.raises(Exception):
+        with pytest.raises(InferenceServerException):
             client.is_server_ready(client_timeout=10)
         assert time.monotonic() - begun < 5
     with server.client() as client:
@@ -158,7 +159,7 @@ def test_sigterm_drains_then_stops(start_server, dynamic_batch_program):
         assert fresh.get("/health/ready").status_code == 503
         refused = fresh.post("/infer", json=body)
         assert refused.status_code == 503 and "shutting down" in refused.json()["error"]
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(InferenceServerException) as caught:
         _grpc_infer(one, "slow", x)
     assert "UNAVAILABLE" in str(caught.value) or "shutting down" in str(caught.value)
 
