@@ -1,14 +1,19 @@
 """KServe's published schema, as its Python package's models carry it (kserve.models, over the
 Kubernetes client's models): a manifest is read into those models key by key, so a key no model
 declares, a value of the wrong type or a missing required field fails with the manifest's path
-to it. No cluster: this is what the API server's schema check would refuse first."""
+to it. No cluster: this is what the API server's schema check would refuse first.
+
+kserve registers protobuf messages of package `inference`, as tritonclient.grpc does, so the two
+cannot share a process (see kserve_calls.py): tests call `problems`, which reads the manifests in
+a process of its own (this module run as a program, JSON in and out).
+"""
 
 from __future__ import annotations
 
+import json
 import re
-
-import kserve.models
-import kubernetes.client
+import subprocess
+import sys
 
 _LIST = re.compile(r"(?:list|List)\[(.+)\]$")
 _DICT = re.compile(r"(?:dict\(str, (.+)\)|Dict\[str, (.+)\])$")
@@ -19,7 +24,23 @@ class SchemaError(ValueError):
     pass
 
 
+def problems(documents: list[tuple[str, dict]]) -> list[str | None]:
+    """For each (model name, parsed manifest): None when it reads as that model, else why not."""
+    done = subprocess.run(
+        [sys.executable, __file__],
+        input=json.dumps(documents),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
 def _model(name: str):
+    import kserve.models
+    import kubernetes.client
+
     for home in (kserve.models, kubernetes.client):
         if hasattr(home, name):
             return getattr(home, name)
@@ -59,3 +80,18 @@ def read(type_name: str, value, path: str = ""):
         return model(**fields)
     except (ValueError, TypeError) as exc:  # a required field missing, a value out of its enum
         raise SchemaError(f"{path or '.'}: {type_name}: {exc}") from None
+
+
+def _main() -> None:
+    found = []
+    for type_name, document in json.load(sys.stdin):
+        try:
+            read(type_name, document)
+            found.append(None)
+        except SchemaError as exc:
+            found.append(str(exc))
+    print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    _main()
