@@ -14,6 +14,9 @@ once, as with uvicorn.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import signal
 
 import uvicorn
@@ -21,6 +24,7 @@ import uvicorn
 from service.front.engine_client import EngineClient
 from service.front.protocols.drain import Drain
 
+log = logging.getLogger(__name__)
 # Seconds uvicorn's shutdown waits for what the drain left running before cancelling it.
 _AFTER_GRACE_S = 1.0
 
@@ -32,10 +36,31 @@ class DrainingServer(uvicorn.Server):
         self.drain = drain
         self.client = client
 
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """The loop's own signal handling, not uvicorn's signal.signal: handle_exit then runs as
+        a loop callback between others, not inside whatever code the signal interrupted (it
+        logs, and the logging lock may be held by that code)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
     def handle_exit(self, sig: int, frame) -> None:
         if not self.drain.active:
             self.client.draining = True
             self.drain.begin()
+            # The clock is CLOCK_MONOTONIC, which every process of the host shares: a test
+            # compares it with when it sent the signal.
+            log.info(
+                "draining (not ready) since monotonic %.6f: requests in flight get %g s",
+                self.drain.began,
+                self.drain.grace_s,
+            )
         elif sig == signal.SIGINT:  # a second Ctrl-C: stop now
             self.should_exit = self.force_exit = True
 

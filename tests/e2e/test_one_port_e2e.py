@@ -5,6 +5,7 @@ Knative's $PORT is in test_healthcheck_e2e.py, with the image's probe that must 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -143,15 +144,19 @@ def test_sigterm_drains_then_stops(start_server, dynamic_batch_program):
     signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     # Both probes in turn, each from the signal until it first reads not ready.
-    not_ready_s: dict[str, float] = {}
+    probed_s: dict[str, float] = {}
     with httpx.Client(base_url=server.url, timeout=5) as probe:
-        while len(not_ready_s) < 2 and time.monotonic() - signalled < 5:
-            if "http" not in not_ready_s and probe.get("/v2/health/ready").status_code == 503:
-                not_ready_s["http"] = time.monotonic() - signalled
-            if "grpc" not in not_ready_s and _health(channel) == NOT_SERVING:
-                not_ready_s["grpc"] = time.monotonic() - signalled
-    assert set(not_ready_s) == {"http", "grpc"}, not_ready_s
-    assert max(not_ready_s.values()) < 0.1, not_ready_s
+        while len(probed_s) < 2 and time.monotonic() - signalled < 5:
+            if "http" not in probed_s and probe.get("/v2/health/ready").status_code == 503:
+                probed_s["http"] = time.monotonic() - signalled
+            if "grpc" not in probed_s and _health(channel) == NOT_SERVING:
+                probed_s["grpc"] = time.monotonic() - signalled
+    assert set(probed_s) == {"http", "grpc"}, probed_s
+    # When readiness turned false, by the front's own clock (CLOCK_MONOTONIC, the host's): the
+    # probes' figures add their own round trips, which a loaded 2-core machine stretches.
+    began = float(re.search(r"draining \(not ready\) since monotonic ([\d.]+)", server.log())[1])
+    assert 0 <= began - signalled < 0.1, (began - signalled, probed_s)
+    assert max(probed_s.values()) < 1.0, probed_s
 
     # Draining: alive, not ready, new work refused on both protocols, on new connections too.
     with httpx.Client(base_url=server.url, timeout=5) as fresh:
