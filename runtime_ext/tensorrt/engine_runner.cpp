@@ -49,7 +49,8 @@ Status check_input_shape(const EngineIo& io, const Dims& dims) {
 Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engine> engine,
                                                             const BlobMetadata& meta,
                                                             std::shared_ptr<DeviceMemory> memory,
-                                                            std::string label) {
+                                                            std::string label,
+                                                            const LoadOptions& options) {
   const auto& io = engine->io();
   if (io.size() != meta.io_bindings.size()) {
     return Status(Error::InvalidProgram,
@@ -88,7 +89,25 @@ Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engi
     r->updated_in_place_[i] = true;
   }
   r->aliased_count_ = meta.aliased_io.size();
-  ETHOST_ASSIGN_OR_RETURN(r->context_, engine->create_context());
+  r->options_ = options;
+  GraphReport& graphs = r->graph_report_;
+  graphs.requested = options.cuda_graphs();
+  const EngineStats& stats = engine->stats();
+  if (!graphs.requested) {
+    graphs.reason = "use_cuda_graphs is off";
+  } else if (!memory->has_graphs()) {
+    graphs.reason = std::string(memory->kind()) + " memory has no CUDA graphs";
+  } else if (r->aliased_count_ > 0) {
+    graphs.reason = "the engine updates inputs in place (aliased outputs)";
+  } else if (stats.weight_streaming_budget >= 0 &&
+             stats.weight_streaming_budget < stats.streamable_weights_size) {
+    graphs.reason = "the engine streams weights, which makes its enqueue synchronous";
+  }
+  r->ineligible_ = graphs.reason;
+  {
+    auto lifecycle = engine_lifecycle_shared();
+    ETHOST_ASSIGN_OR_RETURN(r->context_, engine->create_context());
+  }
   auto stream = memory->create_stream();
   if (!stream.ok()) {
     Status failed = stream.take_status();
@@ -119,10 +138,104 @@ EngineRunner::~EngineRunner() {
   }
   if (memory_) {
     memory_->synchronize(stream_);
+    drop_graph();
     for (auto& s : stages_) memory_->release(s.data);
     memory_->destroy_stream(stream_);
   }
+  auto lifecycle = engine_lifecycle_shared();  // no capture while TensorRT objects go
   context_.reset();  // before the engine it came from
+  engine_.reset();
+}
+
+void EngineRunner::drop_graph() {
+  if (graph_.exec != 0) memory_->destroy_graph(graph_.exec);
+  graph_.exec = 0;
+}
+
+GraphReport EngineRunner::graphs() const {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  return graph_report_;
+}
+
+Status EngineRunner::provider_execute(const ExecuteCall& call) {
+  Status executed = context_->execute(call);
+  if (!executed.ok()) {
+    // What the context holds is unknown now: resend everything next time.
+    context_shapes_.clear();
+    bound_addresses_.clear();
+    graph_.warmed = false;
+  }
+  return executed;
+}
+
+Status EngineRunner::capture(const ExecuteCall& call) {
+  // Never while an engine or context is made or destroyed: put off to a later call instead.
+  auto exclusive = try_engine_lifecycle_exclusive();
+  if (!exclusive.owns_lock()) return Status(Error::Internal, "busy");
+  ETHOST_RETURN_IF_ERROR(memory_->begin_capture(stream_));
+  Status executed = context_->execute(call);
+  auto graph = memory_->end_capture(stream_);
+  if (!executed.ok()) {
+    if (graph.ok()) memory_->destroy_graph(graph.value());
+    return executed;
+  }
+  if (!graph.ok()) return graph.take_status();
+  graph_.exec = graph.value();
+  return Status();
+}
+
+Status EngineRunner::enqueue(ExecuteCall& call, const std::vector<Dims>& input_shapes,
+                             const std::vector<uintptr_t>& addresses) {
+  constexpr uint64_t kMaxFailedCaptures = 3;
+  bool eligible = graph_report_.requested && ineligible_.empty();
+  if (!eligible) return provider_execute(call);
+  bool same = graph_.warmed && input_shapes == graph_.shapes && addresses == graph_.addresses;
+  if (same && graph_.exec != 0) {
+    ETHOST_RETURN_IF_ERROR(memory_->launch_graph(graph_.exec, stream_));
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    ++graph_report_.replays;
+    return Status();
+  }
+  if (!same || graph_report_.failed_captures >= kMaxFailedCaptures) {
+    // New shapes or addresses (or captures keep failing): a plain enqueue, which also warms
+    // the context up for a capture at the next call like it (NVIDIA's recipe).
+    if (!same) {
+      drop_graph();
+      std::lock_guard<std::mutex> lock(counters_mu_);
+      graph_report_.replaying = false;
+      graph_report_.failed_captures = 0;
+      graph_report_.reason.clear();
+    }
+    ETHOST_RETURN_IF_ERROR(provider_execute(call));
+    graph_.shapes = input_shapes;
+    graph_.addresses = addresses;
+    graph_.warmed = true;
+    return Status();
+  }
+  Status captured = capture(call);
+  if (!captured.ok()) {
+    if (captured.reason != "busy") {
+      std::lock_guard<std::mutex> lock(counters_mu_);
+      ++graph_report_.failed_captures;
+      if (graph_report_.failed_captures >= kMaxFailedCaptures) {
+        graph_report_.replaying = false;
+        graph_report_.reason = "capture failed " +
+                                          std::to_string(kMaxFailedCaptures) +
+                                          " times: " + captured.reason;
+      }
+    }
+    // The context's state after a failed capture is unknown: send it all again.
+    call.input_shapes = &input_shapes;
+    call.addresses = &addresses;
+    return provider_execute(call);
+  }
+  ETHOST_RETURN_IF_ERROR(memory_->launch_graph(graph_.exec, stream_));
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  ++graph_report_.captures;
+  ++graph_report_.replays;
+  graph_report_.replaying = true;
+  graph_report_.reason.clear();
+  return Status();
 }
 
 Outcome<std::vector<int>> EngineRunner::check_args(const std::vector<IoArg>& args) {
@@ -308,13 +421,7 @@ Status EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<i
   call.input_shapes = input_shapes == context_shapes_ ? nullptr : &input_shapes;
   call.addresses = addresses == bound_addresses_ ? nullptr : &addresses;
   call.stream = stream_;
-  Status executed = context_->execute(call);
-  if (!executed.ok()) {
-    // What the context holds is unknown now: resend everything next time.
-    context_shapes_.clear();
-    bound_addresses_.clear();
-    return executed;
-  }
+  ETHOST_RETURN_IF_ERROR(enqueue(call, input_shapes, addresses));
   if (call.input_shapes) context_shapes_ = input_shapes;
   if (call.addresses) bound_addresses_ = std::move(addresses);
   for (const auto& c : plan.after) ETHOST_RETURN_IF_ERROR(copy(c));
@@ -345,6 +452,18 @@ std::vector<BindingCounters> EngineRunner::counters() const {
 uint64_t EngineRunner::calls() const {
   std::lock_guard<std::mutex> lock(counters_mu_);
   return calls_;
+}
+
+std::vector<RunnerReport> all_runner_reports() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::vector<RunnerReport> out;
+  for (const EngineRunner* r : registry()) {
+    out.push_back({r->label(), r->origin(), r->engine().stats(),
+                   r->options().shared_engines(), r->engine_holders(),
+                   reinterpret_cast<uintptr_t>(&r->engine()), r->graphs()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.label < b.label; });
+  return out;
 }
 
 std::vector<RunnerCounters> all_runner_counters() {

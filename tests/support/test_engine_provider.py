@@ -9,12 +9,21 @@ binds (an unchanged one is not bound again), and refuses a misaligned one, so a 
 fails the test instead of computing garbage. It also counts its calls, so tests can show the
 delegate reaches it once per steady execute.
 
-Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "is_input",
-"dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...} optional}.
+Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add" | "kernels", "io": [{"name",
+"is_input", "dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...}
+optional}.
   add:         out0 = in0 + in1
   matmul:      out0 = in0 @ in1
   scale:       out0 = in0 * 2
   inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
+  kernels:     out0 = in0 + (kernels - 1), as `kernels` (default 10) CUDA kernels enqueued on the
+               stream with cupy, nothing synchronous: an engine a CUDA graph can capture (GPU
+               hosts only).
+Like TensorRT's engine it holds its weights on the device: a deserialized engine allocates its
+resident weights (stats total_weights_size, less the streamed part once a budget is set) and
+each execution context its device_memory_size, through the delegate's device memory (host
+stand-in or CUDA), so device-size accounting and sharing are real. Weight streaming: stats
+streamable_weights_size > 0 makes set_weight_streaming_budget apply (recorded in `budgets`).
 ETRT_TEST_DESERIALIZE_LOG names a file that gets one line ("<pid> <op>") per deserialization.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
@@ -40,11 +49,23 @@ DEFAULT_STATS = {
     "total_weights_size": 0,
     "refittable": False,
     "device_memory_size": 0,
+    "streamable_weights_size": 0,
 }
 
 
 class MisalignedAddress(AssertionError):
     pass
+
+
+class _DeviceBytes:
+    """Device memory held while the owner lives (weights of an engine, scratch of a context)."""
+
+    def __init__(self, nbytes):
+        self.address = ethost_tensorrt.testing.device_alloc(nbytes) if nbytes > 0 else 0
+
+    def __del__(self):
+        if self.address:
+            ethost_tensorrt.testing.device_free(self.address)
 
 
 class _Engine:
@@ -53,6 +74,16 @@ class _Engine:
         self.device_id = device_id
         self.inputs = [t for t in spec["io"] if t["is_input"]]
         self.outputs = [t for t in spec["io"] if not t["is_input"]]
+        self.stats = {**DEFAULT_STATS, **spec.get("stats", {})}
+        self.budget = -1
+        self.weights = _DeviceBytes(self.resident_weights())
+
+    def resident_weights(self):
+        total = max(self.stats["total_weights_size"], 0)
+        streamable = self.stats["streamable_weights_size"]
+        if self.budget < 0 or streamable <= 0:
+            return total
+        return total - streamable + self.budget
 
 
 class _Context:
@@ -60,6 +91,7 @@ class _Context:
         self.engine = engine
         self.shapes = {}
         self.addresses = {}
+        self.scratch = _DeviceBytes(engine.stats["device_memory_size"])
 
 
 class TestEngineProvider:
@@ -73,6 +105,7 @@ class TestEngineProvider:
         self.streams = []  # stream of every execute
         self.misaligned = []
         self.calls = collections.Counter()  # provider calls by name
+        self.budgets = []  # every weight-streaming budget set, in bytes
 
     def deserialize(self, plan, device_id):
         plan = bytes(plan)
@@ -98,8 +131,18 @@ class TestEngineProvider:
     def describe(self, engine):
         return {
             "io": [dict(t) for t in engine.spec["io"]],
-            "stats": {**DEFAULT_STATS, **engine.spec.get("stats", {})},
+            "stats": {**engine.stats, "weight_streaming_budget": engine.budget},
         }
+
+    def set_weight_streaming_budget(self, engine, budget):
+        """As TensorRT's weight_streaming_budget_v2: weights beyond the budget leave the device."""
+        self.calls["set_weight_streaming_budget"] += 1
+        if not 0 <= budget <= engine.stats["streamable_weights_size"]:
+            raise ValueError(f"budget {budget} outside [0, streamable weights]")
+        self.budgets.append(budget)
+        engine.budget = budget
+        engine.weights = None  # the old allocation goes before the new one is made
+        engine.weights = _DeviceBytes(engine.resident_weights())
 
     def create_context(self, engine):
         return _Context(engine)
@@ -148,9 +191,11 @@ class TestEngineProvider:
                 if ctx.addresses.get(t["name"]) != address:
                     self._bind(ctx, t["name"], address)
         self.streams.append(stream)
+        e = ctx.engine
+        if e.spec["op"] == "kernels":
+            return self._kernels(ctx, stream)
         # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
         ethost_tensorrt.testing.stream_synchronize(stream)
-        e = ctx.engine
         if "test_fail_execute" in e.spec:
             raise RuntimeError(e.spec["test_fail_execute"])
         a = [self._read(ctx, t, ctx.shapes[t["name"]]) for t in e.inputs]
@@ -168,3 +213,22 @@ class TestEngineProvider:
             self._write(ctx, out, a[0] + a[1])
         else:
             raise ValueError(f"unknown test op {op!r}")
+
+    def _kernels(self, ctx, stream):
+        import cupy  # GPU hosts only
+
+        e = ctx.engine
+        t_in, t_out = e.inputs[0], e.outputs[0]
+        shape = ctx.shapes[t_in["name"]]
+        dtype = np.dtype(t_in["dtype"])
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+
+        def array(address):
+            memory = cupy.cuda.UnownedMemory(address, nbytes, None)
+            return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+        with cupy.cuda.ExternalStream(stream):
+            out = array(ctx.addresses[t_out["name"]])
+            cupy.copyto(out, array(ctx.addresses[t_in["name"]]))
+            for _ in range(int(e.spec.get("kernels", 10)) - 1):
+                out += 1

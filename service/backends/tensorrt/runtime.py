@@ -283,6 +283,8 @@ class TensorRTEngineProvider:
         memory = getattr(cuda_engine, "device_memory_size_v2", None)
         if memory is None:
             memory = cuda_engine.device_memory_size
+        # TensorRT 10.1+; 0 unless the plan was built with BuilderFlag.WEIGHT_STREAMING.
+        streamable = int(getattr(cuda_engine, "streamable_weights_size", 0) or 0)
         return {
             "io": io,
             "stats": {
@@ -294,8 +296,27 @@ class TensorRTEngineProvider:
                 ),
                 "refittable": bool(cuda_engine.refittable),
                 "device_memory_size": int(memory),
+                "streamable_weights_size": streamable,
+                # Bytes of the streamable weights kept on the device (all of them until a
+                # budget is set); -1 where nothing streams.
+                "weight_streaming_budget": (
+                    int(cuda_engine.weight_streaming_budget_v2) if streamable > 0 else -1
+                ),
             },
         }
+
+    def set_weight_streaming_budget(self, engine: Engine, budget: int) -> None:
+        """Keeps `budget` bytes of the streamable weights on the device (the delegate calls it
+        before any execution context exists, as TensorRT requires)."""
+        cuda_engine = engine.cuda_engine
+        with cuda_driver().current(engine.device_id), _captured_log() as messages:
+            cuda_engine.weight_streaming_budget_v2 = int(budget)
+            applied = int(cuda_engine.weight_streaming_budget_v2)
+        if applied != int(budget):
+            raise _failure(
+                f"TensorRT did not take the weight streaming budget {budget} (it holds {applied})",
+                messages,
+            )
 
     def create_context(self, engine: Engine) -> Context:
         trt = tensorrt_module()
