@@ -205,8 +205,9 @@ class CudaMemory final : public DeviceMemory {
   }
 
   Status launch_graph(uintptr_t graph, StreamHandle stream) override {
-    return check(api_->graph_launch(reinterpret_cast<void*>(graph), reinterpret_cast<void*>(stream)),
-                 "cudaGraphLaunch", Error::Internal);
+    return check(
+        api_->graph_launch(reinterpret_cast<void*>(graph), reinterpret_cast<void*>(stream)),
+        "cudaGraphLaunch", Error::Internal);
   }
 
   void destroy_graph(uintptr_t graph) override {

@@ -63,8 +63,8 @@ class TensorRTBackend final : public et::BackendInterface {
       };
       CompileSpecReader baked;
       for (const auto& spec : specs) {
-        Status read = baked.add(spec.key, static_cast<const uint8_t*>(spec.value.buffer),
-                                spec.value.nbytes);
+        Status read =
+            baked.add(spec.key, static_cast<const uint8_t*>(spec.value.buffer), spec.value.nbytes);
         if (!read.ok()) {
           ET_LOG(Error, "TensorRTBackend %s: init failed: %s", label.c_str(),
                  read.message().c_str());

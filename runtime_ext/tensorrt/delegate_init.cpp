@@ -27,9 +27,9 @@ Outcome<std::unique_ptr<EngineRunner>> make_runner(const uint8_t* blob_data, siz
   Outcome<std::shared_ptr<Engine>> engine = Status();
   {
     auto lifecycle = engine_lifecycle_shared();  // no CUDA-graph capture meanwhile
-    engine = deserialize_engine(plan.data, plan.size, memory->device_id(),
-                                DeserializeOptions{options.shared_engines(),
-                                                   options.weight_streaming_budget});
+    engine = deserialize_engine(
+        plan.data, plan.size, memory->device_id(),
+        DeserializeOptions{options.shared_engines(), options.weight_streaming_budget});
   }
   release_bytes();
   if (!engine.ok()) return engine.take_status();

@@ -42,8 +42,7 @@ std::unique_lock<std::shared_mutex> try_engine_lifecycle_exclusive() {
   return std::unique_lock<std::shared_mutex>(g_lifecycle, std::try_to_lock);
 }
 
-Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size,
-                                                    int device_id,
+Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size, int device_id,
                                                     const DeserializeOptions& options) {
   std::shared_ptr<EngineProvider> provider = installed();
   if (!provider) {

@@ -116,8 +116,7 @@ class EngineProvider {
 // The provider engines are deserialized with from now on (engines already made keep theirs);
 // null uninstalls it.
 void set_engine_provider(std::shared_ptr<EngineProvider> provider);
-Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size,
-                                                    int device_id,
+Outcome<std::shared_ptr<Engine>> deserialize_engine(const uint8_t* plan, size_t size, int device_id,
                                                     const DeserializeOptions& options = {});
 
 // CUDA-graph capture must not overlap the creation or destruction of an engine or execution

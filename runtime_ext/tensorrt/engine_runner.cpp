@@ -143,7 +143,7 @@ EngineRunner::~EngineRunner() {
     memory_->destroy_stream(stream_);
   }
   auto lifecycle = engine_lifecycle_shared();  // no capture while TensorRT objects go
-  context_.reset();  // before the engine it came from
+  context_.reset();                            // before the engine it came from
   engine_.reset();
 }
 
@@ -219,9 +219,8 @@ Status EngineRunner::enqueue(ExecuteCall& call, const std::vector<Dims>& input_s
       ++graph_report_.failed_captures;
       if (graph_report_.failed_captures >= kMaxFailedCaptures) {
         graph_report_.replaying = false;
-        graph_report_.reason = "capture failed " +
-                                          std::to_string(kMaxFailedCaptures) +
-                                          " times: " + captured.reason;
+        graph_report_.reason =
+            "capture failed " + std::to_string(kMaxFailedCaptures) + " times: " + captured.reason;
       }
     }
     // The context's state after a failed capture is unknown: send it all again.
@@ -458,9 +457,8 @@ std::vector<RunnerReport> all_runner_reports() {
   std::lock_guard<std::mutex> lock(g_registry_mu);
   std::vector<RunnerReport> out;
   for (const EngineRunner* r : registry()) {
-    out.push_back({r->label(), r->origin(), r->engine().stats(),
-                   r->options().shared_engines(), r->engine_holders(),
-                   reinterpret_cast<uintptr_t>(&r->engine()), r->graphs()});
+    out.push_back({r->label(), r->origin(), r->engine().stats(), r->options().shared_engines(),
+                   r->engine_holders(), reinterpret_cast<uintptr_t>(&r->engine()), r->graphs()});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.label < b.label; });
   return out;

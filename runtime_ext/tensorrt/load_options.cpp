@@ -31,9 +31,13 @@ LoadOptions LoadOptions::over(const LoadOptions& baked) const {
   return out;
 }
 
-void set_thread_load_options(LoadOptions options) { t_options = std::move(options); }
+void set_thread_load_options(LoadOptions options) {
+  t_options = std::move(options);
+}
 
-const LoadOptions& thread_load_options() { return t_options; }
+const LoadOptions& thread_load_options() {
+  return t_options;
+}
 
 Status CompileSpecReader::add(const std::string& key, const uint8_t* value, size_t size) {
   std::string text(reinterpret_cast<const char*>(value), size);
@@ -41,8 +45,9 @@ Status CompileSpecReader::add(const std::string& key, const uint8_t* value, size
     if (options_.weight_streaming_budget) {
       return Status(Error::InvalidProgram, "compile spec weight_streaming_budget given twice");
     }
-    bool digits = !text.empty() && text.size() <= 18 &&
-                  std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    bool digits =
+        !text.empty() && text.size() <= 18 &&
+        std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!digits) {
       return Status(Error::InvalidProgram,
                     "compile spec weight_streaming_budget is not a decimal byte count: '" +

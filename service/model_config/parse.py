@@ -1,8 +1,9 @@
 """Per-model configuration under Triton's model-configuration JSON names, checked at ingest.
 
 Users bring configurations written for Triton, so the keys are Triton's (`max_batch_size`,
-`dynamic_batching`, `instance_group`, `parameters` for the TensorRT delegate's knobs); anything else is refused rather than ignored, because a
-misspelt key silently ignored is a batching setting the user believes in and does not get.
+`dynamic_batching`, `instance_group`, `parameters` for the TensorRT delegate's knobs); anything
+else is refused rather than ignored, because a misspelt key silently ignored is a batching
+setting the user believes in and does not get.
 Values are checked against the program too: a batch dimension the program cannot take would
 otherwise only fail at the first batched request.
 

@@ -82,7 +82,7 @@ def test_bad_knobs_are_refused_at_ingest_naming_each(server, weighted):
         "config.type",
     }
     messages = " | ".join(message for _, message in problems)
-    assert 'parameters.weight_streaming_budget must be a byte count' in messages
+    assert "parameters.weight_streaming_budget must be a byte count" in messages
     assert 'parameters.use_cuda_graphs must be "true" or "false", not "yes"' in messages
     assert "unknown key 'parameters.use_shared_engine'" in messages
     assert 'parameters.use_shared_engines must be {"string_value": "..."}' in messages
