@@ -70,6 +70,9 @@ struct ExecuteCall {
   // Every binding's address in engine order, or null when none changed since the last call.
   const std::vector<uintptr_t>* addresses = nullptr;
   StreamHandle stream = 0;
+  // A context with user-managed memory: the shared scratch to bind (0: the one bound already).
+  uintptr_t scratch = 0;
+  size_t scratch_size = 0;
 };
 
 // While alive, keeps the provider entered (a Python provider holds the GIL), so that the calls
@@ -95,7 +98,9 @@ class Engine {
   virtual ~Engine() = default;
   virtual const std::vector<EngineIo>& io() const = 0;
   virtual const EngineStats& stats() const = 0;
-  virtual Outcome<std::unique_ptr<ExecutionContext>> create_context() = 0;
+  // user_managed: the context holds no activation memory; each execute binds some (TensorRT's
+  // ExecutionContextAllocationStrategy::kUSER_MANAGED).
+  virtual Outcome<std::unique_ptr<ExecutionContext>> create_context(bool user_managed) = 0;
   // Set by the first caller that meets an unaligned buffer, so the log says it once per engine.
   virtual bool claim_unaligned_log() = 0;
 };

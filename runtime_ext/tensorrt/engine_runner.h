@@ -86,6 +86,7 @@ class EngineRunner {
   GraphReport graphs() const;
   // How many runners (delegate instances, of any model) hold this runner's engine.
   long engine_holders() const { return engine_.use_count(); }
+  bool shared_scratch() const { return scratch_bytes_ > 0; }
 
  private:
   struct Stage {
@@ -129,6 +130,10 @@ class EngineRunner {
   std::vector<uintptr_t> bound_addresses_;
   LoadOptions options_;
   std::string ineligible_;  // why this runner never replays graphs ("" when it may)
+  // The shared activation scratch this runner's context takes (0: the context has its own).
+  size_t scratch_bytes_ = 0;
+  void* scratch_ = nullptr;        // the buffer claimed for the current call
+  void* bound_scratch_ = nullptr;  // the buffer the context holds
   // CUDA graph state: the shapes and addresses of the last provider execute, and the graph
   // captured for them (0: none).
   struct Graph {
@@ -155,6 +160,7 @@ struct RunnerReport {
   RunnerOrigin origin;
   EngineStats stats;
   bool shared_engines = true;
+  bool shared_scratch = false;
   long engine_holders = 0;
   uintptr_t engine_id = 0;  // the same for runners sharing one engine
   GraphReport graphs;

@@ -28,6 +28,9 @@ LoadOptions LoadOptions::over(const LoadOptions& baked) const {
   if (weight_streaming_budget) out.weight_streaming_budget = weight_streaming_budget;
   if (use_cuda_graphs) out.use_cuda_graphs = use_cuda_graphs;
   if (use_shared_engines) out.use_shared_engines = use_shared_engines;
+  if (use_shared_activation_scratch) {
+    out.use_shared_activation_scratch = use_shared_activation_scratch;
+  }
   return out;
 }
 

@@ -27,11 +27,15 @@ struct LoadOptions {
   std::optional<WeightBudget> weight_streaming_budget;
   std::optional<bool> use_cuda_graphs;
   std::optional<bool> use_shared_engines;
+  // Server-wide (a server flag, passed with every load): contexts take their activation memory
+  // from the shared scratch (scratch.h) instead of holding their own.
+  std::optional<bool> use_shared_activation_scratch;
 
   // Fields set here win over `baked`'s.
   LoadOptions over(const LoadOptions& baked) const;
   bool shared_engines() const { return use_shared_engines.value_or(true); }
   bool cuda_graphs() const { return use_cuda_graphs.value_or(false); }
+  bool shared_scratch() const { return use_shared_activation_scratch.value_or(false); }
 };
 
 // The options of the delegates the calling thread initializes from now on (all loads of a

@@ -142,7 +142,12 @@ class PyContext final : public ExecutionContext {
     return call_python(Error::Internal, "execute", [&] {
       nb::object shapes = call.input_shapes ? dims_list(*call.input_shapes) : nb::none();
       nb::object addresses = call.addresses ? address_tuple(*call.addresses) : nb::none();
-      execute_(ctx_, shapes, addresses, call.stream);
+      if (call.scratch != 0) {
+        execute_(ctx_, shapes, addresses, call.stream,
+                 nb::make_tuple(call.scratch, call.scratch_size));
+      } else {
+        execute_(ctx_, shapes, addresses, call.stream);
+      }
     });
   }
 
@@ -173,10 +178,11 @@ class PyEngine final : public Engine {
   const std::vector<EngineIo>& io() const override { return io_; }
   const EngineStats& stats() const override { return stats_; }
 
-  Outcome<std::unique_ptr<ExecutionContext>> create_context() override {
+  Outcome<std::unique_ptr<ExecutionContext>> create_context(bool user_managed) override {
     std::unique_ptr<ExecutionContext> made;
     ETHOST_RETURN_IF_ERROR(call_python(Error::Internal, "create_context", [&] {
-      nb::object ctx = provider_.attr("create_context")(engine_);
+      nb::object ctx = user_managed ? provider_.attr("create_context")(engine_, true)
+                                    : provider_.attr("create_context")(engine_);
       made = std::make_unique<PyContext>(provider_, std::move(ctx));
     }));
     return made;

@@ -15,6 +15,7 @@
 #include "counters_module.h"
 #include "engine_runner.h"
 #include "load_options.h"
+#include "scratch.h"
 #include "memory.h"
 #include "provider_module.h"
 
@@ -173,18 +174,21 @@ NB_MODULE(ethost_tensorrt, m) {
   m.def(
       "set_load_options",
       [](std::optional<int64_t> budget_bytes, std::optional<double> budget_fraction,
-         std::optional<bool> use_cuda_graphs, std::optional<bool> use_shared_engines) {
+         std::optional<bool> use_cuda_graphs, std::optional<bool> use_shared_engines,
+         std::optional<bool> use_shared_activation_scratch) {
         LoadOptions options;
         if (budget_bytes) options.weight_streaming_budget = WeightBudget{budget_bytes, {}};
         if (budget_fraction) options.weight_streaming_budget = WeightBudget{{}, budget_fraction};
         options.use_cuda_graphs = use_cuda_graphs;
         options.use_shared_engines = use_shared_engines;
+        options.use_shared_activation_scratch = use_shared_activation_scratch;
         set_thread_load_options(options);
       },
       nb::arg("weight_streaming_budget_bytes").none() = nb::none(),
       nb::arg("weight_streaming_budget_fraction").none() = nb::none(),
       nb::arg("use_cuda_graphs").none() = nb::none(),
       nb::arg("use_shared_engines").none() = nb::none(),
+      nb::arg("use_shared_activation_scratch").none() = nb::none(),
       "The knobs of the delegates this thread initializes from now on (None: what the program "
       "baked in, else the default); they override the program's compile specs. Call with no "
       "arguments to reset.");
@@ -201,6 +205,7 @@ NB_MODULE(ethost_tensorrt, m) {
           d["ordinal"] = r.origin.ordinal;
           d["engine_id"] = r.engine_id;
           d["shared_engines"] = r.shared_engines;
+          d["shared_scratch"] = r.shared_scratch;
           d["engine_holders"] = r.engine_holders;
           d["device_memory_size"] = r.stats.device_memory_size;
           d["total_weights_size"] = r.stats.total_weights_size;
@@ -223,6 +228,14 @@ NB_MODULE(ethost_tensorrt, m) {
       },
       "Per live delegate instance: its engine (engine_id is shared by instances sharing one "
       "engine), its device figures, its knobs and whether it replays CUDA graphs (and why not).");
+
+  m.def(
+      "shared_scratch_bytes",
+      []() -> size_t {
+        auto memory = active_memory();
+        return memory.ok() ? shared_scratch_bytes(memory.value().get()) : 0;
+      },
+      "Bytes of the shared activation scratch on the active device now (0: none).");
 
   m.def(
       "device_memory_info",

@@ -118,7 +118,7 @@ class FakeEngine final : public ethost_trt::Engine {
   explicit FakeEngine(Script* script) : s_(script) {}
   const std::vector<EngineIo>& io() const override { return s_->io; }
   const ethost_trt::EngineStats& stats() const override { return s_->stats; }
-  Outcome<std::unique_ptr<ethost_trt::ExecutionContext>> create_context() override {
+  Outcome<std::unique_ptr<ethost_trt::ExecutionContext>> create_context(bool) override {
     if (!s_->create_context_fails.ok()) return s_->create_context_fails;
     ++s_->contexts;
     return std::unique_ptr<ethost_trt::ExecutionContext>(new FakeContext(s_));

@@ -12,7 +12,8 @@ dataplane, ingest or protocols changes:
   beyond loading the program in the check child;
 - metrics: what it counts of its delegates, rendered with the server's metrics;
 - description_fields: the keys its check puts in a delegate's "details" in model descriptions;
-- loading: a context manager factory (description, instances per method) entered on the load
+- loading: a context manager factory (description, instances per method, the server's
+  settings) entered on the load
   thread around the creation of a model's instances: it may refuse the load first (TensorRT:
   GPU memory admission) and tell its delegates the model's configuration.
 """

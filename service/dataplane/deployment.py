@@ -85,7 +85,9 @@ class Deployment:
             # Backends may refuse the load here (DeviceMemoryFull) before anything of it loads.
             for backend in self.backends:
                 if backend.loading is not None:
-                    loading.enter_context(backend.loading(stored.description, plan.first))
+                    loading.enter_context(
+                        backend.loading(stored.description, plan.first, self.settings)
+                    )
             pool = self.metrics.open_pool(
                 stored.name,
                 lambda: ModelPool(

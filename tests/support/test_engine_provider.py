@@ -24,6 +24,8 @@ resident weights (stats total_weights_size, less the streamed part once a budget
 each execution context its device_memory_size, through the delegate's device memory (host
 stand-in or CUDA), so device-size accounting and sharing are real. Weight streaming: stats
 streamable_weights_size > 0 makes set_weight_streaming_budget apply (recorded in `budgets`).
+A context created user-managed (the shared activation scratch) holds no memory and refuses an
+execute before some was bound (recorded in `scratches`).
 ETRT_TEST_DESERIALIZE_LOG names a file that gets one line ("<pid> <op>") per deserialization.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
@@ -87,11 +89,14 @@ class _Engine:
 
 
 class _Context:
-    def __init__(self, engine):
+    def __init__(self, engine, user_managed):
         self.engine = engine
         self.shapes = {}
         self.addresses = {}
-        self.scratch = _DeviceBytes(engine.stats["device_memory_size"])
+        self.user_managed = user_managed
+        # A user-managed context holds no activation memory: each execute may bind some.
+        self.scratch = None if user_managed else _DeviceBytes(engine.stats["device_memory_size"])
+        self.bound_scratch = None
 
 
 class TestEngineProvider:
@@ -106,6 +111,7 @@ class TestEngineProvider:
         self.misaligned = []
         self.calls = collections.Counter()  # provider calls by name
         self.budgets = []  # every weight-streaming budget set, in bytes
+        self.scratches = []  # every (address, size) of shared scratch bound to a context
 
     def deserialize(self, plan, device_id):
         plan = bytes(plan)
@@ -144,8 +150,8 @@ class TestEngineProvider:
         engine.weights = None  # the old allocation goes before the new one is made
         engine.weights = _DeviceBytes(engine.resident_weights())
 
-    def create_context(self, engine):
-        return _Context(engine)
+    def create_context(self, engine, user_managed=False):
+        return _Context(engine, user_managed)
 
     def _set_shapes(self, ctx, shapes):
         for t, shape in zip(ctx.engine.inputs, shapes, strict=True):
@@ -182,8 +188,16 @@ class TestEngineProvider:
         value = np.ascontiguousarray(value, dtype=np.dtype(t["dtype"]))
         ethost_tensorrt.testing.device_write(ctx.addresses[t["name"]], value.tobytes())
 
-    def execute(self, ctx, input_shapes, addresses, stream):
+    def execute(self, ctx, input_shapes, addresses, stream, scratch=None):
         self.calls["execute"] += 1
+        if scratch is not None:
+            address, size = scratch
+            if address % ALIGNMENT or size < ctx.engine.stats["device_memory_size"]:
+                raise ValueError(f"scratch {address:#x} of {size} bytes cannot serve this context")
+            ctx.bound_scratch = scratch
+            self.scratches.append(scratch)
+        if ctx.user_managed and ctx.bound_scratch is None:
+            raise AssertionError("a user-managed context executed with no device memory bound")
         if input_shapes is not None:
             self._set_shapes(ctx, input_shapes)
         if addresses is not None:

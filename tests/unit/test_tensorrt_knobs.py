@@ -176,6 +176,35 @@ def test_cuda_graphs_report_why_they_do_not_replay(provider):
     assert graphs["reason"] == "host memory has no CUDA graphs"
 
 
+def test_the_shared_scratch_serves_every_context_grown_to_the_largest(provider):
+    trt.set_load_options(use_shared_activation_scratch=True)
+    before = trt.device_memory_info()[0]
+    small = trt.testing.Runner(blob({"device_memory_size": MiB}))
+    large, _ = plan_blob(
+        "scale", [io("b", True, [4]), io("p", False, [4])], stats={"device_memory_size": 3 * MiB}
+    )
+    large = trt.testing.Runner(large)
+    assert before - trt.device_memory_info()[0] == 0  # user-managed contexts hold nothing
+    np.testing.assert_array_equal(run_scale(small), np.arange(4) * 2)
+    assert trt.shared_scratch_bytes() >= MiB
+    x = trt.testing.device_alloc(16)
+    y = trt.testing.device_alloc(16)
+    large.run([(x, 16, [4], "float32"), (y, 16, [4], "float32")])
+    np.testing.assert_array_equal(run_scale(small), np.arange(4) * 2)
+    assert trt.shared_scratch_bytes() == 3 * MiB  # grown to the largest, never shrunk
+    address = provider.scratches[-1][0]
+    # Each context is bound the buffer (moved when it grew) with the size it needs.
+    assert [size for _, size in provider.scratches[-2:]] == [3 * MiB, MiB]
+    assert all(a == address for a, _ in provider.scratches[-2:])  # one buffer for both
+    assert all(
+        r["shared_scratch"]
+        for r in trt.engine_reports()
+        if r["delegate"] in (small.label, large.label)
+    )
+    trt.testing.device_free(x)
+    trt.testing.device_free(y)
+
+
 # --- admission ---------------------------------------------------------------------------------
 
 
@@ -214,6 +243,13 @@ def test_device_need_counts_weights_once_per_engine_and_contexts_per_instance():
     assert private.weights == 20 * MiB
     # An engine another model already holds costs no weights.
     assert device_need(methods, 2, TensorRTParameters(), {("a", "")}).weights == 4 * MiB
+
+
+def test_with_the_shared_scratch_contexts_need_only_what_it_must_grow_by():
+    methods = (method(engine("a", context=4 * MiB), engine("b", context=2 * MiB)),)
+    params = TensorRTParameters()
+    assert device_need(methods, 3, params, set(), scratch=MiB).contexts == 3 * MiB
+    assert device_need(methods, 3, params, set(), scratch=8 * MiB).contexts == 0
 
 
 def test_device_need_applies_the_budget_to_streamable_weights():

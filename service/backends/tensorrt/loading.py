@@ -7,7 +7,8 @@ recorded of each engine (TensorRT's figures for the deserialized plan) and the m
   non-streamable part plus the budget), once per engine -- and not at all for an engine another
   loaded model already shares (same plan bytes, device and budget, use_shared_engines on);
 - contexts: each engine's device memory size (TensorRT's activation memory) once per method
-  instance, since every instance has its own execution context;
+  instance, since every instance has its own execution context; with the server's shared
+  activation scratch (--tensorrt-shared-scratch), only what the scratch must grow by;
 - planned: the method instances' device-planned buffers.
 
 A model that needs more than the device has free (cudaMemGetInfo, through the delegate's device
@@ -64,17 +65,24 @@ def resident_weights(engine: dict, params: TensorRTParameters) -> int:
 
 
 def device_need(
-    methods: tuple[dict, ...], instances: int, params: TensorRTParameters, loaded: set[tuple]
+    methods: tuple[dict, ...],
+    instances: int,
+    params: TensorRTParameters,
+    loaded: set[tuple],
+    scratch: int | None = None,
 ) -> DeviceNeed:
-    """`loaded`: (plan digest, budget key) of the engines live in this process."""
-    weights = contexts = planned = 0
+    """`loaded`: (plan digest, budget key) of the engines live in this process; `scratch`: the
+    shared activation scratch's bytes now, None when contexts hold their own memory."""
+    weights = contexts = planned = largest = 0
     seen: set[tuple] = set()
     for method in methods:
         for delegate in method.get("delegates", []):
             engine = (delegate.get("details") or {}).get("engine")
             if delegate.get("backend") != BACKEND_ID or not engine:
                 continue
-            contexts += max(int(engine.get("device_memory_size") or 0), 0) * instances
+            context = max(int(engine.get("device_memory_size") or 0), 0)
+            contexts += context * instances
+            largest = max(largest, context)
             identity = (engine.get("plan_sha256"), _budget_key(params))
             if params.shared_engines and identity[0] is not None:
                 if identity in seen or identity in loaded:
@@ -84,6 +92,8 @@ def device_need(
         planned += instances * sum(
             int(b["size"]) for b in method.get("planned_buffers", []) if b.get("device") != "cpu"
         )
+    if scratch is not None:
+        contexts = max(largest - scratch, 0)
     return DeviceNeed(weights, contexts, planned)
 
 
@@ -95,12 +105,19 @@ def _loaded_engines(trt) -> set[tuple]:
     }
 
 
-def admit(name: str, methods: tuple[dict, ...], instances: int, params: TensorRTParameters):
+def admit(
+    name: str,
+    methods: tuple[dict, ...],
+    instances: int,
+    params: TensorRTParameters,
+    shared_scratch: bool = False,
+):
     """Raises DeviceMemoryFull when the model would not fit in the device's free memory now."""
     trt = sys.modules.get("ethost_tensorrt")
     if trt is None:
         return
-    need = device_need(methods, instances, params, _loaded_engines(trt))
+    scratch = trt.shared_scratch_bytes() if shared_scratch else None
+    need = device_need(methods, instances, params, _loaded_engines(trt), scratch)
     if need.total == 0:
         return
     info = trt.device_memory_info()
@@ -118,15 +135,19 @@ def admit(name: str, methods: tuple[dict, ...], instances: int, params: TensorRT
 
 
 @contextmanager
-def loading(description, instances: int) -> Iterator[None]:
-    """Admits the model, then passes its knobs to the delegates this thread creates."""
+def loading(description, instances: int, settings) -> Iterator[None]:
+    """Admits the model, then passes its knobs (and the server's shared-scratch setting) to the
+    delegates this thread creates."""
     config = description.effective_config
-    admit(description.name, description.methods, instances, config.tensorrt)
+    shared = settings.tensorrt_shared_scratch
+    admit(description.name, description.methods, instances, config.tensorrt, shared)
     trt = sys.modules.get("ethost_tensorrt")
     if trt is None:
         yield
         return
-    trt.set_load_options(**config.tensorrt.load_options())
+    trt.set_load_options(
+        **config.tensorrt.load_options(), use_shared_activation_scratch=shared or None
+    )
     try:
         yield
     finally:

@@ -69,13 +69,15 @@ class StagingCounters:
         if not reports:
             return {}
         weights = {r["engine_id"]: r["resident_weights_size"] for r in reports}
-        contexts = sum(r["device_memory_size"] for r in reports)
+        # A context on the shared scratch holds none of its own (etrt_tensorrt_shared_scratch_bytes).
+        contexts = sum(r["device_memory_size"] for r in reports if not r["shared_scratch"])
         engines = [
             {
                 "method": r["method"],
                 "ordinal": r["ordinal"],
                 "engine_id": r["engine_id"],
                 "shared_engines": r["shared_engines"],
+                "shared_scratch": r["shared_scratch"],
                 "engine_holders": r["engine_holders"],
                 "resident_weights_bytes": r["resident_weights_size"],
                 "streamable_weights_bytes": r["streamable_weights_size"],
@@ -104,6 +106,13 @@ class StagingCounters:
             "(memory=contexts)",
             ("model", "memory"),
         )
+        scratch = Gauge(
+            "etrt_tensorrt_shared_scratch_bytes",
+            "The shared activation scratch TensorRT contexts take their memory from "
+            "(--tensorrt-shared-scratch), on the active GPU",
+            (),
+        )
+        scratch.add((), sys.modules["ethost_tensorrt"].shared_scratch_bytes())
         with self._lock:
             models = list(self._models)
         for model in models:
@@ -134,4 +143,4 @@ class StagingCounters:
                 copies.add(
                     (model, entry["method"], delegate, binding["name"]), binding["staging_copies"]
                 )
-        return [copies, device]
+        return [copies, device, scratch]

@@ -318,11 +318,19 @@ class TensorRTEngineProvider:
                 messages,
             )
 
-    def create_context(self, engine: Engine) -> Context:
+    def create_context(self, engine: Engine, user_managed: bool = False) -> Context:
+        """user_managed: the context holds no activation memory; every execute binds the
+        delegate's shared scratch (TensorRT's USER_MANAGED allocation strategy)."""
         trt = tensorrt_module()
         cuda_engine = engine.cuda_engine
         with cuda_driver().current(engine.device_id), _captured_log() as messages:
-            context = cuda_engine.create_execution_context()
+            context = (
+                cuda_engine.create_execution_context(
+                    trt.ExecutionContextAllocationStrategy.USER_MANAGED
+                )
+                if user_managed
+                else cuda_engine.create_execution_context()
+            )
         if context is None:
             raise _failure("TensorRT could not create an execution context", messages)
         names = tuple(cuda_engine.get_tensor_name(i) for i in range(cuda_engine.num_io_tensors))
@@ -353,14 +361,16 @@ class TensorRTEngineProvider:
                 )
         return shapes
 
-    def execute(self, ctx: Context, input_shapes, addresses, stream: int) -> None:
+    def execute(self, ctx: Context, input_shapes, addresses, stream: int, scratch=None) -> None:
         """One delegate execute: new input shapes (or None), every binding's address in engine
-        order when any moved (or None), then enqueue on `stream`. Only moved addresses are
-        bound again."""
+        order when any moved (or None), the shared scratch (address, size) when it moved, then
+        enqueue on `stream`. Only moved addresses are bound again."""
         context = ctx.execution_context
         # Set directly rather than through _captured_log(): this runs on every execute.
         _capture.messages = messages = []
         try:
+            if scratch is not None:
+                context.set_device_memory(*scratch)
             if input_shapes is not None:
                 for name, shape in zip(ctx.inputs, input_shapes, strict=True):
                     if not context.set_input_shape(name, tuple(shape)):

@@ -54,6 +54,9 @@ class EngineModel(BaseModel):
     ordinal: int = Field(description="its place among the method's TensorRT delegates")
     engine_id: int = Field(description="the same for delegates sharing one engine")
     shared_engines: bool = Field(description="use_shared_engines as the delegate loaded")
+    shared_scratch: bool = Field(
+        description="its context takes the server's shared activation scratch"
+    )
     engine_holders: int = Field(description="delegate instances (of any model) holding it")
     resident_weights_bytes: int
     streamable_weights_bytes: int
@@ -70,7 +73,9 @@ class EngineModel(BaseModel):
 class DeviceMemoryModel(BaseModel):
     device_bytes: int = Field(description="weights_bytes + contexts_bytes")
     weights_bytes: int = Field(description="resident weights, once per engine")
-    contexts_bytes: int = Field(description="execution contexts, once per delegate instance")
+    contexts_bytes: int = Field(
+        description="execution contexts holding their own memory, once per delegate instance"
+    )
     engines: list[EngineModel]
 
 
