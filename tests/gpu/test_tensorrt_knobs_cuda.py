@@ -8,6 +8,7 @@ figures are read from cudaMemGetInfo (ethost_tensorrt.device_memory_info).
   ones replay without reaching the provider; an engine that cannot be captured falls back after
   3 failed captures, saying why, and still answers right;
 - shared engines: two models of the same plan bytes take one engine's device memory;
+- shared activation scratch: contexts take the largest one's memory between them;
 - admission: a model larger than the free memory is refused naming both figures.
 """
 
@@ -125,6 +126,24 @@ def test_two_models_with_the_same_plan_take_one_engines_device_memory(provider):
     third = trt.testing.Runner(blob("scale", stats))
     assert before - free_bytes() >= two + 1024 * MiB
     del first, second, third
+
+
+def test_contexts_on_the_shared_scratch_take_the_largest_ones_memory_not_the_sum(provider):
+    trt.set_load_options(use_shared_activation_scratch=True)
+    before = free_bytes()
+    runners = [
+        trt.testing.Runner(blob("kernels", {"device_memory_size": size * MiB}, kernels=2))
+        for size in (256, 512, 128)
+    ]
+    buffers = Buffers()
+    for runner in runners:
+        np.testing.assert_array_equal(buffers.run(runner), np.arange(N, dtype=np.float32) + 1)
+    taken = before - free_bytes()
+    assert trt.shared_scratch_bytes() == 512 * MiB
+    assert 512 * MiB <= taken <= 540 * MiB, taken  # not 896 MiB
+    assert all(
+        r.graphs()["reason"] == "its context takes the shared activation scratch" for r in runners
+    )
 
 
 def test_a_model_larger_than_the_free_memory_is_refused_with_the_figures(provider):
