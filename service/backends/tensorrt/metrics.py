@@ -69,7 +69,7 @@ class StagingCounters:
         if not reports:
             return {}
         weights = {r["engine_id"]: r["resident_weights_size"] for r in reports}
-        # A context on the shared scratch holds none of its own (etrt_tensorrt_shared_scratch_bytes).
+        # A context on the shared scratch holds none of its own (the scratch has its gauge).
         contexts = sum(r["device_memory_size"] for r in reports if not r["shared_scratch"])
         engines = [
             {
