@@ -238,7 +238,8 @@ class TestEngineProvider:
         nbytes = int(np.prod(shape)) * dtype.itemsize
 
         def array(address):
-            memory = cupy.cuda.UnownedMemory(address, nbytes, None)
+            # The device given, so cupy does not query the pointer (not while capturing).
+            memory = cupy.cuda.UnownedMemory(address, nbytes, None, e.device_id)
             return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
         with cupy.cuda.ExternalStream(stream):
