@@ -51,7 +51,7 @@ def main():
     args = parser.parse_args()
     trt = load_tensorrt_backend()
     trt.testing.use_cuda_memory()
-    provider = TestEngineProvider()
+    provider = TestEngineProvider(on_cuda=True)
     trt.set_engine_provider(provider)
     n = args.elements
     blob, _ = plan_blob("kernels", [io("a", True, [n]), io("o", False, [n])], kernels=args.kernels)

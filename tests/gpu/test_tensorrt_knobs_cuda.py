@@ -32,7 +32,7 @@ N = 1024  # float32 elements per tensor
 def provider():
     trt.testing.use_cuda_memory()
     assert trt.memory_kind() == "cuda"
-    p = TestEngineProvider()
+    p = TestEngineProvider(on_cuda=True)
     trt.set_engine_provider(p)
     yield p
     trt.set_load_options()

@@ -169,3 +169,4 @@ class InferResponse(BaseModel):
 
 class HealthBody(BaseModel):
     status: str
+    error: str | None = None  # why not ready
