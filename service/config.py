@@ -84,6 +84,9 @@ class Settings:
     load_check_timeout_s: float = 120.0
     max_concurrent_ingests: int = 2
     allow_unverified_plans: bool = False
+    # TensorRT: every execution context takes its activation memory from one shared buffer per
+    # device, sized to the largest, instead of holding its own (executes then take turns).
+    tensorrt_shared_scratch: bool = False
     # Triton's shared memory extensions (service/shm/): clients may register regions only when
     # allowed, and at most this many at once (each holds a mapping in the engine).
     allow_client_shm: bool = False
@@ -357,6 +360,14 @@ _OPTIONS = (
         "allow_unverified_plans",
         _bool,
         "accept delegate plans the ingest checks cannot verify",
+    ),
+    (
+        "--tensorrt-shared-scratch",
+        "ETRT_TENSORRT_SHARED_SCRATCH",
+        "tensorrt_shared_scratch",
+        _bool,
+        "TensorRT execution contexts share one activation buffer per GPU, sized to the largest "
+        "(saves the sum of the others; their executes on a GPU then run one at a time)",
     ),
     (
         "--allow-client-shm",

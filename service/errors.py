@@ -79,6 +79,11 @@ class TooLarge(ServiceError):
     """A size limit was crossed."""
 
 
+class DeviceMemoryFull(ServiceError):
+    """A model would not fit in the GPU memory free now: refused before any of it loads, its
+    message naming the bytes it needs and the bytes free (never an out-of-memory mid-serving)."""
+
+
 class Unavailable(ServiceError):
     """The model exists but cannot serve now (not runnable here, loading, being replaced)."""
 

@@ -28,6 +28,8 @@ class Answer:
 
 REFUSED = Answer("Invalid", 422, 400, "INVALID_ARGUMENT")
 TOO_LARGE = Answer("TooLarge", 413, 413, "RESOURCE_EXHAUSTED")
+# 507 Insufficient Storage: the request is fine, the server lacks the room to carry it out now.
+NO_DEVICE_MEMORY = Answer("DeviceMemoryFull", 507, 507, "RESOURCE_EXHAUSTED")
 # Answers no route writes (service/front/protocols/http_errors.py); gRPC has its own for these.
 NO_ROUTE = Answer("", 404, 404, "UNIMPLEMENTED")
 NO_METHOD = Answer("", 405, 405, "UNIMPLEMENTED")
@@ -230,6 +232,9 @@ CONFIG_PRIORITY = _rule("config.priority", REFUSED, "priority settings that do n
 CONFIG_VERSION_POLICY = _rule(
     "config.version_policy", REFUSED, "a version_policy without exactly one of its three kinds"
 )
+CONFIG_PARAMETER = _rule(
+    "config.parameter", REFUSED, "a TensorRT delegate parameter with a value it cannot take"
+)
 CONFIG_WARMUP = _rule("config.warmup", REFUSED, "a warmup sample the model cannot run")
 CONFIG_WARMUP_DATA_FILE = _rule(
     "config.warmup_data_file", REFUSED, "a warmup input_data_file (uploads carry none)"
@@ -305,3 +310,8 @@ LOAD_FILE_PATH = _rule(
     "load.file_path", REFUSED, "a load file not named <version>/<filename> of the version"
 )
 LOAD_FILE_KIND = _rule("load.file_kind", REFUSED, "a load file neither a .pte nor a .ptd")
+LOAD_DEVICE_MEMORY = _rule(
+    "load.device_memory",
+    NO_DEVICE_MEMORY,
+    "the model needs more GPU memory than is free (bytes needed and free named)",
+)

@@ -41,7 +41,16 @@ struct CudaApi {
   const char* (*get_error_string)(int);
   int (*host_register)(void*, size_t, unsigned);
   int (*host_unregister)(void*);
+  int (*mem_get_info)(size_t*, size_t*);
+  int (*stream_begin_capture)(void*, int);
+  int (*stream_end_capture)(void*, void**);
+  int (*graph_instantiate)(void**, void*, unsigned long long);
+  int (*graph_launch)(void*, void*);
+  int (*graph_exec_destroy)(void*);
+  int (*graph_destroy)(void*);
 };
+
+constexpr int kCaptureModeThreadLocal = 1;  // cudaStreamCaptureModeThreadLocal
 
 template <typename F>
 bool bind(void* lib, const char* name, F* out) {
@@ -85,7 +94,14 @@ Outcome<const CudaApi*> load_cudart() {
               bind(lib, "cudaGetErrorName", &api.get_error_name) &&
               bind(lib, "cudaGetErrorString", &api.get_error_string) &&
               bind(lib, "cudaHostRegister", &api.host_register) &&
-              bind(lib, "cudaHostUnregister", &api.host_unregister);
+              bind(lib, "cudaHostUnregister", &api.host_unregister) &&
+              bind(lib, "cudaMemGetInfo", &api.mem_get_info) &&
+              bind(lib, "cudaStreamBeginCapture", &api.stream_begin_capture) &&
+              bind(lib, "cudaStreamEndCapture", &api.stream_end_capture) &&
+              bind(lib, "cudaGraphInstantiateWithFlags", &api.graph_instantiate) &&
+              bind(lib, "cudaGraphLaunch", &api.graph_launch) &&
+              bind(lib, "cudaGraphExecDestroy", &api.graph_exec_destroy) &&
+              bind(lib, "cudaGraphDestroy", &api.graph_destroy);
     if (!ok) failure = "the CUDA runtime found lacks an entry point this module needs";
   });
   if (!failure.empty()) return Status(Error::NotSupported, failure);
@@ -160,6 +176,46 @@ class CudaMemory final : public DeviceMemory {
 
   Status unpin_host(void* p) override {
     return check(api_->host_unregister(p), "cudaHostUnregister", Error::Internal);
+  }
+
+  Status memory_info(size_t* free_bytes, size_t* total_bytes) override {
+    ETHOST_RETURN_IF_ERROR(check(api_->set_device(device_), "cudaSetDevice", Error::Internal));
+    return check(api_->mem_get_info(free_bytes, total_bytes), "cudaMemGetInfo", Error::Internal);
+  }
+
+  bool has_graphs() const override { return true; }
+
+  Status begin_capture(StreamHandle stream) override {
+    return check(
+        api_->stream_begin_capture(reinterpret_cast<void*>(stream), kCaptureModeThreadLocal),
+        "cudaStreamBeginCapture", Error::Internal);
+  }
+
+  Outcome<uintptr_t> end_capture(StreamHandle stream) override {
+    void* graph = nullptr;
+    Status ended = check(api_->stream_end_capture(reinterpret_cast<void*>(stream), &graph),
+                         "cudaStreamEndCapture", Error::Internal);
+    if (!ended.ok() || graph == nullptr) {
+      if (graph != nullptr) api_->graph_destroy(graph);
+      api_->get_last_error();  // an invalidated capture must not linger as the thread's error
+      return ended.ok() ? Status(Error::Internal, "the capture recorded no graph") : ended;
+    }
+    void* exec = nullptr;
+    Status made =
+        check(api_->graph_instantiate(&exec, graph, 0), "cudaGraphInstantiate", Error::Internal);
+    api_->graph_destroy(graph);  // the executable graph does not need it
+    if (!made.ok()) return made;
+    return reinterpret_cast<uintptr_t>(exec);
+  }
+
+  Status launch_graph(uintptr_t graph, StreamHandle stream) override {
+    return check(
+        api_->graph_launch(reinterpret_cast<void*>(graph), reinterpret_cast<void*>(stream)),
+        "cudaGraphLaunch", Error::Internal);
+  }
+
+  void destroy_graph(uintptr_t graph) override {
+    if (graph != 0) api_->graph_exec_destroy(reinterpret_cast<void*>(graph));
   }
 
   Status context_health() override {

@@ -65,13 +65,46 @@ class DeviceMemory {
   // ethost.device_fault() for executes of both the native lane and its own scheduler.
   // A memory without a device context (a test's) has nothing to poison.
   virtual Status context_health() { return Status(); }
+
+  // Free and total bytes of the device (cudaMemGetInfo): what a load is admitted against.
+  virtual Status memory_info(size_t* free_bytes, size_t* total_bytes) {
+    (void)free_bytes;
+    (void)total_bytes;
+    return Status(Error::NotSupported, std::string(kind()) + " memory has no device size");
+  }
+
+  // CUDA graphs: record what is enqueued on `stream` (this thread's work only) into an
+  // executable graph, then replay it with one launch. A graph is carried as an integer handle.
+  virtual Status begin_capture(StreamHandle stream) {
+    (void)stream;
+    return no_graphs();
+  }
+  // Ends the capture whatever happened in it; a failed capture leaves no error behind.
+  virtual Outcome<uintptr_t> end_capture(StreamHandle stream) {
+    (void)stream;
+    return no_graphs();
+  }
+  virtual Status launch_graph(uintptr_t graph, StreamHandle stream) {
+    (void)graph;
+    (void)stream;
+    return no_graphs();
+  }
+  virtual void destroy_graph(uintptr_t graph) { (void)graph; }
+  virtual bool has_graphs() const { return false; }
+
+ private:
+  Status no_graphs() const {
+    return Status(Error::NotSupported, std::string(kind()) + " memory has no CUDA graphs");
+  }
 };
 
 // CUDA runtime loaded with dlopen; fails (NotSupported) with a readable reason on a host
 // without CUDA.
 Outcome<std::shared_ptr<DeviceMemory>> make_cuda_memory();
-// Tests only: "device" memory is the allocations this object made.
-std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host);
+// Tests only: "device" memory is the allocations this object made. A non-zero `device_bytes`
+// gives it a device size: memory_info then reports that size less what is allocated, so a test
+// can fill a device without a GPU (allocations are not refused past it: admission must be).
+std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host, size_t device_bytes = 0);
 // Tests only: puts the host stand-in in the state a sticky CUDA error leaves a context in
 // (every synchronize, copy, allocation and context_health() fails with `reason`), so the
 // service's containment of a poisoned context runs on CPU through the same seam as on a GPU.

@@ -14,7 +14,8 @@ namespace {
 
 class HostMemory final : public DeviceMemory {
  public:
-  explicit HostMemory(bool reads_pageable_host) : reads_pageable_host_(reads_pageable_host) {}
+  HostMemory(bool reads_pageable_host, size_t device_bytes)
+      : reads_pageable_host_(reads_pageable_host), device_bytes_(device_bytes) {}
 
   ~HostMemory() override {
     for (auto& [base, size] : allocations_) std::free(reinterpret_cast<void*>(base));
@@ -74,6 +75,16 @@ class HostMemory final : public DeviceMemory {
     return ++next_stream_;
   }
   Status synchronize(StreamHandle) override { return context_health(); }
+
+  Status memory_info(size_t* free_bytes, size_t* total_bytes) override {
+    if (device_bytes_ == 0) return DeviceMemory::memory_info(free_bytes, total_bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t used = 0;
+    for (auto& [base, size] : allocations_) used += size;
+    *total_bytes = device_bytes_;
+    *free_bytes = used < device_bytes_ ? device_bytes_ - used : 0;
+    return Status();
+  }
   void destroy_stream(StreamHandle) override {}
 
   Status context_health() override {
@@ -89,6 +100,7 @@ class HostMemory final : public DeviceMemory {
 
  private:
   const bool reads_pageable_host_;
+  const size_t device_bytes_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> allocations_;
   StreamHandle next_stream_ = 0;
@@ -97,8 +109,8 @@ class HostMemory final : public DeviceMemory {
 
 }  // namespace
 
-std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host) {
-  return std::make_shared<HostMemory>(reads_pageable_host);
+std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host, size_t device_bytes) {
+  return std::make_shared<HostMemory>(reads_pageable_host, device_bytes);
 }
 
 Status poison_host_memory(const std::shared_ptr<DeviceMemory>& memory, const std::string& reason) {

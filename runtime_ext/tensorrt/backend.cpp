@@ -40,7 +40,7 @@ class TensorRTBackend final : public et::BackendInterface {
 
   et::Result<et::DelegateHandle*> init(et::BackendInitContext& context,
                                        et::FreeableBuffer* processed,
-                                       et::ArrayRef<et::CompileSpec>) const override {
+                                       et::ArrayRef<et::CompileSpec> specs) const override {
     const char* method = context.get_method_name() ? context.get_method_name() : "?";
     std::string label = std::string(method) + "#" + std::to_string(g_instances++);
     RunnerOrigin origin = next_origin(context, method);
@@ -61,8 +61,19 @@ class TensorRTBackend final : public et::BackendInterface {
         if (external) external->Free();
         processed->Free();
       };
+      CompileSpecReader baked;
+      for (const auto& spec : specs) {
+        Status read =
+            baked.add(spec.key, static_cast<const uint8_t*>(spec.value.buffer), spec.value.nbytes);
+        if (!read.ok()) {
+          ET_LOG(Error, "TensorRTBackend %s: init failed: %s", label.c_str(),
+                 read.message().c_str());
+          processed->Free();
+          return read.code;
+        }
+      }
       auto runner = make_runner(static_cast<const uint8_t*>(processed->data()), processed->size(),
-                                lookup, label, release);
+                                lookup, label, release, baked.options());
       if (!runner.ok()) {
         ET_LOG(Error, "TensorRTBackend %s: init failed: %s", label.c_str(),
                runner.status().message().c_str());

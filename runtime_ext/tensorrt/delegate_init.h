@@ -23,9 +23,12 @@ struct Bytes {
 using NamedLookup = std::function<Outcome<Bytes>(const std::string& key)>;
 
 // `release_bytes` is called once the plan is deserialized, so the blob's memory can go.
+// `baked`: the knobs the program carries (its compile specs); the calling thread's load options
+// (set_thread_load_options) override them.
 Outcome<std::unique_ptr<EngineRunner>> make_runner(const uint8_t* blob, size_t blob_size,
                                                    const NamedLookup& named_lookup,
                                                    const std::string& label,
-                                                   const std::function<void()>& release_bytes);
+                                                   const std::function<void()>& release_bytes,
+                                                   const LoadOptions& baked = {});
 
 }  // namespace ethost_trt

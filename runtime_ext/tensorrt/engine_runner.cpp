@@ -5,6 +5,7 @@
 
 #include <executorch/runtime/platform/log.h>
 
+#include "scratch.h"
 #include "staging_plan.h"
 
 namespace ethost_trt {
@@ -49,7 +50,8 @@ Status check_input_shape(const EngineIo& io, const Dims& dims) {
 Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engine> engine,
                                                             const BlobMetadata& meta,
                                                             std::shared_ptr<DeviceMemory> memory,
-                                                            std::string label) {
+                                                            std::string label,
+                                                            const LoadOptions& options) {
   const auto& io = engine->io();
   if (io.size() != meta.io_bindings.size()) {
     return Status(Error::InvalidProgram,
@@ -88,7 +90,30 @@ Outcome<std::unique_ptr<EngineRunner>> EngineRunner::create(std::shared_ptr<Engi
     r->updated_in_place_[i] = true;
   }
   r->aliased_count_ = meta.aliased_io.size();
-  ETHOST_ASSIGN_OR_RETURN(r->context_, engine->create_context());
+  r->options_ = options;
+  GraphReport& graphs = r->graph_report_;
+  graphs.requested = options.cuda_graphs();
+  const EngineStats& stats = engine->stats();
+  r->scratch_bytes_ = options.shared_scratch() && stats.device_memory_size > 0
+                          ? static_cast<size_t>(stats.device_memory_size)
+                          : 0;
+  if (!graphs.requested) {
+    graphs.reason = "use_cuda_graphs is off";
+  } else if (!memory->has_graphs()) {
+    graphs.reason = std::string(memory->kind()) + " memory has no CUDA graphs";
+  } else if (r->aliased_count_ > 0) {
+    graphs.reason = "the engine updates inputs in place (aliased outputs)";
+  } else if (stats.weight_streaming_budget >= 0 &&
+             stats.weight_streaming_budget < stats.streamable_weights_size) {
+    graphs.reason = "the engine streams weights, which makes its enqueue synchronous";
+  } else if (r->scratch_bytes_ > 0) {
+    graphs.reason = "its context takes the shared activation scratch";
+  }
+  r->ineligible_ = graphs.reason;
+  {
+    auto lifecycle = engine_lifecycle_shared();
+    ETHOST_ASSIGN_OR_RETURN(r->context_, engine->create_context(r->scratch_bytes_ > 0));
+  }
   auto stream = memory->create_stream();
   if (!stream.ok()) {
     Status failed = stream.take_status();
@@ -119,10 +144,13 @@ EngineRunner::~EngineRunner() {
   }
   if (memory_) {
     memory_->synchronize(stream_);
+    drop_graph();
     for (auto& s : stages_) memory_->release(s.data);
     memory_->destroy_stream(stream_);
   }
-  context_.reset();  // before the engine it came from
+  auto lifecycle = engine_lifecycle_shared();  // no capture while TensorRT objects go
+  context_.reset();                            // before the engine it came from
+  engine_.reset();
 }
 
 Outcome<std::vector<int>> EngineRunner::check_args(const std::vector<IoArg>& args) {
@@ -220,6 +248,14 @@ Status EngineRunner::run(std::vector<IoArg>& args, const ResizeOutput& resize) {
   for (size_t e = 0; e < io.size(); ++e) {
     if (io[e].is_input) inputs.push_back(args[arg_of[e]].shape);
   }
+  // Taken before anything is bound and held until the stream has drained (end of this call).
+  ScratchClaim scratch;
+  if (scratch_bytes_ > 0) {
+    auto claimed = claim_shared_scratch(memory_, scratch_bytes_);
+    if (!claimed.ok()) return claimed.take_status();
+    scratch = claimed.take();
+    scratch_ = scratch.data;
+  }
   Status ran;
   {
     std::unique_ptr<ProviderScope> scope;
@@ -308,13 +344,12 @@ Status EngineRunner::stage_and_run(std::vector<IoArg>& args, const std::vector<i
   call.input_shapes = input_shapes == context_shapes_ ? nullptr : &input_shapes;
   call.addresses = addresses == bound_addresses_ ? nullptr : &addresses;
   call.stream = stream_;
-  Status executed = context_->execute(call);
-  if (!executed.ok()) {
-    // What the context holds is unknown now: resend everything next time.
-    context_shapes_.clear();
-    bound_addresses_.clear();
-    return executed;
+  if (scratch_bytes_ > 0 && scratch_ != bound_scratch_) {
+    call.scratch = reinterpret_cast<uintptr_t>(scratch_);
+    call.scratch_size = scratch_bytes_;
   }
+  ETHOST_RETURN_IF_ERROR(enqueue(call, input_shapes, addresses));
+  bound_scratch_ = scratch_;
   if (call.input_shapes) context_shapes_ = input_shapes;
   if (call.addresses) bound_addresses_ = std::move(addresses);
   for (const auto& c : plan.after) ETHOST_RETURN_IF_ERROR(copy(c));
@@ -345,6 +380,18 @@ std::vector<BindingCounters> EngineRunner::counters() const {
 uint64_t EngineRunner::calls() const {
   std::lock_guard<std::mutex> lock(counters_mu_);
   return calls_;
+}
+
+std::vector<RunnerReport> all_runner_reports() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::vector<RunnerReport> out;
+  for (const EngineRunner* r : registry()) {
+    out.push_back({r->label(), r->origin(), r->engine().stats(), r->options().shared_engines(),
+                   r->shared_scratch(), r->engine_holders(),
+                   reinterpret_cast<uintptr_t>(&r->engine()), r->graphs()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.label < b.label; });
+  return out;
 }
 
 std::vector<RunnerCounters> all_runner_counters() {

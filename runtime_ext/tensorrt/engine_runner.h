@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "blob.h"
-#include "memory.h"
 #include "engine_provider.h"
+#include "load_options.h"
+#include "memory.h"
 
 namespace ethost_trt {
 
@@ -39,6 +40,17 @@ struct BindingCounters {
   size_t stage_capacity = 0;
 };
 
+// Whether a runner replays CUDA graphs, and why not: the report upstream logs once, kept for
+// the model description.
+struct GraphReport {
+  bool requested = false;
+  bool replaying = false;  // a graph is captured for the shapes and addresses of the last call
+  std::string reason;      // why it does not replay ("" when it does, or will at the next call)
+  uint64_t captures = 0;
+  uint64_t failed_captures = 0;
+  uint64_t replays = 0;
+};
+
 // What a runner serves, named when it is created (see set_instance_owner in backend.h), so that
 // its counters can be attributed without guessing.
 struct RunnerOrigin {
@@ -52,7 +64,8 @@ class EngineRunner {
   static Outcome<std::unique_ptr<EngineRunner>> create(std::shared_ptr<Engine> engine,
                                                        const BlobMetadata& meta,
                                                        std::shared_ptr<DeviceMemory> memory,
-                                                       std::string label);
+                                                       std::string label,
+                                                       const LoadOptions& options = {});
   ~EngineRunner();
   EngineRunner(const EngineRunner&) = delete;
   EngineRunner& operator=(const EngineRunner&) = delete;
@@ -69,6 +82,11 @@ class EngineRunner {
   StreamHandle stream() const { return stream_; }
   const Engine& engine() const { return *engine_; }
   const char* memory_kind() const { return memory_->kind(); }
+  const LoadOptions& options() const { return options_; }
+  GraphReport graphs() const;
+  // How many runners (delegate instances, of any model) hold this runner's engine.
+  long engine_holders() const { return engine_.use_count(); }
+  bool shared_scratch() const { return scratch_bytes_ > 0; }
 
  private:
   struct Stage {
@@ -84,6 +102,13 @@ class EngineRunner {
                         const std::vector<Dims>& shapes, const ResizeOutput& resize);
   Status stage_and_run(std::vector<IoArg>& args, const std::vector<int>& arg_of,
                        const std::vector<Dims>& input_shapes);
+  // Enqueues the engine: through the provider, or by replaying the graph captured for these
+  // shapes and addresses (capturing it at their second call in a row).
+  Status enqueue(ExecuteCall& call, const std::vector<Dims>& input_shapes,
+                 const std::vector<uintptr_t>& addresses);
+  Status provider_execute(const ExecuteCall& call);
+  Status capture(const ExecuteCall& call);
+  void drop_graph();
 
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<DeviceMemory> memory_;
@@ -103,7 +128,22 @@ class EngineRunner {
   // What the execution context holds now, so unchanged shapes and addresses are not resent.
   std::vector<Dims> context_shapes_;
   std::vector<uintptr_t> bound_addresses_;
+  LoadOptions options_;
+  std::string ineligible_;  // why this runner never replays graphs ("" when it may)
+  // The shared activation scratch this runner's context takes (0: the context has its own).
+  size_t scratch_bytes_ = 0;
+  void* scratch_ = nullptr;        // the buffer claimed for the current call
+  void* bound_scratch_ = nullptr;  // the buffer the context holds
+  // CUDA graph state: the shapes and addresses of the last provider execute, and the graph
+  // captured for them (0: none).
+  struct Graph {
+    std::vector<Dims> shapes;
+    std::vector<uintptr_t> addresses;
+    bool warmed = false;
+    uintptr_t exec = 0;
+  } graph_;
   mutable std::mutex counters_mu_;
+  GraphReport graph_report_;
   std::vector<BindingCounters> counters_;
   uint64_t calls_ = 0;
 };
@@ -113,6 +153,19 @@ struct RunnerCounters {
   RunnerOrigin origin;
   std::vector<BindingCounters> bindings;
 };
+
+// One live runner's engine and knobs, for ethost_tensorrt.engine_reports().
+struct RunnerReport {
+  std::string label;
+  RunnerOrigin origin;
+  EngineStats stats;
+  bool shared_engines = true;
+  bool shared_scratch = false;
+  long engine_holders = 0;
+  uintptr_t engine_id = 0;  // the same for runners sharing one engine
+  GraphReport graphs;
+};
+std::vector<RunnerReport> all_runner_reports();
 
 // Every live runner's counters, for ethost_tensorrt.staging_counters().
 std::vector<RunnerCounters> all_runner_counters();

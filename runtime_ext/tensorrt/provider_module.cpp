@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include <nanobind/stl/string.h>
@@ -141,7 +142,12 @@ class PyContext final : public ExecutionContext {
     return call_python(Error::Internal, "execute", [&] {
       nb::object shapes = call.input_shapes ? dims_list(*call.input_shapes) : nb::none();
       nb::object addresses = call.addresses ? address_tuple(*call.addresses) : nb::none();
-      execute_(ctx_, shapes, addresses, call.stream);
+      if (call.scratch != 0) {
+        execute_(ctx_, shapes, addresses, call.stream,
+                 nb::make_tuple(call.scratch, call.scratch_size));
+      } else {
+        execute_(ctx_, shapes, addresses, call.stream);
+      }
     });
   }
 
@@ -172,10 +178,11 @@ class PyEngine final : public Engine {
   const std::vector<EngineIo>& io() const override { return io_; }
   const EngineStats& stats() const override { return stats_; }
 
-  Outcome<std::unique_ptr<ExecutionContext>> create_context() override {
+  Outcome<std::unique_ptr<ExecutionContext>> create_context(bool user_managed) override {
     std::unique_ptr<ExecutionContext> made;
     ETHOST_RETURN_IF_ERROR(call_python(Error::Internal, "create_context", [&] {
-      nb::object ctx = provider_.attr("create_context")(engine_);
+      nb::object ctx = user_managed ? provider_.attr("create_context")(engine_, true)
+                                    : provider_.attr("create_context")(engine_);
       made = std::make_unique<PyContext>(provider_, std::move(ctx));
     }));
     return made;
@@ -211,6 +218,12 @@ void describe(nb::handle provider, nb::handle engine, std::vector<EngineIo>* io,
   stats->total_weights_size = nb::cast<int64_t>(s["total_weights_size"]);
   stats->refittable = nb::cast<bool>(s["refittable"]);
   stats->device_memory_size = nb::cast<int64_t>(s["device_memory_size"]);
+  if (s.contains("streamable_weights_size")) {
+    stats->streamable_weights_size = nb::cast<int64_t>(s["streamable_weights_size"]);
+  }
+  if (s.contains("weight_streaming_budget")) {
+    stats->weight_streaming_budget = nb::cast<int64_t>(s["weight_streaming_budget"]);
+  }
 }
 
 // Deserializes through the Python object, sharing one Engine per identical plan bytes and device
@@ -221,21 +234,24 @@ class PyProvider final : public EngineProvider {
   explicit PyProvider(nb::object provider) : provider_(std::move(provider)) {}
   ~PyProvider() override { drop(provider_); }
 
-  Outcome<std::shared_ptr<Engine>> deserialize(const uint8_t* plan, size_t size,
-                                               int device_id) override {
+  Outcome<std::shared_ptr<Engine>> deserialize(const uint8_t* plan, size_t size, int device_id,
+                                               const DeserializeOptions& options) override {
     // A provider that releases the GIL inside deserialize may let two threads deserialize the
     // same new plan at once; both engines are valid and the later one stays in the cache.
     std::shared_ptr<Engine> out;
     ETHOST_RETURN_IF_ERROR(call_python(Error::DelegateInvalidCompatibility, "deserialize", [&] {
       nb::bytes bytes(plan, size);
-      std::string digest = nb::cast<std::string>(
-          nb::module_::import_("hashlib").attr("sha256")(bytes).attr("hexdigest")());
-      auto key = std::make_pair(digest, device_id);
-      auto found = cache_.find(key);
-      if (found != cache_.end()) {
-        if (auto shared = found->second.lock()) {
-          out = std::move(shared);
-          return;
+      Key key;
+      if (options.shared) {
+        std::string digest = nb::cast<std::string>(
+            nb::module_::import_("hashlib").attr("sha256")(bytes).attr("hexdigest")());
+        key = Key{digest, device_id, options.budget ? options.budget->key() : ""};
+        auto found = cache_.find(key);
+        if (found != cache_.end()) {
+          if (auto shared = found->second.lock()) {
+            out = std::move(shared);
+            return;
+          }
         }
       }
       nb::object engine = provider_.attr("deserialize")(bytes, device_id);
@@ -243,17 +259,39 @@ class PyProvider final : public EngineProvider {
       std::vector<EngineIo> io;
       EngineStats stats;
       describe(provider_, engine, &io, &stats);
+      if (options.budget && stats.streamable_weights_size > 0) {
+        // Before any context: TensorRT takes a budget only while the engine has none.
+        provider_.attr("set_weight_streaming_budget")(
+            engine, options.budget->resolve(stats.streamable_weights_size));
+        io.clear();
+        describe(provider_, engine, &io, &stats);  // context memory depends on the budget
+      }
+      if (options.shared) {
+        stats.plan_sha256 = std::get<0>(key);
+        stats.budget_key = std::get<2>(key);
+      }
       auto made = std::make_shared<PyEngine>(provider_, std::move(engine), std::move(io), stats);
-      cache_[key] = made;
+      if (options.shared) cache_[key] = made;
       out = std::move(made);
     }));
     return out;
   }
 
+  void wait_outside(const std::function<void()>& wait) override {
+    if (!python_alive() || !PyGILState_Check()) {
+      wait();
+      return;
+    }
+    nb::gil_scoped_release released;
+    wait();
+  }
+
  private:
   nb::object provider_;
   // Engines are shared while anyone uses them; an entry whose engine died is simply replaced.
-  std::map<std::pair<std::string, int>, std::weak_ptr<Engine>> cache_;
+  // Plan digest, device and budget key.
+  using Key = std::tuple<std::string, int, std::string>;
+  std::map<Key, std::weak_ptr<Engine>> cache_;
 };
 
 // What engine_provider() returns; guarded by the GIL. Leaked on purpose, so no static destructor

@@ -117,6 +117,19 @@ class TestRunner {
     d["total_weights_size"] = s.total_weights_size;
     d["refittable"] = s.refittable;
     d["device_memory_size"] = s.device_memory_size;
+    d["streamable_weights_size"] = s.streamable_weights_size;
+    d["weight_streaming_budget"] = s.weight_streaming_budget;
+    return d;
+  }
+  nb::dict graphs() const {
+    GraphReport g = runner_->graphs();
+    nb::dict d;
+    d["requested"] = g.requested;
+    d["replaying"] = g.replaying;
+    d["reason"] = g.reason;
+    d["captures"] = g.captures;
+    d["failed_captures"] = g.failed_captures;
+    d["replays"] = g.replays;
     return d;
   }
 
@@ -131,10 +144,13 @@ NB_MODULE(ethost_tensorrt_testing, t) {
   t.doc() = "Test hooks of the TensorRTBackend delegate; not for production use.";
   t.def(
       "use_host_memory",
-      [](bool reads_pageable_host) { use_memory(make_host_memory(reads_pageable_host)); },
-      nb::arg("reads_pageable_host") = false,
+      [](bool reads_pageable_host, size_t device_bytes) {
+        use_memory(make_host_memory(reads_pageable_host, device_bytes));
+      },
+      nb::arg("reads_pageable_host") = false, nb::arg("device_bytes") = 0,
       "Delegates initialized from now on use a host-memory stand-in for the GPU: a discrete one, "
-      "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like).");
+      "or with reads_pageable_host=True one that reads pageable host memory (Jetson-like). "
+      "device_bytes > 0 gives it that device size (ethost_tensorrt.device_memory_info).");
   t.def(
       "use_cuda_memory",
       []() {
@@ -192,6 +208,7 @@ NB_MODULE(ethost_tensorrt_testing, t) {
            nb::arg("named_data") = nb::none())
       .def("run", &TestRunner::run, nb::arg("args"))
       .def("counters", &TestRunner::counters)
+      .def("graphs", &TestRunner::graphs)
       .def_prop_ro("calls", &TestRunner::calls)
       .def_prop_ro("stream", &TestRunner::stream)
       .def_prop_ro("label", &TestRunner::label)

@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <executorch/runtime/platform/runtime.h>
@@ -12,6 +13,9 @@
 #include "backend.h"
 #include "blob.h"
 #include "counters_module.h"
+#include "engine_runner.h"
+#include "load_options.h"
+#include "scratch.h"
 #include "memory.h"
 #include "provider_module.h"
 
@@ -166,6 +170,84 @@ NB_MODULE(ethost_tensorrt, m) {
       "Per live delegate instance: its label, owner (see set_instance_owner), method and ordinal "
       "among its method instance's TensorRT delegates; per binding, staging copies so far and how "
       "often it was staged or bound directly.");
+
+  m.def(
+      "set_load_options",
+      [](std::optional<int64_t> budget_bytes, std::optional<double> budget_fraction,
+         std::optional<bool> use_cuda_graphs, std::optional<bool> use_shared_engines,
+         std::optional<bool> use_shared_activation_scratch) {
+        LoadOptions options;
+        if (budget_bytes) options.weight_streaming_budget = WeightBudget{budget_bytes, {}};
+        if (budget_fraction) options.weight_streaming_budget = WeightBudget{{}, budget_fraction};
+        options.use_cuda_graphs = use_cuda_graphs;
+        options.use_shared_engines = use_shared_engines;
+        options.use_shared_activation_scratch = use_shared_activation_scratch;
+        set_thread_load_options(options);
+      },
+      nb::arg("weight_streaming_budget_bytes").none() = nb::none(),
+      nb::arg("weight_streaming_budget_fraction").none() = nb::none(),
+      nb::arg("use_cuda_graphs").none() = nb::none(),
+      nb::arg("use_shared_engines").none() = nb::none(),
+      nb::arg("use_shared_activation_scratch").none() = nb::none(),
+      "The knobs of the delegates this thread initializes from now on (None: what the program "
+      "baked in, else the default); they override the program's compile specs. Call with no "
+      "arguments to reset.");
+
+  m.def(
+      "engine_reports",
+      []() {
+        nb::list out;
+        for (const auto& r : all_runner_reports()) {
+          nb::dict d;
+          d["delegate"] = r.label;
+          d["owner"] = r.origin.owner;
+          d["method"] = r.origin.method;
+          d["ordinal"] = r.origin.ordinal;
+          d["engine_id"] = r.engine_id;
+          d["shared_engines"] = r.shared_engines;
+          d["shared_scratch"] = r.shared_scratch;
+          d["engine_holders"] = r.engine_holders;
+          d["device_memory_size"] = r.stats.device_memory_size;
+          d["total_weights_size"] = r.stats.total_weights_size;
+          d["streamable_weights_size"] = r.stats.streamable_weights_size;
+          d["weight_streaming_budget"] = r.stats.weight_streaming_budget;
+          d["resident_weights_size"] = r.stats.resident_weights();
+          d["plan_sha256"] = r.stats.plan_sha256;
+          d["budget_key"] = r.stats.budget_key;
+          nb::dict g;
+          g["requested"] = r.graphs.requested;
+          g["replaying"] = r.graphs.replaying;
+          g["reason"] = r.graphs.reason;
+          g["captures"] = r.graphs.captures;
+          g["failed_captures"] = r.graphs.failed_captures;
+          g["replays"] = r.graphs.replays;
+          d["cuda_graphs"] = g;
+          out.append(d);
+        }
+        return out;
+      },
+      "Per live delegate instance: its engine (engine_id is shared by instances sharing one "
+      "engine), its device figures, its knobs and whether it replays CUDA graphs (and why not).");
+
+  m.def(
+      "shared_scratch_bytes",
+      []() -> size_t {
+        auto memory = active_memory();
+        return memory.ok() ? shared_scratch_bytes(memory.value().get()) : 0;
+      },
+      "Bytes of the shared activation scratch on the active device now (0: none).");
+
+  m.def(
+      "device_memory_info",
+      []() -> std::optional<std::tuple<size_t, size_t>> {
+        auto memory = active_memory();
+        if (!memory.ok()) return std::nullopt;
+        size_t free_bytes = 0, total_bytes = 0;
+        if (!memory.value()->memory_info(&free_bytes, &total_bytes).ok()) return std::nullopt;
+        return std::make_tuple(free_bytes, total_bytes);
+      },
+      "(free, total) bytes of the device delegates load on (cudaMemGetInfo); None where "
+      "unknown.");
 
   m.def("set_instance_owner", &set_instance_owner, nb::arg("owner"),
         "Names the delegate instances this thread creates from now on (staging_counters' "

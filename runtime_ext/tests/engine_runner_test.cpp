@@ -510,3 +510,71 @@ TEST(make_runner_passes_provider_failures_on) {
   set_engine_provider(nullptr);
   use_memory(nullptr);
 }
+
+// The knobs: compile specs the program baked in, overridden by the loading thread's options.
+
+namespace {
+
+Status spec(CompileSpecReader& reader, const std::string& key, const std::string& value) {
+  return reader.add(key, reinterpret_cast<const uint8_t*>(value.data()), value.size());
+}
+
+}  // namespace
+
+TEST(compile_specs_read_upstreams_formats_and_refuse_anything_else) {
+  CompileSpecReader ok;
+  CHECK(spec(ok, "weight_streaming_budget", "1048576").ok());
+  CHECK(spec(ok, "use_cuda_graphs", "1").ok());
+  CHECK(spec(ok, "target_device", "cuda:0").ok());  // not a knob: left alone
+  CHECK(ok.options().weight_streaming_budget->bytes == 1048576);
+  CHECK(ok.options().use_cuda_graphs == true);
+  for (const char* bad : {"", "-1", " 12", "12 ", "0x10", "1e6", "1234567890123456789"}) {
+    CompileSpecReader r;
+    Status s = spec(r, "weight_streaming_budget", bad);
+    CHECK(s.code == Error::InvalidProgram);
+  }
+  CompileSpecReader twice;
+  CHECK(spec(twice, "use_cuda_graphs", "0").ok());
+  CHECK_CONTAINS(spec(twice, "use_cuda_graphs", "0").message(), "given twice");
+  CompileSpecReader word;
+  CHECK(spec(word, "use_cuda_graphs", "true").code == Error::InvalidProgram);
+}
+
+TEST(load_options_override_the_baked_ones_field_by_field) {
+  LoadOptions baked;
+  baked.weight_streaming_budget = WeightBudget{100, std::nullopt};
+  baked.use_cuda_graphs = true;
+  LoadOptions load;
+  load.use_cuda_graphs = false;
+  LoadOptions both = load.over(baked);
+  CHECK(both.weight_streaming_budget->bytes == 100);
+  CHECK(!both.cuda_graphs());
+  CHECK(both.shared_engines());  // default on
+  CHECK(WeightBudget({std::nullopt, 0.5}).resolve(1000) == 500);
+  CHECK(WeightBudget({5000, std::nullopt}).resolve(1000) == 1000);
+  CHECK(WeightBudget({5000, std::nullopt}).resolve(0) == 0);
+}
+
+TEST(make_runner_asks_the_provider_with_the_effective_options) {
+  Script s = one_in_one_out();
+  auto provider = std::make_shared<FakeProvider>(&s);
+  set_engine_provider(provider);
+  use_memory(make_host_memory(false));
+  auto bytes = ethost_test::blob(std::string(kBlobMeta) + "}", "PLAN-BYTES");
+  auto none = [](const std::string&) -> Outcome<Bytes> { return Bytes{}; };
+  LoadOptions baked;
+  baked.weight_streaming_budget = WeightBudget{64, std::nullopt};
+  baked.use_shared_engines = true;
+  LoadOptions thread;
+  thread.use_shared_engines = false;
+  set_thread_load_options(thread);
+  auto runner = make_runner(bytes.data(), bytes.size(), none, "forward#0", [] {}, baked);
+  set_thread_load_options(LoadOptions{});
+  CHECK(runner.ok());
+  CHECK(provider->requests.size() == 1);
+  CHECK(!provider->requests[0].shared);
+  CHECK(provider->requests[0].budget && provider->requests[0].budget->bytes == 64);
+  CHECK(runner.ok() && runner.value()->graphs().reason == "use_cuda_graphs is off");
+  set_engine_provider(nullptr);
+  use_memory(nullptr);
+}

@@ -118,7 +118,7 @@ class FakeEngine final : public ethost_trt::Engine {
   explicit FakeEngine(Script* script) : s_(script) {}
   const std::vector<EngineIo>& io() const override { return s_->io; }
   const ethost_trt::EngineStats& stats() const override { return s_->stats; }
-  Outcome<std::unique_ptr<ethost_trt::ExecutionContext>> create_context() override {
+  Outcome<std::unique_ptr<ethost_trt::ExecutionContext>> create_context(bool) override {
     if (!s_->create_context_fails.ok()) return s_->create_context_fails;
     ++s_->contexts;
     return std::unique_ptr<ethost_trt::ExecutionContext>(new FakeContext(s_));
@@ -133,10 +133,12 @@ class FakeEngine final : public ethost_trt::Engine {
 class FakeProvider final : public ethost_trt::EngineProvider {
  public:
   explicit FakeProvider(Script* script) : s_(script) {}
-  Outcome<std::shared_ptr<ethost_trt::Engine>> deserialize(const uint8_t* plan, size_t size,
-                                                           int device_id) override {
+  Outcome<std::shared_ptr<ethost_trt::Engine>> deserialize(
+      const uint8_t* plan, size_t size, int device_id,
+      const ethost_trt::DeserializeOptions& options) override {
     plans.emplace_back(reinterpret_cast<const char*>(plan), size);
     devices.push_back(device_id);
+    requests.push_back(options);
     if (!fails.ok()) return fails;
     return std::shared_ptr<ethost_trt::Engine>(new FakeEngine(s_));
   }
@@ -144,6 +146,7 @@ class FakeProvider final : public ethost_trt::EngineProvider {
   Status fails;
   std::vector<std::string> plans;
   std::vector<int> devices;
+  std::vector<ethost_trt::DeserializeOptions> requests;
 
  private:
   Script* s_;

@@ -11,7 +11,11 @@ dataplane, ingest or protocols changes:
 - check: the ingest check for its delegates (service.ingest.delegates.DelegateCheck), if any
   beyond loading the program in the check child;
 - metrics: what it counts of its delegates, rendered with the server's metrics;
-- description_fields: the keys its check puts in a delegate's "details" in model descriptions.
+- description_fields: the keys its check puts in a delegate's "details" in model descriptions;
+- loading: a context manager factory (description, instances per method, the server's
+  settings) entered on the load
+  thread around the creation of a model's instances: it may refuse the load first (TensorRT:
+  GPU memory admission) and tell its delegates the model's configuration.
 """
 
 from __future__ import annotations
@@ -23,13 +27,16 @@ from typing import Protocol
 
 class BackendMetrics(Protocol):
     """Per-backend metrics; `open` wraps the opening of a model's pool (instances are created
-    then), `forget` drops a deleted model's series, `families` are rendered on /metrics."""
+    then), `forget` drops a deleted model's series, `families` are rendered on /metrics, and
+    `describe` adds fields to a served model's description."""
 
     def open(self, model: str, open_pool: Callable): ...
 
     def forget(self, model: str) -> None: ...
 
     def families(self) -> list: ...
+
+    def describe(self, model: str) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -41,3 +48,4 @@ class Backend:
     check: Callable[[], Callable | None] = lambda: None
     metrics: Callable[[], BackendMetrics | None] = lambda: None
     description_fields: dict[str, str] = field(default_factory=dict)
+    loading: Callable | None = None

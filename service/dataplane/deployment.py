@@ -10,6 +10,7 @@ ones to close, so the served set always follows the policy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -23,6 +24,7 @@ from service.dataplane.warmup import WarmupFailed, run_warmups
 from service.errors import (
     Aborted,
     Conflict,
+    DeviceMemoryFull,
     Invalid,
     Problem,
     ServiceError,
@@ -52,6 +54,7 @@ _UPLOAD_OUTCOMES = (
     (Invalid, "refused"),
     (TooLarge, "too_large"),
     (Conflict, "conflict"),
+    (DeviceMemoryFull, "device_memory"),
 )
 
 
@@ -74,21 +77,29 @@ class Deployment:
             self.metrics.digest_checked(stored.name, "mismatch")
             raise
         self.metrics.digest_checked(stored.name, "ok", check.seconds)
-        pool = self.metrics.open_pool(
-            stored.name,
-            lambda: ModelPool(
-                stored,
-                self._ethost,
-                plan_for(
-                    stored.description.effective_config.instance_count,
-                    self.settings,
-                    (b.id for b in self.backends if b.device == "gpu"),
-                ),
-                self.settings.kernel_threadpool,
-                InlinePolicy(self.settings.inline_execute_us).execute_below_s,
-            ),
-            stored.version,
+        plan = plan_for(
+            stored.description.effective_config.instance_count,
+            self.settings,
+            (b.id for b in self.backends if b.device == "gpu"),
         )
+        with contextlib.ExitStack() as loading:
+            # Backends may refuse the load here (DeviceMemoryFull) before anything of it loads.
+            for backend in self.backends:
+                if backend.loading is not None:
+                    loading.enter_context(
+                        backend.loading(stored.description, plan.first, self.settings)
+                    )
+            pool = self.metrics.open_pool(
+                stored.name,
+                lambda: ModelPool(
+                    stored,
+                    self._ethost,
+                    plan,
+                    self.settings.kernel_threadpool,
+                    InlinePolicy(self.settings.inline_execute_us).execute_below_s,
+                ),
+                stored.version,
+            )
         self._program_owners[str(pool.program.path)] = stored.name
         if self.gpu_faults.suspect(stored.name):  # its executes alone, its warmups included
             pool.program.mark_suspect(SUSPECT_CLEAN_EXECUTES)
@@ -274,6 +285,9 @@ class Deployment:
                 failed.stored.version,
             )
             await asyncio.to_thread(self.storage.rollback, new, displaced)
+            cause = failed.__cause__
+            if isinstance(cause, DeviceMemoryFull):  # 507, with the figures and the rule
+                raise DeviceMemoryFull(cause.message, cause.problems) from None
             raise Unavailable(
                 f"model {name!r} version {failed.stored.version} could not be opened: {failed}"
             ) from None

@@ -222,6 +222,13 @@ class Metrics:
             self._pools[(model, version)] = weakref.ref(pool)
         return pool
 
+    def backend_views(self, model: str) -> dict:
+        """What the backends add to a served model's description (device memory, knobs)."""
+        view: dict = {}
+        for backend in self.backends:
+            view.update(backend.describe(model))
+        return view
+
     def digest_checked(self, model: str, outcome: str, seconds: float | None = None) -> None:
         with self._lock:
             self.digest_checks.add((model, outcome))

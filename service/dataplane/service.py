@@ -219,6 +219,7 @@ class ModelService(Deployment, Inference, Repository):
         if served is not None:
             view = stored.description.view("ready")
             view["memory"] = served.pool.memory(files).to_json()
+            view.update(self.metrics.backend_views(entry.name))
             if served.pool.warmup_s is not None:
                 view["warmup_s"] = served.pool.warmup_s
         else:

@@ -110,7 +110,7 @@ def model_config(
                 "host_policy": "",
             }
         ],
-        "parameters": {},
+        "parameters": config.tensorrt.to_json(),
         "model_warmup": [warmup.to_json() for warmup in config.warmups],
     }
     if config.dynamic_batching is not None:

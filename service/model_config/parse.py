@@ -1,8 +1,9 @@
 """Per-model configuration under Triton's model-configuration JSON names, checked at ingest.
 
 Users bring configurations written for Triton, so the keys are Triton's (`max_batch_size`,
-`dynamic_batching`, `instance_group`); anything else is refused rather than ignored, because a
-misspelt key silently ignored is a batching setting the user believes in and does not get.
+`dynamic_batching`, `instance_group`, `parameters` for the TensorRT delegate's knobs); anything
+else is refused rather than ignored, because a misspelt key silently ignored is a batching
+setting the user believes in and does not get.
 Values are checked against the program too: a batch dimension the program cannot take would
 otherwise only fail at the first batched request.
 
@@ -17,6 +18,7 @@ import json
 
 from service.errors import Problem
 from service.model_config.checks import TOP, Checker, problem
+from service.model_config.parameters import parse_parameters
 from service.model_config.priority import parse_priorities
 from service.model_config.records import DynamicBatching, InstanceGroup, ModelConfig, QueuePolicy
 from service.model_config.version_policy import parse_version_policy
@@ -25,7 +27,14 @@ from service.model_config.warmup import check_warmups, parse_warmups
 _MAX_INSTANCES = 64
 _MAX_DELAY_US = 60_000_000
 
-_TOP = ("max_batch_size", "dynamic_batching", "instance_group", "model_warmup", "version_policy")
+_TOP = (
+    "max_batch_size",
+    "dynamic_batching",
+    "instance_group",
+    "model_warmup",
+    "version_policy",
+    "parameters",
+)
 _BATCHING = (
     "max_queue_delay_microseconds",
     "preferred_batch_size",
@@ -80,6 +89,7 @@ def parse_model_config(
             else None
         ),
         (parse_version_policy(check, top["version_policy"]) if "version_policy" in top else None),
+        parse_parameters(check, top["parameters"]) if "parameters" in top else None,
     )
     return (None if check.problems else config), check.problems
 

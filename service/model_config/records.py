@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from service.model_config.parameters import TensorRTParameters
+
 REJECT, DELAY = "REJECT", "DELAY"
 
 
@@ -121,6 +123,12 @@ class ModelConfig:
     # Normalized by service.model_config.version_policy: {"latest": {"num_versions": N}},
     # {"all": {}} or {"specific": {"versions": [...]}}.
     version_policy: Mapping | None = None
+    # The TensorRT delegate's knobs (Triton's `parameters`, service.model_config.parameters).
+    parameters: TensorRTParameters | None = None
+
+    @property
+    def tensorrt(self) -> TensorRTParameters:
+        return self.parameters or _NO_PARAMETERS
 
     @property
     def max_batch(self) -> int:
@@ -160,8 +168,11 @@ class ModelConfig:
             answer["model_warmup"] = [warmup.to_json() for warmup in self.model_warmup]
         if self.version_policy is not None:
             answer["version_policy"] = dict(self.version_policy)
+        if self.parameters is not None:
+            answer["parameters"] = self.parameters.to_json()
         return answer
 
 
 _NO_BATCHING = DynamicBatching()
+_NO_PARAMETERS = TensorRTParameters()
 NO_CONFIG = ModelConfig()

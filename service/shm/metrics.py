@@ -43,6 +43,10 @@ class ShmMetrics:
     def forget(self, model: str) -> None:
         self.model_bytes.pop(model, None)
 
+    def describe(self, model: str) -> dict:
+        taken = self.model_bytes.get(model)
+        return {} if taken is None else {"device_bytes_at_load": taken}
+
     def families(self) -> list:
         regions = Gauge(
             "etrt_shm_regions", "Client shared memory regions registered, by kind", ("kind",)

@@ -73,12 +73,21 @@ def test_the_engine_stats_and_serialization_flags_resolve(trt):
                 "get_engine_stat",
                 "refittable",
                 "create_execution_context",
+                "streamable_weights_size",
+                "weight_streaming_budget_v2",
             ],
         ),
         (
             "IExecutionContext",
-            ["set_input_shape", "get_tensor_shape", "set_tensor_address", "execute_async_v3"],
+            [
+                "set_input_shape",
+                "get_tensor_shape",
+                "set_tensor_address",
+                "execute_async_v3",
+                "set_device_memory",
+            ],
         ),
+        ("ExecutionContextAllocationStrategy", ["USER_MANAGED"]),
         ("Runtime", ["deserialize_cuda_engine"]),
     ],
 )

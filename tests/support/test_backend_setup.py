@@ -8,14 +8,23 @@ memory standing in for the GPU. The server and every load-check child run it, so
 same stand-in.
 """
 
+import os
+
 from support.test_engine_provider import TestEngineProvider
 from support.trt_host import load_tensorrt_backend
 
 
-def install_test_backend(reads_pageable_host: bool = False) -> None:
+def install_test_backend(reads_pageable_host: bool = False, device_bytes: int = 0) -> None:
     trt = load_tensorrt_backend()
-    trt.testing.use_host_memory(reads_pageable_host)
+    trt.testing.use_host_memory(reads_pageable_host, device_bytes)
     trt.set_engine_provider(TestEngineProvider())
+
+
+def install_test_backend_sized_device() -> None:
+    """A discrete stand-in GPU of ETRT_TEST_DEVICE_BYTES bytes: what the test provider's engines
+    and contexts allocate on it is used, the rest free, so GPU memory admission is exercised
+    without a GPU."""
+    install_test_backend(device_bytes=int(os.environ["ETRT_TEST_DEVICE_BYTES"]))
 
 
 def install_test_backend_reading_host_memory() -> None:

@@ -9,12 +9,23 @@ binds (an unchanged one is not bound again), and refuses a misaligned one, so a 
 fails the test instead of computing garbage. It also counts its calls, so tests can show the
 delegate reaches it once per steady execute.
 
-Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add", "io": [{"name", "is_input",
-"dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...} optional}.
+Plan JSON: {"op": "add" | "matmul" | "scale" | "inplace_add" | "kernels", "io": [{"name",
+"is_input", "dtype", "shape" (-1 dynamic), "profile_min", "profile_max"}, ...], "stats": {...}
+optional}.
   add:         out0 = in0 + in1
   matmul:      out0 = in0 @ in1
   scale:       out0 = in0 * 2
   inplace_add: in0 += in1, written through out0, which must be bound to in0's address.
+  kernels:     out0 = in0 + (kernels - 1), as `kernels` (default 10) CUDA kernels enqueued on the
+               stream with cupy, nothing synchronous: an engine a CUDA graph can capture (GPU
+               hosts only).
+Like TensorRT's engine it holds its weights on the device: a deserialized engine allocates its
+resident weights (stats total_weights_size, less the streamed part once a budget is set) and
+each execution context its device_memory_size, through the delegate's device memory (host
+stand-in or CUDA), so device-size accounting and sharing are real. Weight streaming: stats
+streamable_weights_size > 0 makes set_weight_streaming_budget apply (recorded in `budgets`).
+A context created user-managed (the shared activation scratch) holds no memory and refuses an
+execute before some was bound (recorded in `scratches`).
 ETRT_TEST_DESERIALIZE_LOG names a file that gets one line ("<pid> <op>") per deserialization.
 A plan with "test_abort_on_deserialize": true makes deserialize abort the process, as a
 malformed plan can crash TensorRT's deserializer; tests use it to show the server survives.
@@ -53,6 +64,7 @@ DEFAULT_STATS = {
     "total_weights_size": 0,
     "refittable": False,
     "device_memory_size": 0,
+    "streamable_weights_size": 0,
 }
 
 
@@ -67,19 +79,44 @@ class MisalignedAddress(AssertionError):
     pass
 
 
+class _DeviceBytes:
+    """Device memory held while the owner lives (weights of an engine, scratch of a context)."""
+
+    def __init__(self, nbytes):
+        self.address = ethost_tensorrt.testing.device_alloc(nbytes) if nbytes > 0 else 0
+
+    def __del__(self):
+        if self.address:
+            ethost_tensorrt.testing.device_free(self.address)
+
+
 class _Engine:
     def __init__(self, spec, device_id):
         self.spec = spec
         self.device_id = device_id
         self.inputs = [t for t in spec["io"] if t["is_input"]]
         self.outputs = [t for t in spec["io"] if not t["is_input"]]
+        self.stats = {**DEFAULT_STATS, **spec.get("stats", {})}
+        self.budget = -1
+        self.weights = _DeviceBytes(self.resident_weights())
+
+    def resident_weights(self):
+        total = max(self.stats["total_weights_size"], 0)
+        streamable = self.stats["streamable_weights_size"]
+        if self.budget < 0 or streamable <= 0:
+            return total
+        return total - streamable + self.budget
 
 
 class _Context:
-    def __init__(self, engine):
+    def __init__(self, engine, user_managed):
         self.engine = engine
         self.shapes = {}
         self.addresses = {}
+        self.user_managed = user_managed
+        # A user-managed context holds no activation memory: each execute may bind some.
+        self.scratch = None if user_managed else _DeviceBytes(engine.stats["device_memory_size"])
+        self.bound_scratch = None
 
 
 class TestEngineProvider:
@@ -94,6 +131,8 @@ class TestEngineProvider:
         self.streams = []  # stream of every execute
         self.misaligned = []
         self.calls = collections.Counter()  # provider calls by name
+        self.budgets = []  # every weight-streaming budget set, in bytes
+        self.scratches = []  # every (address, size) of shared scratch bound to a context
 
     def deserialize(self, plan, device_id):
         plan = bytes(plan)
@@ -119,11 +158,21 @@ class TestEngineProvider:
     def describe(self, engine):
         return {
             "io": [dict(t) for t in engine.spec["io"]],
-            "stats": {**DEFAULT_STATS, **engine.spec.get("stats", {})},
+            "stats": {**engine.stats, "weight_streaming_budget": engine.budget},
         }
 
-    def create_context(self, engine):
-        return _Context(engine)
+    def set_weight_streaming_budget(self, engine, budget):
+        """As TensorRT's weight_streaming_budget_v2: weights beyond the budget leave the device."""
+        self.calls["set_weight_streaming_budget"] += 1
+        if not 0 <= budget <= engine.stats["streamable_weights_size"]:
+            raise ValueError(f"budget {budget} outside [0, streamable weights]")
+        self.budgets.append(budget)
+        engine.budget = budget
+        engine.weights = None  # the old allocation goes before the new one is made
+        engine.weights = _DeviceBytes(engine.resident_weights())
+
+    def create_context(self, engine, user_managed=False):
+        return _Context(engine, user_managed)
 
     def _set_shapes(self, ctx, shapes):
         for t, shape in zip(ctx.engine.inputs, shapes, strict=True):
@@ -160,8 +209,16 @@ class TestEngineProvider:
         value = np.ascontiguousarray(value, dtype=np.dtype(t["dtype"]))
         ethost_tensorrt.testing.device_write(ctx.addresses[t["name"]], value.tobytes())
 
-    def execute(self, ctx, input_shapes, addresses, stream):
+    def execute(self, ctx, input_shapes, addresses, stream, scratch=None):
         self.calls["execute"] += 1
+        if scratch is not None:
+            address, size = scratch
+            if address % ALIGNMENT or size < ctx.engine.stats["device_memory_size"]:
+                raise ValueError(f"scratch {address:#x} of {size} bytes cannot serve this context")
+            ctx.bound_scratch = scratch
+            self.scratches.append(scratch)
+        if ctx.user_managed and ctx.bound_scratch is None:
+            raise AssertionError("a user-managed context executed with no device memory bound")
         if input_shapes is not None:
             self._set_shapes(ctx, input_shapes)
         if addresses is not None:
@@ -169,6 +226,9 @@ class TestEngineProvider:
                 if ctx.addresses.get(t["name"]) != address:
                     self._bind(ctx, t["name"], address)
         self.streams.append(stream)
+        e = ctx.engine
+        if e.spec["op"] == "kernels":
+            return self._kernels(ctx, stream)
         # The delegate's staging copies were queued on `stream`; this engine reads synchronously.
         ethost_tensorrt.testing.stream_synchronize(stream)
         self._run(ctx, ctx.engine, stream)
@@ -196,6 +256,26 @@ class TestEngineProvider:
             self._write(ctx, out, a[0] + a[1])
         else:
             raise ValueError(f"unknown test op {op!r}")
+
+    def _kernels(self, ctx, stream):
+        import cupy  # GPU hosts only
+
+        e = ctx.engine
+        t_in, t_out = e.inputs[0], e.outputs[0]
+        shape = ctx.shapes[t_in["name"]]
+        dtype = np.dtype(t_in["dtype"])
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+
+        def array(address):
+            # The device given, so cupy does not query the pointer (not while capturing).
+            memory = cupy.cuda.UnownedMemory(address, nbytes, None, e.device_id)
+            return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+        with cupy.cuda.ExternalStream(stream):
+            out = array(ctx.addresses[t_out["name"]])
+            cupy.copyto(out, array(ctx.addresses[t_in["name"]]))
+            for _ in range(int(e.spec.get("kernels", 10)) - 1):
+                out += 1
 
     def _poison(self, ctx, how, stream):
         if how not in STICKY_FAULTS:

@@ -227,7 +227,13 @@ def verify_engine(request: dict) -> dict:
         return {"invalid": str(exc), "tensorrt_version": _provider_version(provider)}
     if installed is not None:
         installed.keep(plan, device, engine)
-    return {"device": device, "stats": description["stats"], "io": description["io"]}
+    return {
+        "device": device,
+        "stats": description["stats"],
+        "io": description["io"],
+        # Which engine it is: the server shares one engine per identical plan (admission).
+        "plan_sha256": hashlib.sha256(plan).hexdigest(),
+    }
 
 
 def _apply_verification(
@@ -243,6 +249,8 @@ def _apply_verification(
         "stripped_weights_size": stats["stripped_weights_size"],
         "refittable": stats["refittable"],
         "device_memory_size": stats["device_memory_size"],
+        "streamable_weights_size": stats.get("streamable_weights_size", 0),
+        "plan_sha256": answer["plan_sha256"],
         "device": answer["device"],
         "bindings": answer["io"],
     }

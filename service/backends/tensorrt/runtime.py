@@ -283,6 +283,8 @@ class TensorRTEngineProvider:
         memory = getattr(cuda_engine, "device_memory_size_v2", None)
         if memory is None:
             memory = cuda_engine.device_memory_size
+        # TensorRT 10.1+; 0 unless the plan was built with BuilderFlag.WEIGHT_STREAMING.
+        streamable = int(getattr(cuda_engine, "streamable_weights_size", 0) or 0)
         return {
             "io": io,
             "stats": {
@@ -294,14 +296,41 @@ class TensorRTEngineProvider:
                 ),
                 "refittable": bool(cuda_engine.refittable),
                 "device_memory_size": int(memory),
+                "streamable_weights_size": streamable,
+                # Bytes of the streamable weights kept on the device (all of them until a
+                # budget is set); -1 where nothing streams.
+                "weight_streaming_budget": (
+                    int(cuda_engine.weight_streaming_budget_v2) if streamable > 0 else -1
+                ),
             },
         }
 
-    def create_context(self, engine: Engine) -> Context:
+    def set_weight_streaming_budget(self, engine: Engine, budget: int) -> None:
+        """Keeps `budget` bytes of the streamable weights on the device (the delegate calls it
+        before any execution context exists, as TensorRT requires)."""
+        cuda_engine = engine.cuda_engine
+        with cuda_driver().current(engine.device_id), _captured_log() as messages:
+            cuda_engine.weight_streaming_budget_v2 = int(budget)
+            applied = int(cuda_engine.weight_streaming_budget_v2)
+        if applied != int(budget):
+            raise _failure(
+                f"TensorRT did not take the weight streaming budget {budget} (it holds {applied})",
+                messages,
+            )
+
+    def create_context(self, engine: Engine, user_managed: bool = False) -> Context:
+        """user_managed: the context holds no activation memory; every execute binds the
+        delegate's shared scratch (TensorRT's USER_MANAGED allocation strategy)."""
         trt = tensorrt_module()
         cuda_engine = engine.cuda_engine
         with cuda_driver().current(engine.device_id), _captured_log() as messages:
-            context = cuda_engine.create_execution_context()
+            context = (
+                cuda_engine.create_execution_context(
+                    trt.ExecutionContextAllocationStrategy.USER_MANAGED
+                )
+                if user_managed
+                else cuda_engine.create_execution_context()
+            )
         if context is None:
             raise _failure("TensorRT could not create an execution context", messages)
         names = tuple(cuda_engine.get_tensor_name(i) for i in range(cuda_engine.num_io_tensors))
@@ -332,14 +361,16 @@ class TensorRTEngineProvider:
                 )
         return shapes
 
-    def execute(self, ctx: Context, input_shapes, addresses, stream: int) -> None:
+    def execute(self, ctx: Context, input_shapes, addresses, stream: int, scratch=None) -> None:
         """One delegate execute: new input shapes (or None), every binding's address in engine
-        order when any moved (or None), then enqueue on `stream`. Only moved addresses are
-        bound again."""
+        order when any moved (or None), the shared scratch (address, size) when it moved, then
+        enqueue on `stream`. Only moved addresses are bound again."""
         context = ctx.execution_context
         # Set directly rather than through _captured_log(): this runs on every execute.
         _capture.messages = messages = []
         try:
+            if scratch is not None:
+                context.set_device_memory(*scratch)
             if input_shapes is not None:
                 for name, shape in zip(ctx.inputs, input_shapes, strict=True):
                     if not context.set_input_shape(name, tuple(shape)):

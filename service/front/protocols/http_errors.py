@@ -30,6 +30,7 @@ from service.errors import (
     Busy,
     Conflict,
     DeadlineExceeded,
+    DeviceMemoryFull,
     ExecutionFailed,
     Forbidden,
     Invalid,
@@ -72,6 +73,7 @@ _DESCRIPTIONS = {
     422: "Refused: every problem is named in `problems`",
     500: "The server's own fault",
     503: "The model cannot serve now, or the server is not ready",
+    507: "The model needs more GPU memory than is free (rule load.device_memory)",
     504: "The request's deadline passed before it ran",
 }
 # Tokens are checked on every model and inference route (service/auth.py), so every one of them
@@ -87,6 +89,7 @@ STATUS = {
     NotFound: 404,
     Conflict: 409,
     TooLarge: 413,
+    DeviceMemoryFull: 507,
     Unavailable: 503,
     Busy: 503,
     DeadlineExceeded: 504,

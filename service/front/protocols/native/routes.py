@@ -32,7 +32,7 @@ from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 # Every status each route can answer besides its success (401/403 from the token check, 500
 # for the server's own faults); http_errors answers 404/405 for paths and methods no route has.
 _ANY = (*AUTH, 500)
-_DEPLOY_ERRORS = responses(*_ANY, 409, 413, 422, 503)
+_DEPLOY_ERRORS = responses(*_ANY, 409, 413, 422, 503, 507)
 _MODEL_ERRORS = responses(*_ANY, 404)
 _INFER_ERRORS = responses(*_ANY, 404, 413, 422, 503, 504)
 _UPLOAD_FORM = {

@@ -49,6 +49,36 @@ class MemoryModel(BaseModel):
     )
 
 
+class EngineModel(BaseModel):
+    method: str
+    ordinal: int = Field(description="its place among the method's TensorRT delegates")
+    engine_id: int = Field(description="the same for delegates sharing one engine")
+    shared_engines: bool = Field(description="use_shared_engines as the delegate loaded")
+    shared_scratch: bool = Field(
+        description="its context takes the server's shared activation scratch"
+    )
+    engine_holders: int = Field(description="delegate instances (of any model) holding it")
+    resident_weights_bytes: int
+    streamable_weights_bytes: int
+    weight_streaming_budget: int = Field(
+        description="bytes of streamable weights kept on the device; -1: none set"
+    )
+    context_bytes: int = Field(description="TensorRT's device memory of this instance's context")
+    cuda_graphs: dict[str, Any] = Field(
+        description="requested, replaying, reason (why it does not replay), captures, "
+        "failed_captures, replays"
+    )
+
+
+class DeviceMemoryModel(BaseModel):
+    device_bytes: int = Field(description="weights_bytes + contexts_bytes")
+    weights_bytes: int = Field(description="resident weights, once per engine")
+    contexts_bytes: int = Field(
+        description="execution contexts holding their own memory, once per delegate instance"
+    )
+    engines: list[EngineModel]
+
+
 class VersionModel(BaseModel):
     version: str
     state: str = Field(description="ready, or unavailable (with `error` saying why)")
@@ -83,7 +113,7 @@ class ModelDescription(BaseModel):
         {},
         description="model configuration (Triton's names: "
         "max_batch_size, dynamic_batching, "
-        "instance_group, model_warmup); {} when none was sent",
+        "instance_group, model_warmup, version_policy, parameters); {} when none was sent",
     )
     warmup_s: float | None = Field(
         None,
@@ -95,6 +125,14 @@ class ModelDescription(BaseModel):
         description="what of a ready model the server process holds in RAM now: weights are "
         "mapped from its files, so they count once read; a program that copies weights (e.g. "
         "nn.Linear lowered to permute_copy of the weight) holds the copies in its arenas",
+    )
+    device_memory: DeviceMemoryModel | None = Field(
+        None,
+        description="GPU memory a ready model's TensorRT delegates hold, and each engine's "
+        "knobs as loaded (docs/model-configuration.md: TensorRT parameters)",
+    )
+    device_bytes_at_load: int | None = Field(
+        None, description="device memory the model took when its instances opened (CUDA hosts)"
     )
     error: str | None = None
     problems: list[ProblemModel] = Field([], description="why a model directory entry was refused")
