@@ -15,16 +15,17 @@ import signal
 import uvloop
 
 from service.config import decode_settings
-from service.dataplane.service import ModelService
+from service.embedded import Engine
 from service.engine.server import EngineServer
 from service.ingest import child_guard
 from service.shared.gc_tuning import tune_for_serving
 
 
 async def _serve(settings, ready_fd: int | None) -> None:
-    service = ModelService(settings, keep_staging=os.environ.get("ETRT_ENGINE_RESTART") == "1")
+    # The embeddable engine (service/embedded/), served to the fronts over their links.
+    engine = Engine(settings, keep_staging=os.environ.get("ETRT_ENGINE_RESTART") == "1")
     server = EngineServer(
-        service, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"]
+        engine.dataplane, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"]
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -34,7 +35,7 @@ async def _serve(settings, ready_fd: int | None) -> None:
         loop.set_task_factory(asyncio.eager_task_factory)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     server.open()
-    await service.start()
+    await engine.start()
     server.start_serving()
     tune_for_serving()
     if ready_fd is not None:
@@ -43,7 +44,7 @@ async def _serve(settings, ready_fd: int | None) -> None:
         os.close(ready_fd)
     await stopping.wait()
     server.close()
-    await service.stop()
+    await engine.close()
 
 
 def main() -> None:

@@ -59,10 +59,17 @@ def _openapi(app: FastAPI):
     return openapi
 
 
-def create_app(settings: Settings, service=None, offload_workers: int | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    service=None,
+    offload_workers: int | None = None,
+    owns_service: bool = True,
+) -> FastAPI:
     """`service`: the dataplane the protocols call; a front process passes its engine client
     (service/front/engine_client.py), and without one the app runs its own ModelService
-    in-process."""
+    in-process. `owns_service=False`: the caller starts and stops the dataplane and the app
+    serves HTTP only (no gRPC listener): a Ray Serve replica's embedded engine
+    (service/ray_serve.py)."""
     service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
     offload = Offload(offload_workers, InlinePolicy(settings.inline_execute_us))
@@ -70,6 +77,12 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         http_errors.clip_access_log()
+        if not owns_service:
+            try:
+                yield
+            finally:
+                offload.close()
+            return
         await service.start()
         try:
             async with grpc_listener(service, settings, [TokenInterceptor(policy)], policy):
