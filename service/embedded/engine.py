@@ -144,9 +144,7 @@ class Engine:
         refusals (service.errors.Invalid listing each problem, Conflict when the model exists
         and neither `replace` nor a new `version` is given). `data`: the .ptd files, as paths,
         bytes, or {file name: bytes}."""
-        upload = await asyncio.to_thread(
-            self._stage, name, program, data, config, replace, version
-        )
+        upload = await asyncio.to_thread(self._stage, name, program, data, config, replace, version)
         view = await self.dataplane.deploy(upload)
         return await self._info(view)
 
@@ -246,9 +244,7 @@ class Engine:
         self, model: str | None = None, version: str | int | None = None
     ) -> list[ModelStatistics]:
         """The statistics extension's entries: of one model (or version), or of every model."""
-        entries = await self.dataplane.model_stats(
-            model, None if version is None else str(version)
-        )
+        entries = await self.dataplane.model_stats(model, None if version is None else str(version))
         return [ModelStatistics.from_entry(entry) for entry in entries]
 
     async def metrics_text(self) -> str:

@@ -54,7 +54,9 @@ class ModelInfo:
             reason=reason,
             methods=methods or {},
             versions=tuple(
-                VersionState(v["version"], v["state"], v.get("unavailable_reason") or v.get("error"))
+                VersionState(
+                    v["version"], v["state"], v.get("unavailable_reason") or v.get("error")
+                )
                 for v in view.get("versions", ())
             ),
             config=view.get("config") or {},

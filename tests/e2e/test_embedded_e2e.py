@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from service.embedded import Engine, InferResult, ModelInfo
+from service.errors import Conflict, DeadlineExceeded, Invalid, NotFound, QueueFull, Unavailable
 from support import programs
+from support.model_dirs import layout, snapshot
 from support.program_fixtures import (
     dynamic_batch_program,
     external_weights_program,
@@ -19,10 +22,6 @@ from support.program_fixtures import (
 )
 from support.prometheus import parse, value
 from support.server import registry_rows
-
-from service.embedded import Engine, InferResult, ModelInfo
-from service.errors import Conflict, DeadlineExceeded, Invalid, NotFound, QueueFull, Unavailable
-from tests.e2e.test_model_dirs_e2e import layout, snapshot
 
 
 def run(body):
@@ -73,9 +72,7 @@ def test_deploy_infer_describe_list_and_delete(
         with pytest.raises(NotFound, match="nope"):
             await engine.infer("two", [x3], method="nope")
 
-        await engine.deploy(
-            "weights", external_weights_program.pte, external_weights_program.ptds
-        )
+        await engine.deploy("weights", external_weights_program.pte, external_weights_program.ptds)
         out = await engine.infer("weights", [xw])
         np.testing.assert_allclose(out["output_0"], eager(external_weights_program, xw)[0], 1e-5)
 

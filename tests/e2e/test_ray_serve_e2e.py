@@ -23,11 +23,10 @@ import tritonclient.http as triton_http
 from ray import serve
 from ray.cluster_utils import Cluster
 
+from service.ray_serve import NODE_HEADER, app
 from support import programs
 from support.program_fixtures import linear_relu_program
 from support.server import REPO, free_port, tensor
-
-from service.ray_serve import NODE_HEADER, app
 
 pytestmark = pytest.mark.ray
 MiB = 1024 * 1024
