@@ -72,6 +72,7 @@ def through_serve(
             settings = {"model_repository": str(models), "num_replicas": str(count)}
             if args.gpus:
                 settings["num_gpus"] = str(args.gpus)
+            settings.update(item.split("=", 1) for item in args.arg)
             serve.run(app(settings), name="etrt", route_prefix="/")
             for label, request in requests.items():
                 warm(url, request)
@@ -102,6 +103,9 @@ def main() -> None:
     parser.add_argument("--replicas", default="1", help="replica counts to run, e.g. 1,2")
     parser.add_argument("--images", action="store_true", help="also v2 binary 224x224 images")
     parser.add_argument("--gpus", type=float, default=0.0, help="num_gpus per replica")
+    parser.add_argument(
+        "--arg", action="append", default=[], help="more application args, key=value"
+    )
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-ray-"))
@@ -133,8 +137,8 @@ def main() -> None:
             load = served[(label, count)]
             print(
                 f"{label}: Serve {count} replica(s) / own front = "
-                f"{load.rps / own[label].rps:.2f}x req/s, p50 {load.p50_ms:.2f} ms vs "
-                f"{own[label].p50_ms:.2f} ms"
+                f"{load.rps / own[label].rps:.4f}x req/s (1/{own[label].rps / load.rps:.0f}), "
+                f"p50 {load.p50_ms:.2f} ms vs {own[label].p50_ms:.2f} ms"
             )
         if len(replicas) > 1:
             base = served[(label, replicas[0])].rps
