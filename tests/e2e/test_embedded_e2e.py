@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from service.embedded import Engine, InferResult, ModelInfo
+from service.embedded import Engine, InferResult, ModelInfo, NotReady
 from service.errors import Conflict, DeadlineExceeded, Invalid, NotFound, QueueFull, Unavailable
 from support import programs
 from support.model_dirs import layout, snapshot
@@ -225,6 +225,8 @@ def test_a_read_only_repository_serves_and_lists_refused_entries(
             assert scratch.exists() and models not in scratch.parents
         assert not scratch.exists()  # the private copy goes with the engine
         assert not engine.ready
+        with pytest.raises(NotReady):  # what a Ray Serve replica's health check raises
+            engine.check_health()
 
     asyncio.run(main())
     assert snapshot(models) == before
