@@ -124,9 +124,11 @@ class Engine:
                 await asyncio.sleep(0.02)
 
     def check_health(self) -> None:
-        """Raises NotReady when the engine would answer /v2/health/ready with 503."""
+        """Raises NotReady when the engine would answer /v2/health/ready with 503: starting,
+        loading its repository, stopped, or its GPU context poisoned by a sticky CUDA error
+        (service/dataplane/gpu_faults.py), which only a new process clears."""
         if not self.dataplane.ready:
-            raise NotReady("the engine is not ready (starting, loading its models, or stopped)")
+            raise NotReady(self.dataplane.not_ready_reason())
 
     # -- models ----------------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ async def _serve(settings, ready_fd: int | None) -> None:
         # inside the message that brought it, without a trip through the event loop.
         loop.set_task_factory(asyncio.eager_task_factory)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    service.gpu_faults.on_fault(lambda _: _exit_soon(stopping))
+    engine.dataplane.gpu_faults.on_fault(lambda _: _exit_soon(stopping))
     server.open()
     await engine.start()
     server.start_serving()
@@ -53,7 +53,7 @@ async def _serve(settings, ready_fd: int | None) -> None:
         os.write(ready_fd, b"R")
         os.close(ready_fd)
     await stopping.wait()
-    if service.gpu_faults.fault is not None:
+    if engine.dataplane.gpu_faults.fault is not None:
         await _drain(server)
         os._exit(GPU_FAULT_EXIT)
     server.close()

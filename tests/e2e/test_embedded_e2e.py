@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from service.dataplane.gpu_faults import GpuFaulted
 from service.embedded import Engine, InferResult, ModelInfo, NotReady
 from service.errors import Conflict, DeadlineExceeded, Invalid, NotFound, QueueFull, Unavailable
 from support import programs
@@ -22,6 +23,7 @@ from support.program_fixtures import (
 )
 from support.prometheus import parse, value
 from support.server import registry_rows
+from support.trt_program_fixtures import mixed_16
 
 
 def run(body):
@@ -230,6 +232,45 @@ def test_a_read_only_repository_serves_and_lists_refused_entries(
 
     asyncio.run(main())
     assert snapshot(models) == before
+
+
+@pytest.fixture(scope="module")
+def sticky(mixed_16, tmp_path_factory):
+    """mixed_16 whose every execute poisons the device context (as test_gpu_fault_e2e's)."""
+    from support.trt_programs import with_plans_rewritten
+
+    target = tmp_path_factory.mktemp("sticky") / "sticky.pte"
+    return with_plans_rewritten(mixed_16.pte, target, test_sticky_fault="illegal_address")
+
+
+def test_a_poisoned_gpu_context_ends_readiness_and_fails_the_health_check(
+    tmp_path, mixed_16, sticky
+):
+    """The test engine provider leaves the host-memory stand-in in the state a CUDA illegal
+    address leaves a context: the engine refuses from then on, and check_health (a Ray Serve
+    replica's health check) raises, so Serve replaces the replica with a clean process."""
+    backend = ("support.test_backend_setup:install_test_backend",)
+
+    async def main():
+        async with await Engine.open(tmp_path / "store", backend_setup=backend) as engine:
+            await engine.deploy("good", mixed_16.pte)
+            await engine.deploy("bad", sticky)
+            inputs = mixed_16.example_inputs()
+            result = await engine.infer("good", inputs)
+            [output] = result.outputs.values()
+            np.testing.assert_allclose(
+                output.reshape(-1), mixed_16.reference(*inputs)[0].reshape(-1), 1e-5, 1e-5
+            )
+            engine.check_health()
+            with pytest.raises(GpuFaulted, match="poisoned"):
+                await engine.infer("bad", inputs)
+            assert not engine.ready
+            with pytest.raises(NotReady, match="poisoned by model 'bad'"):
+                engine.check_health()
+            with pytest.raises(GpuFaulted):
+                await engine.infer("good", inputs)
+
+    asyncio.run(main())
 
 
 def test_config_is_a_json_object_as_the_upload_form_takes_it(tmp_path, dynamic_batch_program):
