@@ -91,6 +91,17 @@ def copy(dst: int, src: int, nbytes: int, device_id: int) -> None:
     _check(_rt.cudaMemcpy(dst, src, nbytes, _rt.cudaMemcpyKind.cudaMemcpyDefault), "cudaMemcpy")
 
 
+def pointer_device(address: int) -> int:
+    """The device a CUDA allocation lives on (an embedding program's tensor names only its
+    address: __cuda_array_interface__ carries no device)."""
+    if _rt is None:
+        raise CudaUnavailable("this host has no CUDA runtime (cuda-bindings is not installed)")
+    attributes = _check(_rt.cudaPointerGetAttributes(address), "cudaPointerGetAttributes")
+    if attributes.type != _rt.cudaMemoryType.cudaMemoryTypeDevice:
+        raise CudaFailed(f"address {address:#x} is not device memory")
+    return int(attributes.device)
+
+
 def devices() -> list[DeviceInfo]:
     """Every device's name, compute capability and memory figures (none without CUDA)."""
     found = []

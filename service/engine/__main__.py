@@ -18,7 +18,7 @@ import threading
 import uvloop
 
 from service.config import decode_settings
-from service.dataplane.service import ModelService
+from service.embedded import Engine
 from service.engine.server import EngineServer
 from service.ingest import child_guard
 from service.shared.engine_events import GPU_FAULT_EXIT
@@ -31,9 +31,10 @@ _FLUSH_S = 0.1
 
 
 async def _serve(settings, ready_fd: int | None) -> None:
-    service = ModelService(settings, keep_staging=os.environ.get("ETRT_ENGINE_RESTART") == "1")
+    # The embeddable engine (service/embedded/), served to the fronts over their links.
+    engine = Engine(settings, keep_staging=os.environ.get("ETRT_ENGINE_RESTART") == "1")
     server = EngineServer(
-        service, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"]
+        engine.dataplane, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"]
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -42,9 +43,9 @@ async def _serve(settings, ready_fd: int | None) -> None:
         # inside the message that brought it, without a trip through the event loop.
         loop.set_task_factory(asyncio.eager_task_factory)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    service.gpu_faults.on_fault(lambda _: _exit_soon(stopping))
+    engine.dataplane.gpu_faults.on_fault(lambda _: _exit_soon(stopping))
     server.open()
-    await service.start()
+    await engine.start()
     server.start_serving()
     tune_for_serving()
     if ready_fd is not None:
@@ -52,11 +53,11 @@ async def _serve(settings, ready_fd: int | None) -> None:
         os.write(ready_fd, b"R")
         os.close(ready_fd)
     await stopping.wait()
-    if service.gpu_faults.fault is not None:
+    if engine.dataplane.gpu_faults.fault is not None:
         await _drain(server)
         os._exit(GPU_FAULT_EXIT)
     server.close()
-    await service.stop()
+    await engine.close()
 
 
 def _exit_soon(stopping: asyncio.Event) -> None:

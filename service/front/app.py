@@ -74,10 +74,13 @@ def create_app(
     service=None,
     offload_workers: int | None = None,
     drain: Drain | None = None,
+    owns_service: bool = True,
 ) -> FastAPI:
     """`service`: the dataplane the protocols call; a front process passes its engine client
     (service/front/engine_client.py), and without one the app runs its own ModelService
-    in-process. `drain`: what the front's SIGTERM begins (none begins it in a single process)."""
+    in-process. `drain`: what the front's SIGTERM begins (none begins it in a single process).
+    `owns_service=False`: the caller starts and stops the dataplane and the app serves HTTP
+    only (no gRPC listener): a Ray Serve replica's embedded engine (service/ray_serve.py)."""
     service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
     offload = Offload(offload_workers, InlinePolicy(settings.inline_execute_us))
@@ -88,6 +91,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         http_errors.clip_access_log()
+        if not owns_service:
+            try:
+                yield
+            finally:
+                offload.close()
+            return
         await service.start()
         try:
             async with grpc_listener(service, settings, interceptors, policy, h2_target, drain):

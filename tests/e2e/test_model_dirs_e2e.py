@@ -10,19 +10,9 @@ import httpx
 import numpy as np
 import torch
 
+from support.model_dirs import layout, snapshot
 from support.program_fixtures import external_weights_program, linear_relu_program  # noqa: F401
 from support.server import ServerProcess, stored_files, tensor
-
-
-def snapshot(root):
-    """Every path under root with its bytes' digest and mode: what 'unchanged' means."""
-    return {
-        str(p.relative_to(root)): (
-            p.stat().st_mode,
-            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
-        )
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def predict(client, model, x):
@@ -35,27 +25,6 @@ def predict(client, model, x):
 def expected(program, x):
     with torch.no_grad():
         return program.module(x).numpy()
-
-
-def layout(root, linear_relu_program, external_weights_program):
-    good = root / "good"
-    good.mkdir(parents=True)
-    shutil.copy(linear_relu_program.pte, good / "model.pte")
-    (good / "config.json").write_text(json.dumps({"instance_group": [{"count": 1}]}))
-    (good / "README.txt").write_text("not part of the model")
-    weights = root / "weights"
-    weights.mkdir()
-    shutil.copy(external_weights_program.pte, weights / "model.pte")
-    for ptd in external_weights_program.ptds:
-        shutil.copy(ptd, weights / ptd.name)
-    missing = root / "missing-data"  # the program without its .ptd: refused by ingest
-    missing.mkdir()
-    shutil.copy(external_weights_program.pte, missing / "model.pte")
-    (root / "not-a-model").mkdir()  # no .pte: not an entry
-    (root / "not-a-model" / "notes.txt").write_text("x")
-    for path in root.rglob("*"):
-        path.chmod(0o555 if path.is_dir() else 0o444)
-    return root
 
 
 def test_model_directories_serve_good_entries_and_list_refused_ones(

@@ -23,6 +23,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "service.front",
             "service.cli",
             "service.healthcheck",
+            # The Ray Serve application: the server's app (service.front.app) over an embedded
+            # engine, in a Serve replica.
+            "service.ray_serve",
         ),
     ),
     (
@@ -34,13 +37,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("shared by the protocols", ("service.front.protocols",)),
+    # The engine process serves the fronts on an embedded engine (service/embedded/), the public
+    # API over the dataplane: the process wiring above it, the library below.
+    ("engine process", ("service.engine",)),
+    ("embedded engine", ("service.embedded",)),
     # The front-engine contract names the dataplane's records (the model table, staged uploads),
     # and the handshake states its version: both sit with the dataplane, not in the base.
     (
-        "dataplane/engine",
+        "dataplane",
         (
             "service.dataplane",
-            "service.engine",
             "service.shm",
             "service.shared.contract",
             "service.shared.handshake",
