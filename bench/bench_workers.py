@@ -27,6 +27,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -158,10 +159,17 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
 class Ours:
     """A real `python -m service --workers N` with the two programs deployed."""
 
-    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int | None):
+    def __init__(
+        self,
+        scratch: Path,
+        exported: dict,
+        workers: int,
+        instances: int | None,
+        server_args: tuple[str, ...] = (),
+    ):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
-            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
+            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers), *server_args
         ).start(timeout=120)
         self.url = self.server.url
         with self.server.client() as client:
@@ -276,6 +284,12 @@ def main() -> None:
         "execute: the bytes' way through the server is what is measured), or on ExecuTorch's "
         "portable kernels (a millisecond or two per execute on the GPU host's CPU)",
     )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="more flags for this server (not the baselines), one string, e.g. "
+        "'--front-nice 0': to see what a setting does to the figures, against a run without",
+    )
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -318,8 +332,9 @@ def main() -> None:
         print(f"  {label:<34} {results[label]}{spread}\n{cost}", flush=True)
 
     instances = None if args.instances == "auto" else int(args.instances or max(2, n))
-    one = Ours(scratch, exported, 1, instances)
-    many = Ours(scratch, exported, n, instances) if n > 1 else None
+    server_args = tuple(shlex.split(args.server_args))
+    one = Ours(scratch, exported, 1, instances, server_args)
+    many = Ours(scratch, exported, n, instances, server_args) if n > 1 else None
     try:
         if "a" in args.sections:
             print(f"\na. tiny program, native JSON /infer, wrk -t4 -c64, {seconds:g} s each")

@@ -50,17 +50,6 @@ class Pending:
         self.leases = []
 
 
-class Relay:
-    """A request whose answer goes to a callback, not a future: one the fronts' native path
-    took (service/front/native_path.py). `on_answer(message)` gets the engine's answer as
-    received (messages.Done or messages.LaneDone), or None when the engine went away."""
-
-    __slots__ = ("on_answer",)
-
-    def __init__(self, on_answer: Callable[[tuple | None], None]):
-        self.on_answer = on_answer
-
-
 class Link:
     """One connection to the engine, with the arena and control page that go with it."""
 
@@ -69,8 +58,12 @@ class Link:
         self.arena = arena
         self.control = control
         self.pending: dict[int, Pending] = {}
+        # Requests the fronts' native path took (service/front/native_path.py): their answers go
+        # to a callback, `relay(message)` with messages.Done or messages.LaneDone as received,
+        # or None when the engine went away.
+        self.relays: dict[int, Callable] = {}
         self.calls: dict[int, asyncio.Future] = {}
-        self.protocol = frames.FrameProtocol(self._received, self._lost)
+        self.protocol = frames.FrameProtocol(self._received, self._lane_answered, self._lost)
         self.alive = True
 
     def generation(self) -> tuple[int, bool]:
@@ -80,17 +73,34 @@ class Link:
     def serving(self) -> bool:
         return bool(CONTROL.unpack_from(self.control, 0)[2])
 
+    def _lane_answered(self, key: int, payload: bytes) -> None:
+        """The engine's lane answered request `key`: most often one the native path took."""
+        relay = self.relays.pop(key, None)
+        if relay is not None:
+            relay(messages.lane_done((frames.LANE_DONE, key, payload)))
+            return
+        pending = self.pending.pop(key, None)
+        if pending is None:
+            return
+        if pending.future.done():  # cancelled: nobody waits, only the slots remain
+            pending.settle()
+            return
+        lane = pending.lane
+        outputs = [
+            (*lane.outputs[index], list(shape), offset, None)
+            for index, offset, shape in lane_frames.read_answer(payload)
+        ]
+        pending.future.set_result(messages.Done(frames.DONE, key, True, (lane.version, outputs)))
+
     def _received(self, received: tuple) -> None:
         message = messages.read(received)
         kind = message.kind
-        if kind == frames.DONE or kind == frames.LANE_DONE:
-            key = message.request_id
-            pending = self.pending.get(key)
-            if type(pending) is Relay:
-                del self.pending[key]
-                pending.on_answer(message)
-                return
         if kind == frames.DONE:
+            key = message.request_id
+            relay = self.relays.pop(key, None)
+            if relay is not None:
+                relay(message)
+                return
             pending = self.pending.pop(key, None)
             if pending is None:
                 return
@@ -98,21 +108,6 @@ class Link:
                 pending.settle()
             else:
                 pending.future.set_result(message)
-        elif kind == frames.LANE_DONE:
-            pending = self.pending.pop(key, None)
-            if pending is None:
-                return
-            if pending.future.done():
-                pending.settle()
-                return
-            lane = pending.lane
-            outputs = [
-                (*lane.outputs[index], list(shape), offset, None)
-                for index, offset, shape in lane_frames.read_answer(message.payload)
-            ]
-            pending.future.set_result(
-                messages.Done(frames.DONE, key, True, (lane.version, outputs))
-            )
         elif kind == frames.RESULT:
             future = self.calls.pop(message.call_id, None)
             if future is not None and not future.done():
@@ -120,15 +115,16 @@ class Link:
 
     def _lost(self, exc) -> None:
         self.alive = False
+        for relay in self.relays.values():
+            relay(None)
         for pending in self.pending.values():
             # The slots are abandoned with the arena, never reused: the engine may still write.
-            if type(pending) is Relay:
-                pending.on_answer(None)
-            elif not pending.future.done():
+            if not pending.future.done():
                 pending.future.set_exception(self.client.down())
         for future in self.calls.values():
             if not future.done():
                 future.set_exception(self.client.down())
+        self.relays.clear()
         self.pending.clear()
         self.calls.clear()
         self.client._link_lost(self)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 import numpy as np
 
 from service.errors import ServiceError
-from service.front.engine_link import Relay
 from service.front.protocols.bodies import NATIVE_BODY
 from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, messages
@@ -106,7 +105,7 @@ class NativePath:
             return None
         request_id, consumed, message = taken
         link = self._link
-        link.pending[request_id] = Relay(answered)
+        link.relays[request_id] = answered
         link.protocol.send_payload(message)
         self._client.native_requests += 1
         return consumed, (native, request_id, link)

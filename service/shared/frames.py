@@ -9,7 +9,8 @@ Anything else (errors, model descriptions) travels as a pickle inside a message.
 
 Tensor bytes never travel here; messages only say where in the front's arena they are. The
 engine's native lane speaks two struct-packed messages besides (lane_frames.py): a front sends
-its requests that way when it can, and receives the lane's answers, as (LANE_DONE, id, payload).
+its requests that way when it can, and receives the lane's answers, handed over as their request
+id and bytes (the one message a front gets per small request: no tuple is made for it).
 """
 
 from __future__ import annotations
@@ -23,22 +24,25 @@ from service.shared import lane_frames
 
 _LENGTH = struct.Struct("<I")
 _DONE_TAG = bytes([lane_frames.DONE_TAG])
+_ANSWER_ID, _ANSWER_ID_AT = lane_frames.ANSWER_ID, lane_frames.ANSWER_ID_AT
 
 # Front -> engine
 INFER, CANCEL, CALL, NOTE = 1, 2, 3, 4
 # Engine -> front
 DONE, RESULT = 11, 12
-LANE_DONE = 14  # the lane's answer, as FrameProtocol delivers it: (LANE_DONE, id, payload)
+LANE_DONE = 14  # the lane's answer, as the front reads it (messages.LaneDone)
 
 
 class FrameProtocol(asyncio.Protocol):
-    """Calls `on_message(message)` for each message received; `send` queues one to go out at the
+    """Calls `on_message(message)` for each marshalled message received and
+    `on_lane_answer(request_id, payload)` for each lane answer; `send` queues one to go out at the
     end of this loop turn. `on_lost(exc)` runs once when the connection ends."""
 
-    def __init__(self, on_message: Callable, on_lost: Callable):
+    def __init__(self, on_message: Callable, on_lane_answer: Callable, on_lost: Callable):
         self._on_message = on_message
+        self._on_lane_answer = on_lane_answer
         self._on_lost = on_lost
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # the start of a message not received whole yet
         self._outgoing: list[bytes] = []
         self.transport: asyncio.Transport | None = None
         self._loop = None
@@ -49,22 +53,28 @@ class FrameProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
-        buffer += data
-        start, end = 0, len(buffer)
-        messages = []
+        if buffer:  # read from bytes once its first message is whole (payloads are bytes)
+            buffer += data
+            if len(buffer) < 4 or len(buffer) - 4 < _LENGTH.unpack_from(buffer, 0)[0]:
+                return
+            data = bytes(buffer)
+            buffer.clear()
+        start, end = 0, len(data)
+        payloads = []
         while end - start >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, start)
+            (length,) = _LENGTH.unpack_from(data, start)
             if end - start - 4 < length:
                 break
-            payload = buffer[start + 4 : start + 4 + length]
-            if payload[:1] == _DONE_TAG:
-                messages.append((LANE_DONE, lane_frames.request_id_of_answer(payload), payload))
-            else:
-                messages.append(marshal.loads(payload))
+            payloads.append(data[start + 4 : start + 4 + length])
             start += 4 + length
-        del buffer[:start]
-        for message in messages:
-            self._on_message(message)
+        if start < end:
+            buffer += data[start:]
+        # Handed over once the buffer is in order: a handler that fails loses no later bytes.
+        for payload in payloads:
+            if payload[:1] == _DONE_TAG:
+                self._on_lane_answer(_ANSWER_ID.unpack_from(payload, _ANSWER_ID_AT)[0], payload)
+            else:
+                self._on_message(marshal.loads(payload))
 
     def send(self, message: tuple) -> None:
         """`message`: a record of messages.py, sent as its plain tuple."""

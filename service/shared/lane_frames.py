@@ -21,6 +21,8 @@ DONE_TAG: int = etrt_front.LANE_DONE_TAG
 _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
 _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
+# An answer's request id, read alone where it is (frames.FrameProtocol, once per answer).
+ANSWER_ID, ANSWER_ID_AT = struct.Struct("<Q"), _ANSWER.size - 8
 _OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
 _DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
 _SIZES = {
@@ -83,7 +85,7 @@ def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
 
 
 def request_id_of_answer(payload: bytes) -> int:
-    return _ANSWER.unpack_from(payload, 0)[4]
+    return ANSWER_ID.unpack_from(payload, ANSWER_ID_AT)[0]
 
 
 def read_answer(payload: bytes) -> list[tuple[int, int, tuple]]:

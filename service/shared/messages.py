@@ -7,6 +7,7 @@ its position. Errors and the typed call records (contract.py) travel pickled ins
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 from service.shared.frames import CALL, CANCEL, DONE, INFER, LANE_DONE, NOTE, RESULT
@@ -67,8 +68,8 @@ class Done(NamedTuple):
 
 
 class LaneDone(NamedTuple):
-    """The engine's native lane's answer to a lane request, as frames.FrameProtocol hands it
-    over: its payload is read with lane_frames.read_answer."""
+    """The engine's native lane's answer to a lane request (frames.FrameProtocol hands over its
+    request id and payload): its payload is read with lane_frames.read_answer."""
 
     kind: int  # LANE_DONE
     request_id: int
@@ -84,23 +85,33 @@ class Result(NamedTuple):
     payload: bytes  # the pickled answer, or the pickled error
 
 
+def _maker(record):
+    """Makes a `record` from a tuple of its fields in C (no Python frame, as NamedTuple's _make
+    has): a front reads one message per request. The field count is read's to check."""
+    return partial(tuple.__new__, record)
+
+
 _RECORDS = {
-    INFER: Infer._make,
-    CANCEL: Cancel._make,
-    CALL: Call._make,
-    NOTE: Note._make,
-    DONE: Done._make,
-    LANE_DONE: LaneDone._make,
-    RESULT: Result._make,
+    kind: (_maker(record), len(record._fields))
+    for kind, record in (
+        (INFER, Infer),
+        (CANCEL, Cancel),
+        (CALL, Call),
+        (NOTE, Note),
+        (DONE, Done),
+        (LANE_DONE, LaneDone),
+        (RESULT, Result),
+    )
 }
+lane_done = _maker(LaneDone)  # (LANE_DONE, request id, payload) as the front's Link reads it
 
 
 def read(message: tuple) -> NamedTuple:
     """The record a received tuple is; ValueError for a kind this contract does not have."""
-    make = _RECORDS.get(message[0])
-    if make is None:
+    found = _RECORDS.get(message[0])
+    if found is None:
         raise ValueError(f"a message of unknown kind {message[0]!r}")
-    try:
-        return make(message)
-    except TypeError:
-        raise ValueError(f"a message of kind {message[0]} with {len(message)} fields") from None
+    make, fields = found
+    if len(message) != fields:
+        raise ValueError(f"a message of kind {message[0]} with {len(message)} fields")
+    return make(message)

@@ -302,3 +302,46 @@ def test_framing_is_answered_alike_by_both_paths(served):
         sock.settimeout(1)
         with pytest.raises(TimeoutError):
             sock.recv(1)
+
+
+def test_an_idle_connection_closes_after_the_keep_alive_timeout_whichever_path_answered(served):
+    """uvicorn's keep-alive timeout (5 s) holds for connections the native path answers too,
+    kept by the transport's read clock instead of a timer per request: a connection idle that
+    long after a native answer closes, whichever path answered it, and one that keeps sending
+    requests more often than that stays open past it (each answer moves its deadline), even
+    when its first answer was the Python path's (uvicorn's own timer is cancelled)."""
+    server, x = served
+    native, python = _cases(x)["native JSON"], _refused(x)["a wrong shape"]
+    before = _native_count(server)
+    busy = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    idle = {
+        path: socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        for path in ("native", "python", "python then native")
+    }
+    try:
+        idle["native"].sendall(native)
+        idle["python"].sendall(python)
+        idle["python then native"].sendall(python)
+        idle["python then native"].recv(65536)  # uvicorn armed its own timer after this one
+        idle["python then native"].sendall(native)
+        assert [_answers(idle[p], 1)[0].split(b" ")[1] for p in idle] == [b"200", b"422", b"200"]
+        busy.sendall(python)  # uvicorn's timer, armed after it, must not close it later
+        assert _answers(busy, 1)[0].split(b" ")[1] == b"422"
+        began = time.monotonic()
+        while time.monotonic() - began < 7:  # past the 5 s timeout, one request a second
+            busy.sendall(native)
+            assert _answers(busy, 1)[0].split(b" ")[1] == b"200"
+            time.sleep(1)
+        for path, sock in idle.items():  # closed by the server: the end of the stream
+            sock.settimeout(5)
+            assert sock.recv(1) == b"", path
+        busy.sendall(native)  # still open
+        assert _answers(busy, 1)[0].split(b" ")[1] == b"200"
+    finally:
+        busy.close()
+        for sock in idle.values():
+            sock.close()
+    deadline = time.monotonic() + 10
+    while _native_count(server) < before + 9 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _native_count(server) >= before + 9  # the natively answered ones were native

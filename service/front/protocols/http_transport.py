@@ -41,6 +41,7 @@ from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, Body
 from service.front.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
+    IDLE,
     ReadClock,
     ReadTimeouts,
     timeout_answer,
@@ -144,7 +145,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
 
     def data_received(self, data: bytes) -> None:
-        self._reading.progressed()
+        if self._reading.in_body:
+            self._reading.progressed()
         if self._relay is not None:
             self._relay.to_server(data)
             return
@@ -179,9 +181,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                 log.exception("the native path failed on a request; the Python path takes it")
                 taken = None
             if taken is not None:
-                self._reading.stop()
+                self._reading.stop()  # the idle (keep-alive) phase after a native answer too
+                if self.timeout_keep_alive_task is not None:  # armed after a Python path answer
+                    self._unset_keepalive_if_required()
                 consumed, self._native = taken
-                self._unset_keepalive_if_required()
                 self._held = data[consumed:]
                 return
         HttpToolsProtocol.data_received(self, data)
@@ -224,11 +227,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if not keep_alive or self._close_after:
             self.transport.close()
             return
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
+        self._reading.idle_begins()  # uvicorn's keep-alive timeout, without a timer per request
         held, self._held = self._held, b""
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if held:
             self.data_received(held)
 
@@ -274,7 +276,11 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def timed_out(self, what: str) -> None:
         """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the
-        connection closes; the request's reader sees a disconnect and frees what it holds."""
+        connection closes; the request's reader sees a disconnect and frees what it holds.
+        An idle keep-alive connection closes without a word, as uvicorn closes it."""
+        if what == IDLE:
+            self.timeout_keep_alive_handler()
+            return
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
             self.transport.write_now(timeout_answer(what, self.timeouts))
