@@ -189,7 +189,10 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   ServedLog* log = &log_;
   Workers* workers = workers_;
   std::shared_ptr<Prepared> shared(std::move(job));
+  uint64_t waiter = gate.lane_waiter_id();
+  replies->waiting(request.request_id, found->second, waiter, kept);
   gate.claim_or_wait([shared, kept, log, replies, workers](Runnable* instance) {
+    replies->waited(shared->request_id);
     if (instance == nullptr) {  // the method closed meanwhile: Python answers
       replies->declined(*kept);
       replies->finished();
@@ -209,7 +212,7 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
       }
       replies->finished();
     });
-  });
+  }, waiter);
   return Result::Queued;
 }
 

@@ -179,7 +179,7 @@ class EngineRequests:
             answer = await pending.future
         except asyncio.CancelledError:
             # The engine may be writing the outputs: the slots stay held until it answers.
-            link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
+            link.protocol.send_payload(lane_frames.cancel(request_id))
             raise
         except BaseException:
             pending.settle()

@@ -1,6 +1,7 @@
-"""The two fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
-defines the layout): a request a front checked against a route of its model table, and the
-engine's answer to it. Struct-packed rather than marshalled so that the engine's link threads
+"""The fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
+defines the layout): a request a front checked against a route of its model table, the
+engine's answer to it, and a front's cancel of any request (a lane request waiting for an
+instance is dropped by the lane's link thread itself; every other cancel reaches Python). Struct-packed rather than marshalled so that the engine's link threads
 read and answer them without Python; every other message stays a marshal tuple (frames.py).
 
 A request the lane declines reaches the engine's Python side as this message, which
@@ -17,17 +18,20 @@ from service.shared.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
 
 INFER_TAG: int = etrt_front.LANE_INFER_TAG
 DONE_TAG: int = etrt_front.LANE_DONE_TAG
+CANCEL_TAG: int = etrt_front.LANE_CANCEL_TAG
 
 _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
 _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
 _OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
+_CANCEL = struct.Struct("<BBHIQ")  # tag, 0, 0, 0, id
 _DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
 _SIZES = {
     "request": (_REQUEST.size, etrt_front.LANE_REQUEST_HEAD),
     "input": (_INPUT.size, etrt_front.LANE_INPUT_HEAD),
     "answer": (_ANSWER.size, etrt_front.LANE_ANSWER_HEAD),
     "output": (_OUTPUT.size, etrt_front.LANE_OUTPUT_HEAD),
+    "cancel": (_CANCEL.size, etrt_front.LANE_CANCEL_SIZE),
 }
 _DRIFTED = {part: sizes for part, sizes in _SIZES.items() if sizes[0] != sizes[1]}
 if _DRIFTED:  # the modules were built from another wire.h than these layouts describe
@@ -80,6 +84,16 @@ def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
     if at != len(payload):
         raise ValueError("a lane request longer than its fields")
     return route, request_id, generation, room, size, outputs, inputs
+
+
+def cancel(request_id: int) -> bytes:
+    """The cancel of request `request_id`: its client went away before its answer."""
+    return _CANCEL.pack(CANCEL_TAG, 0, 0, 0, request_id)
+
+
+def read_cancel(payload: bytes) -> int:
+    """The request id a cancel names."""
+    return _CANCEL.unpack(payload)[4]
 
 
 def request_id_of_answer(payload: bytes) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from service.shared.frames import CALL, CANCEL, DONE, INFER, LANE_DONE, NOTE, RESULT
+from service.shared.frames import CALL, DONE, INFER, LANE_DONE, NOTE, RESULT
 
 
 class Infer(NamedTuple):
@@ -34,7 +34,9 @@ class Infer(NamedTuple):
 
 
 class Cancel(NamedTuple):
-    """The client went away: the engine need not finish the request."""
+    """The client went away: the engine need not finish the request. It travels as the lane's
+    fixed-layout cancel (lane_frames.cancel), which the lane reads without Python; the engine
+    hands Python this record of it."""
 
     kind: int  # CANCEL
     request_id: int
@@ -86,7 +88,6 @@ class Result(NamedTuple):
 
 _RECORDS = {
     INFER: Infer._make,
-    CANCEL: Cancel._make,
     CALL: Call._make,
     NOTE: Note._make,
     DONE: Done._make,
