@@ -13,7 +13,8 @@
 //     u8 tag = kDoneTag, u8 outputs, u16 0, u32 0, u64 request id
 //     per output: u32 index, u32 ndim, u64 offset in the front's arena, i64 dims[ndim]
 //   cancel (front -> engine), 16 bytes: the client of a request went away before its answer:
-//     u8 tag = kCancelTag, u8 0, u16 0, u32 0, u64 request id
+//     u8 tag = kCancelTag, u8 why (0: the client went away, 1: the request's deadline passed),
+//     u16 0, u32 0, u64 request id
 //     (for any request, a lane request or not: the lane drops its own waiting ones, and hands
 //     every other cancel to the engine's Python side, which cancels its own)
 #pragma once

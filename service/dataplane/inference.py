@@ -145,8 +145,8 @@ class Inference:
         except ServiceError as exc:
             outcome = outcome_of(exc, _INFER_OUTCOMES)
             raise
-        except asyncio.CancelledError:  # the client went away
-            outcome = "cancelled"
+        except asyncio.CancelledError:  # the client went away, or its deadline passed
+            outcome = request.cancelled_as
             raise
         finally:
             elapsed_s = time.perf_counter() - begun

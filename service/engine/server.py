@@ -30,6 +30,7 @@ import struct
 
 from service.dataplane.ledger import FOLD_AT, Served
 from service.dataplane.service import ModelService
+from service.dataplane.types import InferRequest
 from service.engine import dispatch, pinning
 from service.engine.adoption import Adoption
 from service.engine.calls import Calls
@@ -80,6 +81,7 @@ class _Front:
         self.region = region
         self.link = link
         self.tasks: dict[int, asyncio.Task] = {}
+        self.requests: dict[int, InferRequest] = {}  # of the tasks, by the same key
         self.protocol = _Sender(link, server._loop)
 
     def _message(self, payload: bytes, failure: Exception | None, cancelled: bool) -> None:
@@ -91,7 +93,7 @@ class _Front:
         if failure is not None:
             return self.server.lane_failed(self, payload, failure)
         if payload[0] == lane_frames.CANCEL_TAG:
-            message = messages.Cancel(frames.CANCEL, lane_frames.read_cancel(payload))
+            message = messages.Cancel(frames.CANCEL, *lane_frames.read_cancel(payload))
         elif payload[0] == INFER_TAG:
             message = self.server.lane_routes.message(payload)
             if message is None:  # its route is long gone: nothing says what it asked
@@ -117,15 +119,22 @@ class _Front:
                 if request.shared_memory is not None:  # even if cancelled before it starts
                     task.add_done_callback(lambda _, held=request.shared_memory: held.close())
                 self.tasks[key] = task
-                task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
+                self.requests[key] = request
+                task.add_done_callback(lambda _, key=key: self._ended(key))
         elif kind == frames.CANCEL:
             task = self.tasks.get(message.request_id)
             if task is not None:
+                if message.deadline:  # the client stopped waiting at its deadline
+                    self.requests[message.request_id].cancelled_as = "deadline_exceeded"
                 task.cancel()
         elif kind == frames.CALL:
             asyncio.get_running_loop().create_task(self.server.call(self, message))
         elif kind == frames.NOTE:
             self.server.calls.note(message)
+
+    def _ended(self, key: int) -> None:
+        self.tasks.pop(key, None)
+        self.requests.pop(key, None)
 
     def _lost(self) -> None:
         tasks = list(self.tasks.values())

@@ -1,8 +1,9 @@
 """The fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
 defines the layout): a request a front checked against a route of its model table, the
 engine's answer to it, and a front's cancel of any request (a lane request waiting for an
-instance is dropped by the lane's link thread itself; every other cancel reaches Python). Struct-packed rather than marshalled so that the engine's link threads
-read and answer them without Python; every other message stays a marshal tuple (frames.py).
+instance is dropped by the lane's link thread itself; every other cancel reaches Python).
+Struct-packed rather than marshalled so that the engine's link threads read and answer them
+without Python; every other message stays a marshal tuple (frames.py).
 
 A request the lane declines reaches the engine's Python side as this message, which
 read_request turns back into what it says.
@@ -24,7 +25,7 @@ _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation,
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
 _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
 _OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
-_CANCEL = struct.Struct("<BBHIQ")  # tag, 0, 0, 0, id
+_CANCEL = struct.Struct("<BBHIQ")  # tag, why (1: the deadline passed), 0, 0, id
 _DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
 _SIZES = {
     "request": (_REQUEST.size, etrt_front.LANE_REQUEST_HEAD),
@@ -86,14 +87,16 @@ def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
     return route, request_id, generation, room, size, outputs, inputs
 
 
-def cancel(request_id: int) -> bytes:
-    """The cancel of request `request_id`: its client went away before its answer."""
-    return _CANCEL.pack(CANCEL_TAG, 0, 0, 0, request_id)
+def cancel(request_id: int, deadline: bool = False) -> bytes:
+    """The cancel of request `request_id`: its client went away before its answer, or stopped
+    waiting because the request's deadline passed (`deadline`)."""
+    return _CANCEL.pack(CANCEL_TAG, int(deadline), 0, 0, request_id)
 
 
-def read_cancel(payload: bytes) -> int:
-    """The request id a cancel names."""
-    return _CANCEL.unpack(payload)[4]
+def read_cancel(payload: bytes) -> tuple[int, bool]:
+    """(the request id a cancel names, whether its deadline passed)."""
+    _, why, _, _, request_id = _CANCEL.unpack(payload)
+    return request_id, why == 1
 
 
 def request_id_of_answer(payload: bytes) -> int:

@@ -40,6 +40,7 @@ class Cancel(NamedTuple):
 
     kind: int  # CANCEL
     request_id: int
+    deadline: bool  # its deadline passed (else its client went away)
 
 
 class Call(NamedTuple):

@@ -34,6 +34,7 @@ import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
+from service.front.protocols.half_close import PeerWatch
 from service.front.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -130,6 +131,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._gone = False
         self._close_after = False
         self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
+        self._peer: PeerWatch | None = None  # the client sent a FIN with an answer pending
 
     def data_received(self, data: bytes) -> None:
         self._reading.progressed()
@@ -200,6 +202,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc) -> None:
         HttpToolsProtocol.connection_lost(self, exc)
         self._reading.stop()
+        if self._peer is not None:
+            self._peer.stop()
         self._gone = True
         if self._native is not None:  # nobody reads its answer: the engine need not make it
             self._front_lane.cancel(self._native)
@@ -211,13 +215,31 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._reading.body_begins()
 
     def eof_received(self) -> bool:
-        """The client's FIN is taken as its leaving, as uvicorn takes it: the connection closes
-        and a request still waiting or queued is cancelled (never executed for nobody). A
-        half-close (shutdown(SHUT_WR)) cannot be told from a close until an answer is written,
-        and running every abandoned request to find out costs more than half-closing clients
-        gain (docs/hardening.md)."""
+        """The client's FIN. With no whole request awaiting its answer, the client is taken
+        as leaving (the connection closes, as uvicorn does). With one, it may be a half-close
+        or a close: half_close.PeerWatch tells them apart (a probe the peer resets if it left);
+        a half-closed client gets its answer, then the connection closes."""
         self._reading.stop()
-        return False
+        native = self._native is not None
+        cycle = self.cycle
+        asgi = (
+            not native
+            and cycle is not None
+            and not cycle.response_complete
+            and not self._parsing
+            and cycle.scope.get("http_version") == "1.1"
+        )
+        if not (native or asgi):
+            return False
+        probe = native or not cycle.response_started
+        self._peer = PeerWatch.start(self.loop, self.transport, probe, self.transport.close)
+        if self._peer is None:
+            return False
+        if native:
+            self._close_after = True
+        else:
+            cycle.keep_alive = False  # uvicorn closes once the answer is written
+        return True
 
     def timed_out(self, what: str) -> None:
         """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the
