@@ -29,7 +29,7 @@ from service.shared.arena import Arena
 # The contract's digest at each version: a change to a call, a note, a message or the lane's
 # layout changes the digest, and this test fails until CONTRACT_VERSION is bumped and the new
 # digest recorded here (fronts and engines of different builds then refuse each other).
-DIGESTS = {1: "a61c1419ec1f38a2"}
+DIGESTS = {1: "a61c1419ec1f38a2", 2: "51858fc7b1ce6eca"}
 
 
 def _digest() -> str:
@@ -188,7 +188,8 @@ def test_messages_read_as_records_and_refuse_unknown_kinds():
         messages.read((frames.CANCEL, 3))
     with pytest.raises(ValueError, match="fields"):
         messages.read((frames.NOTE, b"", "extra"))
-    assert lane_frames.read_cancel(lane_frames.cancel(2**40 + 3)) == 2**40 + 3
+    assert lane_frames.read_cancel(lane_frames.cancel(2**40 + 3)) == (2**40 + 3, False)
+    assert lane_frames.read_cancel(lane_frames.cancel(7, deadline=True)) == (7, True)
     assert lane_frames.cancel(1)[0] == lane_frames.CANCEL_TAG
 
 
