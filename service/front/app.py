@@ -14,6 +14,7 @@ from service.front.native_path import NativePath
 from service.front.protocols import docs_page, http_errors
 from service.front.protocols.arriving import ArrivingBodies
 from service.front.protocols.fast_routes import FastRoutes
+from service.front.protocols.health import InlineProbes
 from service.front.protocols.native import routes as http_routes
 from service.front.protocols.offload import Offload
 from service.front.protocols.v2_grpc.auth import TokenInterceptor
@@ -32,6 +33,8 @@ class ServerApp(FastAPI):
     policy: auth.Policy  # likewise
     # The fronts' native path (service/front/native_path.py); None in a single process.
     native_path: NativePath | None = None
+    # Health probes answered where they arrive (service/front/protocols/health.py).
+    inline_probes: InlineProbes | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
@@ -104,6 +107,7 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
             "v2": v2_errors.service_error_response,
         }
         app.native_path = NativePath(service, settings, policy.infer_token, renderers)
+    app.inline_probes = InlineProbes(lambda: service.ready)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

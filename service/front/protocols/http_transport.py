@@ -125,6 +125,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
         front_lane = getattr(self.app, "native_path", None)
         self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
+        probes = getattr(self.app, "inline_probes", None)
+        self._probes = None if self.access_log else probes
         self._native = None  # what the native path needs to answer the request it took
         self._held = b""  # what the client sent meanwhile
         self._parsing = False  # uvicorn's parser is inside a request
@@ -142,13 +144,23 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             if len(self._held) > _HELD_AT_MOST:
                 self.flow.pause_reading()
             return
-        if (
-            self._front_lane is not None
-            and not self._parsing
+        idle = (
+            not self._parsing
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline
             and not self.flow.write_paused
-        ):
+        )
+        if idle and self._probes is not None:  # a health probe: answered in this callback
+            answer = self._probes.respond(data, self.server_state.default_headers)
+            if answer is not None:
+                self._unset_keepalive_if_required()
+                self.transport.write_now(answer)
+                self.server_state.total_requests += 1
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
+                return
+        if idle and self._front_lane is not None:
             try:
                 taken = self._front_lane.take(data, self._native_answered)
             except Exception:  # a fault of the native path's own: the Python path serves it
