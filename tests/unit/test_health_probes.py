@@ -9,6 +9,15 @@ import pytest
 from service.front.protocols import health
 from service.front.protocols.health import InlineProbes
 
+
+class _Service:
+    def __init__(self, ready: bool):
+        self.ready = ready
+
+    def not_ready_reason(self) -> str:
+        return "the inference engine is restarting"
+
+
 HEADERS = [(b"date", b"Thu, 03 Dec 2026 22:00:00 GMT"), (b"server", b"uvicorn")]
 
 
@@ -25,11 +34,13 @@ def _parse(raw: bytes) -> tuple[int, dict, dict]:
     "path", ["/v2/health/live", "/v2/health/ready", "/health/live", "/health/ready"]
 )
 def test_a_bare_probe_gets_the_routes_answer_with_uvicorns_headers(path, ready):
-    raw = InlineProbes(lambda: ready).respond(
+    service = _Service(ready)
+    raw = InlineProbes(service).respond(
         f"GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.30\r\n\r\n".encode(), HEADERS
     )
     status, headers, body = _parse(raw)
-    assert (status, body) == health.answer(path, ready)
+    assert (status, body) == health.answer(path, ready, service.not_ready_reason)
+    assert ready or "ready" not in path or body["error"] == service.not_ready_reason()
     assert headers["content-type"] == "application/json" and headers["server"] == "uvicorn"
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n" if status == 200 else b"HTTP/1.1 503 ")
 
@@ -50,4 +61,4 @@ def test_a_bare_probe_gets_the_routes_answer_with_uvicorns_headers(path, ready):
     ],
 )
 def test_anything_but_one_bare_whole_probe_is_left_to_the_routes(data):
-    assert InlineProbes(lambda: True).respond(data, HEADERS) is None
+    assert InlineProbes(_Service(True)).respond(data, HEADERS) is None

@@ -15,16 +15,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-_STARTING = "the server is starting or stopping"
-# path -> (answer when ready, answer when not: (status, body) each)
-_ANSWERS: dict[str, Callable[[bool], tuple[int, dict]]] = {
-    "/v2/health/live": lambda ready: (200, {"live": True}),
-    "/v2/health/ready": lambda ready: (
-        (200, {"ready": True}) if ready else (503, {"ready": False, "error": _STARTING})
+# path -> its answer (status, body), from whether the server is ready and why not
+_ANSWERS: dict[str, Callable[[bool, Callable[[], str]], tuple[int, dict]]] = {
+    "/v2/health/live": lambda ready, why: (200, {"live": True}),
+    "/v2/health/ready": lambda ready, why: (
+        (200, {"ready": True}) if ready else (503, {"ready": False, "error": why()})
     ),
-    "/health/live": lambda ready: (200, {"status": "live"}),
-    "/health/ready": lambda ready: (
-        (200, {"status": "ready"}) if ready else (503, {"status": "starting"})
+    "/health/live": lambda ready, why: (200, {"status": "live"}),
+    "/health/ready": lambda ready, why: (
+        (200, {"status": "ready"}) if ready else (503, {"status": "starting", "error": why()})
     ),
 }
 _REASONS = {200: b"OK", 503: b"Service Unavailable"}
@@ -32,17 +31,19 @@ _REASONS = {200: b"OK", 503: b"Service Unavailable"}
 _NOT_BARE = (b"content-length", b"transfer-encoding", b"connection", b"expect", b"upgrade")
 
 
-def answer(path: str, ready: bool) -> tuple[int, dict]:
-    """(status, JSON body) of health route `path`, for the routes and the inline answers."""
-    return _ANSWERS[path](ready)
+def answer(path: str, ready: bool, why: Callable[[], str] = str) -> tuple[int, dict]:
+    """(status, JSON body) of health route `path`, for the routes and the inline answers;
+    `why()` says why the server is not ready (asked only then)."""
+    return _ANSWERS[path](ready, why)
 
 
 class InlineProbes:
     """Answers bare health probes at once: `respond(data, default_headers)` gives the whole
-    HTTP answer to `data` if it is exactly one such probe, else None."""
+    HTTP answer to `data` if it is exactly one such probe, else None. `service`: what the
+    routes read readiness from (its `ready` and `not_ready_reason()`)."""
 
-    def __init__(self, ready: Callable[[], bool]):
-        self._ready = ready
+    def __init__(self, service):
+        self._service = service
         self._heads = {f"GET {path} HTTP/1.1\r\n".encode(): path for path in _ANSWERS}
 
     def respond(self, data: bytes, default_headers: list) -> bytes | None:
@@ -55,7 +56,8 @@ class InlineProbes:
         headers = data[line_end:].lower()
         if any(b"\n" + name + b":" in b"\n" + headers for name in _NOT_BARE):
             return None
-        status, body = answer(path, self._ready())
+        service = self._service
+        status, body = answer(path, service.ready, service.not_ready_reason)
         text = json.dumps(body, separators=(",", ":")).encode()
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS[status], b"\r\n"]
         for name, value in default_headers:

@@ -136,7 +136,8 @@ async def live() -> dict:
 
 @router.get("/health/ready", response_model=HealthBody, responses={503: {"model": HealthBody}})
 async def ready(request: Request) -> JSONResponse:
-    status, body = health.answer("/health/ready", _service(request).ready)
+    service = _service(request)
+    status, body = health.answer("/health/ready", service.ready, service.not_ready_reason)
     return JSONResponse(body, status_code=status)
 
 

@@ -49,7 +49,8 @@ async def live() -> dict:
 
 @router.get("/health/ready", responses=SERVER_READY_ANSWERS)
 async def ready(request: Request) -> JSONResponse:
-    status, body = health.answer("/v2/health/ready", _service(request).ready)
+    service = _service(request)
+    status, body = health.answer("/v2/health/ready", service.ready, service.not_ready_reason)
     return JSONResponse(body, status_code=status)
 
 
