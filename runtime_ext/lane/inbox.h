@@ -16,10 +16,10 @@
 namespace ethost::lane {
 
 struct InboxItem {
-  int link = 0;         // the key of the link it came through (front_link.h)
-  std::string payload;  // a whole message, without its length prefix
-  bool lost = false;    // the link ended (payload empty)
-  Status failure;       // not ok: the lane ran this request and it failed so (lane.h)
+  int link = 0;            // the key of the link it came through (front_link.h)
+  std::string payload;     // a whole message, without its length prefix
+  bool lost = false;       // the link ended (payload empty)
+  Status failure;          // not ok: the lane ran this request and it failed so (lane.h)
   bool cancelled = false;  // the lane request was cancelled while it waited: never ran
 };
 
