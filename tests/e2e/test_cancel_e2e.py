@@ -103,10 +103,18 @@ def _stats(server, outcome: str = "cancelled") -> tuple[int, float]:
 
 
 def _native_taken(server) -> float:
-    """Requests the front's native path took, so far."""
-    with server.client() as client:
-        metrics = parse(client.get("/metrics").text)
-    return value(metrics, "etrt_front_native_requests_total", front="0") or 0
+    """Requests the front's native path took, so far: the front reports its count every half
+    second or so, so it is read until it holds still."""
+    last = None
+    for _ in range(20):
+        with server.client() as client:
+            metrics = parse(client.get("/metrics").text)
+        taken = value(metrics, "etrt_front_native_requests_total", front="0") or 0
+        if taken == last:
+            return taken
+        last = taken
+        time.sleep(1.0)
+    return last
 
 
 def _wait_for(server, at_least: float, outcome: str = "cancelled") -> float:
@@ -219,9 +227,12 @@ def test_grpc_deadlines_that_pass_while_queued_are_answered_and_not_executed(ser
             time.sleep(0.05)
     assert done == [None], done
     assert len(errors) == QUEUED - 1
-    assert all(isinstance(e, InferenceServerException) for e in errors), errors
-    assert {e.status() for e in errors} == {"StatusCode.DEADLINE_EXCEEDED"}, errors
-    expired = _wait_for(server, expired0 + QUEUED - 1, "deadline_exceeded")
+    # The first of them may get the instance before its deadline, when the kept one is quick.
+    expired_calls = [e for e in errors if e is not None]
+    assert len(expired_calls) >= QUEUED - 2, errors
+    assert all(isinstance(e, InferenceServerException) for e in expired_calls), errors
+    assert {e.status() for e in expired_calls} == {"StatusCode.DEADLINE_EXCEEDED"}, errors
+    expired = _wait_for(server, expired0 + len(expired_calls), "deadline_exceeded")
     time.sleep(3 * EXECUTE_S)
     executions, _ = _stats(server)
     assert executions - executions0 <= 2, (executions0, executions)
