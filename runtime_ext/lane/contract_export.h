@@ -19,6 +19,8 @@ inline void export_contract_constants(nanobind::module_& m) {
   m.attr("ALIGNMENT") = limits::kAlignment;
   m.attr("LANE_INFER_TAG") = lane::kInferTag;
   m.attr("LANE_DONE_TAG") = lane::kDoneTag;
+  m.attr("LANE_CANCEL_TAG") = lane::kCancelTag;
+  m.attr("LANE_CANCEL_SIZE") = lane::kCancelSize;
   m.attr("LANE_REQUEST_HEAD") = lane::kRequestHead;
   m.attr("LANE_INPUT_HEAD") = lane::kInputHead;
   m.attr("LANE_ANSWER_HEAD") = lane::kAnswerHead;

@@ -92,6 +92,33 @@ void FrontLink::finished() {
   if (--in_flight_ == 0) landed_.notify_all();
 }
 
+void FrontLink::waiting(uint64_t request_id, std::shared_ptr<const Route> route, uint64_t waiter,
+                        std::shared_ptr<const std::string> message) {
+  std::lock_guard<std::mutex> lock(waiting_mutex_);
+  waiting_[request_id] = Waiting{std::move(route), waiter, std::move(message)};
+}
+
+void FrontLink::waited(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(waiting_mutex_);
+  waiting_.erase(request_id);
+}
+
+bool FrontLink::cancel(uint64_t request_id) {
+  Waiting found;
+  {
+    std::lock_guard<std::mutex> lock(waiting_mutex_);
+    auto at = waiting_.find(request_id);
+    if (at == waiting_.end()) return false;
+    found = std::move(at->second);
+    waiting_.erase(at);
+  }
+  // False: an instance was claimed for it meanwhile; it runs, and its answer goes unread.
+  if (!found.route->gate->forget(found.waiter)) return true;
+  inbox_.cancelled(key_, *found.message);
+  finished();
+  return true;
+}
+
 void FrontLink::send(const char* data, size_t size) {
   std::lock_guard<std::mutex> lock(out_mutex_);
   if (ended_.load(std::memory_order_acquire)) return;
@@ -132,6 +159,11 @@ bool FrontLink::handle_messages() {
     const uint8_t* message = in_.data() + at + 4;
     Lane::Result result = Lane::Result::Declined;
     Status failure;
+    uint64_t cancelled = 0;
+    if (read_cancel(message, length, cancelled) && cancel(cancelled)) {
+      at += 4 + length;  // the lane's own request: nothing for Python to cancel
+      continue;
+    }
     if (length > 0 && message[0] == kInferTag) {
       {
         std::lock_guard<std::mutex> lock(flight_mutex_);

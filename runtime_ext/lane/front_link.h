@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace ethost::lane {
@@ -47,6 +48,9 @@ class FrontLink final : public Replies {
   void failed(std::string message, Status why) override;
   void want_fold() override;
   void finished() override;
+  void waiting(uint64_t request_id, std::shared_ptr<const Route> route, uint64_t waiter,
+               std::shared_ptr<const std::string> message) override;
+  void waited(uint64_t request_id) override;
 
   int front() const { return front_; }
   // Requests the lane answered on this link.
@@ -59,6 +63,9 @@ class FrontLink final : public Replies {
   // Writes what waits, as far as the socket takes it now (the caller holds out_mutex_).
   bool flush_locked();
   void wake();
+  // The front's cancel of `request_id`: true when it was a lane request still waiting for an
+  // instance, now dropped (Python counts and answers it); false when the lane has none such.
+  bool cancel(uint64_t request_id);
 
   const int fd_;
   const int key_;
@@ -80,6 +87,15 @@ class FrontLink final : public Replies {
 
   std::mutex out_mutex_;
   std::string out_;  // framed bytes waiting for the socket
+
+  // Lane requests waiting at a gate, by request id (ids are unique per front).
+  struct Waiting {
+    std::shared_ptr<const Route> route;
+    uint64_t waiter = 0;
+    std::shared_ptr<const std::string> message;
+  };
+  std::mutex waiting_mutex_;
+  std::unordered_map<uint64_t, Waiting> waiting_;
 
   std::mutex flight_mutex_;
   std::condition_variable landed_;

@@ -21,6 +21,12 @@ void Inbox::failed(int link, std::string payload, Status why) {
   wake_locked();
 }
 
+void Inbox::cancelled(int link, std::string payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  items_.push_back(InboxItem{link, std::move(payload), false, {}, true});
+  wake_locked();
+}
+
 void Inbox::lost(int link) {
   std::lock_guard<std::mutex> lock(mutex_);
   items_.push_back(InboxItem{link, std::string(), true, {}});

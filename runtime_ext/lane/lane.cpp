@@ -189,27 +189,32 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   ServedLog* log = &log_;
   Workers* workers = workers_;
   std::shared_ptr<Prepared> shared(std::move(job));
-  gate.claim_or_wait([shared, kept, log, replies, workers](Runnable* instance) {
-    if (instance == nullptr) {  // the method closed meanwhile: Python answers
-      replies->declined(*kept);
-      replies->finished();
-      return;
-    }
-    shared->instance = instance;
-    shared->waited_ns = now_ns() - shared->begun;
-    workers->submit([shared, kept, log, replies] {
-      std::string answer;
-      bool wants_fold = false;
-      Status ran = run(*shared, *log, answer, wants_fold);
-      if (ran.ok()) {
-        replies->answered(answer);
-        if (wants_fold) replies->want_fold();
-      } else {
-        replies->failed(*kept, std::move(ran));
-      }
-      replies->finished();
-    });
-  });
+  uint64_t waiter = gate.lane_waiter_id();
+  replies->waiting(request.request_id, found->second, waiter, kept);
+  gate.claim_or_wait(
+      [shared, kept, log, replies, workers](Runnable* instance) {
+        replies->waited(shared->request_id);
+        if (instance == nullptr) {  // the method closed meanwhile: Python answers
+          replies->declined(*kept);
+          replies->finished();
+          return;
+        }
+        shared->instance = instance;
+        shared->waited_ns = now_ns() - shared->begun;
+        workers->submit([shared, kept, log, replies] {
+          std::string answer;
+          bool wants_fold = false;
+          Status ran = run(*shared, *log, answer, wants_fold);
+          if (ran.ok()) {
+            replies->answered(answer);
+            if (wants_fold) replies->want_fold();
+          } else {
+            replies->failed(*kept, std::move(ran));
+          }
+          replies->finished();
+        });
+      },
+      waiter);
   return Result::Queued;
 }
 

@@ -4,7 +4,8 @@
 // where its inputs lie in the front's arena, executed on that instance with its outputs written
 // straight into the room the front reserved, counted (served_log.h) and answered. A short execute
 // (under the table's inline_ns) runs on the link thread that read it; a longer one on the lane's
-// workers (workers.h), so the link goes on reading meanwhile.
+// workers (workers.h), so the link goes on reading meanwhile. One that waits for an instance
+// there can still be cancelled (Replies::waiting): its client left, nothing runs for nobody.
 //
 // It serves exactly the requests the engine's Python side would have run without a wait and
 // declines everything else before touching anything: the caller hands a declined message to
@@ -43,6 +44,12 @@ class Replies {
   virtual void failed(std::string message, Status why) = 0;
   virtual void want_fold() = 0;  // the served log asks to be drained
   virtual void finished() = 0;   // one request on a worker fewer
+  // The request waits at `route`'s gate as `waiter` (MethodGate::forget takes it out, if its
+  // client goes away before an instance is claimed for it); `message` is the request itself.
+  virtual void waiting(uint64_t request_id, std::shared_ptr<const Route> route, uint64_t waiter,
+                       std::shared_ptr<const std::string> message) = 0;
+  // The request waits no more: an instance was claimed for it, or its gate closed.
+  virtual void waited(uint64_t request_id) = 0;
 };
 
 class Lane {

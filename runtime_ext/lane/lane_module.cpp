@@ -122,7 +122,7 @@ nb::tuple drain(LaneHub& hub) {
                   : nb::steal(PyBytes_FromStringAndSize(
                         item.payload.data(), static_cast<Py_ssize_t>(item.payload.size())));
     nb::object failure = item.failure.ok() ? nb::none() : python_error(item.failure);
-    out.append(nb::make_tuple(item.link, payload, failure));
+    out.append(nb::make_tuple(item.link, payload, failure, item.cancelled));
   }
   return nb::make_tuple(out, fold);
 }
@@ -246,8 +246,9 @@ void register_lane(nb::module_& m) {
       .def_prop_ro("inbox_fd", [](const LaneHub& self) { return self.inbox.fd(); })
       .def("drain", &drain,
            "([(link key, message bytes or None when the link ended, None or the exception a "
-           "lane request that ran failed with, as Method.execute raises it)], whether the "
-           "served log wants folding)")
+           "lane request that ran failed with, as Method.execute raises it, whether the lane "
+           "request was cancelled while it waited (never ran))], whether the served log wants "
+           "folding)")
       .def("served", &served,
            "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
            "output_ns, at, front) per request.");

@@ -31,7 +31,7 @@ void MethodGate::claim_or_wait(Waiter waiter, uint64_t id) {
   {
     // Under the lock, so an instance released meanwhile cannot miss this waiter.
     std::lock_guard<std::mutex> lock(waiting_mutex_);
-    if (id != 0 || !closed()) {
+    if (!is_lane_waiter(id) || !closed()) {
       if (waiters_.empty()) {
         for (const auto& candidate : instances_) {
           if (candidate->try_acquire()) {
@@ -84,7 +84,7 @@ void MethodGate::close() {
     closed_.store(true, std::memory_order_release);
     std::deque<std::pair<uint64_t, Waiter>> kept;
     for (auto& waiter : waiters_) {
-      if (waiter.first == 0) {
+      if (is_lane_waiter(waiter.first)) {
         declined.push_back(std::move(waiter.second));
       } else {
         kept.push_back(std::move(waiter));

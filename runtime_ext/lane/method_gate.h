@@ -62,14 +62,19 @@ class MethodGate {
   Runnable* claim();
 
   // Called with an instance claimed for it: one free now, else the next one released (a
-  // waiter holds nothing meanwhile). `id` 0: a lane request, called with null if the gate is or
-  // closes first. Nonzero `id`: a Python request (forget() takes it out), which its scheduler
-  // admitted before any close, so it is served even then: a pool that closes finishes what it
-  // admitted.
+  // waiter holds nothing meanwhile). `id` 0 or one of lane_waiter_id(): a lane request, called
+  // with null if the gate is or closes first. Any other `id`: a Python request, which its
+  // scheduler admitted before any close, so it is served even then: a pool that closes
+  // finishes what it admitted. forget(id) takes either kind out (its client went away).
   using Waiter = std::function<void(Runnable*)>;
   void claim_or_wait(Waiter waiter, uint64_t id = 0);
   // Takes the waiter `id` out of the queue; false when it was no longer there (it was called).
   bool forget(uint64_t id);
+  // A fresh id for a lane request's waiter: Python's ids (counted from 1) never reach them.
+  uint64_t lane_waiter_id() {
+    return kLaneWaiter | next_lane_id_.fetch_add(1, std::memory_order_relaxed);
+  }
+  static bool is_lane_waiter(uint64_t id) { return id == 0 || (id & kLaneWaiter) != 0; }
   // Gives a claimed instance back, or hands it on, still claimed, to the first waiter.
   void release(Runnable* instance);
   size_t waiters() const { return queued_.load(std::memory_order_acquire); }
@@ -101,6 +106,8 @@ class MethodGate {
   std::atomic<uint64_t> last_ns_{0};
   std::atomic<bool> closed_{false};
   std::atomic<size_t> queued_{0};  // waiters_.size(), read without the lock
+  static constexpr uint64_t kLaneWaiter = uint64_t{1} << 63;
+  std::atomic<uint64_t> next_lane_id_{1};
   mutable std::mutex waiting_mutex_;
   std::deque<std::pair<uint64_t, Waiter>> waiters_;
 };

@@ -25,6 +25,12 @@ Status malformed(const std::string& why) {
 
 }  // namespace
 
+bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id) {
+  if (size != kCancelSize || data[0] != kCancelTag) return false;
+  request_id = load<uint64_t>(data + 8);
+  return true;
+}
+
 Outcome<InferRequest> read_request(const uint8_t* data, size_t size) {
   if (size < kRequestHead || data[0] != kInferTag) {
     return malformed("not a lane request");

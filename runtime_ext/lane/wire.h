@@ -12,6 +12,11 @@
 //   answer (engine -> front), 16 bytes, then per output asked 16 bytes + 8 per dimension:
 //     u8 tag = kDoneTag, u8 outputs, u16 0, u32 0, u64 request id
 //     per output: u32 index, u32 ndim, u64 offset in the front's arena, i64 dims[ndim]
+//   cancel (front -> engine), 16 bytes: the client of a request went away before its answer:
+//     u8 tag = kCancelTag, u8 why (0: the client went away, 1: the request's deadline passed),
+//     u16 0, u32 0, u64 request id
+//     (for any request, a lane request or not: the lane drops its own waiting ones, and hands
+//     every other cancel to the engine's Python side, which cancels its own)
 #pragma once
 
 #include "contract_limits.h"
@@ -28,6 +33,7 @@ namespace ethost::lane {
 // flag 0x80), never with these.
 constexpr uint8_t kInferTag = 0xF1;
 constexpr uint8_t kDoneTag = 0xF2;
+constexpr uint8_t kCancelTag = 0xF3;
 using limits::kMaxDims;
 using limits::kMaxInputs;
 using limits::kMaxOutputs;
@@ -37,6 +43,7 @@ constexpr size_t kRequestHead = 48;
 constexpr size_t kInputHead = 16;
 constexpr size_t kAnswerHead = 16;
 constexpr size_t kOutputHead = 16;
+constexpr size_t kCancelSize = 16;
 
 struct WireInput {
   uint64_t offset = 0;
@@ -65,6 +72,9 @@ struct WireOutput {
 // The request in `data` (a whole message, tag included). Fails on a message that is not one,
 // is cut short, is longer than its fields, or exceeds the limits above.
 Outcome<InferRequest> read_request(const uint8_t* data, size_t size);
+
+// The request id of the cancel in `data`; false when it is not a whole cancel message.
+bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id);
 
 // The request as a front writes it (tests, and the layout's one definition besides Python's).
 std::string write_request(const InferRequest& request);

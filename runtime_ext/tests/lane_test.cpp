@@ -396,6 +396,9 @@ struct Recorder : Replies {
     std::lock_guard<std::mutex> lock(mutex);
     ++done;
   }
+  void waiting(uint64_t, std::shared_ptr<const Route>, uint64_t,
+               std::shared_ptr<const std::string>) override {}
+  void waited(uint64_t) override {}
   int finished_count() {
     std::lock_guard<std::mutex> lock(mutex);
     return done;
@@ -573,6 +576,48 @@ TEST(a_link_answers_lane_requests_itself_and_hands_over_the_rest) {
   items = wait_for_items(inbox, 1);
   CHECK(items.size() == 1 && items[0].lost && items[0].link == 11);
   link->stop();
+}
+
+TEST(a_lane_request_waiting_for_an_instance_is_dropped_by_its_cancel) {
+  Fixture f;
+  Workers workers(1);
+  Lane lane(f.log, &workers);
+  f.gate->observe(5000000);
+  f.gate->observe(5000000);  // long executes: on a worker, waiting for the instance if busy
+  f.instance->busy = true;
+  Routes routes;
+  routes.publish(std::make_shared<RouteTable>(f.table));
+  Inbox inbox;
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  auto link = std::make_unique<FrontLink>(pair[1], 5, 1, f.arena, routes, lane, inbox);
+  CHECK(link->start());
+  auto cancel = [](uint64_t id) {
+    std::string message(kCancelSize, '\0');
+    message[0] = static_cast<char>(kCancelTag);
+    std::memcpy(message.data() + 8, &id, sizeof(id));
+    return message;
+  };
+  std::string request = write_request(f.request());
+  std::string sent = framed(request);
+  CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
+  for (int i = 0; i < 100 && f.gate->waiters() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(f.gate->waiters() == 1);
+  // Its cancel takes it out of the gate's queue and hands it to Python as cancelled; a cancel
+  // for a request the lane does not hold (Python's own) goes to Python as it came.
+  sent = framed(cancel(42)) + framed(cancel(77));
+  CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
+  std::vector<InboxItem> items = wait_for_items(inbox, 2);
+  CHECK(items.size() == 2 && items[0].cancelled && items[0].payload == request);
+  CHECK(items.size() == 2 && !items[1].cancelled && items[1].payload == cancel(77));
+  CHECK(f.gate->waiters() == 0);
+  f.gate->release(f.instance.get());  // nobody waits for it now: nothing runs
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(f.instance->runs == 0 && !f.instance->busy.load());
+  close(pair[0]);
+  link->stop();  // returns: the cancelled request is no longer in flight
 }
 
 TEST(a_stopped_link_ends_its_thread_without_reporting_a_loss) {

@@ -90,7 +90,9 @@ class Inference:
     def record_refused(
         self, model: str, method: str, outcome: str, elapsed_s: float, version: str | None = None
     ) -> None:
-        """Counts a request a front refused before it crossed (as infer() counts its own)."""
+        """Counts a request that never ran: one a front refused before it crossed, or a lane
+        request the engine's lane dropped because its client went away (outcome "cancelled"),
+        as infer() counts its own."""
         self._finished(None, model, version, method, outcome, None, elapsed_s, {})
 
     def refuses(self, model: str, version: str | None, protocol: str) -> Refusal | None:
@@ -145,8 +147,8 @@ class Inference:
         except ServiceError as exc:
             outcome = outcome_of(exc, _INFER_OUTCOMES)
             raise
-        except asyncio.CancelledError:  # the client went away
-            outcome = "cancelled"
+        except asyncio.CancelledError:  # the client went away, or its deadline passed
+            outcome = request.cancelled_as
             raise
         finally:
             elapsed_s = time.perf_counter() - begun

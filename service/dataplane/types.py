@@ -32,6 +32,9 @@ class InferRequest:
     parameters: dict = field(default_factory=dict)
     # Seconds the request may wait for an instance before it is dropped unexecuted.
     timeout_s: float | None = None
+    # How a cancel of it is counted: "deadline_exceeded" once the engine hears that the client
+    # stopped waiting at the request's deadline (a gRPC deadline), else its client went away.
+    cancelled_as: str = "cancelled"
     # The shared-memory slot the protocol received the tensors into, if any
     # (service/shared/arena.py): whoever sends the request on holds it until the engine is done
     # with them.

@@ -30,14 +30,15 @@ import struct
 
 from service.dataplane.ledger import FOLD_AT, Served
 from service.dataplane.service import ModelService
+from service.dataplane.types import InferRequest
 from service.engine import dispatch, pinning
 from service.engine.adoption import Adoption
 from service.engine.calls import Calls
 from service.engine.control import ControlPage
 from service.engine.lane_routes import LaneRoutes
-from service.errors import Unavailable
+from service.errors import Aborted, Unavailable
 from service.native_host import import_host
-from service.shared import frames, messages
+from service.shared import frames, lane_frames, messages
 from service.shared.arena import Region
 from service.shared.lane_frames import INFER_TAG
 from service.shm.metrics import ShmMetrics
@@ -80,14 +81,20 @@ class _Front:
         self.region = region
         self.link = link
         self.tasks: dict[int, asyncio.Task] = {}
+        self.requests: dict[int, InferRequest] = {}  # of the tasks, by the same key
         self.protocol = _Sender(link, server._loop)
 
-    def _message(self, payload: bytes, failure: Exception | None = None) -> None:
+    def _message(self, payload: bytes, failure: Exception | None, cancelled: bool) -> None:
         """A message the lane handed over: a lane request it declined, one it ran that failed
-        with `failure`, or a marshal tuple."""
+        with `failure`, one it dropped before it ran (`cancelled`: its client went away), a
+        cancel of a request of Python's, or a marshal tuple."""
+        if cancelled:
+            return self.server.lane_cancelled(self, payload)
         if failure is not None:
             return self.server.lane_failed(self, payload, failure)
-        if payload[0] == INFER_TAG:
+        if payload[0] == lane_frames.CANCEL_TAG:
+            message = messages.Cancel(frames.CANCEL, *lane_frames.read_cancel(payload))
+        elif payload[0] == INFER_TAG:
             message = self.server.lane_routes.message(payload)
             if message is None:  # its route is long gone: nothing says what it asked
                 return self._unknown_route(payload)
@@ -112,15 +119,22 @@ class _Front:
                 if request.shared_memory is not None:  # even if cancelled before it starts
                     task.add_done_callback(lambda _, held=request.shared_memory: held.close())
                 self.tasks[key] = task
-                task.add_done_callback(lambda _, key=key: self.tasks.pop(key, None))
+                self.requests[key] = request
+                task.add_done_callback(lambda _, key=key: self._ended(key))
         elif kind == frames.CANCEL:
             task = self.tasks.get(message.request_id)
             if task is not None:
+                if message.deadline:  # the client stopped waiting at its deadline
+                    self.requests[message.request_id].cancelled_as = "deadline_exceeded"
                 task.cancel()
         elif kind == frames.CALL:
             asyncio.get_running_loop().create_task(self.server.call(self, message))
         elif kind == frames.NOTE:
             self.server.calls.note(message)
+
+    def _ended(self, key: int) -> None:
+        self.tasks.pop(key, None)
+        self.requests.pop(key, None)
 
     def _lost(self) -> None:
         tasks = list(self.tasks.values())
@@ -196,7 +210,7 @@ class EngineServer:
     def _drain(self) -> None:
         """What the lane handed over since the last look (the inbox's eventfd woke the loop)."""
         items, fold = self.hub.drain()
-        for key, payload, failure in items:
+        for key, payload, failure, cancelled in items:
             front = self.fronts.get(key)
             if front is None:
                 continue
@@ -204,7 +218,7 @@ class EngineServer:
                 front._lost()
                 continue
             try:
-                front._message(payload, failure)
+                front._message(payload, failure, cancelled)
             except Exception:  # one bad message must not stop the others
                 log.exception("a message from front %d could not be read", front.front_id)
         if fold:
@@ -222,6 +236,17 @@ class EngineServer:
             message.model, message.version, message.method, failure, shapes
         )
         front.protocol.send(dispatch.error(message.request_id, failed))
+
+    def lane_cancelled(self, front: _Front, payload: bytes) -> None:
+        """A lane request the lane dropped while it waited for an instance, its client gone:
+        counted as cancelled (it never ran) and answered, so that the front frees its slots."""
+        self.service.metrics.front_request(front.front_id)
+        message = self.lane_routes.message(payload)
+        if message is None:  # its route is long gone: nothing says which method it was for
+            return front._unknown_route(payload)
+        service = self.service
+        service.record_refused(message.model, message.method, "cancelled", 0.0, message.version)
+        front.protocol.send(dispatch.error(message.request_id, Aborted("the client went away")))
 
     async def call(self, front: _Front, message: messages.Call) -> None:
         front.protocol.send(await self.calls.answer(message))

@@ -17,6 +17,7 @@ from service.front.protocols.arriving import ArrivingBodies
 from service.front.protocols.drain import LIVE_PATHS, MESSAGE, Drain
 from service.front.protocols.fast_routes import FastRoutes
 from service.front.protocols.h2_relay import PrivateSocket
+from service.front.protocols.health import InlineProbes
 from service.front.protocols.native import routes as http_routes
 from service.front.protocols.offload import Offload
 from service.front.protocols.v2_grpc.auth import TokenInterceptor
@@ -36,6 +37,8 @@ class ServerApp(FastAPI):
     policy: auth.Policy  # likewise
     # The fronts' native path (service/front/native_path.py); None in a single process.
     native_path: NativePath | None = None
+    # Health probes answered where they arrive (service/front/protocols/health.py).
+    inline_probes: InlineProbes | None = None
     drain: Drain  # begun by the front's SIGTERM (service/front/draining.py)
     # With --one-port, where the HTTP transport relays HTTP/2 connections (gRPC's).
     h2_target: PrivateSocket | None = None
@@ -133,6 +136,7 @@ def create_app(
             "v2": v2_errors.service_error_response,
         }
         app.native_path = NativePath(service, settings, policy.infer_token, renderers)
+    app.inline_probes = InlineProbes(service)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

@@ -34,6 +34,7 @@ from service.shared.contract import GetTable, ModelReady, RequestRefused
 from service.shm.refs import placeholder, to_wire
 
 _SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
+_DEADLINE_EARLY_S = 0.01  # how early a call may be cancelled at its deadline
 
 
 class _Refused(Exception):
@@ -179,7 +180,13 @@ class EngineRequests:
             answer = await pending.future
         except asyncio.CancelledError:
             # The engine may be writing the outputs: the slots stay held until it answers.
-            link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
+            # A call cancelled at its deadline (gRPC's) is counted as a deadline passed: the
+            # deadline (timeout_s) was read just before `begun`, with no wait between them, and
+            # gRPC's timers may fire a few milliseconds early.
+            timeout_s = request.timeout_s
+            elapsed_s = time.perf_counter() - begun
+            deadline = timeout_s is not None and elapsed_s >= timeout_s - _DEADLINE_EARLY_S
+            link.protocol.send_payload(lane_frames.cancel(request_id, deadline))
             raise
         except BaseException:
             pending.settle()

@@ -24,7 +24,7 @@ import numpy as np
 from service.errors import ServiceError
 from service.front.protocols.bodies import NATIVE_BODY
 from service.front.protocols.http_errors import internal_error_response
-from service.shared import frames, messages
+from service.shared import frames, lane_frames
 
 
 def _entries(table) -> list:
@@ -114,7 +114,7 @@ class NativePath:
         """The client went away: the engine need not answer (it frees the slot when it does)."""
         _, request_id, link = ticket
         if link.alive:
-            link.protocol.send(messages.Cancel(frames.CANCEL, request_id))
+            link.protocol.send_payload(lane_frames.cancel(request_id))
 
     def answer(self, ticket, message, default_headers: list) -> tuple[bytes, bool]:
         """(the HTTP answer to write, whether the connection stays open) for the engine's

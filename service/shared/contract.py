@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from service.dataplane.scheduling.gate import Refusal
     from service.ingest.staging import StagedUpload, Staging
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 
 
 class Capability(enum.Flag):

@@ -1,7 +1,9 @@
-"""The two fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
-defines the layout): a request a front checked against a route of its model table, and the
-engine's answer to it. Struct-packed rather than marshalled so that the engine's link threads
-read and answer them without Python; every other message stays a marshal tuple (frames.py).
+"""The fixed-layout messages of the engine's native lane (runtime_ext/lane/wire.h, which
+defines the layout): a request a front checked against a route of its model table, the
+engine's answer to it, and a front's cancel of any request (a lane request waiting for an
+instance is dropped by the lane's link thread itself; every other cancel reaches Python).
+Struct-packed rather than marshalled so that the engine's link threads read and answer them
+without Python; every other message stays a marshal tuple (frames.py).
 
 A request the lane declines reaches the engine's Python side as this message, which
 read_request turns back into what it says.
@@ -17,6 +19,7 @@ from service.shared.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
 
 INFER_TAG: int = etrt_front.LANE_INFER_TAG
 DONE_TAG: int = etrt_front.LANE_DONE_TAG
+CANCEL_TAG: int = etrt_front.LANE_CANCEL_TAG
 
 _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
@@ -24,12 +27,14 @@ _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
 # An answer's request id, read alone where it is (frames.FrameProtocol, once per answer).
 ANSWER_ID, ANSWER_ID_AT = struct.Struct("<Q"), _ANSWER.size - 8
 _OUTPUT = struct.Struct("<IIQ")  # index, ndim, offset
+_CANCEL = struct.Struct("<BBHIQ")  # tag, why (1: the deadline passed), 0, 0, id
 _DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_DIMS + 1)]
 _SIZES = {
     "request": (_REQUEST.size, etrt_front.LANE_REQUEST_HEAD),
     "input": (_INPUT.size, etrt_front.LANE_INPUT_HEAD),
     "answer": (_ANSWER.size, etrt_front.LANE_ANSWER_HEAD),
     "output": (_OUTPUT.size, etrt_front.LANE_OUTPUT_HEAD),
+    "cancel": (_CANCEL.size, etrt_front.LANE_CANCEL_SIZE),
 }
 _DRIFTED = {part: sizes for part, sizes in _SIZES.items() if sizes[0] != sizes[1]}
 if _DRIFTED:  # the modules were built from another wire.h than these layouts describe
@@ -82,6 +87,18 @@ def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
     if at != len(payload):
         raise ValueError("a lane request longer than its fields")
     return route, request_id, generation, room, size, outputs, inputs
+
+
+def cancel(request_id: int, deadline: bool = False) -> bytes:
+    """The cancel of request `request_id`: its client went away before its answer, or stopped
+    waiting because the request's deadline passed (`deadline`)."""
+    return _CANCEL.pack(CANCEL_TAG, int(deadline), 0, 0, request_id)
+
+
+def read_cancel(payload: bytes) -> tuple[int, bool]:
+    """(the request id a cancel names, whether its deadline passed)."""
+    _, why, _, _, request_id = _CANCEL.unpack(payload)
+    return request_id, why == 1
 
 
 def request_id_of_answer(payload: bytes) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import NamedTuple
 
-from service.shared.frames import CALL, CANCEL, DONE, INFER, LANE_DONE, NOTE, RESULT
+from service.shared.frames import CALL, DONE, INFER, LANE_DONE, NOTE, RESULT
 
 
 class Infer(NamedTuple):
@@ -35,10 +35,13 @@ class Infer(NamedTuple):
 
 
 class Cancel(NamedTuple):
-    """The client went away: the engine need not finish the request."""
+    """The client went away: the engine need not finish the request. It travels as the lane's
+    fixed-layout cancel (lane_frames.cancel), which the lane reads without Python; the engine
+    hands Python this record of it."""
 
     kind: int  # CANCEL
     request_id: int
+    deadline: bool  # its deadline passed (else its client went away)
 
 
 class Call(NamedTuple):
@@ -95,7 +98,6 @@ _RECORDS = {
     kind: (_maker(record), len(record._fields))
     for kind, record in (
         (INFER, Infer),
-        (CANCEL, Cancel),
         (CALL, Call),
         (NOTE, Note),
         (DONE, Done),

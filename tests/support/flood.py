@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PROTOCOLS = ("native JSON", "v2 JSON", "v2 binary", "gRPC")
+# Probes a flood may run beside its protocols: one keep-alive connection each, asking every
+# PROBE_EVERY_S, its latencies measured (they must not wait behind inference work).
+PROBES = ("GET /v2/health/ready", "GET /metrics")
+PROBE_EVERY_S = 0.02
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -115,6 +119,27 @@ async def _http_loop(port, request, outcome, until, honor, started):
         writer.close()
 
 
+async def _probe_loop(port, probe, outcome, until, started):
+    """GETs the probe's path every PROBE_EVERY_S over one keep-alive connection."""
+    path = probe.split(" ", 1)[1]
+    request = f"GET {path} HTTP/1.1\r\nHost: flood\r\n\r\n".encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started.append(1)
+    try:
+        while time.perf_counter() < until:
+            begun = time.perf_counter()
+            writer.write(request)
+            status, _ = await _read_response(reader)
+            if status == 200:
+                outcome.ok += 1
+                outcome.latencies_s.append(time.perf_counter() - begun)
+            else:
+                outcome.other[status] = outcome.other.get(status, 0) + 1
+            await asyncio.sleep(PROBE_EVERY_S)
+    finally:
+        writer.close()
+
+
 def _grpc_request(model: str, x: np.ndarray) -> bytes:
     # The server's own message classes: the same wire format as tritonclient's, and present on
     # a host that has only the server (bench_flood on the GPU host).
@@ -162,15 +187,19 @@ async def _grpc_loops(address, body, outcome, until, honor, connections, started
 def _client(
     protocol, http_port, grpc_address, model, x, seconds, connections, honor, start_at, nice, out
 ):
-    """One protocol's connections, in a process of its own; puts its Outcome on `out`."""
-    os.nice(nice)
+    """One protocol's connections, in a process of its own; puts its Outcome on `out`. A probe
+    is never niced: it measures the server, not its own wait for a CPU."""
+    if protocol not in PROBES:
+        os.nice(nice)
 
     async def main():
         outcome = Outcome(protocol)
         started: list = []
         await asyncio.sleep(max(0.0, start_at - time.time()))  # every protocol starts at once
         until = time.perf_counter() + seconds
-        if protocol == "gRPC":
+        if protocol in PROBES:
+            await _probe_loop(http_port, protocol, outcome, until, started)
+        elif protocol == "gRPC":
             body = _grpc_request(model, x)
             await _grpc_loops(grpc_address, body, outcome, until, honor, connections, started)
         else:
@@ -196,8 +225,10 @@ def flood(
     protocols: tuple[str, ...] = PROTOCOLS,
     honor_retry_after: bool = False,
     nice: int = 0,
+    probes: tuple[str, ...] = (),
 ) -> dict[str, Outcome]:
-    """Runs `connections` closed loops per protocol for `seconds`, all protocols at once."""
+    """Runs `connections` closed loops per protocol for `seconds`, all protocols at once, and
+    each of `probes` (PROBES) beside them; their Outcomes are keyed by protocol or probe."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start_at = time.time() + 3.0  # room for the processes to start
@@ -207,7 +238,7 @@ def flood(
             args=(p, http_port, grpc_address, model, x, seconds, connections, honor_retry_after)
             + (start_at, nice, out),
         )
-        for p in protocols
+        for p in (*protocols, *probes)
     ]
     for worker in workers:
         worker.start()
@@ -224,7 +255,7 @@ def flood(
         outcomes[outcome.protocol] = outcome
     for worker in workers:
         worker.join(30)
-    return {p: outcomes[p] for p in protocols}
+    return {p: outcomes[p] for p in (*protocols, *probes)}
 
 
 def sequential(http_port: int, model: str, x: np.ndarray, seconds: float) -> list[float]:

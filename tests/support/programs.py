@@ -531,6 +531,26 @@ def export_counter(out_dir: Path, width: int = 2) -> ExportedProgram:
     return ExportedProgram(pte, ptds, module, inputs)
 
 
+def export_slow(out_dir: Path, width: int = 512, rounds: int = 6) -> ExportedProgram:
+    """A slow execute from a small input ([1, width] FP32, well within what the fronts' native
+    path takes) and a small graph that exports in seconds: `rounds` products of width x width
+    matrices. For tests that need requests to queue behind one another (cancellation)."""
+    torch = _seeded()
+
+    class Slow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(width, width) / width**0.5)
+
+        def forward(self, x):
+            y = x.expand(width, width) + self.w
+            for _ in range(rounds):
+                y = torch.tanh(y @ self.w)
+            return y.sum(0, keepdim=True)
+
+    return export_module(out_dir, f"slow_{width}_{rounds}", Slow(), (torch.randn(1, width),))
+
+
 def export_module(out_dir: Path, key: str, module, inputs: tuple) -> ExportedProgram:
     """Any torch module as a one-method ("forward") program in the folder `out_dir/key`; `key`
     must change whenever the module or the input shapes do (the files are re-used)."""

@@ -23,13 +23,13 @@ from service.engine import calls as engine_calls
 from service.errors import NotFound
 from service.front import engine_client
 from service.front.engine_client import EngineClient
-from service.shared import contract, frames, handshake, messages
+from service.shared import contract, frames, handshake, lane_frames, messages
 from service.shared.arena import Arena
 
 # The contract's digest at each version: a change to a call, a note, a message or the lane's
 # layout changes the digest, and this test fails until CONTRACT_VERSION is bumped and the new
 # digest recorded here (fronts and engines of different builds then refuse each other).
-DIGESTS = {1: "a61c1419ec1f38a2"}
+DIGESTS = {1: "a61c1419ec1f38a2", 2: "51858fc7b1ce6eca"}
 
 
 def _digest() -> str:
@@ -182,11 +182,15 @@ def test_notes_are_served_by_their_handler_only():
 def test_messages_read_as_records_and_refuse_unknown_kinds():
     infer = messages.Infer(frames.INFER, 1, "m", None, "forward", [], None, 0, 0, *[None] * 5)
     assert messages.read(tuple(infer)) == infer and messages.read(tuple(infer)).model == "m"
-    assert type(messages.read((frames.CANCEL, 3))) is messages.Cancel
     with pytest.raises(ValueError, match="unknown kind"):
         messages.read((99, 1))
+    with pytest.raises(ValueError, match="unknown kind"):  # a cancel travels as the lane's
+        messages.read((frames.CANCEL, 3))
     with pytest.raises(ValueError, match="fields"):
-        messages.read((frames.CANCEL, 3, "extra"))
+        messages.read((frames.NOTE, b"", "extra"))
+    assert lane_frames.read_cancel(lane_frames.cancel(2**40 + 3)) == (2**40 + 3, False)
+    assert lane_frames.read_cancel(lane_frames.cancel(7, deadline=True)) == (7, True)
+    assert lane_frames.cancel(1)[0] == lane_frames.CANCEL_TAG
 
 
 def test_an_engine_refuses_a_front_of_another_contract_version_saying_both():

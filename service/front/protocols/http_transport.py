@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.front.protocols import h2_relay
 from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
+from service.front.protocols.half_close import PeerWatch
 from service.front.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
     HEADER_TIMEOUT_S,
@@ -133,6 +134,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
         front_lane = getattr(self.app, "native_path", None)
         self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
+        probes = getattr(self.app, "inline_probes", None)
+        self._probes = None if self.access_log else probes
         self._drain = getattr(self.app, "drain", None)  # draining: the Python path answers 503
         self._h2 = getattr(self.app, "h2_target", None)  # --one-port: gRPC's private socket
         self._first = b""  # the bytes seen while they may still be HTTP/2's preface
@@ -143,6 +146,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._gone = False
         self._close_after = False
         self._bad_request = None  # uvicorn's 400 for bytes after a whole request, held back
+        self._peer: PeerWatch | None = None  # the client sent a FIN with an answer pending
 
     def data_received(self, data: bytes) -> None:
         if self._reading.in_body:
@@ -167,14 +171,24 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             if len(self._held) > _HELD_AT_MOST:
                 self.flow.pause_reading()
             return
-        if (
-            self._front_lane is not None
-            and not self._parsing
+        idle = (
+            not self._parsing
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline
             and not self.flow.write_paused
             and not (self._drain is not None and self._drain.active)
-        ):
+        )
+        if idle and self._probes is not None:  # a health probe: answered in this callback
+            answer = self._probes.respond(data, self.server_state.default_headers)
+            if answer is not None:
+                self._unset_keepalive_if_required()
+                self.transport.write_now(answer)
+                self.server_state.total_requests += 1
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
+                return
+        if idle and self._front_lane is not None:
             try:
                 taken = self._front_lane.take(data, self._native_answered)
             except Exception:  # a fault of the native path's own: the Python path serves it
@@ -255,6 +269,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self._relay.client_lost()
         HttpToolsProtocol.connection_lost(self, exc)
         self._reading.stop()
+        if self._peer is not None:
+            self._peer.stop()
         self._gone = True
         if self._native is not None:  # nobody reads its answer: the engine need not make it
             self._front_lane.cancel(self._native)
@@ -266,13 +282,31 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._reading.body_begins()
 
     def eof_received(self) -> bool:
-        """The client's FIN is taken as its leaving, as uvicorn takes it: the connection closes
-        and a request still waiting or queued is cancelled (never executed for nobody). A
-        half-close (shutdown(SHUT_WR)) cannot be told from a close until an answer is written,
-        and running every abandoned request to find out costs more than half-closing clients
-        gain (docs/hardening.md)."""
+        """The client's FIN. With no whole request awaiting its answer, the client is taken
+        as leaving (the connection closes, as uvicorn does). With one, it may be a half-close
+        or a close: half_close.PeerWatch tells them apart (a probe the peer resets if it left);
+        a half-closed client gets its answer, then the connection closes."""
         self._reading.stop()
-        return False
+        native = self._native is not None
+        cycle = self.cycle
+        asgi = (
+            not native
+            and cycle is not None
+            and not cycle.response_complete
+            and not self._parsing
+            and cycle.scope.get("http_version") == "1.1"
+        )
+        if not (native or asgi):
+            return False
+        probe = native or not cycle.response_started
+        self._peer = PeerWatch.start(self.loop, self.transport, probe, self.transport.close)
+        if self._peer is None:
+            return False
+        if native:
+            self._close_after = True
+        else:
+            cycle.keep_alive = False  # uvicorn closes once the answer is written
+        return True
 
     def timed_out(self, what: str) -> None:
         """The head or body stopped arriving (ReadClock): 408 if no answer has begun, then the

@@ -16,6 +16,7 @@ from service.dataplane.service import ModelService
 from service.errors import (
     ServiceError,
 )
+from service.front.protocols import health
 from service.front.protocols.fast_routes import FastRoute
 from service.front.protocols.http_errors import AUTH, responses, service_error_response
 from service.front.protocols.native import infer_endpoint
@@ -130,15 +131,14 @@ def _describes_infer(body: InferRequest) -> InferResponse:
 
 @router.get("/health/live", response_model=HealthBody)
 async def live() -> dict:
-    return {"status": "live"}
+    return health.answer("/health/live", True)[1]
 
 
 @router.get("/health/ready", response_model=HealthBody, responses={503: {"model": HealthBody}})
 async def ready(request: Request) -> JSONResponse:
     service = _service(request)
-    if service.ready:
-        return JSONResponse({"status": "ready"})
-    return JSONResponse({"status": "starting", "error": service.not_ready_reason()}, 503)
+    status, body = health.answer("/health/ready", service.ready, service.not_ready_reason)
+    return JSONResponse(body, status_code=status)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

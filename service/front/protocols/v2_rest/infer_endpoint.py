@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from service.errors import ServiceError, TooLarge
 from service.front.protocols.bodies import known_model, read_body, refuse_when_full
+from service.front.protocols.disconnect import ClientDisconnected, log_aborted, unless_disconnected
 from service.front.protocols.v2_rest import binary, codec, shared_memory
 from service.front.protocols.v2_rest.errors import service_error_response
 from service.front.protocols.v2_rest.transport import read_aligned_body, send_parts
@@ -50,6 +51,8 @@ async def infer_endpoint(scope, receive, send) -> None:
         await _serve(state, scope, receive, send, params)
     except ServiceError as exc:
         await service_error_response(exc)(scope, receive, send)
+    except ClientDisconnected:
+        log_aborted(scope)  # nobody reads an answer; a request not run yet never runs
 
 
 async def _serve(state, scope, receive, send, params) -> None:
@@ -75,7 +78,7 @@ async def _serve(state, scope, receive, send, params) -> None:
         )
     try:
         response, parsed = await _infer(
-            service, offload, model, version, body, header_length, lease
+            service, offload, model, version, body, header_length, lease, receive
         )
     finally:
         del body
@@ -104,9 +107,10 @@ async def _send_answer(scope, send, offload, response, parsed) -> None:
         await send_parts(scope, send, _BINARY, header, [text, *parts], response.release)
 
 
-async def _infer(service, offload, model, version, body, header_length, lease):
+async def _infer(service, offload, model, version, body, header_length, lease, receive):
     """(the dataplane's response, the parsed request): decoding and running, which may end while
-    the body is still needed; the caller then frees the body and encodes the answer."""
+    the body is still needed; the caller then frees the body and encodes the answer.
+    ClientDisconnected if the client goes away meanwhile (the request is cancelled)."""
     max_json = _max_json(service.settings)
     header, payload = binary.split(body, header_length)
     if header.nbytes > max_json:
@@ -120,4 +124,4 @@ async def _infer(service, offload, model, version, body, header_length, lease):
     dataplane_request.memory = lease
     if dataplane_request.shared_memory:
         service = shared_memory.engine_of(service)
-    return await service.infer(dataplane_request), parsed
+    return await unless_disconnected(receive, service.infer(dataplane_request)), parsed

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.dataplane.service import ModelService
 from service.errors import Unavailable, clip
+from service.front.protocols import health
 from service.front.protocols.fast_routes import FastRoute
 from service.front.protocols.http_errors import responses
 from service.front.protocols.v2_rest import infer_endpoint, metadata, repository, shared_memory
@@ -43,18 +44,14 @@ async def server_metadata() -> dict:
 
 @router.get("/health/live", responses=responses(500))
 async def live() -> dict:
-    return {"live": True}
+    return health.answer("/v2/health/live", True)[1]
 
 
 @router.get("/health/ready", responses=SERVER_READY_ANSWERS)
 async def ready(request: Request) -> JSONResponse:
-    is_ready = _service(request).ready
-    return JSONResponse(
-        {"ready": is_ready}
-        if is_ready
-        else {"ready": False, "error": _service(request).not_ready_reason()},
-        status_code=200 if is_ready else 503,
-    )
+    service = _service(request)
+    status, body = health.answer("/v2/health/ready", service.ready, service.not_ready_reason)
+    return JSONResponse(body, status_code=status)
 
 
 @router.get("/models/stats", responses=ANSWERS)
