@@ -205,8 +205,8 @@ def export_trt_program(
     planned_outputs=True,
     dynamic=False,
 ) -> TrtProgram:
-    """dynamic: dimension 0 of every input varies (ROWS_OF, else DYNAMIC_ROWS), the plan's bindings -1 there
-    with that range as the engine's optimization profile."""
+    """dynamic: dimension 0 of every input varies (ROWS_OF, else DYNAMIC_ROWS), the plan's
+    bindings -1 there with that range as the engine's optimization profile."""
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
