@@ -158,10 +158,12 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
 class Ours:
     """A real `python -m service --workers N` with the two programs deployed."""
 
-    def __init__(self, scratch: Path, exported: dict, workers: int, instances: int | None):
+    def __init__(
+        self, scratch: Path, exported: dict, workers: int, instances: int | None, flags=()
+    ):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
-            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers)
+            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers), *flags
         ).start(timeout=120)
         self.url = self.server.url
         with self.server.client() as client:
