@@ -116,9 +116,10 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
       return Take::Declined;
     }
   } else if (v2_infer_path(head.path, request.model, request.version)) {
-    uint64_t limit = !head.has_binary_header ? std::min(config_.max_v2_body, config_.max_json)
-                     : whole                 ? config_.max_v2_body
-                                             : config_.max_streamed_body;
+    // A binary body goes into its slot whether it arrived in one read or in many.
+    uint64_t limit = head.has_binary_header
+                         ? std::max(config_.max_v2_body, config_.max_streamed_body)
+                         : std::min(config_.max_v2_body, config_.max_json);
     if (body_size > limit ||
         !read_v2(body, body_size, head.has_binary_header ? &head.binary_header : nullptr,
                  config_.max_json, request)) {

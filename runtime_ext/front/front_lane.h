@@ -32,7 +32,8 @@ struct FrontConfig {
   uint64_t max_native_body = 0;  // the native API's JSON body (and every lane body) at most
   uint64_t max_v2_body = 0;      // a v2 body at most
   uint64_t max_json = 0;         // a v2 JSON body or header at most
-  // A v2 binary body taken before it has arrived whole at most (0: none is; body_stream.h).
+  // A v2 binary body at most, whole or taken before it has arrived whole (0: none is taken
+  // before, and a whole one up to max_v2_body; body_stream.h).
   uint64_t max_streamed_body = 0;
   bool has_token = false;  // inference needs a bearer token
   std::string token;

@@ -41,10 +41,10 @@ from support.front_reference import (
 TOKEN = "s3cret"
 # A JSON limit below the binary one, so both limits and their order are crossed.
 LIMITS = Limits(native_body=NATIVE_BODY // 8, v2_body=NATIVE_BODY // 4, json=NATIVE_BODY // 16)
-# A v2 binary body taken before it arrived whole may be longer (the Python path's own limit is the
-# server's max_infer_bytes): the limits the Python path reads such a request with.
+# A v2 binary body may be longer (the native path writes it into its slot whether it arrived in
+# one read or in many; the Python path's own limit is the server's max_infer_bytes).
 STREAMED = NATIVE_BODY // 2
-STREAMED_LIMITS = Limits(LIMITS.native_body, STREAMED, LIMITS.json)
+PYTHON_LIMITS = Limits(LIMITS.native_body, STREAMED, LIMITS.json)
 _DONE = struct.Struct("<BBHIQ")
 _OUTPUT = struct.Struct("<IIQ")
 
@@ -166,7 +166,7 @@ def test_what_the_native_path_takes_the_python_path_takes_and_answers_alike():
         request_id, consumed, message, in_pieces = got
         streamed += in_pieces
         try:
-            taken = python_take(raw[:consumed], STREAMED_LIMITS if in_pieces else LIMITS, token)
+            taken = python_take(raw[:consumed], PYTHON_LIMITS, token)
         except Refused as exc:
             native.release(request_id)
             failures.append((number, label, f"the Python path refuses it: {exc}", raw))
@@ -197,7 +197,7 @@ def _one(raw: bytes) -> bytes:
     control = np.array([GENERATION, 1, 1], np.uint64)
     native = _lanes(arena, control)[None]
     request_id, consumed, message = native.take(raw)
-    taken = python_take(raw[:consumed], LIMITS, None)
+    taken = python_take(raw[:consumed], PYTHON_LIMITS, None)
     assert _same_request(arena, message, taken) == []
     problems, written = _answer(arena, native, request_id, message, taken, _AlwaysLane())
     assert problems == []
