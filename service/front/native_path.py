@@ -1,20 +1,20 @@
-"""The fronts' native path for small inference requests (runtime_ext/front/, module etrt_front).
+"""The fronts' native path for inference requests (runtime_ext/front/, module etrt_front).
 
 A front's Python per request (uvicorn's parser and request cycle, the body codecs, the checks,
-the answer's encoding) is what bounds a front's throughput for small requests. So the HTTP
-transport (http_transport.py) offers each request that arrives whole on an idle connection to
-the native path first: it reads the head and body of `POST /infer` and the v2 infer routes,
-checks them against this front's model table as the Python path does, writes the tensors into
-an arena slot and returns the engine's lane message (service/shared/lane_frames.py); the engine's
-answer becomes the HTTP answer there too. Python's part is sending the message and writing the
-answer. A v2 binary body may be taken before it has arrived whole, once its head and JSON header
-have (up to STREAMED_BODY): its tensors' bytes then go from each chunk the connection receives
-straight into their arena slot (fill()), without uvicorn's parser or the codecs, and the message
-is sent when the last byte is in. What the native path declines (anything it does not read exactly as the Python path
-would accept: errors, parameters, shared memory, tokens that do not check, non-finite JSON
-values, a full queue on record, a table older than the engine's) goes to uvicorn's parser as it
-came, so every error answer is made where it always was. An error the engine answers for a
-request taken here is written from the protocol's own error response.
+the answer's encoding) is what bounds a front's throughput. So the HTTP transport
+(http_transport.py) offers each request that arrives on an idle connection to the native path
+first: it reads the head and body of `POST /infer` and the v2 infer routes, checks them against
+this front's model table as the Python path does, writes the tensors into an arena slot and
+returns the engine's lane message (service/shared/lane_frames.py); the engine's answer becomes
+the HTTP answer there too. Python's part is sending the message and writing the answer. A v2
+binary body (up to STREAMED_BODY) may be taken before it has arrived whole, once its head and
+JSON header have: its tensors' bytes then go from each chunk the connection receives straight
+into their arena slot (fill()), without uvicorn's parser or the codecs, and the message is sent
+when the last byte is in. What the native path declines (anything it does not read exactly as
+the Python path would accept: errors, parameters, shared memory, tokens that do not check,
+non-finite JSON values, a full queue on record, a table older than the engine's) goes to
+uvicorn's parser as it came, so every error answer is made where it always was. An error the
+engine answers for a request taken here is written from the protocol's own error response.
 """
 
 from __future__ import annotations
