@@ -98,7 +98,8 @@ class SpinEngineProvider(TestEngineProvider):
         self._kernel.max_dynamic_shared_size_bytes = _SHARED_BYTES
         device = cupy.cuda.Device()
         self._sms = device.attributes["MultiProcessorCount"]
-        self._cycles_per_us = device.attributes["ClockRate"] / 1000.0  # kHz -> cycles per us
+        # kHz -> cycles per us; CUDA 13 may leave the attribute out: the H200's highest, 1980 MHz
+        self._cycles_per_us = device.attributes.get("ClockRate", 1_980_000) / 1000.0
         path = env.get("ETRT_TEST_SPIN_STATS")
         self._records = spin_records(path) if path else None
         self._ring = 0 if path is None else self._device_pointer(self._records)
@@ -144,4 +145,5 @@ class SpinEngineProvider(TestEngineProvider):
             self._records[0] = launch + 1
         args = (np.uint64(a), np.uint64(b), np.uint64(out), np.uint64(n), np.int32(_OPS[op]))
         args += (np.int64(self.cycles(rows)), np.uint64(record), np.uint64(rows))
-        self._kernel((self._sms,), (_THREADS,), args, stream=on, shared_mem=_SHARED_BYTES)
+        with on:  # the current stream of this thread, for the launch
+            self._kernel((self._sms,), (_THREADS,), args, shared_mem=_SHARED_BYTES)
