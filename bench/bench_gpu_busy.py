@@ -228,14 +228,16 @@ class Regions:
         )
         assert registered.status_code == 200, registered.text
         self.cuda_name = None
-        if cuda:
+        if cuda:  # its own allocation (a pool's block would open at the pool's base)
             import base64
 
             import cupy
 
-            self._device = cupy.asarray(np.concatenate([np.tile(x, 2), np.zeros(2 * ROW)]))
-            self._device = self._device.astype(np.float32)
-            handle = cupy.cuda.runtime.ipcGetMemHandle(self._device.data.ptr)
+            runtime = cupy.cuda.runtime
+            host = np.concatenate([np.tile(x, 2), np.zeros(2 * ROW, np.float32)])
+            self._device = runtime.malloc(self.SIZE)
+            runtime.memcpy(self._device, host.ctypes.data, host.nbytes, runtime.memcpyHostToDevice)
+            handle = runtime.ipcGetMemHandle(self._device)
             self.cuda_name = f"busy_cuda_{uuid.uuid4().hex[:8]}"
             registered = client.post(
                 f"/v2/cudasharedmemory/region/{self.cuda_name}/register",
