@@ -101,6 +101,10 @@ class Settings:
     metrics_auth: str = "none"
     # Triton's GPU gauges (service/gpu_gauges.py) from NVML, where NVML is present.
     gpu_metrics: bool = True
+    # A model whose executes poison the GPU context this many times within the window is not
+    # loaded again until a load or a redeploy (service/dataplane/gpu_faults.py).
+    gpu_fault_quarantine_count: int = 3
+    gpu_fault_quarantine_window_s: float = 600.0
 
 
 # The words a boolean setting or form field may be given as (flags, env vars, 'replace'), and
@@ -405,6 +409,21 @@ _OPTIONS = (
         _bool,
         "report Triton's GPU gauges (nv_gpu_*) from NVML where it is present (default true)",
     ),
+    (
+        "--gpu-fault-quarantine-count",
+        "ETRT_GPU_FAULT_QUARANTINE_COUNT",
+        "gpu_fault_quarantine_count",
+        int,
+        "GPU faults (a poisoned CUDA context) after which a model is not loaded at the engine's "
+        "restart, until a load or a redeploy of it",
+    ),
+    (
+        "--gpu-fault-quarantine-window",
+        "ETRT_GPU_FAULT_QUARANTINE_WINDOW",
+        "gpu_fault_quarantine_window_s",
+        float,
+        "seconds in which --gpu-fault-quarantine-count faults quarantine a model",
+    ),
 )
 
 
@@ -499,6 +518,8 @@ def parse_settings(
         "header_timeout_s",
         "body_timeout_s",
         "max_connections",
+        "gpu_fault_quarantine_count",
+        "gpu_fault_quarantine_window_s",
     ):
         value = getattr(settings, attr)
         if value is not None and value <= 0:

@@ -12,7 +12,11 @@ instead of being reset. grpcio binds its own sockets, so the gRPC port is shared
 SO_REUSEPORT, after this process checked that nothing else holds it.
 
 Faults stay small: a front or the engine that dies is started again (the engine reloads the
-store; fronts answer 503 with Retry-After meanwhile). Children are killed by the kernel if this
+store; fronts answer 503 with Retry-After meanwhile). An engine whose GPU context was poisoned
+exits with GPU_FAULT_EXIT and is started again at once, then with a growing backoff while such
+faults follow each other; each restart is recorded, with its reason, in the run's engine events
+file (service/shared/engine_events.py), which the engine counts and quarantines from and the
+fronts quote when not ready. Children are killed by the kernel if this
 process dies (PR_SET_PDEATHSIG), and SIGTERM or SIGINT drains the fronts, then stops the engine.
 """
 
@@ -24,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +36,12 @@ from service import auth
 from service.config import Settings, encode_settings
 from service.front.protocols import fair_accept
 from service.shared import handshake
+from service.shared.engine_events import (
+    EVENTS_ENV,
+    GPU_FAULT_EXIT,
+    EngineEvents,
+    Restart,
+)
 from service.store.lock import acquire
 
 log = logging.getLogger("service.supervisor")
@@ -43,6 +54,8 @@ _MAX_BACKOFF_S = 10.0
 # A child that keeps dying at start this many times in a row stops the server: restarting it
 # cannot help (a port taken, a broken environment), and the operator must see it.
 _MAX_EARLY_FAILURES = 5
+# GPU faults this close together count as in a row: the restarts after the first back off.
+_FAULT_ROW_S = 60.0
 
 
 class StartError(Exception):
@@ -104,6 +117,8 @@ class Supervisor:
         self.settings = settings
         self.stopping = False
         self.fatal: str | None = None
+        self.events = EngineEvents(None)
+        self._gpu_faults: list[float] = []  # when the engine exited for a GPU fault
 
     def run(self) -> int:
         settings = self.settings
@@ -118,8 +133,12 @@ class Supervisor:
         except Exception as exc:  # StoreLockError and the like: the reason, no traceback
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        events_fd, events_path = tempfile.mkstemp(prefix="etrt-engine-events-", suffix=".jsonl")
+        os.close(events_fd)
+        self.events = EngineEvents(events_path)
         base_env = {
             **os.environ,
+            EVENTS_ENV: events_path,
             "ETRT_SETTINGS": encode_settings(settings),
             "ETRT_ENGINE_SOCKET": handshake.new_socket_name(),
             "ETRT_ENGINE_SECRET": handshake.new_secret(),
@@ -191,6 +210,7 @@ class Supervisor:
             os.close(ready_read)
             http.close()
             lock.release()
+            os.unlink(events_path)
         if self.fatal:
             print(f"error: {self.fatal}", file=sys.stderr)
             return 1
@@ -209,6 +229,8 @@ class Supervisor:
 
     def _restart(self, child: _Child) -> None:
         code = child.process.returncode
+        if child.role == "engine" and code == GPU_FAULT_EXIT:
+            return self._restart_after_gpu_fault(child)
         early = time.monotonic() - child.started < _EARLY_S
         child.failures = child.failures + 1 if early else 1
         if child.failures >= _MAX_EARLY_FAILURES:
@@ -225,6 +247,31 @@ class Supervisor:
             code,
             f" in {backoff:.1f} s" if backoff else "",
         )
+        if child.role == "engine":
+            reason = "killed" if code < 0 else "crashed"
+            self.events.append(Restart(time.time(), reason, f"exit status {code}", backoff))
+        self._start_again(child, backoff)
+
+    def _restart_after_gpu_fault(self, child: _Child) -> None:
+        """The engine's context was poisoned (its log says by what): a clean process at once,
+        then with a backoff doubling per fault in a row, so that faults cannot make a crash
+        loop. Never a reason to stop the server: the quarantine takes the model out."""
+        now = time.monotonic()
+        self._gpu_faults = [t for t in self._gpu_faults if now - t < _FAULT_ROW_S] + [now]
+        in_row = len(self._gpu_faults)
+        backoff = 0.0 if in_row == 1 else min(_MAX_BACKOFF_S, 0.5 * 2 ** (in_row - 2))
+        child.failures = 0
+        log.error(
+            "the engine exited after a GPU fault (%d in the last %.0f s); starting it again%s",
+            in_row,
+            _FAULT_ROW_S,
+            f" in {backoff:.1f} s" if backoff else "",
+        )
+        detail = f"{in_row} in the last {_FAULT_ROW_S:.0f} s"
+        self.events.append(Restart(time.time(), "gpu_fault", detail, backoff))
+        self._start_again(child, backoff)
+
+    def _start_again(self, child: _Child, backoff: float) -> None:
         deadline = time.monotonic() + backoff
         while time.monotonic() < deadline and not self.stopping:
             time.sleep(_POLL_S)

@@ -36,6 +36,8 @@ struct CudaApi {
   int (*stream_destroy)(void*);
   int (*pointer_get_attributes)(CudaPointerAttributes*, const void*);
   int (*get_last_error)();
+  int (*device_synchronize)();
+  const char* (*get_error_name)(int);
   const char* (*get_error_string)(int);
   int (*host_register)(void*, size_t, unsigned);
   int (*host_unregister)(void*);
@@ -79,6 +81,8 @@ Outcome<const CudaApi*> load_cudart() {
               bind(lib, "cudaStreamDestroy", &api.stream_destroy) &&
               bind(lib, "cudaPointerGetAttributes", &api.pointer_get_attributes) &&
               bind(lib, "cudaGetLastError", &api.get_last_error) &&
+              bind(lib, "cudaDeviceSynchronize", &api.device_synchronize) &&
+              bind(lib, "cudaGetErrorName", &api.get_error_name) &&
               bind(lib, "cudaGetErrorString", &api.get_error_string) &&
               bind(lib, "cudaHostRegister", &api.host_register) &&
               bind(lib, "cudaHostUnregister", &api.host_unregister);
@@ -156,6 +160,17 @@ class CudaMemory final : public DeviceMemory {
 
   Status unpin_host(void* p) override {
     return check(api_->host_unregister(p), "cudaHostUnregister", Error::Internal);
+  }
+
+  Status context_health() override {
+    // A sticky error is returned by every later call; a non-sticky one was the failed call's
+    // alone (check() cleared it). Synchronizing waits for the work in flight, which is what
+    // tells a kernel's fault that has not been reported yet.
+    int rc = api_->set_device(device_);
+    if (rc == 0) rc = api_->device_synchronize();
+    if (rc == 0) return Status();
+    return Status(Error::Internal,
+                  std::string(api_->get_error_name(rc)) + ": " + api_->get_error_string(rc));
   }
 
  private:

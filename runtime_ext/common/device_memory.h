@@ -56,6 +56,15 @@ class DeviceMemory {
     (void)p;
     return Status();
   }
+
+  // Whether the device context still works, asked after a failed execute or load: a trivial
+  // call on it (a device synchronize) fails once an error is sticky (an illegal or misaligned
+  // address, a launch failure, an ECC error...), and then every later call in the process fails
+  // too, so the process must be replaced. OK for a healthy context, else the runtime's words.
+  // This is the one definition of a sticky fault: the service's Python asks it through
+  // ethost.device_fault() for executes of both the native lane and its own scheduler.
+  // A memory without a device context (a test's) has nothing to poison.
+  virtual Status context_health() { return Status(); }
 };
 
 // CUDA runtime loaded with dlopen; fails (NotSupported) with a readable reason on a host
@@ -63,6 +72,11 @@ class DeviceMemory {
 Outcome<std::shared_ptr<DeviceMemory>> make_cuda_memory();
 // Tests only: "device" memory is the allocations this object made.
 std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host);
+// Tests only: puts the host stand-in in the state a sticky CUDA error leaves a context in
+// (every synchronize, copy, allocation and context_health() fails with `reason`), so the
+// service's containment of a poisoned context runs on CPU through the same seam as on a GPU.
+// InvalidArgument when `memory` is not the host stand-in.
+Status poison_host_memory(const std::shared_ptr<DeviceMemory>& memory, const std::string& reason);
 
 // The memory a newly initialized delegate or newly loaded method uses. CUDA unless a test
 // selected host memory; delegates and methods already loaded keep the memory they started with.

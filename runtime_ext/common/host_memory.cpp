@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "device_memory.h"
 
@@ -33,6 +34,7 @@ class HostMemory final : public DeviceMemory {
   }
 
   Outcome<void*> allocate(size_t nbytes) override {
+    ETHOST_RETURN_IF_ERROR(context_health());
     // Like cudaMalloc: 256-byte aligned, and never null for a zero-byte request.
     size_t size = nbytes == 0 ? 256 : (nbytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, size);
@@ -53,6 +55,7 @@ class HostMemory final : public DeviceMemory {
 
   Status copy_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
                     StreamHandle) override {
+    ETHOST_RETURN_IF_ERROR(context_health());
     bool src_dev = is_device_pointer(src);
     bool dst_dev = is_device_pointer(dst);
     if (copy_kind(src_dev, dst_dev) != kind) {
@@ -70,20 +73,41 @@ class HostMemory final : public DeviceMemory {
     std::lock_guard<std::mutex> lock(mu_);
     return ++next_stream_;
   }
-  Status synchronize(StreamHandle) override { return Status(); }
+  Status synchronize(StreamHandle) override { return context_health(); }
   void destroy_stream(StreamHandle) override {}
+
+  Status context_health() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (poisoned_.empty()) return Status();
+    return Status(Error::Internal, poisoned_);
+  }
+
+  void poison(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    poisoned_ = reason.empty() ? "a simulated sticky device error" : reason;
+  }
 
  private:
   const bool reads_pageable_host_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> allocations_;
   StreamHandle next_stream_ = 0;
+  std::string poisoned_;  // a simulated sticky error's words; empty while healthy
 };
 
 }  // namespace
 
 std::shared_ptr<DeviceMemory> make_host_memory(bool reads_pageable_host) {
   return std::make_shared<HostMemory>(reads_pageable_host);
+}
+
+Status poison_host_memory(const std::shared_ptr<DeviceMemory>& memory, const std::string& reason) {
+  auto* host = dynamic_cast<HostMemory*>(memory.get());
+  if (host == nullptr) {
+    return Status(Error::InvalidArgument, "only the host-memory stand-in can be poisoned");
+  }
+  host->poison(reason);
+  return Status();
 }
 
 }  // namespace ethost_device

@@ -13,6 +13,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -322,6 +323,22 @@ NB_MODULE(ethost, m) {
         if (!unpinned.ok()) throw std::runtime_error(unpinned.reason);
       },
       "address"_a);
+  m.def(
+      "device_fault",
+      []() -> std::optional<std::string> {
+        auto memory = ethost_device::active_memory();
+        if (!memory.ok()) return std::nullopt;  // no device here: no context to poison
+        Status health;
+        {
+          nb::gil_scoped_release released;  // it waits for the device's work in flight
+          health = memory.value()->context_health();
+        }
+        if (health.ok()) return std::nullopt;
+        return health.reason;
+      },
+      "Why the device context is poisoned (a sticky error: every later call fails, only a new "
+      "process recovers), or None while it works or where there is no device. Asked after an "
+      "execute or a load failed (DeviceMemory::context_health, the one definition).");
   m.def(
       "device_input_counts",
       [] {

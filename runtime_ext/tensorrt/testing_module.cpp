@@ -143,6 +143,14 @@ NB_MODULE(ethost_tensorrt_testing, t) {
       },
       "Back to CUDA for delegates initialized from now on; raises when there is no CUDA device.");
   t.def(
+      "poison_device",
+      [](const std::string& reason) {
+        raise_if_error(ethost_device::poison_host_memory(memory_or_raise(), reason));
+      },
+      nb::arg("reason"),
+      "Leaves the host-memory stand-in as a sticky CUDA error leaves a context: every later "
+      "synchronize, copy and allocation fails with `reason`, and so does ethost.device_fault().");
+  t.def(
       "device_alloc",
       [](size_t n) { return reinterpret_cast<uintptr_t>(unwrap(memory_or_raise()->allocate(n))); },
       nb::arg("nbytes"));

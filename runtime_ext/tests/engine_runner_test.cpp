@@ -303,6 +303,26 @@ TEST(provider_failures_are_passed_on_and_the_context_is_resent_afterwards) {
   CHECK(f.s.executes.back().sent_shapes && f.s.executes.back().sent_addresses);
 }
 
+// A kernel's sticky fault (here the stand-in put in that state) shows at the stream synchronize
+// after the enqueue, and the memory reports its context poisoned: what the service asks after a
+// failed execute (ethost.device_fault()).
+TEST(a_poisoned_context_fails_the_execute_at_its_synchronize_and_stays_poisoned) {
+  Fixture f(one_in_one_out());
+  std::vector<IoArg> args = {f.device({2, 4}), f.device({2, 4})};
+  CHECK(f.run(args).ok());
+  CHECK(f.memory->context_health().ok());
+  CHECK(ethost_device::poison_host_memory(f.memory,
+                                          "cudaErrorIllegalAddress: an illegal memory "
+                                          "access was encountered")
+            .ok());
+  Status executed = f.run(args);
+  CHECK(!executed.ok());
+  CHECK_CONTAINS(executed.reason, "an illegal memory access was encountered");
+  CHECK_CONTAINS(f.memory->context_health().reason, "cudaErrorIllegalAddress");
+  CHECK(!f.memory->allocate(16).ok());  // every later call fails too
+  CHECK(f.run(args).reason == executed.reason);
+}
+
 TEST(an_engine_giving_the_wrong_number_of_output_shapes_is_an_internal_error) {
   Script s = one_in_one_out();
   s.output_shapes = [](const std::vector<Dims>&) { return std::vector<Dims>{}; };

@@ -115,6 +115,8 @@ class Deployment:
                     continue
                 version_stored = stored[version]
                 reason = version_stored.description.not_runnable
+                if reason is None and version not in strict:
+                    reason = self.gpu_faults.quarantined(entry.name)
                 if reason is None:
                     try:
                         pool = await asyncio.get_running_loop().run_in_executor(
@@ -122,12 +124,14 @@ class Deployment:
                         )
                     except WarmupFailed as failed:  # stored, and unavailable with why
                         reason = str(failed)
+                        self._load_fault(version_stored, failed)
                     except digests.DigestMismatch as changed:  # likewise, whatever the load
                         log.error(
                             "model %s version %d is unavailable: %s", entry.name, version, changed
                         )
                         reason = str(changed)
                     except Exception as exc:
+                        self._load_fault(version_stored, exc)
                         if version in strict:
                             raise _OpenFailed(version_stored, exc) from exc
                         log.error(
@@ -150,6 +154,11 @@ class Deployment:
         entry.stored, entry.served, entry.reasons = stored, served, reasons
         entry.unloaded &= set(stored)
         return closing
+
+    def _load_fault(self, stored: StoredModel, failure: Exception) -> None:
+        """A load (or its warmup) failed: a GPU fault if the device context no longer works
+        after it (the engine then restarts; gpu_faults.py), else the model's own failure."""
+        self.gpu_faults.classify(stored.name, str(stored.version), "(load)", "[]", failure)
 
     async def _close(self, served: Served) -> None:
         await served.pool.close()
@@ -251,6 +260,7 @@ class Deployment:
         stored = {} if exclusive else dict(entry.stored)
         stored.update({model.version: model for model in new})
         entry.unloaded -= {model.version for model in new}
+        self.gpu_faults.lift(name)  # a redeploy is a fresh start
         try:
             closing = await self._settle(entry, stored, frozenset(m.version for m in new))
         except _OpenFailed as failed:

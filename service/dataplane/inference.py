@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from service import oip, rules
 from service.dataplane.catalog import Served, parse_version
 from service.dataplane.deployment import outcome_of
+from service.dataplane.gpu_faults import GpuFaulted
 from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import UNKNOWN
 from service.dataplane.model_pool import PoolClosed
@@ -41,6 +42,7 @@ from service.errors import (
 log = logging.getLogger("service.dataplane.service")
 _INFER_OUTCOMES = (
     (Unavailable, "unavailable"),
+    (GpuFaulted, "unavailable"),
     (Busy, "busy"),
     (DeadlineExceeded, "deadline_exceeded"),
     (NotFound, "client_error"),
@@ -191,8 +193,8 @@ class Inference:
             try:
                 ran = scheduler.run_now(arrays, into)
             except (ValueError, RuntimeError) as exc:
-                raise _execution_error(
-                    exc, model, method, route.signature, [a.shape for a in arrays]
+                raise self._execute_error(
+                    exc, model, route.version, method, route.signature, [a.shape for a in arrays]
                 ) from None
             if ran is None:  # the gate had none free: nothing ran
                 return None
@@ -228,7 +230,7 @@ class Inference:
         run again (a program may keep state across executes)."""
         served = self._find(model, version)
         signature = None if served is None else served.signatures.get(method)
-        error = _execution_error(failure, model, method, signature, shapes)
+        error = self._execute_error(failure, model, version, method, signature, shapes)
         outcome = outcome_of(error, _INFER_OUTCOMES)
         self._finished(None, model, version, method, outcome, 0.0, 0.0, {})
         return error
@@ -260,13 +262,39 @@ class Inference:
         """method -> lane route id of a served version's methods the lane may serve."""
         settings = self.settings
         config = served.stored.description.effective_config
-        if settings.access_log:
+        if settings.access_log or self.gpu_faults.fault is not None:
             return {}
         if policy_for(config) is not DirectPolicy:
             return {}
         return dict(served.routes)
 
+    def _execute_error(
+        self,
+        exc: Exception,
+        model: str,
+        version: str,
+        method: str,
+        signature: MethodSignature | None,
+        shapes: list,
+    ) -> ServiceError:
+        """A failed execute's error, on every path that executes (this scheduler's, infer_now's
+        and the native lane's): a GPU fault when the device context no longer works after it
+        (service/dataplane/gpu_faults.py), else what the failure itself means."""
+        if not isinstance(exc, ValueError) and not is_input_fault(exc):
+            names = (
+                signature.input_names()
+                if signature is not None
+                else [f"input {i}" for i in range(len(shapes))]
+            )
+            sent = ", ".join(f"{n} {list(shape)}" for n, shape in zip(names, shapes))
+            faulted = self.gpu_faults.classify(model, version, method, f"[{sent}]", exc)
+            if faulted is not None:
+                return faulted
+        return _execution_error(exc, model, method, signature, shapes)
+
     def _route(self, model: str, version: str | None, method: str) -> _Route | None:
+        if self.gpu_faults.fault is not None:  # infer() answers why
+            return None
         served = self._find(model, version)
         signature = None if served is None else served.signatures.get(method)
         if signature is None:
@@ -339,6 +367,9 @@ class Inference:
         """`phases` receives the nanoseconds spent checking inputs, executing (after the wait for
         an instance) and collecting outputs, for the statistics extension."""
         model, method = request.model, request.method
+        poisoned = self.gpu_faults.refusal()
+        if poisoned is not None:
+            raise poisoned
         if served is None:
             if model in self._refused:
                 raise Unavailable(self._refused[model].message)
@@ -377,8 +408,8 @@ class Inference:
         except PoolClosed:
             raise Unavailable(f"model {model!r} is being deleted or replaced") from None
         except (ValueError, RuntimeError) as exc:
-            raise _execution_error(
-                exc, model, method, signature, [a.shape for a in arrays]
+            raise self._execute_error(
+                exc, model, served.version, method, signature, [a.shape for a in arrays]
             ) from None
         phases["infer"] = time.perf_counter_ns() - mark
         mark = time.perf_counter_ns()

@@ -71,6 +71,8 @@ class Repository:
         self._entry(name)  # before the lock: locks exist only for names that exist
         async with self._lock(name):
             entry = self._entry(name)
+            if self.gpu_faults.quarantined(name) is not None:
+                self.gpu_faults.lift(name)  # the operator asks for it: it loads again
             if entry.unloaded or not entry.served:
                 was = set(entry.unloaded)
                 entry.unloaded.clear()

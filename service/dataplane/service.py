@@ -20,6 +20,7 @@ from service.config import Settings
 from service.dataplane import instances, residency, triton_config
 from service.dataplane.catalog import Model, parse_version
 from service.dataplane.deployment import Deployment
+from service.dataplane.gpu_faults import GpuFaults
 from service.dataplane.inference import Inference
 from service.dataplane.ledger import ServedLedger
 from service.dataplane.metrics import Metrics
@@ -34,9 +35,11 @@ from service.ingest.model_dirs import find_entries
 from service.ingest.staging import Staging
 from service.native_host import import_host
 from service.shared.contract import Capability
+from service.shared.engine_events import EngineEvents
 from service.store.storage import Storage
 
 log = logging.getLogger(__name__)
+NOT_READY = "the server is starting or stopping"
 
 
 class ModelService(Deployment, Inference, Repository):
@@ -76,8 +79,18 @@ class ModelService(Deployment, Inference, Repository):
         self.ledger = ServedLedger()
         # Absent (no families) where NVML is not: see service/gpu_gauges.py.
         self.gpu_gauges = GpuGauges.from_nvml() if settings.gpu_metrics else GpuGauges(None)
+        # Sticky GPU faults: this process's, and the server's run's from before (quarantine).
+        self.gpu_faults = GpuFaults(
+            EngineEvents.from_env(),
+            self._device_fault,
+            settings.gpu_fault_quarantine_count,
+            settings.gpu_fault_quarantine_window_s,
+        )
+        self.gpu_faults.on_fault(lambda _: self._changed())
         self.metrics = Metrics(
-            [backend.metrics() for backend in self.backends], self.ledger, [self.gpu_gauges]
+            [backend.metrics() for backend in self.backends],
+            self.ledger,
+            [self.gpu_gauges, self.gpu_faults],
         )
         self.statistics = Statistics(self.ledger)
         self._ready = False
@@ -90,7 +103,16 @@ class ModelService(Deployment, Inference, Repository):
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Ready: started, and the device context works (a GPU fault ends readiness at once)."""
+        return self._ready and self.gpu_faults.fault is None
+
+    def not_ready_reason(self) -> str:
+        """What /v2/health/ready says while the server is not ready."""
+        poisoned = self.gpu_faults.refusal()
+        return poisoned.message if poisoned is not None else NOT_READY
+
+    def _device_fault(self) -> str | None:
+        return None if self._ethost is None else self._ethost.device_fault()
 
     @ready.setter
     def ready(self, value: bool) -> None:

@@ -2,6 +2,8 @@
 
 SIGTERM stops it after the requests in flight (the supervisor sends it once the fronts are gone);
 SIGINT is ignored, so a Ctrl-C that reaches the whole process group lets the fronts drain first.
+A GPU fault (a poisoned CUDA context, service/dataplane/gpu_faults.py) ends it with
+GPU_FAULT_EXIT after a short drain, for the supervisor to start a clean process.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import threading
 
 import uvloop
 
@@ -18,7 +21,13 @@ from service.config import decode_settings
 from service.dataplane.service import ModelService
 from service.engine.server import EngineServer
 from service.ingest import child_guard
+from service.shared.engine_events import GPU_FAULT_EXIT
 from service.shared.gc_tuning import tune_for_serving
+
+# After a GPU fault: how long the requests in flight get, then how long their answers get to
+# reach the fronts, before the engine exits.
+_DRAIN_S = 1.0
+_FLUSH_S = 0.1
 
 
 async def _serve(settings, ready_fd: int | None) -> None:
@@ -33,6 +42,7 @@ async def _serve(settings, ready_fd: int | None) -> None:
         # inside the message that brought it, without a trip through the event loop.
         loop.set_task_factory(asyncio.eager_task_factory)
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    service.gpu_faults.on_fault(lambda _: _exit_soon(stopping))
     server.open()
     await service.start()
     server.start_serving()
@@ -42,8 +52,31 @@ async def _serve(settings, ready_fd: int | None) -> None:
         os.write(ready_fd, b"R")
         os.close(ready_fd)
     await stopping.wait()
+    if service.gpu_faults.fault is not None:
+        await _drain(server)
+        os._exit(GPU_FAULT_EXIT)
     server.close()
     await service.stop()
+
+
+def _exit_soon(stopping: asyncio.Event) -> None:
+    """A GPU fault poisoned this process's context: it drains and exits for the supervisor to
+    start a clean one. Exited by the watchdog if the drain cannot finish (a call stuck on the
+    device must not leave the server unready for good)."""
+    stopping.set()
+    watchdog = threading.Timer(_DRAIN_S + 2.0, os._exit, (GPU_FAULT_EXIT,))
+    watchdog.daemon = True
+    watchdog.start()
+
+
+async def _drain(server: EngineServer) -> None:
+    """The requests in flight get their answers (each a 503 naming the fault, as the context
+    fails them) for at most _DRAIN_S; the fronts answer 503 for any left when the engine is
+    gone. Nothing is closed or freed: the process ends, and its poisoned context with it."""
+    tasks = [task for front in server.fronts.values() for task in front.tasks.values()]
+    if tasks:
+        await asyncio.wait(tasks, timeout=_DRAIN_S)
+    await asyncio.sleep(_FLUSH_S)  # the answers gathered this turn are written by the links
 
 
 def main() -> None:

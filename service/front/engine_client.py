@@ -33,11 +33,16 @@ from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.shared import contract as c
 from service.shared import frames, handshake, messages
 from service.shared.arena import Arena
+from service.shared.engine_events import EngineEvents
 from service.store.storage import StagingArea
 
 log = logging.getLogger(__name__)
 _RECONNECT_S = 0.2
 _REPORT_S = 0.5  # how often a changed arena usage is reported to the engine
+
+
+# A restart older than this is no longer why the server is not ready.
+_RECENT_S = 60.0
 
 
 class EngineDown(Busy):
@@ -66,6 +71,7 @@ class EngineClient(EngineRequests):
         self._refused: handshake.ContractMismatch | None = None  # by an engine of another build
         self._holding_s = 0.0  # how long requests recently held arena slots (smoothed)
         self._outage = Outage()
+        self._events = EngineEvents.from_env()
         self.gate = Gate()  # refuses for full queues without crossing
         # Requests the protocols' native path sent (service/front/native_path.py), reported
         # with the arena's usage.
@@ -141,6 +147,12 @@ class EngineClient(EngineRequests):
     def ready(self) -> bool:
         link = self._link
         return link is not None and link.generation()[1]
+
+    def not_ready_reason(self) -> str:
+        """Why the server is not ready: a GPU fault or an engine restart of the last minute, as
+        recorded by the engine and the supervisor (service/shared/engine_events.py), else that
+        it is starting or stopping."""
+        return self._events.why_away(_RECENT_S) or "the server is starting or stopping"
 
     def down(self) -> EngineDown:
         return EngineDown(

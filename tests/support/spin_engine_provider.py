@@ -85,7 +85,7 @@ class SpinEngineProvider(TestEngineProvider):
     __test__ = False
 
     def __init__(self, base_us: float | None = None, per_row_us: float | None = None):
-        super().__init__()
+        super().__init__(on_cuda=True)
         import cupy
 
         self._cupy = cupy

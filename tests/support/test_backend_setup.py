@@ -31,7 +31,7 @@ def install_test_backend_on_cuda() -> None:
     engine is a stand-in."""
     trt = load_tensorrt_backend()
     trt.testing.use_cuda_memory()
-    trt.set_engine_provider(TestEngineProvider())
+    trt.set_engine_provider(TestEngineProvider(on_cuda=True))
 
 
 def install_spin_backend_on_cuda() -> None:

@@ -22,7 +22,14 @@ A plan with "test_tensorrt_log": [lines] is refused the way the shipped provider
 TensorRT would not deserialize: an exception carrying the lines TensorRT logged (tests pass
 TensorRT's real wordings, e.g. for a plan built by another TensorRT release). A plan with
 "test_fail_execute": "why" fails every execute with that reason, as an enqueue fails on a GPU
-fault: the server's fault, never the request's. The stand-in
+fault: the server's fault, never the request's. A plan with "test_sticky_fault": "illegal_address"
+| "misaligned_address" poisons the device context on every execute, as a TensorRT kernel writing
+through a bad address does: on CUDA memory (a GPU host) it launches such a kernel on the
+execute's stream (cupy); on the host-memory stand-in it puts the stand-in in the sticky state
+(ethost_tensorrt.testing.poison_device). Either way the execute returns and the delegate's stream
+synchronize meets the error, and the device says its context is poisoned: the seam the service
+classifies GPU faults through. A plan with "test_cuda_kernel": true computes "add" with a CUDA
+kernel on CUDA memory (a trivial kernel, to show a context works). The stand-in
 plays TensorRT `tensorrt_version`, which the ingest check reports as this server's TensorRT.
 """
 
@@ -34,12 +41,21 @@ import sys
 import ethost_tensorrt
 import numpy as np
 
+from support import cuda_kernels
+
 ALIGNMENT = 256
 DEFAULT_STATS = {
     "stripped_weights_size": -1,
     "total_weights_size": 0,
     "refittable": False,
     "device_memory_size": 0,
+}
+
+
+# The CUDA runtime's words for the sticky errors the stand-in causes.
+STICKY_FAULTS = {
+    "illegal_address": "cudaErrorIllegalAddress: an illegal memory access was encountered",
+    "misaligned_address": "cudaErrorMisalignedAddress: misaligned address",
 }
 
 
@@ -67,7 +83,8 @@ class TestEngineProvider:
 
     tensorrt_version = "11.1.0.test"
 
-    def __init__(self):
+    def __init__(self, on_cuda: bool = False):
+        self.on_cuda = on_cuda  # real CUDA memory (install_test_backend_on_cuda)
         self.deserialized = 0
         self.addresses = []  # (name, address) for every address bound
         self.streams = []  # stream of every execute
@@ -153,6 +170,10 @@ class TestEngineProvider:
         e = ctx.engine
         if "test_fail_execute" in e.spec:
             raise RuntimeError(e.spec["test_fail_execute"])
+        if "test_sticky_fault" in e.spec:
+            return self._poison(ctx, e.spec["test_sticky_fault"], stream)
+        if e.spec.get("test_cuda_kernel") and self.on_cuda:
+            return cuda_kernels.add(ctx, e, stream)
         a = [self._read(ctx, t, ctx.shapes[t["name"]]) for t in e.inputs]
         out = e.outputs[0]
         op = e.spec["op"]
@@ -168,3 +189,12 @@ class TestEngineProvider:
             self._write(ctx, out, a[0] + a[1])
         else:
             raise ValueError(f"unknown test op {op!r}")
+
+    def _poison(self, ctx, how, stream):
+        if how not in STICKY_FAULTS:
+            raise ValueError(f"unknown test_sticky_fault {how!r} (one of {sorted(STICKY_FAULTS)})")
+        if self.on_cuda:
+            first = ctx.addresses[ctx.engine.inputs[0]["name"]]
+            cuda_kernels.write_through(0x10 if how == "illegal_address" else first + 1, stream)
+        else:
+            ethost_tensorrt.testing.poison_device(f"{STICKY_FAULTS[how]} (simulated)")

@@ -52,6 +52,18 @@ UNPLANNED_OUTPUTS_SET = [("add", 256)]
 # shared memory, unplanned so that a CUDA shared-memory input reaches the delegate as it is.
 SPIN_SET = [("spin_add", True), ("spin_add", False)]
 
+# The GPU-fault test's programs (tests/gpu/test_gpu_fault_cuda.py): ("mixed", 256) with every
+# plan given these fields (test_engine_provider.py), saved as mixed_256_<name>.pte.
+FAULT_SET = {
+    "sticky_illegal": {"test_sticky_fault": "illegal_address"},
+    "sticky_misaligned": {"test_sticky_fault": "misaligned_address"},
+    "kernel": {"test_cuda_kernel": True},
+}
+
+
+def fault_program(out_dir, name) -> Path:
+    return Path(out_dir) / f"mixed_256_{name}.pte"
+
 
 def program_name(
     model,

@@ -37,12 +37,14 @@ from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
 from support.trt_blob import io, make_blob, metadata, plan_bytes
 from support.trt_models import (
     DEVICE_PLANNED_SET,
+    FAULT_SET,
     GPU_SET,
     IN_GRAPH_COPIES_SET,
     SPIN_SET,
     UNPLANNED_INPUTS_SET,
     UNPLANNED_OUTPUTS_SET,
     TrtProgram,
+    fault_program,
     program_name,
 )
 
@@ -254,25 +256,6 @@ def export_trt_program(
     return result
 
 
-if __name__ == "__main__":
-    for model, alignment, external in GPU_SET:
-        print(export_trt_program(sys.argv[1], model, alignment, external).pte)
-    for model, alignment in DEVICE_PLANNED_SET:
-        print(export_trt_program(sys.argv[1], model, alignment, device_planned=True).pte)
-    for model, alignment in IN_GRAPH_COPIES_SET:
-        print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
-    for model, alignment in UNPLANNED_INPUTS_SET:
-        print(export_trt_program(sys.argv[1], model, alignment, planned_inputs=False).pte)
-    for model, alignment in UNPLANNED_OUTPUTS_SET:
-        program = export_trt_program(
-            sys.argv[1], model, alignment, planned_inputs=False, planned_outputs=False
-        )
-        print(program.pte)
-    for model, planned in SPIN_SET:
-        program = export_trt_program(sys.argv[1], model, 256, planned_inputs=planned, dynamic=True)
-        print(program.pte)
-
-
 def with_plans_rewritten(source, target, blob_fields=None, io_fields=None, **fields):
     """`source` with each inline test plan re-saved with `fields` added (e.g. stats=...), its
     I/O tensors with `io_fields` (name -> fields, e.g. {"input0": {"shape_tensor": True}}), and
@@ -301,3 +284,25 @@ def with_plans_rewritten(source, target, blob_fields=None, io_fields=None, **fie
         )
     Path(target).write_bytes(bytes(serialize_pte_binary(pte, extract_delegate_segments=True)))
     return Path(target)
+
+
+if __name__ == "__main__":
+    for model, alignment, external in GPU_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, external).pte)
+    for model, alignment in DEVICE_PLANNED_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, device_planned=True).pte)
+    for model, alignment in IN_GRAPH_COPIES_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, in_graph_copies=True).pte)
+    for model, alignment in UNPLANNED_INPUTS_SET:
+        print(export_trt_program(sys.argv[1], model, alignment, planned_inputs=False).pte)
+    for model, alignment in UNPLANNED_OUTPUTS_SET:
+        program = export_trt_program(
+            sys.argv[1], model, alignment, planned_inputs=False, planned_outputs=False
+        )
+        print(program.pte)
+    mixed = export_trt_program(sys.argv[1], "mixed", 256).pte
+    for name, fields in FAULT_SET.items():
+        print(with_plans_rewritten(mixed, fault_program(sys.argv[1], name), **fields))
+    for model, planned in SPIN_SET:
+        program = export_trt_program(sys.argv[1], model, 256, planned_inputs=planned, dynamic=True)
+        print(program.pte)

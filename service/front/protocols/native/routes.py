@@ -135,10 +135,10 @@ async def live() -> dict:
 
 @router.get("/health/ready", response_model=HealthBody, responses={503: {"model": HealthBody}})
 async def ready(request: Request) -> JSONResponse:
-    is_ready = _service(request).ready
-    return JSONResponse(
-        {"status": "ready" if is_ready else "starting"}, status_code=200 if is_ready else 503
-    )
+    service = _service(request)
+    if service.ready:
+        return JSONResponse({"status": "ready"})
+    return JSONResponse({"status": "starting", "error": service.not_ready_reason()}, 503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

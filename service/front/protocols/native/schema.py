@@ -131,3 +131,4 @@ class InferResponse(BaseModel):
 
 class HealthBody(BaseModel):
     status: str
+    error: str | None = None  # why not ready

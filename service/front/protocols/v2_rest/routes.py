@@ -52,7 +52,7 @@ async def ready(request: Request) -> JSONResponse:
     return JSONResponse(
         {"ready": is_ready}
         if is_ready
-        else {"ready": False, "error": "the server is starting or stopping"},
+        else {"ready": False, "error": _service(request).not_ready_reason()},
         status_code=200 if is_ready else 503,
     )
 
