@@ -13,7 +13,8 @@ before. Per case: req/s (wrk -t4), p50/p99, request tensor GB/s, and the fronts'
 request (and the engine's event-loop thread and lane threads), from /proc.
 
 Programs: FP32 x * 2 + 1 lowered to XNNPACK (the bytes' way through the server is what is
-measured), UINT8 x[:, 0, 0, :] + 1 (a 3-byte answer: a classifier's size). Goals (issue 31, on
+measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and UINT8
+x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
 shared memory >= 50,000 req/s, gRPC images >= 4 GB/s.
 """
@@ -45,14 +46,21 @@ UINT8 = (1, 224, 224, 3)
 def export(out_dir: Path) -> dict:
     import torch
 
-    class Corner(torch.nn.Module):
+    class Corner(torch.nn.Module):  # a 3-value answer, a classifier's size
+        def __init__(self, channels_last: bool):
+            super().__init__()
+            self.channels_last = channels_last
+
         def forward(self, x):
-            return x[:, 0, 0, :] + 1
+            return (x[:, 0, 0, :] if self.channels_last else x[:, :, 0, 0]) + 1
 
     return {
         "image": programs.export_image(out_dir, xnnpack=True),
+        "image_small": programs.export_module(
+            out_dir, "bench_image_fp32_corner", Corner(False), (torch.zeros(FP32),)
+        ),
         "image_u8": programs.export_module(
-            out_dir, "bench_image_u8_corner", Corner(), (torch.zeros(UINT8, dtype=torch.uint8),)
+            out_dir, "bench_image_u8_corner", Corner(True), (torch.zeros(UINT8, dtype=torch.uint8),)
         ),
     }
 
@@ -109,7 +117,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--instances", type=int, default=None, help="instances per model")
-    parser.add_argument("--cases", default="fp32,u8,shm,grpc")
+    parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc")
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -152,6 +160,11 @@ def main() -> None:
                 fp32.nbytes,
             )
             measure("FP32 v2 binary, native path", binary("image", fp32, "FP32"), fp32.nbytes)
+        if "fp32s" in cases:
+            request = binary("image_small", fp32, "FP32", "?path=python")
+            measure("FP32, small answer, Python path", request, fp32.nbytes)
+            request = binary("image_small", fp32, "FP32")
+            measure("FP32, small answer, native path", request, fp32.nbytes)
         if "u8" in cases:
             measure(
                 "UINT8 v2 binary, Python path",
@@ -180,11 +193,8 @@ def main() -> None:
                 f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s", flush=True
             )
         found = dict(rows)
-        for kind in ("FP32", "UINT8"):
-            native, python = (
-                found.get(f"{kind} v2 binary, native path"),
-                found.get(f"{kind} v2 binary, Python path"),
-            )
+        for kind in ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary"):
+            native, python = found.get(f"{kind}, native path"), found.get(f"{kind}, Python path")
             if native and python:
                 print(f"  {kind}: native / Python path {native / python:.2f}x")
     finally:
