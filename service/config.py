@@ -1,7 +1,10 @@
 """Server settings from command-line flags, falling back to ETRT_* environment variables.
 
 Flags win over the environment so that a container image can carry defaults in its environment
-while an operator still overrides one setting on the command line.
+while an operator still overrides one setting on the command line. One variable is not ours:
+`PORT`, which Knative (and other serverless platforms) set to the one port they route to. It comes
+between `--port` and `ETRT_PORT`: the image sets ETRT_PORT as a default, and a platform that sets
+PORT sends its traffic nowhere else.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ class Settings:
     front_nice: int = 10
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001
+    # gRPC (h2c) on the HTTP port too: a connection opening with HTTP/2's preface is relayed to
+    # the front's gRPC server (service/front/protocols/h2_relay.py). Knative routes one port.
+    one_port: bool = False
+    # Seconds the requests in flight get to finish after SIGTERM (service/front/draining.py);
+    # Kubernetes kills the pod 30 s after SIGTERM unless terminationGracePeriodSeconds says more.
+    shutdown_grace_s: float = 25.0
     artifacts: Path = Path("artifacts")
     max_program_bytes: int = 2048 * MiB
     max_data_bytes: int = 8192 * MiB
@@ -170,7 +179,13 @@ def _paths(text: str) -> tuple[Path, ...]:
 # (flag, env var, settings attribute, converter, help)
 _OPTIONS = (
     ("--host", "ETRT_HOST", "host", str, "address to listen on"),
-    ("--port", "ETRT_PORT", "port", int, "TCP port"),
+    (
+        "--port",
+        "ETRT_PORT",
+        "port",
+        int,
+        "TCP port (PORT, which Knative sets, is read before ETRT_PORT)",
+    ),
     (
         "--workers",
         "ETRT_WORKERS",
@@ -222,6 +237,21 @@ _OPTIONS = (
         "grpc_port",
         int,
         "TCP port of the gRPC inference service (0: no gRPC)",
+    ),
+    (
+        "--one-port",
+        "ETRT_ONE_PORT",
+        "one_port",
+        _bool,
+        "serve gRPC (h2c) on the HTTP port too, told apart by HTTP/2's connection preface",
+    ),
+    (
+        "--shutdown-grace",
+        "ETRT_SHUTDOWN_GRACE",
+        "shutdown_grace_s",
+        float,
+        "seconds requests in flight get to finish after SIGTERM (readiness is false at once and "
+        "new requests get 503); then they are cancelled",
     ),
     ("--artifacts", "ETRT_ARTIFACTS", "artifacts", Path, "artifacts root (models + registry)"),
     (
@@ -427,6 +457,10 @@ _OPTIONS = (
 )
 
 
+# Variables a platform sets, read before ours (the module's docstring says why).
+_PLATFORM_ENV = {"port": "PORT"}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad setting on one line (no usage block, no traceback): the
     operator reads it in a log or a container's status, where one line is what is shown."""
@@ -485,6 +519,9 @@ def parse_settings(
     values = {}
     for _, env, attr, convert, _ in _OPTIONS:
         value = getattr(args, attr)
+        platform = _PLATFORM_ENV.get(attr)
+        if value is None and platform is not None and environ.get(platform) is not None:
+            env = platform  # read (and reported) below in place of ours
         if value is None and environ.get(env) is not None:
             try:
                 value = convert(environ[env])
@@ -496,6 +533,8 @@ def parse_settings(
     settings = Settings(**values)
     if settings.model_name is not None and len(settings.model_dirs) != 1:
         parser.error("--model-name serves one --model-dir as that model: give exactly one")
+    if not 0 <= settings.port <= 65535:
+        parser.error("--port must be a TCP port")
     if not 0 <= settings.grpc_port <= 65535:
         parser.error("--grpc-port must be a TCP port (0 disables gRPC)")
     unknown = [name for name in settings.backends if name not in BACKEND_NAMES]
@@ -518,6 +557,7 @@ def parse_settings(
         "header_timeout_s",
         "body_timeout_s",
         "max_connections",
+        "shutdown_grace_s",
         "gpu_fault_quarantine_count",
         "gpu_fault_quarantine_window_s",
     ):

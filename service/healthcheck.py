@@ -3,8 +3,9 @@
 A fixed port in the Dockerfile reported a server started with `--port 8080` (KServe's runtime)
 unhealthy while it served. So the probe asks the running server itself: it finds the
 `python -m service` process in /proc and parses that process's own arguments and environment
-with the server's parser (service.config.parse_settings), so `--port`, `ETRT_PORT` and the default
-give the port the server listens on, with no second reading of the flags to drift.
+with the server's parser (service.config.parse_settings), so `--port`, Knative's `PORT`,
+`ETRT_PORT` and the default give the port the server listens on, with no second reading of the
+flags to drift.
 
 Exit 0 when /health/ready answers 200; otherwise 1 and one line saying why (podman and Docker
 keep it with the health state).

@@ -16,8 +16,11 @@ store; fronts answer 503 with Retry-After meanwhile). An engine whose GPU contex
 exits with GPU_FAULT_EXIT and is started again at once, then with a growing backoff while such
 faults follow each other; each restart is recorded, with its reason, in the run's engine events
 file (service/shared/engine_events.py), which the engine counts and quarantines from and the
-fronts quote when not ready. Children are killed by the kernel if this
-process dies (PR_SET_PDEATHSIG), and SIGTERM or SIGINT drains the fronts, then stops the engine.
+fronts quote when not ready. Children are killed by the kernel if this process dies
+(PR_SET_PDEATHSIG). SIGTERM or SIGINT is passed to the fronts at once, so that readiness fails
+within the signal's delivery (service/front/draining.py); each front drains (its requests in
+flight get --shutdown-grace) and exits, the HTTP socket is closed (new connections are refused
+from then on), and then the engine stops.
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ from service.store.lock import acquire
 
 log = logging.getLogger("service.supervisor")
 _POLL_S = 0.1
-# Seconds the fronts, then the engine, get to finish what they are doing at shutdown.
-_DRAIN_S = 30.0
+# Seconds a front gets past --shutdown-grace to stop (its gRPC server and engine link).
+_STOP_S = 5.0
+# Seconds the engine gets to stop once the fronts are gone (nothing is in flight by then; closing
+# the programs frees their memory, device memory included).
+_ENGINE_STOP_S = 10.0
 # A child that dies within this many seconds of its start counts as crashing at start.
 _EARLY_S = 5.0
 _MAX_BACKOFF_S = 10.0
@@ -167,13 +173,16 @@ class Supervisor:
             )
             for i in range(settings.workers)
         ]
+        self._fronts = fronts
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
+        grpc_on = [f"port {settings.grpc_port}"] if settings.grpc_port else []
+        grpc_on += ["the HTTP port (h2c)"] if settings.one_port else []
         log.info(
-            "serving HTTP on %s:%d and gRPC on port %d with %d front process(es) and one engine",
+            "serving HTTP on %s:%d and gRPC on %s with %d front process(es) and one engine",
             settings.host,
             http.getsockname()[1],
-            settings.grpc_port,
+            " and ".join(grpc_on) or "no port",
             settings.workers,
         )
         # The only PIDs in the log were the fronts' (uvicorn's), and killing a front restarts it:
@@ -206,9 +215,8 @@ class Supervisor:
                     self._restart(child)
                 time.sleep(_POLL_S)
         finally:
-            self._shutdown(engine, fronts)
+            self._shutdown(engine, fronts, http)
             os.close(ready_read)
-            http.close()
             lock.release()
             os.unlink(events_path)
         if self.fatal:
@@ -217,7 +225,16 @@ class Supervisor:
         return 0
 
     def _stop(self, signum, frame) -> None:
-        self.stopping = True
+        """Passed on now, not at the next poll: readiness must fail within the signal's time."""
+        if not self.stopping:
+            self.stopping = True
+            self._signal(self._fronts)
+
+    @staticmethod
+    def _signal(children: list[_Child]) -> None:
+        for child in children:
+            if child.running():
+                child.process.send_signal(signal.SIGTERM)
 
     @staticmethod
     def _engine_ready(ready_read: int) -> bool:
@@ -278,21 +295,27 @@ class Supervisor:
         if not self.stopping:
             child.start({"ETRT_ENGINE_RESTART": "1"} if child.role == "engine" else None)
 
-    def _shutdown(self, engine: _Child, fronts: list[_Child]) -> None:
-        for group in (fronts, [engine]):
-            for child in group:
-                if child.running():
-                    child.process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + _DRAIN_S
-            for child in group:
-                if child.process is None:
-                    continue
-                try:
-                    child.process.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    log.error("%s did not stop within %.0f s; killing it", child.role, _DRAIN_S)
-                    child.process.kill()
-                    child.process.wait()
+    def _shutdown(self, engine: _Child, fronts: list[_Child], http: socket.socket) -> None:
+        """Fronts first, then the HTTP socket, then the engine. The fronts are signalled again
+        (a fatal stop, or one restarted as the signal came); a draining front ignores that."""
+        self._signal(fronts)
+        self._wait(fronts, self.settings.shutdown_grace_s + _STOP_S)
+        http.close()
+        self._signal([engine])
+        self._wait([engine], _ENGINE_STOP_S)
+
+    @staticmethod
+    def _wait(group: list[_Child], within_s: float) -> None:
+        deadline = time.monotonic() + within_s
+        for child in group:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("%s did not stop within %.0f s; killing it", child.role, within_s)
+                child.process.kill()
+                child.process.wait()
 
 
 def run(settings: Settings) -> int:

@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 
 from service import auth
 from service.config import Settings
@@ -13,10 +14,13 @@ from service.dataplane.service import ModelService
 from service.front.native_path import NativePath
 from service.front.protocols import docs_page, http_errors
 from service.front.protocols.arriving import ArrivingBodies
+from service.front.protocols.drain import LIVE_PATHS, MESSAGE, Drain
 from service.front.protocols.fast_routes import FastRoutes
+from service.front.protocols.h2_relay import PrivateSocket
 from service.front.protocols.native import routes as http_routes
 from service.front.protocols.offload import Offload
 from service.front.protocols.v2_grpc.auth import TokenInterceptor
+from service.front.protocols.v2_grpc.draining import DrainInterceptor
 from service.front.protocols.v2_grpc.server import grpc_listener
 from service.front.protocols.v2_rest import errors as v2_errors
 from service.front.protocols.v2_rest import routes as v2_routes
@@ -32,9 +36,15 @@ class ServerApp(FastAPI):
     policy: auth.Policy  # likewise
     # The fronts' native path (service/front/native_path.py); None in a single process.
     native_path: NativePath | None = None
+    drain: Drain  # begun by the front's SIGTERM (service/front/draining.py)
+    # With --one-port, where the HTTP transport relays HTTP/2 connections (gRPC's).
+    h2_target: PrivateSocket | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
+            if self.drain.active and scope["path"] not in LIVE_PATHS:
+                answer = JSONResponse({"error": MESSAGE}, 503, {"connection": "close"})
+                return await answer(scope, receive, send)
             found = self.fast.match(scope["method"], scope["path"])
             if found is not None:
                 endpoint, scope["path_params"], _ = found
@@ -59,20 +69,28 @@ def _openapi(app: FastAPI):
     return openapi
 
 
-def create_app(settings: Settings, service=None, offload_workers: int | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    service=None,
+    offload_workers: int | None = None,
+    drain: Drain | None = None,
+) -> FastAPI:
     """`service`: the dataplane the protocols call; a front process passes its engine client
     (service/front/engine_client.py), and without one the app runs its own ModelService
-    in-process."""
+    in-process. `drain`: what the front's SIGTERM begins (none begins it in a single process)."""
     service = ModelService(settings) if service is None else service
     policy = auth.policy_for(settings)
     offload = Offload(offload_workers, InlinePolicy(settings.inline_execute_us))
+    drain = Drain(settings.shutdown_grace_s) if drain is None else drain
+    h2_target = PrivateSocket() if settings.one_port else None
+    interceptors = [DrainInterceptor(drain), TokenInterceptor(policy)]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         http_errors.clip_access_log()
         await service.start()
         try:
-            async with grpc_listener(service, settings, [TokenInterceptor(policy)], policy):
+            async with grpc_listener(service, settings, interceptors, policy, h2_target, drain):
                 yield
         finally:
             offload.close()
@@ -87,6 +105,8 @@ def create_app(settings: Settings, service=None, offload_workers: int | None = N
         redoc_url=None,
     )
     app.state.service = service
+    app.drain = drain
+    app.h2_target = h2_target
     app.state.offload = offload
     app.state.arriving = ArrivingBodies(settings.max_client_arriving_bytes)
 

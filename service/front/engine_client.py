@@ -76,6 +76,9 @@ class EngineClient(EngineRequests):
         # Requests the protocols' native path sent (service/front/native_path.py), reported
         # with the arena's usage.
         self.native_requests = 0
+        # Set when the front drains after SIGTERM (service/front/draining.py): from then on it
+        # reads not ready, whatever the engine says, on every protocol that asks.
+        self.draining = False
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -146,7 +149,7 @@ class EngineClient(EngineRequests):
     @property
     def ready(self) -> bool:
         link = self._link
-        return link is not None and link.generation()[1]
+        return link is not None and not self.draining and link.generation()[1]
 
     def not_ready_reason(self) -> str:
         """Why the server is not ready: a GPU fault or an engine restart of the last minute, as

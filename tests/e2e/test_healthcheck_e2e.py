@@ -1,7 +1,8 @@
 """`python -m service.healthcheck` (the image's HEALTHCHECK) against real server processes.
 
-The probe must follow the port the server took, whether `--port` or ETRT_PORT chose it: each
-server here is started with an ETRT_PORT or flag that differs from what a fixed probe would try.
+The probe must follow the port the server took, whether `--port`, Knative's PORT or ETRT_PORT
+chose it: each server here is started with an ETRT_PORT or flag that differs from what a fixed
+probe would try.
 The container lane runs the same probe inside the image (tests/containers/test_cpu_image.py).
 """
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from support.server import REPO, TESTS, free_port
 
@@ -89,6 +91,25 @@ def test_the_probe_follows_etrt_port_and_a_wildcard_host(tmp_path):
     )
     try:
         _wait_ready(process, port, tmp_path)
+        done = _healthcheck("--pid", str(process.pid))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == f"healthy: http://127.0.0.1:{port}/health/ready"
+    finally:
+        _stop(process)
+
+
+def test_the_server_and_the_probe_take_knatives_port_over_etrt_port(tmp_path):
+    """Knative sets PORT; the image sets ETRT_PORT=8000: the server listens on PORT."""
+    port, decoy = free_port(), free_port()
+    process = _start(
+        tmp_path,
+        ["--host", "127.0.0.1", "--grpc-port", "0"],
+        {"PORT": str(port), "ETRT_PORT": str(decoy)},
+    )
+    try:
+        _wait_ready(process, port, tmp_path)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{decoy}/health/live", timeout=2)
         done = _healthcheck("--pid", str(process.pid))
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.strip() == f"healthy: http://127.0.0.1:{port}/health/ready"

@@ -33,7 +33,11 @@ class ServerProcess:
         *extra_args: str,
         env: dict | None = None,
         log_path: Path | None = None,
+        port_from_env: str | None = None,
     ):
+        """port_from_env: the variable ("PORT", "ETRT_PORT") that gives the HTTP port instead of
+        --port, as a platform would."""
+        self.port_from_env = port_from_env
         self.artifacts = Path(artifacts)
         self.extra_args = list(extra_args)
         self.env = env or {}
@@ -82,6 +86,9 @@ class ServerProcess:
             [str(REPO), str(TESTS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         )
         env.update(self.env)
+        port_args = ["--port", str(self.port)]
+        if self.port_from_env is not None:
+            env[self.port_from_env], port_args = str(self.port), []
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [
@@ -90,8 +97,7 @@ class ServerProcess:
                 "service",
                 "--host",
                 "127.0.0.1",
-                "--port",
-                str(self.port),
+                *port_args,
                 "--grpc-port",
                 str(self.grpc_port),
                 "--artifacts",

@@ -62,6 +62,31 @@ def test_an_empty_backend_setup_registers_no_backend():
     assert setups(parse_settings(["--backend-setup", ""], {})) == ()
 
 
+def test_knatives_port_comes_between_the_flag_and_etrt_port(capsys):
+    both = {"PORT": "8080", "ETRT_PORT": "8000"}
+    assert parse_settings([], both).port == 8080
+    assert parse_settings(["--port", "9100"], both).port == 9100
+    assert parse_settings([], {"ETRT_PORT": "8000"}).port == 8000
+    assert parse_settings([], {"PORT": "8080"}).port == 8080
+    with pytest.raises(SystemExit):
+        parse_settings([], {"PORT": "http"})
+    assert "PORT='http'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_settings([], {"PORT": "70000"})
+    assert "--port must be a TCP port" in capsys.readouterr().err
+
+
+def test_one_port_and_the_shutdown_grace(capsys):
+    settings = parse_settings([], {})
+    assert settings.one_port is False and settings.shutdown_grace_s == 25.0
+    settings = parse_settings(["--one-port", "--shutdown-grace", "5"], {})
+    assert settings.one_port is True and settings.shutdown_grace_s == 5.0
+    assert parse_settings([], {"ETRT_ONE_PORT": "yes"}).one_port is True
+    with pytest.raises(SystemExit):
+        parse_settings(["--shutdown-grace", "0"], {})
+    assert "--shutdown-grace must be positive" in capsys.readouterr().err
+
+
 def test_environment_sets_and_flags_override():
     env = {
         "ETRT_HOST": "0.0.0.0",

@@ -1,9 +1,12 @@
-"""docker/kserve/: the ServingRuntime and InferenceService agree with each other and the image."""
+"""docker/kserve/: the ServingRuntime and InferenceService agree with KServe's schema, with each
+other and with the image."""
 
 import re
 from pathlib import Path
 
 import yaml
+
+from support.kserve_schema import problems
 
 KSERVE = Path(__file__).resolve().parents[2] / "docker" / "kserve"
 DOCKERFILE = KSERVE.parent / "Dockerfile"
@@ -18,7 +21,37 @@ def _container():
     return container
 
 
-def test_runtime_speaks_v2_on_kserves_ports():
+def _spoilt(spoil) -> dict:
+    runtime = _load("servingruntime.yaml")
+    spoil(runtime["spec"]["containers"][0])
+    return runtime
+
+
+def test_both_files_read_as_kserves_published_models_and_mistakes_do_not():
+    spoilt = {
+        "containers[0].readinessProbes: V1Container has no field": lambda c: c.update(
+            readinessProbes={}
+        ),
+        "containers[0]: V1Container": lambda c: c.pop("name"),
+        "ports[0].containerPort: '8080' is not int": lambda c: c["ports"][0].update(
+            containerPort="8080"
+        ),
+    }
+    found = problems(
+        [
+            ("V1alpha1ServingRuntime", _load("servingruntime.yaml")),
+            ("V1beta1InferenceService", _load("inferenceservice.yaml")),
+            *[("V1alpha1ServingRuntime", _spoilt(spoil)) for spoil in spoilt.values()],
+        ]
+    )
+    assert found[:2] == [None, None], found
+    for named, problem in zip(spoilt, found[2:]):
+        assert problem is not None and named in problem, (named, problem)
+
+
+def test_runtime_speaks_rest_and_grpc_on_one_port():
+    """Knative routes one port: both protocols on it, its number from $PORT (Knative) or
+    ETRT_PORT (a RawDeployment), the probes on it, readiness on the readiness route."""
     runtime = _load("servingruntime.yaml")
     assert runtime["apiVersion"] == "serving.kserve.io/v1alpha1"
     assert runtime["kind"] == "ServingRuntime"
@@ -30,13 +63,17 @@ def test_runtime_speaks_v2_on_kserves_ports():
         "--model-dir=/mnt/models",
         "--model-name={{.Name}}",
         "--host=0.0.0.0",
-        "--port=8080",
-        "--grpc-port=8081",
+        "--one-port",
+        "--grpc-port=0",
     ):
         assert needed in args
+    assert not [a for a in args if a.startswith("--port")], "a --port flag would override $PORT"
+    assert {"name": "ETRT_PORT", "value": "8080"} in container["env"]
     assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http1", 8080)]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["port"] == 8080
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
 
 
 def test_runtime_exposes_prometheus_metrics():

@@ -26,6 +26,9 @@ the scope extension bodies.BODY_INTO, and the chunks that arrive after are copie
 come: uvicorn would otherwise gather them in a buffer, copy that into a message per wakeup, and
 the reader would copy each message again. A chunk that does not fit goes the usual way, so the
 reader sees a body longer than its room and refuses it.
+
+With --one-port, a new connection's first bytes are looked at before any of that: one that opens
+with HTTP/2's preface is gRPC's (h2_relay.py), and is relayed, unread, from then on.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.front.protocols import h2_relay
 from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
 from service.front.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
@@ -99,6 +103,10 @@ class _GatheringTransport:
         else:
             self._transport.writelines(pending)
 
+    @property
+    def raw(self) -> asyncio.Transport:
+        return self._transport
+
     def close(self) -> None:
         self.flush()
         self._transport.close()
@@ -126,6 +134,10 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._extensions = {BODY_INTO: self._body_into, RESPOND: self._respond}
         front_lane = getattr(self.app, "native_path", None)
         self._front_lane = None if self.access_log else front_lane  # access lines: uvicorn's
+        self._drain = getattr(self.app, "drain", None)  # draining: the Python path answers 503
+        self._h2 = getattr(self.app, "h2_target", None)  # --one-port: gRPC's private socket
+        self._first = b""  # the bytes seen while they may still be HTTP/2's preface
+        self._relay: h2_relay.Relay | None = None
         self._native = None  # what the native path needs to answer the request it took
         self._arriving = None  # the same, for a request it took whose body is still arriving
         self._held = b""  # what the client sent meanwhile
@@ -136,6 +148,19 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._reading.progressed()
+        if self._relay is not None:
+            self._relay.to_server(data)
+            return
+        if self._h2 is not None:  # the connection's first bytes: HTTP/2 or not
+            data = self._first + data
+            found = h2_relay.sniff(data)
+            if found is None:
+                self._first = data
+                return
+            if found:
+                self._relay_to_grpc(data)
+                return
+            self._h2, self._first = None, b""
         if self._bad_request is not None:  # the parser has failed: nothing more is read
             return
         if self._arriving is not None:  # the taken request's body, into its slot
@@ -152,6 +177,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             and (self.cycle is None or self.cycle.response_complete)
             and not self.pipeline
             and not self.flow.write_paused
+            and not (self._drain is not None and self._drain.active)
         ):
             try:
                 taken = self._front_lane.take(data, self._native_answered)
@@ -178,6 +204,32 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self._native, self._arriving = self._arriving, None
             if consumed < len(data):
                 self._held = data[consumed:]
+
+    @property
+    def answering_natively(self) -> bool:
+        """A request the native path took is in flight, or its body arriving (uvicorn counts no
+        task for it)."""
+        return self._native is not None or self._arriving is not None
+
+    def _relay_to_grpc(self, data: bytes) -> None:
+        """From now on the connection is the gRPC server's: out of uvicorn's connections (its
+        shutdown does not wait for it: the gRPC server's stop ends it) and of the read clocks
+        (HTTP/2 has its own keep-alive)."""
+        self._reading.stop()
+        self.connections.discard(self)
+        self._relay = h2_relay.Relay(self.transport.raw, data, self._h2)
+
+    def pause_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_paused_writing()
+        else:
+            HttpToolsProtocol.pause_writing(self)
+
+    def resume_writing(self) -> None:
+        if self._relay is not None:
+            self._relay.client_resumed_writing()
+        else:
+            HttpToolsProtocol.resume_writing(self)
 
     def _native_answered(self, message) -> None:
         ticket, self._native = self._native, None
@@ -217,6 +269,8 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_complete(self)
 
     def connection_lost(self, exc) -> None:
+        if self._relay is not None:
+            self._relay.client_lost()
         HttpToolsProtocol.connection_lost(self, exc)
         self._reading.stop()
         self._gone = True

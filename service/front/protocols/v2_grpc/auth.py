@@ -19,7 +19,9 @@ from service import auth
 CODES = {401: grpc.StatusCode.UNAUTHENTICATED, 403: grpc.StatusCode.PERMISSION_DENIED}
 
 
-def _denied(code: grpc.StatusCode, message: str, handler: grpc.RpcMethodHandler):
+def denied(code: grpc.StatusCode, message: str, handler: grpc.RpcMethodHandler):
+    """A handler answering `code` in place of `handler`, without reading the request."""
+
     async def deny(_unread_requests, context) -> bytes:
         context.set_code(code)
         context.set_details(message)
@@ -40,4 +42,4 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if denial is None or handler is None:
             return handler
-        return _denied(CODES[denial.status], denial.message, handler)
+        return denied(CODES[denial.status], denial.message, handler)

@@ -2,7 +2,9 @@
 
 It lives exactly as long as the app (its lifespan enters `grpc_listener`), so both protocols see
 one set of models, one set of metrics and one shutdown. Interceptors (e.g. bearer tokens) are
-passed to `grpc_listener` and run before every handler.
+passed to `grpc_listener` and run before every handler. With --one-port it also listens on the
+front's private socket, where the HTTP port relays the connections that speak HTTP/2
+(service/front/protocols/h2_relay.py); with --grpc-port 0 it listens only there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import grpc
 from service import auth
 from service.config import Settings
 from service.dataplane.service import ModelService
+from service.front.protocols.drain import Drain
+from service.front.protocols.h2_relay import PrivateSocket
 from service.front.protocols.v2_grpc import health
 from service.front.protocols.v2_grpc.binding import generic_handler
 from service.front.protocols.v2_grpc.servicer import InferenceServicer
@@ -23,7 +27,7 @@ from service.front.protocols.v2_grpc.servicer import InferenceServicer
 log = logging.getLogger(__name__)
 # gRPC message sizes are C ints.
 _INT32_MAX = 2**31 - 1
-# Seconds in-flight calls get to finish at shutdown before they are cancelled.
+# Seconds in-flight calls get to finish at a shutdown that no drain preceded.
 _SHUTDOWN_GRACE_S = 5.0
 
 
@@ -36,9 +40,11 @@ async def start(
     settings: Settings,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     policy: auth.Policy | None = None,
+    private: PrivateSocket | None = None,
 ) -> grpc.aio.Server:
     """`policy`: the tokens the interceptors check, which the health service applies to model
-    checks itself (its calls carry the model in the message, not in the method)."""
+    checks itself (its calls carry the model in the message, not in the method). `private`: the
+    socket the HTTP port relays HTTP/2 connections to."""
     server = grpc.aio.server(
         interceptors=tuple(interceptors),
         options=(
@@ -53,13 +59,21 @@ async def start(
     )
     server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))
     health.add_to(server, service, policy)  # grpc.health.v1, for Kubernetes' gRPC probes
-    address = _address(settings.host, settings.grpc_port)
-    try:
-        server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise RuntimeError(f"gRPC cannot listen on {address}: {exc}") from None
+    addresses = [_address(settings.host, settings.grpc_port)] if settings.grpc_port else []
+    if private is not None:
+        addresses.append(private.grpc_address)
+    for address in addresses:
+        try:
+            server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise RuntimeError(f"gRPC cannot listen on {address}: {exc}") from None
     await server.start()
-    log.info("gRPC (inference.GRPCInferenceService, grpc.health.v1) listening on %s", address)
+    shown = addresses[:1] if settings.grpc_port else []
+    if private is not None:
+        shown.append(f"the HTTP port {settings.port} (h2c)")
+    log.info(
+        "gRPC (inference.GRPCInferenceService, grpc.health.v1) listening on %s", " and ".join(shown)
+    )
     return server
 
 
@@ -69,13 +83,16 @@ async def grpc_listener(
     settings: Settings,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     policy: auth.Policy | None = None,
+    private: PrivateSocket | None = None,
+    drain: Drain | None = None,
 ) -> AsyncIterator[None]:
-    """Serves gRPC for the duration of the block; grpc_port 0 serves nothing."""
-    if not settings.grpc_port:
+    """Serves gRPC for the duration of the block; grpc_port 0 without `private` serves nothing.
+    At its end, calls in flight get what is left of the drain's grace."""
+    if not settings.grpc_port and private is None:
         yield
         return
-    server = await start(service, settings, interceptors, policy)
+    server = await start(service, settings, interceptors, policy, private)
     try:
         yield
     finally:
-        await server.stop(_SHUTDOWN_GRACE_S)
+        await server.stop(drain.remaining_s() if drain and drain.active else _SHUTDOWN_GRACE_S)
