@@ -231,6 +231,9 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
   std::string extra = "inference-header-content-length: ";
   append_uint(extra, body.size());
   extra.append("\r\n");
+  // Room for all of it at once: an image-sized output is not copied again as the string grows.
+  out.reserve(out.size() + default_headers.size() + extra.size() + 256 + body.size() +
+              binary_bytes);
   append_head(out, default_headers, extra, "application/octet-stream", body.size() + binary_bytes,
               plan.keep_alive);
   out.append(body);

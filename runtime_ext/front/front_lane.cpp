@@ -95,7 +95,11 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
     return Take::Declined;
   }
   RequestHead head;
-  if (read_head(data, size, head) != Head::Complete || head.content_length > size - head.length) {
+  if (read_head(data, size, head) != Head::Complete) return Take::Declined;
+  // A body still arriving is taken only as a v2 binary one (its tensors then stream into their
+  // slot), up to its own limit; every other request only whole.
+  bool whole = head.content_length <= size - head.length;
+  if (!whole && (!head.has_binary_header || head.content_length > config_.max_streamed_body)) {
     return Take::Declined;
   }
   if (config_.has_token &&
@@ -106,13 +110,16 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   size_t body_size = static_cast<size_t>(head.content_length);
   GivenRequest request;
   request.inputs.reserve(4);
+  request.available = whole ? body_size : size - head.length;
   if (head.path == kInfer) {
-    if (body_size > config_.max_native_body || !read_native(body, body_size, request)) {
+    if (!whole || body_size > config_.max_native_body || !read_native(body, body_size, request)) {
       return Take::Declined;
     }
   } else if (v2_infer_path(head.path, request.model, request.version)) {
-    uint64_t limit = head.has_binary_header ? config_.max_v2_body
-                                            : std::min(config_.max_v2_body, config_.max_json);
+    // A binary body goes into its slot whether it arrived in one read or in many.
+    uint64_t limit = head.has_binary_header
+                         ? std::max(config_.max_v2_body, config_.max_streamed_body)
+                         : std::min(config_.max_v2_body, config_.max_json);
     if (body_size > limit ||
         !read_v2(body, body_size, head.has_binary_header ? &head.binary_header : nullptr,
                  config_.max_json, request)) {
@@ -138,6 +145,11 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   }
   uint64_t capacity = std::min(output_room(*method, rows), slots_->size() / 4);
   if (align_up(inputs_size + capacity) > slots_->size()) return Take::Declined;
+  // One arriving body holds its slot for as long as its client takes to send it: together they
+  // may hold half the arena, the rest is for requests that are here.
+  if (!whole && slots_->in_use() + align_up(inputs_size + capacity) > slots_->size() / 2) {
+    return Take::Declined;
+  }
   std::optional<Slot> slot = slots_->allocate(inputs_size + capacity);
   if (!slot) return Take::Declined;  // full now: the Python path says when to come back
   ethost::lane::InferRequest message;
@@ -148,9 +160,13 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   message.outputs = mask;
   message.input_count = count;
   uint64_t at = slot->offset;
+  std::vector<BodyStream::Segment> segments;
   for (size_t i = 0; i < count; ++i) {
     const GivenInput& input = *ordered[i];
-    if (!write_values(input, arena_ + at)) {
+    if (!whole && input.bytes != nullptr) {  // its bytes go in as they arrive
+      segments.push_back({static_cast<uint64_t>(input.bytes - request.payload),
+                          input.count * input.datatype->size, at});
+    } else if (!write_values(input, arena_ + at)) {
       slots_->free(*slot);
       return Take::Declined;
     }
@@ -179,15 +195,40 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   pending.table = std::move(table);
   pending.method = method;
   pending.slot = *slot;
-  pending_.emplace(message.request_id, std::move(pending));
   out.id = message.request_id;
-  out.consumed = head.length + body_size;
-  out.message = ethost::lane::write_request(message);
+  if (whole) {
+    out.consumed = head.length + body_size;
+    out.complete = true;
+    out.message = ethost::lane::write_request(message);
+  } else {
+    const uint8_t* payload = request.payload;
+    size_t json_size = static_cast<size_t>(reinterpret_cast<const char*>(payload) - body);
+    pending.stream =
+        std::make_shared<BodyStream>(std::move(segments), body_size - json_size, message);
+    pending.stream->write(arena_, payload, request.available - json_size);
+    out.consumed = size;
+    out.complete = false;
+    out.message.clear();
+  }
+  pending_.emplace(message.request_id, std::move(pending));
   return Take::Taken;
+}
+
+FrontLane::Fill FrontLane::fill(uint64_t id, const char* data, size_t size, size_t& consumed,
+                                std::string& message) {
+  auto found = pending_.find(id);
+  if (found == pending_.end() || found->second.stream == nullptr) return Fill::Unknown;
+  BodyStream& stream = *found->second.stream;
+  consumed = stream.write(arena_, reinterpret_cast<const uint8_t*>(data), size);
+  if (!stream.complete()) return Fill::Arriving;
+  message = ethost::lane::write_request(stream.message());
+  found->second.stream.reset();
+  return Fill::Complete;
 }
 
 bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
                        std::string_view default_headers, std::string& out) {
+  if (pending.stream != nullptr) return false;  // no message was sent for it yet
   for (const Output& output : outputs) {
     if (output.index >= pending.method->outputs.size()) return false;
   }
@@ -200,7 +241,8 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
   auto found = pending_.find(id);
   using ethost::lane::kAnswerHead;
   using ethost::lane::kOutputHead;
-  if (found == pending_.end() || size < kAnswerHead || payload[0] != ethost::lane::kDoneTag) {
+  if (found == pending_.end() || found->second.stream != nullptr || size < kAnswerHead ||
+      payload[0] != ethost::lane::kDoneTag) {
     return false;
   }
   std::vector<Output> outputs(payload[1]);

@@ -13,6 +13,7 @@
 // answer here, or, for an error, is written by the Python path from what release() returns.
 #pragma once
 
+#include "body_stream.h"
 #include "front_answers.h"
 #include "front_requests.h"
 #include "front_table.h"
@@ -31,7 +32,10 @@ struct FrontConfig {
   uint64_t max_native_body = 0;  // the native API's JSON body (and every lane body) at most
   uint64_t max_v2_body = 0;      // a v2 body at most
   uint64_t max_json = 0;         // a v2 JSON body or header at most
-  bool has_token = false;        // inference needs a bearer token
+  // A v2 binary body at most, whole or taken before it has arrived whole (0: none is taken
+  // before, and a whole one up to max_v2_body; body_stream.h).
+  uint64_t max_streamed_body = 0;
+  bool has_token = false;  // inference needs a bearer token
   std::string token;
 };
 
@@ -46,10 +50,17 @@ class FrontLane {
   enum class Take { Taken, Declined };
   struct Taken {
     uint64_t id = 0;
-    size_t consumed = 0;  // bytes of the request
-    std::string message;  // the lane message to send the engine
+    size_t consumed = 0;   // bytes of the request (all of `data` while its body is arriving)
+    bool complete = true;  // false: its body is still arriving (fill() takes the rest)
+    std::string message;   // the lane message to send the engine, once complete
   };
   Take take(const char* data, size_t size, Taken& out);
+
+  // More of the body of request `id`, taken incomplete: its tensors' bytes go into their slot.
+  // `consumed`: the bytes of `data` that were its (what follows is the connection's next
+  // request); Complete: the body is whole and `message` is its lane message.
+  enum class Fill { Arriving, Complete, Unknown };
+  Fill fill(uint64_t id, const char* data, size_t size, size_t& consumed, std::string& message);
 
   // The HTTP answer to request `id` from the lane's answer (wire layout, tag included); frees
   // its slot. False: no such request.
@@ -73,6 +84,7 @@ class FrontLane {
     std::shared_ptr<const FrontTable> table;  // keeps `method` alive
     const MethodEntry* method = nullptr;
     Slot slot;
+    std::shared_ptr<BodyStream> stream;  // while its body arrives (shared: Pending stays copyable)
   };
 
   bool finish(Pending& pending, const std::vector<Output>& outputs,

@@ -111,11 +111,12 @@ NB_MODULE(etrt_front, m) {
           "__init__",
           [](FrontLane* self, std::shared_ptr<Slots> slots, uintptr_t arena, uintptr_t control,
              uint64_t max_native_body, uint64_t max_v2_body, uint64_t max_json,
-             std::optional<std::string> token) {
+             std::optional<std::string> token, uint64_t max_streamed_body) {
             FrontConfig config;
             config.max_native_body = max_native_body;
             config.max_v2_body = max_v2_body;
             config.max_json = max_json;
+            config.max_streamed_body = max_streamed_body;
             config.has_token = token.has_value();
             config.token = token.value_or("");
             new (self)
@@ -123,7 +124,8 @@ NB_MODULE(etrt_front, m) {
                           reinterpret_cast<const volatile uint64_t*>(control));
           },
           "slots"_a, "arena"_a, "control"_a, "max_native_body"_a, "max_v2_body"_a, "max_json"_a,
-          "token"_a.none())
+          "token"_a.none(), "max_streamed_body"_a = 0,
+          "`max_streamed_body`: the largest v2 binary body taken before it has arrived whole")
       .def(
           "publish",
           [](FrontLane& self, uint64_t generation, nb::list entries) {
@@ -137,9 +139,27 @@ NB_MODULE(etrt_front, m) {
             if (self.take(data.c_str(), data.size(), taken) != FrontLane::Take::Taken) {
               return nb::none();
             }
-            return nb::make_tuple(taken.id, taken.consumed, as_bytes(taken.message));
+            nb::object message = taken.complete ? nb::object(as_bytes(taken.message)) : nb::none();
+            return nb::make_tuple(taken.id, taken.consumed, message);
           },
-          "data"_a, "(request id, bytes it took, the lane message) or None (declined)")
+          "data"_a,
+          "(request id, bytes it took, the lane message) or None (declined); the message is "
+          "None while the body arrives (fill() takes the rest)")
+      .def(
+          "fill",
+          [](FrontLane& self, uint64_t id, nb::bytes data) -> nb::object {
+            size_t consumed = 0;
+            std::string message;
+            switch (self.fill(id, data.c_str(), data.size(), consumed, message)) {
+              case FrontLane::Fill::Unknown: return nb::none();
+              case FrontLane::Fill::Arriving: return nb::make_tuple(consumed, nb::none());
+              case FrontLane::Fill::Complete: return nb::make_tuple(consumed, as_bytes(message));
+            }
+            return nb::none();
+          },
+          "id"_a, "data"_a,
+          "More of an arriving body: (bytes of `data` it took, the lane message once the body "
+          "is whole, else None), or None for no such request")
       .def(
           "answer_lane",
           [](FrontLane& self, uint64_t id, nb::bytes payload, nb::bytes headers) -> nb::object {

@@ -291,7 +291,7 @@ bool read_v2(const char* body, size_t size, const std::string_view* binary_heade
     if (!ok || length > size) return false;
     json_size = static_cast<size_t>(length);
   }
-  if (json_size > max_json) return false;
+  if (json_size > max_json || json_size > request.available) return false;
   JsonReader reader(body, body + json_size);
   if (!reader.begin_object()) return false;
   Keys keys;
@@ -342,6 +342,8 @@ bool read_v2(const char* body, size_t size, const std::string_view* binary_heade
   if (reader.failed() || !reader.at_end() || !has_inputs) return false;
   // Binary inputs take the payload in the header's order, every byte of it.
   const uint8_t* payload = reinterpret_cast<const uint8_t*>(body) + json_size;
+  request.payload = payload;
+  bool whole = request.available >= size;
   uint64_t left = size - json_size, at = 0;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     GivenInput& input = request.inputs[i];
@@ -355,6 +357,7 @@ bool read_v2(const char* body, size_t size, const std::string_view* binary_heade
     }
     input.bytes = payload + at;
     if (input.datatype->type == Datatype::Bool) {
+      if (!whole) return false;  // its bytes are checked, and they have not all arrived
       for (uint64_t b = 0; b < nbytes; ++b) {
         if (input.bytes[b] > 1) return false;
       }

@@ -49,12 +49,18 @@ struct GivenRequest {
   bool all_outputs = true;
   // Asked-for outputs (v2, or the native API's, which has none): name, binary_data (-1: unset).
   std::vector<std::pair<std::string_view, int8_t>> outputs;
+  // A v2 binary body may be read before it has arrived whole: `available` bytes of it are here
+  // (set by the caller; the JSON header must be among them, and no BOOL input is taken so, as
+  // its bytes are checked). `payload`: where the binary tensors begin (set by read_v2).
+  size_t available = SIZE_MAX;
+  const uint8_t* payload = nullptr;
 };
 
 // The native API's body (service/front/protocols/native/infer_body.py).
 bool read_native(const char* body, size_t size, GivenRequest& request);
 // The v2 body; `binary_header`: Inference-Header-Content-Length's value, or null without one.
-// `max_json`: the longest JSON (header) the server accepts.
+// `max_json`: the longest JSON (header) the server accepts. `size` is the whole body's length,
+// of which request.available bytes are at `body`.
 bool read_v2(const char* body, size_t size, const std::string_view* binary_header,
              uint64_t max_json, GivenRequest& request);
 
@@ -68,7 +74,8 @@ bool bind(const GivenRequest& request, const MethodEntry& method,
 bool output_mask(const GivenRequest& request, const MethodEntry& method, uint64_t& mask);
 
 // Writes the input's values into `into` (its bytes: count x datatype size); false when a JSON
-// value does not convert exactly as the Python path converts it (left to that path).
+// value does not convert exactly as the Python path converts it (left to that path). A binary
+// input's bytes must have arrived.
 bool write_values(const GivenInput& input, uint8_t* into);
 
 }  // namespace etrt_front

@@ -91,6 +91,7 @@ struct Front {
     config.max_native_body = 64 * 1024;
     config.max_v2_body = 256 * 1024;
     config.max_json = 64 * 1024;
+    config.max_streamed_body = 512 * 1024;
     config.has_token = token != nullptr;
     config.token = token != nullptr ? token : "";
     lane = std::make_unique<FrontLane>(std::move(config), slots, arena.data(), control);

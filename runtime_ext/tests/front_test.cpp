@@ -284,3 +284,56 @@ TEST(regress_a_slot_larger_than_the_arena_is_refused) {
   CHECK(!slots.allocate(UINT64_MAX) && !slots.allocate(16 * 256 + 1));
   CHECK(slots.allocate(16 * 256) && slots.in_use() == 16 * 256);
 }
+
+TEST(a_binary_body_taken_before_it_arrived_is_written_as_it_comes) {
+  Front front;
+  FrontConfig config = Front::config();
+  config.max_streamed_body = 1 << 16;
+  FrontLane lane(config, front.slots, front.arena.data(), front.control);
+  auto table = std::make_shared<FrontTable>();
+  table->generation = 1;
+  auto entry = std::make_shared<ModelEntry>();
+  entry->version = "1";
+  entry->methods.emplace("forward", method());
+  table->versions[{"m", "1"}] = entry;
+  table->defaults["m"] = entry;
+  lane.publish(table);
+  std::string header = R"({"inputs":[{"name":"input_0","datatype":"FP32","shape":[4,8],)"
+                       R"("parameters":{"binary_data_size":128}}]})";
+  std::string payload(128, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i);
+  std::string http = "POST /v2/models/m/infer HTTP/1.1\r\ncontent-length: " +
+                     std::to_string(header.size() + payload.size()) +
+                     "\r\ninference-header-content-length: " + std::to_string(header.size()) +
+                     "\r\n\r\n" + header + payload + "NEXT";
+  size_t payload_at = http.size() - 4 - payload.size();
+  // Cut before the JSON header ends: declined (the Python path reads it from its first byte).
+  FrontLane::Taken early;
+  CHECK(lane.take(http.data(), payload_at - 1, early) == FrontLane::Take::Declined);
+  // Without a streamed limit a body that has not arrived is declined too.
+  FrontLane::Taken whole_only;
+  CHECK(front.lane.take(http.data(), payload_at + 5, whole_only) == FrontLane::Take::Declined);
+  FrontLane::Taken taken;
+  CHECK(lane.take(http.data(), payload_at + 5, taken) == FrontLane::Take::Taken);
+  CHECK(!taken.complete && taken.message.empty() && taken.consumed == payload_at + 5);
+  size_t consumed = 0;
+  std::string message;
+  CHECK(lane.fill(taken.id, http.data() + payload_at + 5, 50, consumed, message) ==
+        FrontLane::Fill::Arriving);
+  CHECK(consumed == 50 && message.empty());
+  // The rest and the next request's first bytes: only the body's are taken.
+  CHECK(lane.fill(taken.id, http.data() + payload_at + 55, 77, consumed, message) ==
+        FrontLane::Fill::Complete);
+  CHECK(consumed == 73);
+  auto read_back =
+      ethost::lane::read_request(reinterpret_cast<const uint8_t*>(message.data()), message.size());
+  CHECK(read_back.ok() && read_back.value().request_id == taken.id);
+  const ethost::lane::WireInput& input = read_back.value().inputs[0];
+  CHECK(std::memcmp(front.arena.data() + input.offset, payload.data(), payload.size()) == 0);
+  CHECK(input.ndim == 2 && input.dims[0] == 4 && input.dims[1] == 8);
+  // Once whole, more bytes are not its.
+  CHECK(lane.fill(taken.id, "x", 1, consumed, message) == FrontLane::Fill::Unknown);
+  Protocol protocol;
+  bool keep_alive;
+  CHECK(lane.release(taken.id, protocol, keep_alive) && front.slots->in_use() == 0);
+}

@@ -1,28 +1,32 @@
-"""The fronts' native path for small inference requests (runtime_ext/front/, module etrt_front).
+"""The fronts' native path for inference requests (runtime_ext/front/, module etrt_front).
 
 A front's Python per request (uvicorn's parser and request cycle, the body codecs, the checks,
-the answer's encoding) is what bounds a front's throughput for small requests. So the HTTP
-transport (http_transport.py) offers each request that arrives whole on an idle connection to
-the native path first: it reads the head and body of `POST /infer` and the v2 infer routes,
-checks them against this front's model table as the Python path does, writes the tensors into
-an arena slot and returns the engine's lane message (service/shared/lane_frames.py); the engine's
-answer becomes the HTTP answer there too. Python's part is sending the message and writing the
-answer. What the native path declines (anything it does not read exactly as the Python path
-would accept: errors, parameters, shared memory, tokens that do not check, non-finite JSON
-values, a full queue on record, a table older than the engine's) goes to uvicorn's parser as it
-came, so every error answer is made where it always was. An error the engine answers for a
-request taken here is written from the protocol's own error response.
+the answer's encoding) is what bounds a front's throughput. So the HTTP transport
+(http_transport.py) offers each request that arrives on an idle connection to the native path
+first: it reads the head and body of `POST /infer` and the v2 infer routes, checks them against
+this front's model table as the Python path does, writes the tensors into an arena slot and
+returns the engine's lane message (service/shared/lane_frames.py); the engine's answer becomes
+the HTTP answer there too. Python's part is sending the message and writing the answer. A v2
+binary body (up to STREAMED_BODY) may be taken before it has arrived whole, once its head and
+JSON header have: its tensors' bytes then go from each chunk the connection receives straight
+into their arena slot (fill()), without uvicorn's parser or the codecs, and the message is sent
+when the last byte is in. What the native path declines (anything it does not read exactly as
+the Python path would accept: errors, parameters, shared memory, tokens that do not check,
+non-finite JSON values, a full queue on record, a table older than the engine's) goes to
+uvicorn's parser as it came, so every error answer is made where it always was. An error the
+engine answers for a request taken here is written from the protocol's own error response.
 """
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from collections.abc import Callable
 
 import numpy as np
 
 from service.errors import ServiceError
-from service.front.protocols.bodies import NATIVE_BODY
+from service.front.protocols.bodies import NATIVE_BODY, STREAMED_BODY
 from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, lane_frames
 
@@ -65,6 +69,8 @@ class NativePath:
             min(NATIVE_BODY, json_limit),
             min(NATIVE_BODY, settings.max_infer_bytes),
             json_limit,
+            self._token,
+            min(STREAMED_BODY, settings.max_infer_bytes),
         )
         self._link = None
         self._native = None
@@ -83,7 +89,7 @@ class NativePath:
 
             control = np.frombuffer(link.control, np.uint64).ctypes.data
             self._native = etrt_front.FrontLane(
-                link.arena.slots, link.arena.region.address, control, *self._limits, self._token
+                link.arena.slots, link.arena.region.address, control, *self._limits
             )
             self._link, self._table = link, None
         table = self._client.table
@@ -94,9 +100,10 @@ class NativePath:
             self._table = table
         return self._native
 
-    def take(self, data: bytes, answered: Callable) -> tuple[int, object] | None:
-        """(bytes of `data` the request took, what answer() needs) once its message is sent;
-        `answered(message)` then runs with the engine's answer. None: declined."""
+    def take(self, data: bytes, answered: Callable) -> tuple[int, object, bool] | None:
+        """(bytes of `data` the request took, what answer() needs, whether its message is sent);
+        `answered(message)` then runs with the engine's answer. Not sent: its body is still
+        arriving, fill() takes the rest. None: declined."""
         native = self._current()
         if native is None:
             return None
@@ -104,11 +111,36 @@ class NativePath:
         if taken is None:
             return None
         request_id, consumed, message = taken
-        link = self._link
+        ticket = (native, request_id, self._link)
+        if message is None:
+            return consumed, ticket, False
+        self._send(ticket, message, answered)
+        return consumed, ticket, True
+
+    def fill(self, ticket, data: bytes, answered: Callable) -> tuple[int, bool]:
+        """More of a taken request's body: (bytes of `data` that were its, whether it is whole
+        and its message sent)."""
+        native, request_id, _ = ticket
+        consumed, message = native.fill(request_id, data)
+        if message is None:
+            return consumed, False
+        self._send(ticket, message, answered)
+        return consumed, True
+
+    def _send(self, ticket, message: bytes, answered: Callable) -> None:
+        _, request_id, link = ticket
+        if not link.alive:  # the engine went away while the body arrived: its 503, once
+            asyncio.get_running_loop().call_soon(answered, None)  # the caller holds the ticket
+            return
         link.relays[request_id] = answered
         link.protocol.send_payload(message)
         self._client.native_requests += 1
-        return consumed, (native, request_id, link)
+
+    def drop(self, ticket) -> None:
+        """A request whose body was arriving, abandoned (its client went away): no message was
+        sent, only its slot to free."""
+        native, request_id, _ = ticket
+        native.release(request_id)
 
     def cancel(self, ticket) -> None:
         """The client went away: the engine need not answer (it frees the slot when it does)."""

@@ -41,3 +41,14 @@ def install_test_backend_on_cuda() -> None:
     trt = load_tensorrt_backend()
     trt.testing.use_cuda_memory()
     trt.set_engine_provider(TestEngineProvider(on_cuda=True))
+
+
+def install_spin_backend_on_cuda() -> None:
+    """The spin provider (spin_engine_provider.py) on real CUDA memory: every execute a kernel
+    of a configured duration on the delegate's stream, for measuring how busy the server keeps
+    a GPU (bench/bench_gpu_busy.py)."""
+    from support.spin_engine_provider import SpinEngineProvider
+
+    trt = load_tensorrt_backend()
+    trt.testing.use_cuda_memory()
+    trt.set_engine_provider(SpinEngineProvider())

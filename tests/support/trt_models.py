@@ -16,6 +16,9 @@ MODELS = {
     "matmul": ([(3, 7), (7, 5)], lambda a, b: a @ b),
     # image-sized, for bench/bench_shm.py --cuda
     "image_add": ([(1, 3, 224, 224), (1, 3, 224, 224)], lambda x, y: x + y),
+    # rows of 64 values, dim 0 dynamic 1..32: the GPU-busy benchmark's batchable add
+    # (bench/bench_gpu_busy.py, run by the spin provider, spin_engine_provider.py)
+    "spin_add": ([(2, 64), (2, 64)], lambda x, y: x + y),
 }
 
 # The programs the GPU run uses: (model, planning alignment, engine in a .ptd).
@@ -44,6 +47,10 @@ UNPLANNED_INPUTS_SET = [("add", 256), ("image_add", 256)]
 # Programs whose inputs and outputs are both left out of memory planning (model, alignment):
 # an output requested into device memory is then written there by the delegate itself.
 UNPLANNED_OUTPUTS_SET = [("add", 256)]
+
+# The GPU-busy benchmark's programs (model, inputs planned): planned for v2 binary and system
+# shared memory, unplanned so that a CUDA shared-memory input reaches the delegate as it is.
+SPIN_SET = [("spin_add", True), ("spin_add", False)]
 
 # The GPU-fault test's programs (tests/gpu/test_gpu_fault_cuda.py): ("mixed", 256) with every
 # plan given these fields (test_engine_provider.py), saved as mixed_256_<name>.pte.

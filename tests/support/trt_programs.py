@@ -40,6 +40,7 @@ from support.trt_models import (
     FAULT_SET,
     GPU_SET,
     IN_GRAPH_COPIES_SET,
+    SPIN_SET,
     UNPLANNED_INPUTS_SET,
     UNPLANNED_OUTPUTS_SET,
     TrtProgram,
@@ -55,6 +56,11 @@ TARGET_DEVICE_SPEC = "target_device"
 # The range of dimension 0 in a dynamic program (torch.export takes 2 as the least a dynamic
 # dimension can be: 0 and 1 are specialized).
 DYNAMIC_ROWS = (2, 8)
+# Models whose dimension 0 ranges otherwise (a batch of 1 to 32 rows). The lowered program's
+# range starts at 2 whatever the export said, so the least rows reach the plan's profile through
+# a compile spec.
+ROWS_OF = {"spin_add": (1, 32)}
+ROWS_MIN_SPEC = "rows_min"
 
 
 def _op_name(node):
@@ -70,7 +76,7 @@ def _dtype_name(val):
     return str(val.dtype).replace("torch.", "")
 
 
-def _io(name, is_input, val, ranges) -> dict:
+def _io(name, is_input, val, ranges, rows_min=None) -> dict:
     """A plan binding; a dynamic dimension is -1, with the exported range as the input's
     profile, as a TensorRT engine built from a dynamic export has one optimization profile."""
     if all(isinstance(d, int) for d in val.shape):
@@ -83,6 +89,8 @@ def _io(name, is_input, val, ranges) -> dict:
     ]
     shape = [d if isinstance(d, int) else -1 for d in val.shape]
     lows, highs = [low for low, _ in bounds], [high for _, high in bounds]
+    if rows_min is not None and shape[0] == -1:
+        lows[0] = rows_min
     return io(
         name,
         is_input,
@@ -105,7 +113,10 @@ class TensorRTBackend(BackendDetails):
         outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
         assert len(ops) == 1 and _op_name(ops[0]) in OPS, f"test backend takes one op, got {ops}"
         ranges = edge_program.range_constraints
-        plan_io = [_io(f"input{i}", True, n.meta["val"], ranges) for i, n in enumerate(inputs)]
+        least = int(specs[ROWS_MIN_SPEC]) if ROWS_MIN_SPEC in specs else None
+        plan_io = [
+            _io(f"input{i}", True, n.meta["val"], ranges, least) for i, n in enumerate(inputs)
+        ]
         plan_io += [_io(f"output{i}", False, n.meta["val"], ranges) for i, n in enumerate(outputs)]
         plan = plan_bytes(OPS[_op_name(ops[0])], plan_io)
         bindings = [(t["name"], t["is_input"]) for t in plan_io]
@@ -124,10 +135,12 @@ class TensorRTBackend(BackendDetails):
 class TensorRTTestPartitioner(Partitioner):
     """Tags each add/mm node as its own TensorRTBackend partition; everything else stays on CPU."""
 
-    def __init__(self, external_tag=None, target_device=None):
+    def __init__(self, external_tag=None, target_device=None, rows_min=None):
         specs = [CompileSpec(EXTERNAL_TAG_SPEC, external_tag.encode())] if external_tag else []
         if target_device:
             specs.append(CompileSpec(TARGET_DEVICE_SPEC, target_device.encode()))
+        if rows_min is not None:
+            specs.append(CompileSpec(ROWS_MIN_SPEC, str(rows_min).encode()))
         self.delegation = DelegationSpec("TensorRTBackend", specs)
 
     def partition(self, exported_program):
@@ -160,6 +173,7 @@ class MatmulModel(torch.nn.Module):
 TORCH_MODELS = {
     "add": AddModel,
     "image_add": AddModel,
+    "spin_add": AddModel,
     "mixed": MixedModel,
     "matmul": MatmulModel,
 }
@@ -193,8 +207,8 @@ def export_trt_program(
     planned_outputs=True,
     dynamic=False,
 ) -> TrtProgram:
-    """dynamic: dimension 0 of every input varies (DYNAMIC_ROWS), the plan's bindings -1 there
-    with that range as the engine's optimization profile."""
+    """dynamic: dimension 0 of every input varies (ROWS_OF, else DYNAMIC_ROWS), the plan's
+    bindings -1 there with that range as the engine's optimization profile."""
     if device_planned and in_graph_copies:
         raise ValueError("device_planned skips the copies that in_graph_copies asks for")
     out_dir = Path(out_dir)
@@ -213,11 +227,16 @@ def export_trt_program(
         return result
     tag = f"{program_name(model, alignment, external)}_engines" if external else None
     example = tuple(torch.from_numpy(x) for x in result.example_inputs())
-    rows = torch.export.Dim("rows", min=DYNAMIC_ROWS[0], max=DYNAMIC_ROWS[1])
+    low, high = ROWS_OF.get(model, DYNAMIC_ROWS)
+    rows = torch.export.Dim("rows", min=low, max=high)
     dynamic_shapes = tuple({0: rows} for _ in example) if dynamic else None
     ep = torch.export.export(TORCH_MODELS[model](), example, dynamic_shapes=dynamic_shapes)
     on_cuda = device_planned or in_graph_copies
-    partitioner = TensorRTTestPartitioner(tag, target_device="cuda:0" if on_cuda else None)
+    partitioner = TensorRTTestPartitioner(
+        tag,
+        target_device="cuda:0" if on_cuda else None,
+        rows_min=low if dynamic and model in ROWS_OF else None,
+    )
     lowered = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     program = lowered.to_executorch(
         ExecutorchBackendConfig(
@@ -284,3 +303,6 @@ if __name__ == "__main__":
     mixed = export_trt_program(sys.argv[1], "mixed", 256).pte
     for name, fields in FAULT_SET.items():
         print(with_plans_rewritten(mixed, fault_program(sys.argv[1], name), **fields))
+    for model, planned in SPIN_SET:
+        program = export_trt_program(sys.argv[1], model, 256, planned_inputs=planned, dynamic=True)
+        print(program.pte)

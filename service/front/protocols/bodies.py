@@ -34,6 +34,10 @@ RESPOND = "etrt.respond"
 # one read, and what the v2 binary reader takes as it comes rather than into an arena slot of
 # its own (transport.SMALL_BODY).
 NATIVE_BODY = 64 * 1024
+# The largest v2 binary body the native path takes before it has arrived whole (its tensors then
+# go from each chunk into their arena slot); larger ones take the Python path, whose memory grows
+# with what arrives (v2_rest/transport.py: read_aligned_body).
+STREAMED_BODY = 16 * 1024 * 1024
 
 
 class BodySink:

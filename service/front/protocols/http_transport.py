@@ -13,10 +13,12 @@ A complete small answer may skip uvicorn's response messages altogether (bodies.
 protocol writes its status line, uvicorn's default headers (date, server), the answer's own
 and its body as one buffer, and marks uvicorn's request cycle done as uvicorn's send would.
 
-Before any of that, a request that arrives whole on an idle connection is offered to the fronts'
+Before any of that, a request that arrives on an idle connection is offered to the fronts'
 native path (service/front/native_path.py), which may take it from its bytes to its answer's
-bytes without uvicorn's parser, the request cycle or the codecs; what arrives meanwhile waits for
-that answer, so the connection's answers keep its requests' order. Everything it declines is
+bytes without uvicorn's parser, the request cycle or the codecs (a v2 binary body whose head
+and JSON header are here may still be arriving: its next chunks go to the native path, into the
+request's arena slot); what arrives meanwhile waits for that answer, so the connection's answers
+keep its requests' order. Everything it declines is
 uvicorn's, as it came: the ASGI route is the one other path.
 
 A reader that has its body's final place (a v2 binary body's arena slot) hands it over through
@@ -141,6 +143,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._first = b""  # the bytes seen while they may still be HTTP/2's preface
         self._relay: h2_relay.Relay | None = None
         self._native = None  # what the native path needs to answer the request it took
+        self._arriving = None  # the same, for a request it took whose body is still arriving
         self._held = b""  # what the client sent meanwhile
         self._parsing = False  # uvicorn's parser is inside a request
         self._gone = False
@@ -165,6 +168,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                 return
             self._h2, self._first = None, b""
         if self._bad_request is not None:  # the parser has failed: nothing more is read
+            return
+        if self._arriving is not None:  # the taken request's body, into its slot
+            self._fill(data)
             return
         if self._native is not None:  # answered first: the connection's order
             self._held += data
@@ -195,18 +201,32 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                 log.exception("the native path failed on a request; the Python path takes it")
                 taken = None
             if taken is not None:
-                self._reading.stop()  # the idle (keep-alive) phase after a native answer too
+                consumed, ticket, sent = taken
                 if self.timeout_keep_alive_task is not None:  # armed after a Python path answer
                     self._unset_keepalive_if_required()
-                consumed, self._native = taken
-                self._held = data[consumed:]
+                if sent:
+                    self._reading.stop()  # the idle (keep-alive) phase after a native answer too
+                    self._native = ticket
+                    self._held = data[consumed:]
+                else:  # all of `data` was its: the rest of its body comes next
+                    self._reading.body_begins()
+                    self._arriving = ticket
                 return
         HttpToolsProtocol.data_received(self, data)
 
+    def _fill(self, data: bytes) -> None:
+        consumed, sent = self._front_lane.fill(self._arriving, data, self._native_answered)
+        if sent:
+            self._reading.stop()
+            self._native, self._arriving = self._arriving, None
+            if consumed < len(data):
+                self._held = data[consumed:]
+
     @property
     def answering_natively(self) -> bool:
-        """A request the native path took is in flight (uvicorn counts no task for it)."""
-        return self._native is not None
+        """A request the native path took is in flight, or its body arriving (uvicorn counts no
+        task for it)."""
+        return self._native is not None or self._arriving is not None
 
     def _relay_to_grpc(self, data: bytes) -> None:
         """From now on the connection is the gRPC server's: out of uvicorn's connections (its
@@ -249,7 +269,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self.data_received(held)
 
     def shutdown(self) -> None:
-        if self._native is not None:  # closed once its answer is written
+        if self._native is not None or self._arriving is not None:  # closed once answered
             self._close_after = True
             return
         HttpToolsProtocol.shutdown(self)
@@ -274,6 +294,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._gone = True
         if self._native is not None:  # nobody reads its answer: the engine need not make it
             self._front_lane.cancel(self._native)
+        if self._arriving is not None:  # never sent: only its slot to free
+            ticket, self._arriving = self._arriving, None
+            self._front_lane.drop(ticket)
 
     def on_headers_complete(self) -> None:
         HttpToolsProtocol.on_headers_complete(self)

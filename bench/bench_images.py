@@ -1,0 +1,208 @@
+"""Images at the GPU's pace, what the fronts take: 1x3x224x224 FP32 (602 KB) and 1x224x224x3
+UINT8 (150 KB) image requests over v2 binary, the fronts' native path against the Python (ASGI)
+path in the same run and the same server, plus gRPC and system shared memory.
+
+    python bench/bench_images.py --export DIR          # here: export the programs (torch)
+    python bench/bench_images.py --programs DIR [--workers 8] [--seconds 5] [--connections 64]
+
+The two HTTP paths are told apart by the URL: `/v2/models/m/infer` is offered to the native
+path, which takes a v2 binary body whose head and JSON header have arrived and streams the rest
+into its arena slot; the same URL with a query string (`?path=python`) is always the Python
+path's (the native path takes only the plain form), which is how every image request went
+before. Per case: req/s (wrk -t4), p50/p99, request tensor GB/s, and the fronts' CPU per
+request (and the engine's event-loop thread and lane threads), from /proc.
+
+Programs: FP32 x * 2 + 1 lowered to XNNPACK (the bytes' way through the server is what is
+measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and UINT8
+x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
+the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
+shared memory >= 50,000 req/s, gRPC images >= 4 GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+from bench_http import Request, wrk  # noqa: E402
+from bench_workers import Ours, grpc_load  # noqa: E402
+from support import programs  # noqa: E402
+
+FP32 = (1, 3, 224, 224)
+UINT8 = (1, 224, 224, 3)
+
+
+def export(out_dir: Path) -> dict:
+    import torch
+
+    class Corner(torch.nn.Module):  # a 3-value answer, a classifier's size
+        def __init__(self, channels_last: bool):
+            super().__init__()
+            self.channels_last = channels_last
+
+        def forward(self, x):
+            return (x[:, 0, 0, :] if self.channels_last else x[:, :, 0, 0]) + 1
+
+    return {
+        "image": programs.export_image(out_dir, xnnpack=True),
+        "image_small": programs.export_module(
+            out_dir, "bench_image_fp32_corner", Corner(False), (torch.zeros(FP32),)
+        ),
+        "image_u8": programs.export_module(
+            out_dir, "bench_image_u8_corner", Corner(True), (torch.zeros(UINT8, dtype=torch.uint8),)
+        ),
+    }
+
+
+def binary(model: str, x: np.ndarray, datatype: str, query: str = "") -> Request:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input_0",
+                    "datatype": datatype,
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return Request(
+        f"/v2/models/{model}/infer{query}",
+        header + x.tobytes(),
+        "application/octet-stream",
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+
+
+def system_shm(model: str, region: str, x: np.ndarray, datatype: str, out_bytes: int) -> Request:
+    def ref(offset: int, nbytes: int) -> dict:
+        return {
+            "shared_memory_region": region,
+            "shared_memory_byte_size": nbytes,
+            "shared_memory_offset": offset,
+        }
+
+    body = {
+        "inputs": [
+            {
+                "name": "input_0",
+                "datatype": datatype,
+                "shape": list(x.shape),
+                "parameters": ref(0, x.nbytes),
+            }
+        ],
+        "outputs": [{"name": "output_0", "parameters": ref(x.nbytes, out_bytes)}],
+    }
+    return Request(f"/v2/models/{model}/infer", json.dumps(body).encode())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", type=Path)
+    parser.add_argument("--programs", type=Path)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--instances", type=int, default=None, help="instances per model")
+    parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc")
+    args = parser.parse_args()
+    if args.export:
+        print({name: str(p.pte) for name, p in export(args.export).items()})
+        return
+    exported = export(args.programs)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-images-"))
+    instances = args.instances or max(2, args.workers)
+    server = Ours(scratch, exported, args.workers, instances, ["--allow-client-shm"])
+    rng = np.random.default_rng(0)
+    fp32 = rng.standard_normal(FP32, dtype=np.float32)
+    u8 = rng.integers(0, 256, UINT8, dtype=np.uint8)
+    cases = args.cases.split(",")
+    rows = []
+    region = None
+
+    def measure(label: str, request: Request, nbytes: int) -> None:
+        wrk(server.url, request, args.connections, 1, scratch, threads=4)  # warm-up
+        before = server.cpu_s()
+        sent_before = sum(server.front_requests().values())
+        load = wrk(server.url, request, args.connections, args.seconds, scratch, threads=4)
+        after = server.cpu_s()
+        served = max(1, sum(server.front_requests().values()) - sent_before)
+        fronts_us, user_us, sys_us, lanes_us, _ = (
+            (b - a) / served * 1e6 for a, b in zip(before, after)
+        )
+        rows.append((label, load.rps))
+        print(
+            f"  {label:<34} {load}  {load.rps * nbytes / 1e9:.2f} GB/s;"
+            f" CPU per request: fronts {fronts_us:.0f} us, engine thread {user_us + sys_us:.0f} us,"
+            f" lanes {lanes_us:.0f} us",
+            flush=True,
+        )
+
+    try:
+        print(f"images, --workers {args.workers}, wrk -t4 -c{args.connections}, {args.seconds:g} s")
+        if "fp32" in cases:
+            measure(
+                "FP32 v2 binary, Python path",
+                binary("image", fp32, "FP32", "?path=python"),
+                fp32.nbytes,
+            )
+            measure("FP32 v2 binary, native path", binary("image", fp32, "FP32"), fp32.nbytes)
+        if "fp32s" in cases:
+            request = binary("image_small", fp32, "FP32", "?path=python")
+            measure("FP32, small answer, Python path", request, fp32.nbytes)
+            request = binary("image_small", fp32, "FP32")
+            measure("FP32, small answer, native path", request, fp32.nbytes)
+        if "u8" in cases:
+            measure(
+                "UINT8 v2 binary, Python path",
+                binary("image_u8", u8, "UINT8", "?path=python"),
+                u8.nbytes,
+            )
+            measure("UINT8 v2 binary, native path", binary("image_u8", u8, "UINT8"), u8.nbytes)
+        if "shm" in cases:
+            from multiprocessing import shared_memory
+
+            name = f"images_{uuid.uuid4().hex[:8]}"
+            region = shared_memory.SharedMemory(name, create=True, size=2 * fp32.nbytes)
+            np.frombuffer(region.buf, np.float32, fp32.size)[:] = fp32.ravel()
+            with server.server.client() as client:
+                registered = client.post(
+                    f"/v2/systemsharedmemory/region/{name}/register",
+                    json={"key": f"/{name}", "offset": 0, "byte_size": 2 * fp32.nbytes},
+                )
+                assert registered.status_code == 200, registered.text
+            measure(
+                "FP32 system shm", system_shm("image", name, fp32, "FP32", fp32.nbytes), fp32.nbytes
+            )
+        if "grpc" in cases:
+            load = grpc_load(server.server.grpc_url, "image", fp32, args.seconds, args.connections)
+            print(
+                f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s", flush=True
+            )
+        found = dict(rows)
+        for kind in ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary"):
+            native, python = found.get(f"{kind}, native path"), found.get(f"{kind}, Python path")
+            if native and python:
+                print(f"  {kind}: native / Python path {native / python:.2f}x")
+    finally:
+        server.stop()
+        if region is not None:
+            region.close()
+            region.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 31, items 4 and 5, on the GPU host in one call: builds this tree with the test hooks
+# (ethost_tensorrt.testing: the spin provider runs on CUDA memory through them) and runs, with
+# 8 fronts, bench_gpu_busy.py (a 200 us kernel per batch: GPU busy and rows/s against the
+# kernel-bound limit) and bench_images.py (image requests/s, native path against the Python path
+# in the same run, system shared memory, gRPC). Made for the device tool; prepare here:
+#   ../shared/device/wheels.sh --service --wrk
+#   (cd tests && python -m support.trt_programs ../.gpu/trt_programs)   # spin_add among them
+#   python bench/bench_images.py --export .gpu/image_programs
+# then run `bash bench/gpu_busy_images.sh [SECONDS]` carrying .whl .gpu .wrk. Logs land in $OUT.
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+seconds=${1:-4}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
+export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
+if [ ! -f /tmp/siteB/.built ]; then
+  PYTHONPATH=/tmp/site python3 -m pip install --no-build-isolation --no-deps --no-index --target /tmp/siteB \
+    -C cmake.define.ETHOST_TESTING=ON . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  touch /tmp/siteB/.built
+fi
+export PYTHONPATH=/tmp/siteB:/tmp/site
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "=== bench_gpu_busy.py"
+python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 --seconds "$seconds" \
+  2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
+echo "=== bench_images.py"
+python3 bench/bench_images.py --programs .gpu/image_programs --workers 8 --seconds "$seconds" \
+  --connections 64 2>&1 | tee "$OUT/images.log" | grep -v "^\s*$"

@@ -1,0 +1,165 @@
+"""Image-sized v2 binary bodies taken by the fronts' native path before they arrived whole
+(service/front/native_path.py, runtime_ext/front/body_stream.h), through a real server with two
+fronts: a 602 KB request sent whole and sent in pieces (the head and JSON header first, the
+tensor bytes in slow chunks) gets the same bytes as the Python path's answer (the same URL with a
+query string, which the native path never takes; headers compared as a set), and the native
+path counts both; a client
+that leaves mid-body or stalls (408 after the body timeout) leaves no slot held."""
+
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from support.program_fixtures import image_program  # noqa: F401
+from support.prometheus import parse, series
+from support.server import upload
+
+BODY_TIMEOUT_S = 3
+HEADER = "Inference-Header-Content-Length"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, image_program):  # noqa: F811
+    from support.server import ServerProcess
+
+    server = ServerProcess(
+        tmp_path_factory.mktemp("streamed") / "artifacts",
+        "--workers",
+        "2",
+        "--body-timeout",
+        str(BODY_TIMEOUT_S),
+    ).start()
+    with server.client() as client:
+        assert upload(client, "image", image_program.pte).status_code == 201
+    yield server
+    server.stop()
+
+
+def _raw(x: np.ndarray, query: str = "") -> tuple[bytes, int]:
+    """(the request, where its tensor bytes begin)."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input_0",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    head = (
+        f"POST /v2/models/image/infer{query} HTTP/1.1\r\nhost: t\r\n"
+        f"content-length: {len(header) + x.nbytes}\r\n{HEADER}: {len(header)}\r\n\r\n"
+    ).encode()
+    return head + header + x.tobytes(), len(head) + len(header)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """One whole answer: its status line, its headers sorted, its body."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the connection closed"
+        buffer += chunk
+    head, _, buffer = buffer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = int(
+        next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length:"))
+    )
+    while len(buffer) < length:
+        buffer += sock.recv(1 << 20)
+    # Header order aside (a large answer's differs between the paths: uvicorn's messages put
+    # the content type first), and without the date.
+    kept = sorted(line.lower() for line in lines[1:] if not line.lower().startswith(b"date:"))
+    return b"\r\n".join([lines[0], *kept]) + b"\r\n\r\n" + buffer[:length]
+
+
+def _count(server, name: str) -> float:
+    with server.client() as client:
+        return sum(series(parse(client.get("/metrics").text), name).values())
+
+
+def _in_use(server) -> list[float]:
+    with server.client() as client:
+        samples = series(parse(client.get("/metrics").text), "etrt_arena_bytes")
+    return [v for labels, v in samples.items() if dict(labels)["state"] == "in_use"]
+
+
+def _settled(server, want, name: str) -> float:
+    """The fronts report every half second: waits until `want(value)` or 10 s."""
+    deadline = time.monotonic() + 10
+    while not want(value := _count(server, name)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
+
+
+def test_a_body_in_pieces_is_answered_natively_with_the_python_paths_bytes(server):
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    raw, payload = _raw(x)
+    python_raw, _ = _raw(x, "?path=python")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(python_raw)
+        expected = _answer(sock)
+    assert expected.startswith(b"HTTP/1.1 200 "), expected[:300]
+    assert np.allclose(np.frombuffer(expected[-x.nbytes :], np.float32), x.ravel() * 2 + 1)
+    # Each front's native path serves once its link to the engine has a model table: whole
+    # requests on new connections until every front has answered one natively.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with server.client() as client:
+            per_front = series(
+                parse(client.get("/metrics").text), "etrt_front_native_requests_total"
+            )
+        if len(per_front) == 2 and all(per_front.values()):
+            break
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(raw)
+            assert _answer(sock) == expected
+        time.sleep(0.1)
+    before = _count(server, "etrt_front_native_requests_total")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(raw)
+        whole = _answer(sock)
+        # The same connection: the head and JSON header with a few tensor bytes, then the rest
+        # in pieces, slowly.
+        sock.sendall(raw[: payload + 1000])
+        time.sleep(0.05)
+        for start in range(payload + 1000, len(raw), 150_000):
+            sock.sendall(raw[start : start + 150_000])
+            time.sleep(0.02)
+        pieces = _answer(sock)
+    assert whole == expected and pieces == expected
+    assert _settled(server, lambda v: v >= before + 2, "etrt_front_native_requests_total") >= (
+        before + 2
+    )
+
+
+def test_a_client_leaving_or_stalling_mid_body_holds_no_slot(server):
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    raw, payload = _raw(x)
+    for _ in range(4):  # gone mid-body
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(raw[: payload + 200_000])
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=BODY_TIMEOUT_S + 10)
+    stalled.sendall(raw[: payload + 200_000])
+    begun = time.monotonic()
+    answer = b""
+    while chunk := stalled.recv(65536):
+        answer += chunk
+    stalled.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    assert BODY_TIMEOUT_S - 0.5 <= time.monotonic() - begun <= BODY_TIMEOUT_S + 5
+    deadline = time.monotonic() + 10
+    while any(_in_use(server)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _in_use(server) and not any(_in_use(server)), _in_use(server)
+    # and the server still serves the same request whole
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(raw)
+        assert _answer(sock).startswith(b"HTTP/1.1 200 ")
