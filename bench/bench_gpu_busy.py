@@ -270,7 +270,8 @@ def main() -> None:
 
     modes = args.modes.split(",")
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-"))
-    stats = scratch / "spin-records"
+    # On tmpfs: Linux pins a file's pages for the GPU (the kernels write there) only on shmem.
+    stats = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-", dir="/dev/shm")) / "spin-records"
     spinning = args.backend == SPIN_BACKEND
     env = {
         "ETRT_TEST_SPIN_US": str(args.spin_us),

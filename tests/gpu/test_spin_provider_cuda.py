@@ -8,6 +8,7 @@ Programs as in test_staging_cuda.py ($ETHOST_TRT_PROGRAMS, else exported here).
 """
 
 import os
+import tempfile
 
 import ethost
 import numpy as np
@@ -35,13 +36,16 @@ def spin_program(programs_dir):
 
 
 @pytest.fixture
-def spin_provider(tmp_path, monkeypatch):
-    monkeypatch.setenv("ETRT_TEST_SPIN_STATS", str(tmp_path / "records"))
+def spin_provider(monkeypatch):
+    # On tmpfs: Linux pins a file's pages for a device only when shmem backs them.
+    records = tempfile.mktemp(prefix="etrt-spin-records-", dir="/dev/shm")
+    monkeypatch.setenv("ETRT_TEST_SPIN_STATS", records)
     trt.testing.use_cuda_memory()
     provider = SpinEngineProvider(BASE_US, ROW_US)
     trt.set_engine_provider(provider)
-    yield provider, spin_records(str(tmp_path / "records"))
+    yield provider, spin_records(records)
     trt.set_engine_provider(None)
+    os.unlink(records)
 
 
 def test_spin_kernels_compute_and_last_their_time(spin_program, spin_provider):

@@ -20,7 +20,9 @@ the fraction of time a kernel held the GPU. The clock rate that turns microsecon
 is the device's highest; the records say what actually ran.
 
 Configured by the environment of the engine process: ETRT_TEST_SPIN_US (base, default 200),
-ETRT_TEST_SPIN_ROW_US (per row, default 0), ETRT_TEST_SPIN_STATS (a path; none: no accounting).
+ETRT_TEST_SPIN_ROW_US (per row, default 0), ETRT_TEST_SPIN_STATS (a path on tmpfs, e.g.
+/dev/shm, since Linux pins a file's pages for a device only when shmem backs them; none: no
+accounting).
 Needs cupy (the GPU host has it).
 """
 
