@@ -9,21 +9,27 @@ from __future__ import annotations
 import importlib
 import threading
 
-_done: set[str] = set()
+_applied: tuple[str, ...] = ()
 _lock = threading.Lock()
 
 
 def import_host(backend_setup: tuple[str, ...] | list[str] = ()):
-    """Returns the `ethost` module after running each "module:function" setup callable once."""
+    """Returns the `ethost` module with `backend_setup` ("module:function" callables) applied.
+
+    A server applies one list once. A process that hosts several engines one after another (the
+    embedded Engine, tests) may ask for different lists: a setup replaces what an earlier one
+    registered (the engine provider is process-wide), so a list is applied again, whole and in
+    order, whenever it differs from the one applied last; an empty list changes nothing."""
     import ethost
 
+    global _applied
+    specs = tuple(backend_setup)
     with _lock:
-        for spec in backend_setup:
-            if spec in _done:
-                continue
-            module_name, _, function = spec.partition(":")
-            if not function:
-                raise ValueError(f"backend setup {spec!r} must be 'module:function'")
-            getattr(importlib.import_module(module_name), function)()
-            _done.add(spec)
+        if specs and specs != _applied:
+            for spec in specs:
+                module_name, _, function = spec.partition(":")
+                if not function:
+                    raise ValueError(f"backend setup {spec!r} must be 'module:function'")
+                getattr(importlib.import_module(module_name), function)()
+            _applied = specs
     return ethost

@@ -31,3 +31,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "programs_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def backend_setups_reapplied():
+    """Unit tests swap the TensorRT delegate's process-wide provider and memory mode directly
+    (and put None back); an in-process engine after them must get its backend setup applied
+    again rather than trust that what import_host applied earlier is still in place."""
+    yield
+    from service import native_host
+
+    native_host._applied = ()
