@@ -272,8 +272,12 @@ class Metrics:
             for backend in self.backends:
                 backend.forget(model)
 
-    def _memory(self) -> list[Gauge]:
-        """Measured now, outside the lock (it reads /proc): see service.dataplane.residency."""
+    def measure_memory(self) -> list[Gauge]:
+        """The models' memory gauges, measured now (see service.dataplane.residency), for
+        render(). It reads /proc/self/smaps and mincore()s every planned arena: milliseconds,
+        and up to hundreds while executes fault pages in (they take the same mm lock), so the
+        engine runs it in a worker thread, never on the event loop that serves inference, and
+        outside the lock."""
         resident = Gauge(
             "etrt_model_resident_bytes",
             "Bytes of a model resident in the engine process: pages of its mapped .pte/.ptd files "
@@ -301,7 +305,9 @@ class Metrics:
             planned.add((model,), memory.arena_bytes)
         return [resident, planned]
 
-    def render(self, models_by_state: dict[str, int]) -> str:
+    def render(self, models_by_state: dict[str, int], memory: list[Gauge] | None = None) -> str:
+        """The page; counters as of now, `memory` as measure_memory() gave it (measured here
+        when not given)."""
         states = Gauge(
             "etrt_models",
             "Models by state (ready: serving; unavailable: stored, cannot run here)",
@@ -309,7 +315,7 @@ class Metrics:
         )
         for state, count in models_by_state.items():
             states.add((state,), count)
-        memory = self._memory()
+        memory = self.measure_memory() if memory is None else memory
         self._ledger.fold()
         with self._lock:
             for front, count in list(self._front_requests.items()):

@@ -278,9 +278,13 @@ class ModelService(Deployment, Inference, Repository):
         self.statistics.forget(entry.name, str(version))
 
     async def metrics_text(self) -> str:
+        """The /metrics page. Its slow part, the memory gauges, is measured in a worker thread so
+        that a scrape neither waits behind nor delays the inference served on this loop; the
+        counters are then read here, exact as of the moment the page is made."""
+        memory = await asyncio.to_thread(self.metrics.measure_memory)
         ready = sum(1 for entry in self._catalog.values() if entry.served)
         return self.metrics.render(
-            {"ready": ready, "unavailable": len(self._catalog) - ready + len(self._refused)}
+            {"ready": ready, "unavailable": len(self._catalog) - ready + len(self._refused)}, memory
         )
 
     # -- metadata -------------------------------------------------------------------------------
