@@ -45,6 +45,7 @@ def spin_provider(monkeypatch):
     trt.set_engine_provider(provider)
     yield provider, spin_records(records)
     trt.set_engine_provider(None)
+    provider.close()
     os.unlink(records)
 
 
@@ -89,4 +90,8 @@ def test_spin_kernels_of_two_instances_take_turns(spin_program, spin_provider):
     assert launches == 10
     got = records[1:].reshape(RING, 3)[:launches].astype(np.int64)
     got = got[np.argsort(got[:, 0])]
-    assert np.all(got[1:, 0] >= got[:-1, 1]), got
+    # Back to back, not overlapped: a launch starts once the one before it ended. The end is
+    # stamped by a block of the earlier kernel just before it retires, so the next one may stamp
+    # its start a fraction of a microsecond sooner (seen: 160 ns); overlapping kernels would
+    # overlap by most of their 200+ us.
+    assert np.all(got[1:, 0] >= got[:-1, 1] - 2_000), got

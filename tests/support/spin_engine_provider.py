@@ -118,6 +118,13 @@ class SpinEngineProvider(TestEngineProvider):
             raise RuntimeError(f"cudaHostGetDevicePointer: {error}")
         return int(device)
 
+    def close(self) -> None:
+        """Unpins the records: a later provider may map a file at the same address, and CUDA
+        refuses to register a range twice (cudaErrorHostMemoryAlreadyRegistered)."""
+        if self._ring:
+            self._cupy.cuda.runtime.hostUnregister(self._records.ctypes.data)
+            self._ring = 0
+
     def cycles(self, rows: int) -> int:
         return int((self.base_us + self.per_row_us * rows) * self._cycles_per_us)
 
