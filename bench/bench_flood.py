@@ -21,6 +21,7 @@ server (e.g. `--width 1024 --layers 8`, 32 MiB, for a host reached with a 64 MiB
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support import programs  # noqa: E402 (torch only when it exports)
 from support.flood import PROBES, PROTOCOLS, flood, sequential  # noqa: E402
+from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
 MODEL = "flood"
@@ -51,6 +53,19 @@ def _program(directory: Path, width: int, layers: int) -> programs.ExportedProgr
 
 def _stats(client) -> dict:
     return client.get(f"/v2/models/{MODEL}/stats").json()["model_stats"][0]["inference_stats"]
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes have used so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _mean_s(before: dict, after: dict, phase: str) -> float:
@@ -94,6 +109,8 @@ def main() -> None:
             sequential(server.port, MODEL, x, 1.0)  # first executes
             alone = sequential(server.port, MODEL, x, args.seconds)
             before = _stats(client)
+            roles = {role: role_pids(server, role) for role in ("engine", "front")}
+            cpu_before = {role: _cpu_s(pids) for role, pids in roles.items()}
             outcomes = flood(
                 server.port,
                 server.grpc_url,
@@ -105,6 +122,7 @@ def main() -> None:
                 nice=args.client_nice,
                 probes=PROBES,
             )
+            cpu = {role: _cpu_s(pids) - cpu_before[role] for role, pids in roles.items()}
             after = _stats(client)
     probed = {name: outcomes.pop(name) for name in PROBES}
     execute_s = _mean_s(before, after, "compute_infer")
@@ -152,6 +170,15 @@ def main() -> None:
             f"max {max(o.latencies_s, default=0) * 1e3:.1f} ms (goal p99 <= 50 ms)"
             + (f", other answers {o.other}" if o.other else "")
         )
+    answered = ok + sum(o.refused for o in outcomes.values())
+    print(
+        "server CPU during the flood (its clients' 3 s start included): "
+        + ", ".join(
+            f"{role} {seconds:.1f} s ({seconds / max(answered, 1) * 1e6:.0f} us per answer)"
+            for role, seconds in cpu.items()
+        )
+        + f" over {answered} answers"
+    )
     others = {name: o.other for name, o in outcomes.items() if o.other}
     if others:
         print(f"other answers: {others}")

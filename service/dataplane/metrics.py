@@ -12,8 +12,10 @@ Requests served at once by the engine's shortest path are counted from the one l
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -23,6 +25,35 @@ from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
 UNKNOWN = "(unknown)"
+# How long the memory gauges of one model table are reused by the next scrapes.
+MEMORY_FRESH_S = 1.0
+
+
+class MemoryReadings:
+    """The memory gauges for /metrics (Metrics.measure_memory), measured in a worker thread at
+    most once per MEMORY_FRESH_S for one model table (`generation`): a measure costs the engine
+    milliseconds of Python holding the GIL its executes' threads and event loop need, and
+    scrapes every few milliseconds (a dashboard, probes) would spend a core on it under load.
+    Scrapes that arrive while one is measured wait for that one."""
+
+    def __init__(self, measure: Callable[[], list]):
+        self._measure = measure
+        self._taken: tuple[int, float, list] | None = None  # generation, when, gauges
+        self._running: tuple[int, asyncio.Future] | None = None
+
+    async def current(self, generation: int) -> list:
+        taken = self._taken
+        if taken and taken[0] == generation and time.monotonic() - taken[1] < MEMORY_FRESH_S:
+            return taken[2]
+        running = self._running
+        if running is None or running[0] != generation or running[1].done():
+            running = self._running = (generation, asyncio.ensure_future(self._take(generation)))
+        return await asyncio.shield(running[1])
+
+    async def _take(self, generation: int) -> list:
+        gauges = await asyncio.to_thread(self._measure)
+        self._taken = (generation, time.monotonic(), gauges)
+        return gauges
 
 
 class Metrics:

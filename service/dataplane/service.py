@@ -23,7 +23,7 @@ from service.dataplane.deployment import Deployment
 from service.dataplane.gpu_faults import GpuFaults
 from service.dataplane.inference import Inference
 from service.dataplane.ledger import ServedLedger
-from service.dataplane.metrics import Metrics
+from service.dataplane.metrics import MemoryReadings, Metrics
 from service.dataplane.repository import Repository, refused_view
 from service.dataplane.signature import published_method, signature_of
 from service.dataplane.statistics import Statistics
@@ -95,6 +95,7 @@ class ModelService(Deployment, Inference, Repository):
             self.ledger,
             [self.gpu_gauges, self.gpu_faults],
         )
+        self._memory = MemoryReadings(self.metrics.measure_memory)
         self.statistics = Statistics(self.ledger)
         self._ready = False
         self._loading: asyncio.Task | None = None
@@ -278,10 +279,9 @@ class ModelService(Deployment, Inference, Repository):
         self.statistics.forget(entry.name, str(version))
 
     async def metrics_text(self) -> str:
-        """The /metrics page. Its slow part, the memory gauges, is measured in a worker thread so
-        that a scrape neither waits behind nor delays the inference served on this loop; the
-        counters are then read here, exact as of the moment the page is made."""
-        memory = await asyncio.to_thread(self.metrics.measure_memory)
+        """The /metrics page. Its slow part, the memory gauges, is measured off this loop (in a
+        worker thread, at most once a second: MemoryReadings); the counters are read here."""
+        memory = await self._memory.current(self.generation)
         ready = sum(1 for entry in self._catalog.values() if entry.served)
         return self.metrics.render(
             {"ready": ready, "unavailable": len(self._catalog) - ready + len(self._refused)}, memory

@@ -120,12 +120,21 @@ class EngineRequests:
 
     def native_path_link(self) -> Link | None:
         """The link to the engine while requests may go to it without this front's Python
-        (service/front/native_path.py): it serves, and no full queue is on record here (the
-        gate's refusals are the Python path's to make)."""
+        (service/front/native_path.py), which asks the gate (admits) before it sends one."""
         link = self._link
-        if link is None or not link.alive or self.gate.any_closed:
+        if link is None or not link.alive:
             return None
         return link
+
+    def admits(self, model: str, version: str, method: str, protocol: str) -> Refusal | None:
+        """As the gate's admit for a request the native path read, counted as refused where
+        it refuses (as infer() counts the Python path's): under a flood most requests are
+        such refusals, and the native path answers them without uvicorn's parser, the
+        request cycle or the JSON decoding the Python path would spend on each."""
+        refusal = self.gate.admit(model, version, method, protocol)
+        if refusal is not None:
+            self._note(RequestRefused(model, method, "busy", 0.0, version))
+        return refusal
 
     @property
     def table(self) -> ModelTable:

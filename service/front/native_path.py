@@ -12,32 +12,46 @@ JSON header have: its tensors' bytes then go from each chunk the connection rece
 into their arena slot (fill()), without uvicorn's parser or the codecs, and the message is sent
 when the last byte is in. What the native path declines (anything it does not read exactly as
 the Python path would accept: errors, parameters, shared memory, tokens that do not check,
-non-finite JSON values, a full queue on record, a table older than the engine's) goes to
-uvicorn's parser as it came, so every error answer is made where it always was. An error the
-engine answers for a request taken here is written from the protocol's own error response.
+non-finite JSON values, a table older than the engine's) goes to uvicorn's parser as it came,
+so every error answer is made where it always was. An error the engine answers for a request
+taken here is written from the protocol's own error response.
+
+A full queue on record (the front's gate, service/dataplane/scheduling/gate.py) is asked about
+each request read here before its message is sent, and its refusal answered here too: under a
+flood most requests are refusals, and on the Python path each would cost uvicorn's parser, the
+request cycle and, for a native JSON body (whose model is inside it), the decoding of its
+numbers, on the cores the admitted requests' executes need. A body that would still be arriving
+(streamed) is left to the Python path while a queue is full, which refuses before reading it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import pickle
+import struct
 from collections.abc import Callable
 
 import numpy as np
 
+from service.dataplane.scheduling.gate import Refusal
 from service.errors import ServiceError
 from service.front.protocols.bodies import NATIVE_BODY, STREAMED_BODY
 from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, lane_frames
 
+_ROUTE = struct.Struct("<I")  # a lane request's route id, at _ROUTE_AT (lane_frames._REQUEST)
+_ROUTE_AT = 4
 
-def _entries(table) -> list:
-    """The model table as the native path reads it: the methods the engine's lane serves."""
+
+def _entries(table, routes: dict) -> list:
+    """The model table as the native path reads it: the methods the engine's lane serves;
+    `routes` gets what each route id names, (model, version, method), for the gate."""
     defaults = {name: entry for name, entry in table.models.items()}
     found = []
     for (model, version), entry in table.versions.items():
         methods = []
         for method, route in entry.routes.items():
+            routes[route] = (model, entry.version, method)
             signature = entry.signatures[method]
             methods.append(
                 (
@@ -75,6 +89,7 @@ class NativePath:
         self._link = None
         self._native = None
         self._table = None
+        self._routes: dict[int, tuple[str, str, str]] = {}  # route id -> (model, version, method)
         self._headers_from = None
         self._headers = b""
 
@@ -96,8 +111,9 @@ class NativePath:
         if table.generation < 0:  # none yet from this engine
             return None
         if table is not self._table:
-            self._native.publish(table.generation, _entries(table))
-            self._table = table
+            routes = {}
+            self._native.publish(table.generation, _entries(table, routes))
+            self._table, self._routes = table, routes
         return self._native
 
     def take(self, data: bytes, answered: Callable) -> tuple[int, object, bool] | None:
@@ -113,8 +129,11 @@ class NativePath:
         request_id, consumed, message = taken
         ticket = (native, request_id, self._link)
         if message is None:
+            if self._client.gate.any_closed:  # the Python path refuses before reading it
+                native.release(request_id)
+                return None
             return consumed, ticket, False
-        self._send(ticket, message, answered)
+        self._send(ticket, message, answered, data)
         return consumed, ticket, True
 
     def fill(self, ticket, data: bytes, answered: Callable) -> tuple[int, bool]:
@@ -124,17 +143,32 @@ class NativePath:
         consumed, message = native.fill(request_id, data)
         if message is None:
             return consumed, False
-        self._send(ticket, message, answered)
+        self._send(ticket, message, answered, None)
         return consumed, True
 
-    def _send(self, ticket, message: bytes, answered: Callable) -> None:
+    def _send(self, ticket, message: bytes, answered: Callable, head: bytes | None) -> None:
+        """Sends the request's lane message, unless the engine went away or the gate refuses
+        it: then `answered` gets None or the Refusal, after the caller has the ticket.
+        `head`: the bytes the request began with (None: a streamed body's last chunk)."""
         _, request_id, link = ticket
         if not link.alive:  # the engine went away while the body arrived: its 503, once
             asyncio.get_running_loop().call_soon(answered, None)  # the caller holds the ticket
             return
+        refusal = self._gate(message, head)
+        if refusal is not None:
+            asyncio.get_running_loop().call_soon(answered, refusal)
+            return
         link.relays[request_id] = answered
         link.protocol.send_payload(message)
         self._client.native_requests += 1
+
+    def _gate(self, message: bytes, head: bytes | None) -> Refusal | None:
+        """The gate's refusal of the request `message` stands for, if its queue is full."""
+        model, version, method = self._routes[_ROUTE.unpack_from(message, _ROUTE_AT)[0]]
+        client = self._client
+        if client.gate.open_for(model, version, method):
+            return None
+        return client.admits(model, version, method, _protocol(head))
 
     def drop(self, ticket) -> None:
         """A request whose body was arriving, abandoned (its client went away): no message was
@@ -150,14 +184,16 @@ class NativePath:
 
     def answer(self, ticket, message, default_headers: list) -> tuple[bytes, bool]:
         """(the HTTP answer to write, whether the connection stays open) for the engine's
-        `message` (messages.Done or messages.LaneDone; None: the engine went away)."""
+        `message` (messages.Done or messages.LaneDone; None: the engine went away; a Refusal:
+        the gate refused it)."""
         native, request_id, _ = ticket
         headers = self._header_bytes(default_headers)
-        if message is not None and message.kind == frames.LANE_DONE:
+        kind = getattr(message, "kind", None)  # None: the engine went away, or the gate refused
+        if kind == frames.LANE_DONE:
             written = native.answer_lane(request_id, bytes(message.payload), headers)
             if written is not None:
                 return written
-        elif message is not None and message.ok:  # run by the engine's Python: outputs placed
+        elif kind == frames.DONE and message.ok:  # run by the engine's Python: outputs placed
             version, outputs = message.payload
             region = self._link.arena.region
             placed = []
@@ -182,9 +218,12 @@ class NativePath:
         native.release(request_id)
 
     def _error_response(self, message, protocol: str):
-        """The protocol's answer to the engine's refusal, or to its going away."""
+        """The protocol's answer to the engine's refusal, the gate's, or the engine's going
+        away."""
         if message is None:
             return self._renderers[protocol](self._client.down())
+        if isinstance(message, Refusal):
+            return self._renderers[protocol](message.error())
         if message.kind == frames.DONE and not message.ok:
             error = self._client.engines_error(pickle.loads(message.payload))
             if isinstance(error, ServiceError):
@@ -201,6 +240,17 @@ class NativePath:
             self._headers = b"".join(n + b": " + v + b"\r\n" for n, v in default_headers)
             self._headers_from = default_headers
         return self._headers
+
+
+def _protocol(head: bytes | None) -> str:
+    """The request's protocol as the gate shares a full queue's places out (as the Python path
+    names it: InferRequest.protocol), from the bytes it began with."""
+    if head is None:  # streamed: only v2 binary bodies are
+        return "v2 binary"
+    if head.startswith(b"POST /infer "):
+        return "native"
+    end = head.find(b"\r\n\r\n")
+    return "v2 binary" if b"inference-header-content-length:" in head[:end].lower() else "v2 JSON"
 
 
 def _response_bytes(response, default_headers: bytes, keep_alive: bool) -> bytes:

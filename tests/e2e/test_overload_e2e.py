@@ -12,6 +12,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -86,6 +87,18 @@ def test_a_mixed_flood_is_served_fairly_and_refused_with_a_drain_time(start_serv
     drain_s = MAX_QUEUE * SECONDS / served
     median = float(np.median(retries))
     assert 0.5 * drain_s <= median <= 2.0 * drain_s + 1, (median, drain_s)
+    # Every refusal was counted, those of the fronts' gates too (made on the native path for
+    # the requests it reads, on the Python path for the rest).
+    with server.client() as client:
+        samples = parse(client.get("/metrics").text)["samples"]
+    counted: dict[str, float] = {}
+    for (name, labels), count in samples.items():
+        if name == "etrt_requests_total" and ("model", "flood") in labels:
+            outcome = dict(labels)["outcome"]
+            counted[outcome] = counted.get(outcome, 0) + count
+    refused = sum(o.refused for o in outcomes.values())
+    assert counted.pop("ok", 0) >= served, counted
+    assert sum(counted.values()) >= refused, (counted, refused)
     # The fronts run below the engine's CPU priority: their refusals wait for its executes.
     (engine,) = role_pids(server, "engine")
     lowered = min(os.getpriority(os.PRIO_PROCESS, engine) + 10, 19)  # 19: the lowest there is
@@ -182,7 +195,10 @@ def test_a_full_queue_is_refused_in_the_front_until_it_drains(start_server, heav
         pytest.fail("a gRPC request to a full queue was served in each of 3 waves")
     assert refused.status() == "StatusCode.UNAVAILABLE"
     assert "max_queue_size 2" in refused.message()
-    assert "(retry after 1 s)" in refused.message()
+    # The queue's drain time: two executes of about half a second, more on a loaded machine.
+    hint = re.search(r"\(retry after (\d+) s\)", refused.message())
+    assert hint is not None and 1 <= int(hint[1]) <= 5, refused.message()
+    hint = hint[1]
     # The engine has said the queue is full: until a place frees (an execute from then), the
     # next requests are refused by the front alone, every protocol's, with the same hint.
     code, details, trailers = _raw_infer(channel, x)
@@ -193,13 +209,15 @@ def test_a_full_queue_is_refused_in_the_front_until_it_drains(start_server, heav
             json={"inputs": [{"name": "input_0", "shape": [HEAVY_SIZE], "datatype": "FP32"}]},
         )  # refused before its body is read: without data, a read body would be a 400
     native = asyncio.run(_at_once(server, body, 5))
-    assert v2.status_code == 503 and v2.headers["retry-after"] == "1", v2.text
-    assert code == grpc.StatusCode.UNAVAILABLE and trailers["retry-after"] == "1", trailers
-    assert "max_queue_size 2" in details and "(retry after 1 s)" in details
+    assert v2.status_code == 503 and v2.headers["retry-after"] == hint, v2.text
+    assert code == grpc.StatusCode.UNAVAILABLE and trailers["retry-after"] == hint, trailers
+    assert "max_queue_size 2" in details and f"(retry after {hint} s)" in details
     # On a busy machine a place may free meanwhile: one request per place is let through.
     native_codes = [r.status_code for r in native]
     assert set(native_codes) <= {200, 503} and native_codes.count(503) >= 3, native_codes
-    assert {r.headers["retry-after"] for r in native if r.status_code == 503} == {"1"}
+    # The engine's hint, or a fresher one where a freed place let a request through to it.
+    hints = {int(r.headers["retry-after"]) for r in native if r.status_code == 503}
+    assert hints and all(1 <= h <= 5 for h in hints), hints
     # Of the eight, only the first (and what a freed place let through) crossed.
     assert _sent_to_engine(server) - crossed <= 1 + native_codes.count(200) + 1
     for thread in busy:
