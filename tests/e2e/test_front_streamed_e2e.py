@@ -87,24 +87,35 @@ def _raw(
     return head + header + x.tobytes(), len(head) + len(header)
 
 
+def _answers(sock: socket.socket, count: int) -> list[bytes]:
+    """`count` whole answers, each its status line, its headers sorted and its body."""
+    buffer, found = b"", []
+    while len(found) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(1 << 20)
+            assert chunk, ("the connection closed", found, buffer[:300])
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in lines
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(buffer) < length:
+            chunk = sock.recv(1 << 20)
+            assert chunk, ("the connection closed mid-answer", found, head)
+            buffer += chunk
+        # Header order aside (a large answer's differs between the paths: uvicorn's messages
+        # put the content type first), and without the date.
+        kept = sorted(line.lower() for line in lines[1:] if not line.lower().startswith(b"date:"))
+        found.append(b"\r\n".join([lines[0], *kept]) + b"\r\n\r\n" + buffer[:length])
+        buffer = buffer[length:]
+    return found
+
+
 def _answer(sock: socket.socket) -> bytes:
-    """One whole answer: its status line, its headers sorted, its body."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(1 << 20)
-        assert chunk, "the connection closed"
-        buffer += chunk
-    head, _, buffer = buffer.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    length = int(
-        next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length:"))
-    )
-    while len(buffer) < length:
-        buffer += sock.recv(1 << 20)
-    # Header order aside (a large answer's differs between the paths: uvicorn's messages put
-    # the content type first), and without the date.
-    kept = sorted(line.lower() for line in lines[1:] if not line.lower().startswith(b"date:"))
-    return b"\r\n".join([lines[0], *kept]) + b"\r\n\r\n" + buffer[:length]
+    return _answers(sock, 1)[0]
 
 
 def _count(server, name: str) -> float:
@@ -216,9 +227,11 @@ def test_large_answers_of_several_outputs_are_the_python_paths_bytes(server):
             expected.append(_answer(sock))
         native.append(_raw(x, "", "three", outputs)[0])
     assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in expected), expected[0][:300]
-    images = expected[0][-2 * x.nbytes :]
+    corner = x[:, :, :2, :3] * 3  # output_2, last, after the two images
+    images = expected[0][-2 * x.nbytes - corner.nbytes : -corner.nbytes]
     assert np.array_equal(np.frombuffer(images[: x.nbytes], np.float32), x.ravel() * 2 + 1)
     assert np.array_equal(np.frombuffer(images[x.nbytes :], np.float32), x.ravel() - 0.5)
+    assert expected[0].endswith(corner.tobytes())
     assert b'"name":"output_2","datatype":"FP32","shape":[1,3,2,3],"data":[' in expected[1]
     _every_front_native(server, native[0], expected[0])
     before = _count(server, "etrt_front_native_requests_total")
@@ -230,7 +243,7 @@ def test_large_answers_of_several_outputs_are_the_python_paths_bytes(server):
         sender = threading.Thread(target=sock.sendall, args=(b"".join(native),))
         sender.start()
         time.sleep(0.5)  # the answers pile up in the server's socket before they are read
-        answers = [_answer(sock) for _ in native]
+        answers = _answers(sock, len(native))
         sender.join()
     assert answers == expected
     want = before + len(native) + 1
