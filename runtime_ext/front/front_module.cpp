@@ -178,8 +178,8 @@ NB_MODULE(etrt_front, m) {
           "not take (answer_send.h)")
       .def(
           "answer",
-          [](FrontLane& self, uint64_t id, std::string version, nb::list placed,
-             nb::bytes headers, int fd) -> nb::object {
+          [](FrontLane& self, uint64_t id, std::string version, nb::list placed, nb::bytes headers,
+             int fd) -> nb::object {
             std::vector<Output> outputs;
             std::vector<nb::bytes> keep;
             for (nb::handle item : placed) {
