@@ -25,8 +25,8 @@ export PYTHONPATH=/tmp/siteB:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 if [[ ,$sections, == *,busy,* ]]; then
   echo "=== bench_gpu_busy.py"
-  python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 --seconds "$seconds" \
-    2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
+  python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 \
+    --seconds "$seconds" 2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
 fi
 if [[ ,$sections, == *,images,* ]]; then
   echo "=== bench_images.py"
