@@ -6,10 +6,11 @@ more than twice that threshold lies free there. A front allocates a few image-si
 request (a gRPC request's and answer's bytes, an HTTP body's pieces, the Python path's answer),
 and frees them before the next request: each next one was then served from pages just handed
 back, faulted in again and zeroed page by page. Measured on 2 cores with FP32 1x3x224x224 gRPC
-requests (602 KB each way), a front's CPU per request went from ~1.8 ms to ~1.4 ms with the
+requests (602 KB each way), a front's CPU per request went from ~1.7-1.9 ms to ~1.5 ms with the
 thresholds fixed below. Buffers larger than MMAP_BYTES still get pages of their own, and a heap
-keeps at most TRIM_BYTES free at its top, so a front's resident memory still follows what it
-holds, give or take that much per malloc arena.
+keeps at most TRIM_BYTES free at its top: larger values kept tens of MiB of a refused 64 MiB gRPC
+message's slices in grpcio's threads' heaps (tests/e2e/test_request_memory_e2e.py), which
+v2_grpc/binding.py's malloc_trim after such calls does not reach once they are freed later.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import logging
 log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-MMAP_BYTES = 8 << 20
-TRIM_BYTES = 32 << 20
+MMAP_BYTES = 2 << 20
+TRIM_BYTES = 4 << 20
 
 
 def keep_freed_pages() -> bool:

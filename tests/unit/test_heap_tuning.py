@@ -10,8 +10,8 @@ import resource, sys
 from service.front.heap_tuning import keep_freed_pages
 if sys.argv[1] == "tuned":
     assert keep_freed_pages()
-def request():  # three 1 MiB buffers alive at once, then freed
-    buffers = [bytes(bytearray(1 << 20)) for _ in range(3)]
+def request():  # three image-sized buffers (FP32 1x3x224x224) alive at once, then freed
+    buffers = [bytes(bytearray(600_000)) for _ in range(3)]
     del buffers
 request(); request()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -30,6 +30,6 @@ def _faults_per_request(mode: str) -> float:
 
 
 def test_large_buffers_reuse_the_heaps_pages_once_tuned():
-    pages = (3 << 20) // 4096
+    pages = 3 * 600_000 // 4096
     assert _faults_per_request("plain") > pages / 2  # glibc's own thresholds: faulted anew
     assert _faults_per_request("tuned") < pages / 50
