@@ -67,7 +67,7 @@ XZ_OPT="-9 -T0" tar -C "$work/site" -cJf "$DEST/$name.tar.xz" .
 if [ "$PYV" = 3.12 ]; then
   ls .whl/fastapi-*.whl >/dev/null 2>&1 || bash ../shared/device/wheels.sh --service
   rm -rf .ray/whl && mkdir -p .ray/whl
-  find .whl -maxdepth 1 -name '*.whl' ! -name 'tensorrt*' ! -name 'litserve*' ! -name 'pyzmq*' \
+  find .whl -maxdepth 1 -type f -name '*.whl' ! -name 'tensorrt*' ! -name 'litserve*' ! -name 'pyzmq*' \
     -exec cp {} .ray/whl/ \;
   # wrk and its libluajit, as wheels.sh --wrk copies them (.ray/wrk on PATH and LD_LIBRARY_PATH).
   rm -rf .ray/wrk && mkdir -p .ray/wrk && cp "$(command -v wrk)" .ray/wrk/ \
