@@ -19,6 +19,7 @@
 
 #include "routes.h"
 #include "served_log.h"
+#include "shm_regions.h"
 #include "wire.h"
 #include "workers.h"
 
@@ -54,8 +55,10 @@ class Replies {
 
 class Lane {
  public:
-  // `workers`: where longer executes run; null to serve short ones only.
-  Lane(ServedLog& log, Workers* workers) : log_(log), workers_(workers) {}
+  // `workers`: where longer executes run; null to serve short ones only. `regions`: the clients'
+  // shared memory regions requests may name (null: every request naming one is declined).
+  Lane(ServedLog& log, Workers* workers, ShmRegions* regions = nullptr)
+      : log_(log), workers_(workers), regions_(regions) {}
 
   enum class Result { Served, Queued, Declined, Failed };
 
@@ -70,6 +73,7 @@ class Lane {
  private:
   ServedLog& log_;
   Workers* workers_;
+  ShmRegions* regions_;
 };
 
 }  // namespace ethost::lane
