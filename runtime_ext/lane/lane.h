@@ -15,6 +15,12 @@
 // caller hands Python the request with the Status, and Python answers it as it answers the same
 // failure of its own executes (without running it again), so every error answer is made in one
 // place.
+//
+// A request's tensors may lie in clients' system shared memory regions (shm_regions.h): such an
+// input is bound where it lies and such an output is written by the execute into its window,
+// each region held until the execute is done; anything about them Python would refuse or copy
+// (an unknown region, a shrunk object, a size or window that does not fit, an address off the
+// 256-byte boundary) is declined, so Python words it.
 #pragma once
 
 #include "routes.h"
