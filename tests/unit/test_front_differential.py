@@ -72,7 +72,7 @@ def _lanes(arena: Arena, control: np.ndarray) -> dict:
 
 def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
     """How the lane message differs from what the Python path would send (nothing: [])."""
-    route, _, generation, _, _, mask, inputs = lane_frames.read_request(message)
+    route, _, generation, _, _, mask, inputs, _ = lane_frames.read_request(message)
     found = []
     if (route, generation) != (taken.route, GENERATION):
         found.append(f"route {route} generation {generation}, python route {taken.route}")
@@ -94,7 +94,7 @@ def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
 def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
     """Writes an engine's answer into the request's room: (how the two answers differ, the
     native path's answer)."""
-    _, _, _, room, size, _, _ = lane_frames.read_request(message)
+    _, _, _, room, size, _, _, _ = lane_frames.read_request(message)
     base = arena.region.address
     specs = taken.entry.methods[taken.method].signature.outputs
     arrays, placed, by_python, at = [], [], [], room
