@@ -10,8 +10,8 @@ the 503s named; and p50/p99 of `/v2/health/ready` and `/metrics`, each asked eve
 connection of its own during the flood (goal: p99 <= 50 ms: they never wait behind inference).
 
 usage: python bench/bench_flood.py [--seconds 10] [--connections 16] [--max-queue 8]
-       [--workers 1] [--honor-retry-after] [--width 2048] [--layers 4] [--programs-dir DIR]
-       [--export-only]
+       [--workers 1] [--front-nice N] [--honor-retry-after] [--width 2048] [--layers 4]
+       [--programs-dir DIR] [--export-only]
 
 The program (`--layers` x Linear(`--width`, `--width`), 4 x width^2 x layers bytes of weights) is
 exported into `--programs-dir` once and read from there afterwards without torch or the
@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--honor-retry-after", action="store_true")
     parser.add_argument("--client-nice", type=int, default=0)
+    parser.add_argument("--front-nice", type=int, default=None, help="the server's --front-nice")
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--programs-dir", type=Path, default=None)
@@ -91,8 +92,9 @@ def main() -> None:
         "instance_group": [{"count": 1}],
     }
     x = np.random.default_rng(0).standard_normal((1, args.width)).astype(np.float32)
+    nice = () if args.front_nice is None else ("--front-nice", str(args.front_nice))
     server = ServerProcess(
-        scratch / "artifacts", "--log-level", "warning", "--workers", str(args.workers)
+        scratch / "artifacts", "--log-level", "warning", "--workers", str(args.workers), *nice
     )
     with server:
         with server.client() as client:
