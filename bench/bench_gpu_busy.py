@@ -6,10 +6,11 @@ and over system and CUDA shared memory, at batch 1 and with dynamic batching (ma
     python bench/bench_gpu_busy.py --trt-programs DIR [--workers 8] [--seconds 5]
         [--spin-us 200] [--row-us 10] [--connections 64,256] [--modes binary,system,cuda]
 
-For each case it prints req/s (wrk -t4), the GPU busy fraction two ways -- from the kernels' own
+For each case it prints req/s (wrk -t4), the CPU per request of the fronts and of the engine's
+event-loop thread (where batches are formed and answered), the GPU busy fraction two ways -- from the kernels' own
 records (the union of their start-to-end intervals on the GPU's clock over the span they cover)
 and NVML's utilization (nvidia-ml-py when importable, else `nvidia-smi` sampled every 100 ms) --
-the mean kernel time and rows per launch, and rows/s against the kernel-bound limit: the rows a
+the mean kernel time, launches/s and rows per launch, and rows/s against the kernel-bound limit: the rows a
 GPU running these kernels back to back would take per second (rows per launch / kernel time,
 at the configured time; batch 1: 1e6 / spin_us rows/s).
 
@@ -17,8 +18,9 @@ Goals (issue 31): batch 1, 64 connections, 8 fronts: busy >= 90 % over v2 binary
 shared memory; dynamic batching at 256 connections: rows/s >= 0.9x the kernel-bound limit.
 Needs a GPU host with cupy, wrk on PATH, and DIR from `cd tests && python -m
 support.trt_programs DIR` (trt_spin_add_a256_dynamic*.pte). `--backend` runs the same load on
-another backend setup (e.g. the CPU test provider, to check the script on a machine without a
-GPU; busy figures are then absent).
+another backend setup: `support.test_backend_setup:install_spin_backend_on_host` is the spin
+provider's CPU proxy (a simulated device running one launch at a time, records on the host's
+clock), to measure the scheduler on a machine without a GPU; NVML figures are then absent.
 """
 
 from __future__ import annotations
