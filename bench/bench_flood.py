@@ -39,14 +39,8 @@ MODEL = "flood"
 
 def _program(directory: Path, width: int, layers: int) -> programs.ExportedProgram:
     """The exported program in `directory`, exporting it only if it is not there yet."""
-    folder = directory / f"weight_bound_{width}_{layers}"
-    marker = folder / "files.json"
-    if marker.exists():  # what programs.export_weight_bound wrote: no torch needed to read it
-        names = json.loads(marker.read_text())
-        return programs.ExportedProgram(
-            folder / "program.pte", [folder / n for n in names], None, ()
-        )
-    return programs.export_weight_bound(directory, width, layers)
+    written = programs.exported_files(directory / f"weight_bound_{width}_{layers}")
+    return written or programs.export_weight_bound(directory, width, layers)
 
 
 def _stats(client) -> dict:

@@ -93,15 +93,20 @@ def _modules():
     return Tiny(), SmallConv()
 
 
+# export_all's folder of each small program under its out_dir (bench_ray_serve.py --programs
+# reads them back without torch).
+FOLDERS = {"tiny": "bench_tiny_linear8x4", "conv": "bench_small_conv_224"}
+
+
 def export_all(out_dir: Path) -> dict:
     import torch
 
     torch.manual_seed(0)
     tiny, conv = _modules()
     return {
-        "tiny": programs.export_module(out_dir, "bench_tiny_linear8x4", tiny, (torch.randn(2, 8),)),
+        "tiny": programs.export_module(out_dir, FOLDERS["tiny"], tiny, (torch.randn(2, 8),)),
         "conv": programs.export_module(
-            out_dir, "bench_small_conv_224", conv, (torch.randn(1, 3, 224, 224),)
+            out_dir, FOLDERS["conv"], conv, (torch.randn(1, 3, 224, 224),)
         ),
         "heavy": programs.export_cpu_heavy(out_dir, rounds=HEAVY_ROUNDS, size=HEAVY_SIZE),
     }

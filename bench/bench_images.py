@@ -16,7 +16,8 @@ Programs: FP32 x * 2 + 1 lowered to XNNPACK (the bytes' way through the server i
 measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and UINT8
 x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
-shared memory >= 50,000 req/s, gRPC images >= 4 GB/s.
+shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `shms` (with `shm`) adds system
+shared memory to the small-answer program.
 """
 
 from __future__ import annotations
@@ -187,6 +188,9 @@ def main() -> None:
             measure(
                 "FP32 system shm", system_shm("image", name, fp32, "FP32", fp32.nbytes), fp32.nbytes
             )
+            if "shms" in cases:  # a classifier-sized answer: executes short enough to run inline
+                request = system_shm("image_small", name, fp32, "FP32", 12)
+                measure("FP32 system shm, small answer", request, fp32.nbytes)
         if "grpc" in cases:
             load = grpc_load(server.server.grpc_url, "image", fp32, args.seconds, args.connections)
             print(

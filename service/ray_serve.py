@@ -129,7 +129,9 @@ class AppArgs:
 
 
 class _Named:
-    """ASGI middleware: every response carries the node and replica that served it."""
+    """ASGI middleware: every response carries the node and replica that served it; and a
+    client that leaves mid-body, which Serve reports by cancelling `receive` with Ray's
+    TaskCancelledError, reads as the disconnect it is, as under uvicorn, not a server fault."""
 
     def __init__(self, app, node_id: str, replica: str):
         self.app = app
@@ -144,7 +146,13 @@ class _Named:
                 message = {**message, "headers": [*message.get("headers", ()), *self.headers]}
             await send(message)
 
-        await self.app(scope, receive, named)
+        async def received():
+            try:
+                return await receive()
+            except ray.exceptions.TaskCancelledError:
+                return {"type": "http.disconnect"}
+
+        await self.app(scope, received, named)
 
 
 @serve.deployment(name="etrt")

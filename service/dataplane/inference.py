@@ -166,7 +166,8 @@ class Inference:
         directly (no queue), an instance is free and its recent executes are short. Answers
         (version, [(name, datatype, array) per output asked for]); None: nothing was done, serve
         it with infer(). `requested`: the output names asked for, None for all. `room`: where
-        the outputs may be written (InferRequest.output_room).
+        the outputs may be written (InferRequest.output_room, or the request's RequestShm when
+        its tensors are in client regions: anything with destinations()).
 
         For a small program the coroutines, task and semaphore of infer() cost several times
         the execute itself, and the engine's one thread serves every front: this is what

@@ -65,9 +65,12 @@ class Dispatch:
             self._failed(front, key, model)
         return None
 
-    def _shm_request(self, front, message: messages.Infer) -> InferRequest:
-        """The request with its inputs viewed in their regions (service/shm/), which it holds
-        until it is answered; it always takes infer()'s path."""
+    def _shm_request(self, front, message: messages.Infer) -> InferRequest | None:
+        """Serves a request with tensors in client regions (service/shm/), which it holds until
+        it is answered: at once, as serve_now serves any other, when infer_now can run it
+        (outputs asked into a region written there by the execute itself); else its request,
+        for infer(). The inline way spares the engine's one thread the task, the worker
+        thread's hand-off and the copies that otherwise cost it more than the execute."""
         shm = RequestShm(self.shm, from_wire(message.shared_memory))
         try:
             arrays = [
@@ -75,10 +78,22 @@ class Dispatch:
                 for item in message.inputs
             ]
             room = OutputRoom(front.region, message.room_offset, message.room_size)
+            if message.checked_at == self.service.generation:
+                answer = self.service.infer_now(
+                    message.model, message.version, message.method, arrays, message.outputs, shm
+                )
+                if answer is not None:
+                    version, outputs = answer
+                    written = shm.write_outputs([Tensor(*output) for output in outputs])
+                    self.shm.count_request("inline")
+                    self._answer(front, message.request_id, version, outputs, room, written)
+                    shm.close()
+                    return None
             request = _request(message, arrays, room)
         except BaseException:
             shm.close()
             raise
+        self.shm.count_request("queued")
         request.shared_memory = shm
         return request
 

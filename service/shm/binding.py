@@ -46,6 +46,7 @@ class RequestShm:
         self.memory = memory
         self.shared = shared
         self.held = []
+        self.intact: set[int] = set()  # regions checked (check_intact) for this request, by id
         if not memory.allowed:
             raise Forbidden(f"shared memory is off on this server: start it with {FLAG}")
         try:
@@ -79,6 +80,13 @@ class RequestShm:
         self.held.append(region)
         return region
 
+    def _check_intact(self, region) -> None:
+        """region.check_intact() once per region per request: for a system region it is an
+        fstat, which an input and an output in one region would otherwise each pay."""
+        if id(region) not in self.intact:
+            region.check_intact()
+            self.intact.add(id(region))
+
     def close(self) -> None:
         for region in self.held:
             region.in_use -= 1
@@ -99,7 +107,7 @@ class RequestShm:
                 f"{clip(ref.region)!r} does not match its shape {list(shape)} of {datatype} "
                 f"({expected} bytes)",
             )
-        region.check_intact()
+        self._check_intact(region)
         if region.kind == "cuda":
             return Tensor(
                 name,
@@ -113,31 +121,45 @@ class RequestShm:
                 ),
             )
         data = region.window(ref.offset, expected)
-        if data.ctypes.data % ALIGNMENT:
+        in_place = data.ctypes.data % ALIGNMENT == 0
+        if not in_place:
             data = _aligned_empty(expected)
             data[...] = region.window(ref.offset, expected)
             self.memory.count_copy("system", "misaligned")
         array = data.view(entry.carrier).reshape(tuple(shape))
         if datatype == "BOOL" and bool((data > 1).any()):
             array = (data != 0).reshape(tuple(shape))  # any non-zero byte is true, stored as 1
+        elif in_place:
+            self.memory.count_bound("system")  # a view of the client's bytes, no copy
         return Tensor(name, datatype, array)
 
     def destinations(self, names: list[str | None], most_bytes: list) -> list | None:
         """Per output of the method (its name, None if not asked for, and the most bytes it
-        can take), the window of its CUDA region for the native host to write it into, else
-        None; None when there is none at all. A window smaller than the output may be is not
-        given: the output comes back to write_outputs, which refuses it by its real size."""
+        can take), the window of its region for the native host to write it into, else None;
+        None when there is none at all. A window smaller than the output may be is not given:
+        the output comes back to write_outputs, which refuses it by its real size. A system
+        window is given only on a 256-byte boundary (as the arena's output room), so the host
+        writes the output there itself and the engine's thread copies nothing."""
         found = None
         for index, name in enumerate(names):
             ref = self.shared.outputs.get(name)
             region = self.memory.lookup(ref.region) if ref is not None else None
-            if region is None or region.kind != "cuda" or ref.byte_size < most_bytes[index]:
+            if region is None or ref.byte_size < most_bytes[index]:
                 continue
-            region.check_intact()
+            if region.kind == "cuda":
+                window = DeviceArray(
+                    region.address + ref.offset,
+                    (ref.byte_size,),
+                    np.dtype(np.uint8),
+                    region.device_id,
+                )
+            elif (region.address + ref.offset) % ALIGNMENT == 0:
+                window = region.window(ref.offset, ref.byte_size)
+            else:
+                continue
+            self._check_intact(region)
             found = found or [None] * len(names)
-            found[index] = DeviceArray(
-                region.address + ref.offset, (ref.byte_size,), np.dtype(np.uint8), region.device_id
-            )
+            found[index] = window
         return found
 
     def write_outputs(self, outputs: list[Tensor]) -> set[str]:
@@ -148,6 +170,8 @@ class RequestShm:
             if ref is None:
                 continue
             if not isinstance(tensor.array, np.ndarray):  # the host wrote it there (destinations)
+                if self.memory.lookup(ref.region).kind == "system":
+                    self.memory.count_bound("system")
                 written.add(tensor.name)
                 continue
             array = np.ascontiguousarray(tensor.array)

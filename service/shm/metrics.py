@@ -67,17 +67,29 @@ class ShmMetrics:
             copies.samples[labels] = count
         bound = Counter(
             "etrt_shm_bound_total",
-            "CUDA shared memory inputs and outputs handed to the program at their device address, "
-            "no copy (tensors left out of memory planning that only device delegates use)",
+            "Shared memory tensors used where they lie, no copy: CUDA inputs and outputs handed "
+            "to the program at their device address (tensors left out of memory planning that "
+            "only device delegates use); system inputs viewed in their region and system outputs "
+            "the program wrote into their window",
             ("kind",),
         )
         inputs, outputs = _native_counts()
         bound.samples[("cuda",)] = inputs.get("bound", 0) + outputs.get("bound", 0)
+        bound.samples[("system",)] = self.memory.bound.get("system", 0)
+        requests = Counter(
+            "etrt_shm_requests_total",
+            "Inference requests with tensors in shared memory regions, by how the engine served "
+            "them (inline: at once on its event loop, without a task; queued: through the "
+            "scheduler, as any request that has to wait)",
+            ("path",),
+        )
+        for path in ("inline", "queued"):
+            requests.samples[(path,)] = self.memory.requests.get(path, 0)
         for reason in ("to_host", "device_to_device", "from_host"):
             key = ("cuda", reason)
             count = inputs.get(reason, 0) + outputs.get(reason, 0)
             copies.samples[key] = copies.samples.get(key, 0) + count
-        families = [regions, copies, bound]
+        families = [regions, copies, bound, requests]
         if self.model_bytes:
             per_model = Gauge(
                 "etrt_model_device_bytes",

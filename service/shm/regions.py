@@ -88,6 +88,12 @@ class SharedMemory:
         # Copies the engine made because a region could not be bound where it is, by
         # (kind, reason); /metrics reports them (service/shm/metrics.py).
         self.copies: dict[tuple[str, str], int] = {}
+        # System region tensors bound where they lie, by kind: inputs viewed in place, outputs
+        # the host wrote into their window (CUDA ones are counted by the host itself).
+        self.bound: dict[str, int] = {}
+        # Inference requests with tensors in regions, by how the engine served them: "inline"
+        # at once on its thread (Dispatch.serve_now), "queued" through ModelService.infer.
+        self.requests: dict[str, int] = {}
 
     def _admit(self, kind: str, name) -> None:
         if not self.allowed:
@@ -165,6 +171,12 @@ class SharedMemory:
 
     def count_copy(self, kind: str, reason: str) -> None:
         self.copies[(kind, reason)] = self.copies.get((kind, reason), 0) + 1
+
+    def count_bound(self, kind: str) -> None:
+        self.bound[kind] = self.bound.get(kind, 0) + 1
+
+    def count_request(self, path: str) -> None:
+        self.requests[path] = self.requests.get(path, 0) + 1
 
     def close(self) -> None:
         for regions in self.regions.values():

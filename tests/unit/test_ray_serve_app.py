@@ -71,3 +71,30 @@ def test_command_line_strings_become_typed_options():
 def test_arguments_the_application_cannot_use_are_refused_by_name(args, message):
     with pytest.raises(ArgumentError, match=message):
         AppArgs.parse(args)
+
+
+def test_a_client_leaving_mid_body_reads_as_a_disconnect_and_responses_are_named():
+    """Serve cancels a replica's `receive` when the client goes (Ray's TaskCancelledError): the
+    app must see http.disconnect, as under uvicorn, rather than an error it logs as a fault."""
+    import asyncio
+
+    from ray.exceptions import TaskCancelledError
+
+    from service.ray_serve import NODE_HEADER, REPLICA_HEADER, _Named
+
+    seen, sent = [], []
+
+    async def app(scope, receive, send):
+        seen.append(await receive())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def receive():
+        raise TaskCancelledError()
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(_Named(app, "node-1", "replica-1")({"type": "http"}, receive, send))
+    assert seen == [{"type": "http.disconnect"}]
+    assert (NODE_HEADER, b"node-1") in sent[0]["headers"]
+    assert (REPLICA_HEADER, b"replica-1") in sent[0]["headers"]
