@@ -7,12 +7,13 @@ and over system and CUDA shared memory, at batch 1 and with dynamic batching (ma
         [--spin-us 200] [--row-us 10] [--connections 64,256] [--modes binary,system,cuda]
 
 For each case it prints req/s (wrk -t4), the CPU per request of the fronts and of the engine's
-event-loop thread (where batches are formed and answered), the GPU busy fraction two ways -- from the kernels' own
-records (the union of their start-to-end intervals on the GPU's clock over the span they cover)
-and NVML's utilization (nvidia-ml-py when importable, else `nvidia-smi` sampled every 100 ms) --
-the mean kernel time, launches/s and rows per launch, and rows/s against the kernel-bound limit: the rows a
-GPU running these kernels back to back would take per second (rows per launch / kernel time,
-at the configured time; batch 1: 1e6 / spin_us rows/s).
+event-loop thread (where batches are formed and answered), the GPU busy fraction two ways --
+from the kernels' own records (the union of their start-to-end intervals on the GPU's clock over
+the span they cover) and NVML's utilization (nvidia-ml-py when importable, else `nvidia-smi`
+sampled every 100 ms) -- the mean kernel time, launches/s and rows per launch, and rows/s
+against the kernel-bound limit: the rows a GPU running these kernels back to back would take
+per second (rows per launch / kernel time, at the configured time; batch 1: 1e6 / spin_us
+rows/s).
 
 Goals (issue 31): batch 1, 64 connections, 8 fronts: busy >= 90 % over v2 binary, >= 95 % with
 shared memory; dynamic batching at 256 connections: rows/s >= 0.9x the kernel-bound limit.
