@@ -183,9 +183,12 @@ class HostSpinEngineProvider(TestEngineProvider):
         self._free_at = 0  # when the last launch queued ends, ns
 
     def execute(self, ctx, input_shapes, addresses, stream, scratch=None):
-        super().execute(ctx, input_shapes, addresses, stream, scratch)
+        if input_shapes is not None:
+            self._set_shapes(ctx, input_shapes)
         shape = ctx.shapes[ctx.engine.inputs[0]["name"]]
         rows = int(shape[0]) if shape else 1
+        # Queued first, as a kernel launch is: the host's own arithmetic below is the stand-in's
+        # cost, not the device's.
         with self._device:
             started = max(time.monotonic_ns(), self._free_at)
             ended = self._free_at = started + int((self.base_us + self.per_row_us * rows) * 1e3)
@@ -194,4 +197,5 @@ class HostSpinEngineProvider(TestEngineProvider):
                 at = 1 + 3 * (launch % RING)
                 self._records[at : at + 3] = (started, ended, rows)
                 self._records[0] = launch + 1
+        super().execute(ctx, None, addresses, stream, scratch)
         time.sleep(max(0, ended - time.monotonic_ns()) / 1e9)
