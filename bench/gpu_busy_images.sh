@@ -7,13 +7,14 @@
 #   ../shared/device/wheels.sh --service --wrk
 #   (cd tests && python -m support.trt_programs ../.gpu/trt_programs)   # spin_add among them
 #   python bench/bench_images.py --export .gpu/image_programs
-# then run `bash bench/gpu_busy_images.sh [SECONDS] [BUSY_ARGS]` carrying .whl .gpu .wrk (BUSY_ARGS:
-# extra options of bench_gpu_busy.py, e.g. "--batching 32"; given, bench_images.py is left out).
-# Logs land in $OUT.
+# then run `bash bench/gpu_busy_images.sh [SECONDS] [busy,images] [BUSY_OPTIONS]` carrying .whl
+# .gpu .wrk (the second argument: which of the two benchmarks, both by default; the third: more
+# options of bench_gpu_busy.py, e.g. "--batching 32"). Logs land in $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 seconds=${1:-4}
-busy_args=${2:-}
+sections=${2:-busy,images}
+busy_options=${3:-}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
@@ -24,11 +25,14 @@ if [ ! -f /tmp/siteB/.built ]; then
 fi
 export PYTHONPATH=/tmp/siteB:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "=== bench_gpu_busy.py"
-# shellcheck disable=SC2086  # busy_args: options, split on purpose
-python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 --seconds "$seconds" \
-  $busy_args 2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
-[ -n "$busy_args" ] && exit 0
-echo "=== bench_images.py"
-python3 bench/bench_images.py --programs .gpu/image_programs --workers 8 --seconds "$seconds" \
-  --connections 64 2>&1 | tee "$OUT/images.log" | grep -v "^\s*$"
+if [[ ,$sections, == *,busy,* ]]; then
+  echo "=== bench_gpu_busy.py"
+  # shellcheck disable=SC2086  # options, split on purpose
+  python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 \
+    --seconds "$seconds" $busy_options 2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
+fi
+if [[ ,$sections, == *,images,* ]]; then
+  echo "=== bench_images.py"
+  python3 bench/bench_images.py --programs .gpu/image_programs --workers 8 --seconds "$seconds" \
+    --connections 64 2>&1 | tee "$OUT/images.log" | grep -v "^\s*$"
+fi

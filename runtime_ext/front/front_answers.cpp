@@ -158,9 +158,23 @@ void append_json_data(std::string& out, Datatype datatype, const uint8_t* data, 
   out.push_back(']');
 }
 
+size_t AnswerBytes::size() const {
+  size_t total = head.size();
+  for (std::string_view piece : binary) total += piece.size();
+  return total;
+}
+
+void AnswerBytes::append_to(std::string& out) const {
+  out.reserve(out.size() + size());
+  out.append(head);
+  for (std::string_view piece : binary) out.append(piece);
+}
+
 void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
                   const std::vector<Output>& outputs, std::string_view default_headers,
-                  std::string& out) {
+                  AnswerBytes& answer) {
+  std::string& out = answer.head;
+  answer.binary.clear();
   std::string body;
   body.reserve(256);
   if (plan.protocol == Protocol::Native) {
@@ -216,6 +230,7 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
       body.append("}}");
       binary_bytes += nbytes;
       any_binary = true;
+      answer.binary.emplace_back(reinterpret_cast<const char*>(output.data), nbytes);
     } else {
       body.append(",\"data\":");
       append_json_data(body, spec.datatype, output.data, count_of(output.shape));
@@ -231,17 +246,9 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
   std::string extra = "inference-header-content-length: ";
   append_uint(extra, body.size());
   extra.append("\r\n");
-  // Room for all of it at once: an image-sized output is not copied again as the string grows.
-  out.reserve(out.size() + default_headers.size() + extra.size() + 256 + body.size() +
-              binary_bytes);
   append_head(out, default_headers, extra, "application/octet-stream", body.size() + binary_bytes,
               plan.keep_alive);
   out.append(body);
-  for (const Output& output : outputs) {
-    if (!plan.binary[output.index]) continue;
-    out.append(reinterpret_cast<const char*>(output.data),
-               count_of(output.shape) * info_of(specs[output.index].datatype).size);
-  }
 }
 
 }  // namespace etrt_front

@@ -31,11 +31,24 @@ struct AnswerPlan {
   bool keep_alive = true;
 };
 
-// The whole HTTP answer (a 200). `default_headers`: uvicorn's (date, server), each line with
-// its CRLF. `outputs` in the method's order; `spec` the method's outputs.
+// A whole HTTP answer (a 200) as its pieces: `head` (the HTTP head and the JSON: all of an
+// answer without binary outputs), then the binary outputs' bytes where they lie (the request's
+// arena slot, or bytes the caller keeps), so that an image-sized output is not copied on its way
+// to the socket (answer_send.h).
+struct AnswerBytes {
+  std::string head;
+  std::vector<std::string_view> binary;
+
+  size_t size() const;
+  // All of it in one string (a caller without a socket to write to).
+  void append_to(std::string& out) const;
+};
+
+// The answer. `default_headers`: uvicorn's (date, server), each line with its CRLF. `outputs`
+// in the method's order; `spec` the method's outputs. `out.binary` points into `outputs`' data.
 void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
                   const std::vector<Output>& outputs, std::string_view default_headers,
-                  std::string& out);
+                  AnswerBytes& out);
 
 // An output's values as the JSON list the Python path writes (json_tensors.encode_numpy).
 void append_json_data(std::string& out, Datatype datatype, const uint8_t* data, uint64_t count);

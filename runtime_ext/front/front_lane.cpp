@@ -227,17 +227,25 @@ FrontLane::Fill FrontLane::fill(uint64_t id, const char* data, size_t size, size
 }
 
 bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
-                       std::string_view default_headers, std::string& out) {
+                       std::string_view default_headers, std::string& out, int fd) {
   if (pending.stream != nullptr) return false;  // no message was sent for it yet
   for (const Output& output : outputs) {
     if (output.index >= pending.method->outputs.size()) return false;
   }
-  write_answer(pending.plan, pending.method->outputs, outputs, default_headers, out);
+  AnswerBytes answer;
+  write_answer(pending.plan, pending.method->outputs, outputs, default_headers, answer);
+  if (fd < 0) {
+    out.clear();
+    answer.append_to(out);
+  } else {
+    send_answer(fd, answer, out);  // before the slot its outputs lie in is freed
+  }
   return true;
 }
 
 bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
-                            std::string_view default_headers, std::string& out, bool& keep_alive) {
+                            std::string_view default_headers, std::string& out, bool& keep_alive,
+                            int fd) {
   auto found = pending_.find(id);
   using ethost::lane::kAnswerHead;
   using ethost::lane::kOutputHead;
@@ -271,7 +279,7 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
     if (offset > slots_->size() || nbytes > slots_->size() - offset) return false;
     output.data = arena_ + offset;
   }
-  if (!finish(found->second, outputs, default_headers, out)) return false;
+  if (!finish(found->second, outputs, default_headers, out, fd)) return false;
   keep_alive = found->second.plan.keep_alive;
   slots_->free(found->second.slot);
   pending_.erase(found);
@@ -279,11 +287,12 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
 }
 
 bool FrontLane::answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
-                       std::string_view default_headers, std::string& out, bool& keep_alive) {
+                       std::string_view default_headers, std::string& out, bool& keep_alive,
+                       int fd) {
   auto found = pending_.find(id);
   if (found == pending_.end()) return false;
   found->second.plan.version = std::string(version);
-  if (!finish(found->second, outputs, default_headers, out)) return false;
+  if (!finish(found->second, outputs, default_headers, out, fd)) return false;
   keep_alive = found->second.plan.keep_alive;
   slots_->free(found->second.slot);
   pending_.erase(found);

@@ -13,6 +13,7 @@
 // answer here, or, for an error, is written by the Python path from what release() returns.
 #pragma once
 
+#include "answer_send.h"
 #include "body_stream.h"
 #include "front_answers.h"
 #include "front_requests.h"
@@ -63,12 +64,14 @@ class FrontLane {
   Fill fill(uint64_t id, const char* data, size_t size, size_t& consumed, std::string& message);
 
   // The HTTP answer to request `id` from the lane's answer (wire layout, tag included); frees
-  // its slot. False: no such request.
+  // its slot. `fd`: the connection's socket, written to directly (answer_send.h), `out` then
+  // only what it did not take; -1: all of the answer goes to `out`. False: no such request.
   bool answer_lane(uint64_t id, const uint8_t* payload, size_t size,
-                   std::string_view default_headers, std::string& out, bool& keep_alive);
+                   std::string_view default_headers, std::string& out, bool& keep_alive,
+                   int fd = -1);
   // The same from outputs the engine's Python placed (`outputs`: by index).
   bool answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
-              std::string_view default_headers, std::string& out, bool& keep_alive);
+              std::string_view default_headers, std::string& out, bool& keep_alive, int fd = -1);
   // Forgets request `id` and frees its slot (its answer is an error the Python path writes, or
   // nobody's: the client or the engine went away). Its protocol and keep-alive, for that
   // answer. False: no such request.
@@ -88,7 +91,7 @@ class FrontLane {
   };
 
   bool finish(Pending& pending, const std::vector<Output>& outputs,
-              std::string_view default_headers, std::string& out);
+              std::string_view default_headers, std::string& out, int fd);
 
   FrontConfig config_;
   std::shared_ptr<Slots> slots_;

@@ -162,21 +162,24 @@ NB_MODULE(etrt_front, m) {
           "is whole, else None), or None for no such request")
       .def(
           "answer_lane",
-          [](FrontLane& self, uint64_t id, nb::bytes payload, nb::bytes headers) -> nb::object {
+          [](FrontLane& self, uint64_t id, nb::bytes payload, nb::bytes headers,
+             int fd) -> nb::object {
             std::string out;
             bool keep_alive = true;
             if (!self.answer_lane(id, reinterpret_cast<const uint8_t*>(payload.c_str()),
-                                  payload.size(), view_of(headers), out, keep_alive)) {
+                                  payload.size(), view_of(headers), out, keep_alive, fd)) {
               return nb::none();
             }
             return nb::make_tuple(as_bytes(out), keep_alive);
           },
-          "id"_a, "payload"_a, "default_headers"_a,
-          "(the HTTP answer, whether the connection stays open), or None: not written here")
+          "id"_a, "payload"_a, "default_headers"_a, "fd"_a = -1,
+          "(the HTTP answer, whether the connection stays open), or None: not written here. "
+          "`fd`: the connection's socket, written to at once; the answer is then what it did "
+          "not take (answer_send.h)")
       .def(
           "answer",
-          [](FrontLane& self, uint64_t id, std::string version, nb::list placed,
-             nb::bytes headers) -> nb::object {
+          [](FrontLane& self, uint64_t id, std::string version, nb::list placed, nb::bytes headers,
+             int fd) -> nb::object {
             std::vector<Output> outputs;
             std::vector<nb::bytes> keep;
             for (nb::handle item : placed) {
@@ -194,12 +197,12 @@ NB_MODULE(etrt_front, m) {
             }
             std::string out;
             bool keep_alive = true;
-            if (!self.answer(id, version, outputs, view_of(headers), out, keep_alive)) {
+            if (!self.answer(id, version, outputs, view_of(headers), out, keep_alive, fd)) {
               return nb::none();
             }
             return nb::make_tuple(as_bytes(out), keep_alive);
           },
-          "id"_a, "version"_a, "outputs"_a, "default_headers"_a,
+          "id"_a, "version"_a, "outputs"_a, "default_headers"_a, "fd"_a = -1,
           "From outputs the engine's Python placed: (index, shape, address or bytes) each.")
       .def(
           "release",

@@ -25,6 +25,9 @@ inline void export_contract_constants(nanobind::module_& m) {
   m.attr("LANE_INPUT_HEAD") = lane::kInputHead;
   m.attr("LANE_ANSWER_HEAD") = lane::kAnswerHead;
   m.attr("LANE_OUTPUT_HEAD") = lane::kOutputHead;
+  m.attr("LANE_SHM_REF_HEAD") = lane::kShmRefHead;
+  m.attr("LANE_MAX_SHM_REFS") = lane::kMaxShmRefs;
+  m.attr("LANE_IN_REGION") = lane::kInRegion;
 }
 
 }  // namespace ethost

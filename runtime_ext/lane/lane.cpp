@@ -2,9 +2,11 @@
 
 #include "dtypes.h"
 
+#include <array>
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ethost::lane {
@@ -31,9 +33,15 @@ bool inside(const ArenaView& arena, uint64_t offset, uint64_t nbytes) {
   return offset <= arena.size && nbytes <= arena.size - offset;
 }
 
-// Binds input `input` of dtype `dtype` where it lies; false for anything out of bounds.
+bool aligned(const uint8_t* address) {
+  return reinterpret_cast<uintptr_t>(address) % kAlignment == 0;
+}
+
+// Binds input `input` of dtype `dtype` where it lies (at `input.offset` in `arena`, the front's
+// arena or a client's region); false for anything out of bounds or off the boundary (the
+// offset's in the arena, whose slots are laid out from it; the address's in a region).
 bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const ArenaView& arena,
-          InputBinding& binding) {
+          InputBinding& binding, bool in_region = false, uint64_t* bound_bytes = nullptr) {
   const Dtype* entry = find_dtype(dtype);
   if (entry == nullptr) return false;
   uint64_t nbytes = entry->size();
@@ -43,7 +51,10 @@ bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const Aren
     if (extent != 0 && nbytes > std::numeric_limits<uint64_t>::max() / extent) return false;
     nbytes *= static_cast<uint64_t>(extent);
   }
-  if (!inside(arena, input.offset, nbytes) || input.offset % kAlignment != 0) return false;
+  bool on_boundary =
+      in_region ? aligned(arena.base + input.offset) : input.offset % kAlignment == 0;
+  if (!inside(arena, input.offset, nbytes) || !on_boundary) return false;
+  if (bound_bytes != nullptr) *bound_bytes = nbytes;
   binding.is_tensor = true;
   binding.dtype = dtype;
   binding.ndim = input.ndim;
@@ -82,7 +93,51 @@ struct Prepared {
   std::vector<WireOutput> answer;
   Runnable* instance = nullptr;
   uint64_t waited_ns = 0;
+  std::vector<Hold> holds;  // the clients' regions its tensors lie in, until it is answered
+  uint32_t shm_tensors = 0;
 };
+
+// A request's references (wire.h), by the tensor each names, with the region it lies in.
+struct InRegion {
+  const WireShmRef* ref = nullptr;
+  const ShmRegion* region = nullptr;
+};
+struct RegionRefs {
+  std::array<InRegion, kMaxInputs> inputs{};
+  std::array<InRegion, kMaxOutputs> outputs{};
+};
+
+// Holds every region the request names (each once, its object checked intact once) into `job`;
+// false, holding none, for a region unknown here (a CUDA one: Python binds those), a shrunk
+// object, two references to one tensor or one to an output not asked for: Python says why.
+bool hold_regions(ShmRegions* regions, const InferRequest& request, size_t output_count,
+                  Prepared& job, RegionRefs& refs) {
+  if (regions == nullptr) return false;
+  std::vector<const std::string*> names;  // of job.holds, in order
+  for (const WireShmRef& ref : request.refs) {
+    if (ref.output && (ref.tensor >= output_count || (request.outputs >> ref.tensor & 1) == 0)) {
+      return false;
+    }
+    InRegion& slot = ref.output ? refs.outputs[ref.tensor] : refs.inputs[ref.tensor];
+    if (slot.ref != nullptr) return false;
+    const ShmRegion* region = nullptr;
+    for (size_t h = 0; h < names.size() && region == nullptr; ++h) {
+      if (*names[h] == ref.region) region = job.holds[h].region();
+    }
+    if (region == nullptr) {
+      Hold hold = regions->acquire(ref.region);
+      if (hold.region() == nullptr || !ShmRegions::intact(*hold.region())) {
+        job.holds.clear();
+        return false;
+      }
+      region = hold.region();
+      job.holds.push_back(std::move(hold));
+      names.push_back(&ref.region);
+    }
+    slot = InRegion{&ref, region};
+  }
+  return true;
+}
 
 // Executes under the claim (given back here, or on to a request waiting for it); appends the
 // answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
@@ -93,6 +148,7 @@ Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
   job.route->gate->observe(job.instance->last_run_ns());
   job.route->gate->release(job.instance);  // or on to the request waiting for it
   job.instance = nullptr;
+  job.holds.clear();  // before it is answered: its client may unregister the regions then
   uint64_t executed = now_ns();
   if (!ran.ok()) return ran.take_status();
   std::vector<OutputBuffer> outputs = ran.take();
@@ -104,6 +160,7 @@ Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
   for (WireOutput& wire : job.answer) {
     const OutputBuffer& output = outputs[wire.index];
     if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) {
+      // (a region's window of fewer bytes than the output's bound is never given: declined)
       return Status(Error::Internal, "output " + std::to_string(wire.index) +
                                          " was not written into the room reserved for it");
     }
@@ -113,6 +170,7 @@ Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
     }
   }
   append_answer(out, job.request_id, job.answer.data(), job.answer.size());
+  if (job.shm_tensors > 0) log.count_shm(job.shm_tensors);
   uint64_t done = now_ns();
   // A wait for an instance counts in the request's time, not in its input phase.
   uint64_t input_ns = bound - job.begun - job.waited_ns;
@@ -150,15 +208,35 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   if (route.max_batch > 0 && (job->rows = rows_of(request, route.max_batch)) == 0) {
     return Result::Declined;
   }
+  size_t output_count = route.most_bytes.size();
+  RegionRefs refs;
+  if (!request.refs.empty() && !hold_regions(regions_, request, output_count, *job, refs)) {
+    return Result::Declined;
+  }
   job->bindings.resize(request.input_count);
   for (size_t i = 0; i < request.input_count; ++i) {
-    if (!bind(request.inputs[i], route.inputs[i], arena, job->bindings[i])) {
+    const InRegion& shm = refs.inputs[i];
+    if (shm.ref == nullptr) {
+      if (!bind(request.inputs[i], route.inputs[i], arena, job->bindings[i])) {
+        return Result::Declined;
+      }
+      continue;
+    }
+    // In the client's region, where it lies: on the boundary, exactly its bytes (else Python
+    // copies it or says why), never a BOOL (Python reads any non-zero byte as true).
+    WireInput in_region = request.inputs[i];
+    in_region.offset = shm.ref->offset;
+    uint64_t nbytes = 0;
+    if (route.inputs[i] == executorch::aten::ScalarType::Bool ||
+        !bind(in_region, route.inputs[i], ArenaView{shm.region->base, shm.region->size},
+              job->bindings[i], true, &nbytes) ||
+        nbytes != shm.ref->byte_size) {
       return Result::Declined;
     }
+    ++job->shm_tensors;
   }
   // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
   // asked for at its upper bound, 256-byte aligned, in the method's order.
-  size_t output_count = route.most_bytes.size();
   if (request.outputs == 0 || output_count > kMaxOutputs ||
       (output_count < kMaxOutputs && (request.outputs >> output_count) != 0) ||
       !inside(arena, request.room_offset, request.room_size)) {
@@ -169,6 +247,22 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   for (size_t index = 0; index < output_count; ++index) {
     if ((request.outputs >> index & 1) == 0) continue;
     uint64_t most = route.most_bytes[index];
+    if (const InRegion& shm = refs.outputs[index]; shm.ref != nullptr) {
+      // Written by the execute into its window: one that may take the output's bound.
+      ArenaView window{shm.region->base, shm.region->size};
+      uint8_t* start = shm.region->base + shm.ref->offset;
+      if (most == 0 || shm.ref->byte_size < most ||
+          !inside(window, shm.ref->offset, shm.ref->byte_size) || !aligned(start)) {
+        return Result::Declined;
+      }
+      job->destinations[index] = OutputDestination{start, shm.ref->byte_size, true};
+      WireOutput wire;
+      wire.index = static_cast<uint32_t>(index);
+      wire.offset = kInRegion;
+      job->answer.push_back(wire);
+      ++job->shm_tensors;
+      continue;
+    }
     uint64_t start = align_up(at);
     if (most == 0 || start > end || most > end - start) return Result::Declined;
     job->destinations[index] = OutputDestination{arena.base + start, most, true};
@@ -195,6 +289,7 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
       [shared, kept, log, replies, workers](Runnable* instance) {
         replies->waited(shared->request_id);
         if (instance == nullptr) {  // the method closed meanwhile: Python answers
+          shared->holds.clear();
           replies->declined(*kept);
           replies->finished();
           return;

@@ -15,10 +15,17 @@
 // caller hands Python the request with the Status, and Python answers it as it answers the same
 // failure of its own executes (without running it again), so every error answer is made in one
 // place.
+//
+// A request's tensors may lie in clients' system shared memory regions (shm_regions.h): such an
+// input is bound where it lies and such an output is written by the execute into its window,
+// each region held until the execute is done; anything about them Python would refuse or copy
+// (an unknown region, a shrunk object, a size or window that does not fit, an address off the
+// 256-byte boundary) is declined, so Python words it.
 #pragma once
 
 #include "routes.h"
 #include "served_log.h"
+#include "shm_regions.h"
 #include "wire.h"
 #include "workers.h"
 
@@ -54,8 +61,10 @@ class Replies {
 
 class Lane {
  public:
-  // `workers`: where longer executes run; null to serve short ones only.
-  Lane(ServedLog& log, Workers* workers) : log_(log), workers_(workers) {}
+  // `workers`: where longer executes run; null to serve short ones only. `regions`: the clients'
+  // shared memory regions requests may name (null: every request naming one is declined).
+  Lane(ServedLog& log, Workers* workers, ShmRegions* regions = nullptr)
+      : log_(log), workers_(workers), regions_(regions) {}
 
   enum class Result { Served, Queued, Declined, Failed };
 
@@ -70,6 +79,7 @@ class Lane {
  private:
   ServedLog& log_;
   Workers* workers_;
+  ShmRegions* regions_;
 };
 
 }  // namespace ethost::lane

@@ -72,9 +72,10 @@ PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) 
 // Everything the engine's link threads share.
 struct LaneHub {
   LaneHub(size_t fold_at, size_t workers)
-      : log(fold_at), pool(workers), lane(log, workers > 0 ? &pool : nullptr) {}
+      : log(fold_at), pool(workers), lane(log, workers > 0 ? &pool : nullptr, &regions) {}
   ServedLog log;
   lane::Workers pool;
+  lane::ShmRegions regions;  // the clients' system regions Python mapped (service/shm/)
   Lane lane;
   Routes routes;
   Inbox inbox;
@@ -249,6 +250,33 @@ void register_lane(nb::module_& m) {
            "lane request that ran failed with, as Method.execute raises it, whether the lane "
            "request was cancelled while it waited (never ran))], whether the served log wants "
            "folding)")
+      .def(
+          "add_shm_region",
+          [](LaneHub& self, const std::string& name, uintptr_t address, uint64_t size, int fd,
+             uint64_t needed) {
+            return self.regions.add(name, reinterpret_cast<uint8_t*>(address), size, fd, needed);
+          },
+          "name"_a, "address"_a, "size"_a, "fd"_a, "needed"_a,
+          "A system region Python mapped: its window (`size` bytes at `address`), the object's "
+          "descriptor and the size the object must keep; False when the name is taken.")
+      .def(
+          "remove_shm_regions",
+          [](LaneHub& self, const std::vector<std::string>& names) {
+            return self.regions.remove(names);
+          },
+          "names"_a,
+          "Removes the regions (those it has) unless one is in use by a lane request: then "
+          "(its name, its requests in flight), else ('', 0). Python unmaps them only after.")
+      .def(
+          "shm_in_flight",
+          [](const LaneHub& self, const std::string& name) { return self.regions.in_flight(name); },
+          "name"_a)
+      .def_prop_ro(
+          "shm_served",
+          [](const LaneHub& self) {
+            return std::make_pair(self.log.shm_requests(), self.log.shm_tensors());
+          },
+          "(requests the lane served with tensors in regions, those tensors)")
       .def("served", &served,
            "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
            "output_ns, at, front) per request.");

@@ -6,6 +6,7 @@
 
 #include "routes.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,14 @@ class ServedLog {
     return out;
   }
 
+  // A request with `tensors` tensors in clients' shared memory regions, bound where they lie.
+  void count_shm(uint32_t tensors) {
+    shm_requests_.fetch_add(1, std::memory_order_relaxed);
+    shm_tensors_.fetch_add(tensors, std::memory_order_relaxed);
+  }
+  uint64_t shm_requests() const { return shm_requests_.load(std::memory_order_relaxed); }
+  uint64_t shm_tensors() const { return shm_tensors_.load(std::memory_order_relaxed); }
+
   size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return records_.size();
@@ -48,6 +57,7 @@ class ServedLog {
   const size_t fold_at_;
   mutable std::mutex mutex_;
   std::vector<ServedRecord> records_;
+  std::atomic<uint64_t> shm_requests_{0}, shm_tensors_{0};
 };
 
 }  // namespace ethost::lane

@@ -40,6 +40,8 @@ Outcome<InferRequest> read_request(const uint8_t* data, size_t size) {
   if (request.input_count > kMaxInputs) {
     return malformed(std::to_string(request.input_count) + " inputs");
   }
+  size_t ref_count = load<uint16_t>(data + 2);
+  if (ref_count > kMaxShmRefs) return malformed(std::to_string(ref_count) + " references");
   request.route = load<uint32_t>(data + 4);
   request.request_id = load<uint64_t>(data + 8);
   request.generation = load<uint64_t>(data + 16);
@@ -59,6 +61,22 @@ Outcome<InferRequest> read_request(const uint8_t* data, size_t size) {
       input.dims[d] = load<int64_t>(data + at);
     }
   }
+  request.refs.resize(ref_count);
+  for (WireShmRef& ref : request.refs) {
+    if (size - at < kShmRefHead) return malformed("cut short");
+    ref.tensor = load<uint32_t>(data + at);
+    ref.output = data[at + 4] != 0;
+    size_t name_bytes = load<uint16_t>(data + at + 6);
+    ref.offset = load<uint64_t>(data + at + 8);
+    ref.byte_size = load<uint64_t>(data + at + 16);
+    at += kShmRefHead;
+    if (size - at < name_bytes) return malformed("cut short");
+    ref.region.assign(reinterpret_cast<const char*>(data + at), name_bytes);
+    at += name_bytes;
+    if (ref.tensor >= (ref.output ? kMaxOutputs : request.input_count)) {
+      return malformed("a reference to tensor " + std::to_string(ref.tensor));
+    }
+  }
   if (at != size) return malformed("longer than its fields");
   return request;
 }
@@ -67,7 +85,7 @@ std::string write_request(const InferRequest& request) {
   std::string out;
   put<uint8_t>(out, kInferTag);
   put<uint8_t>(out, static_cast<uint8_t>(request.input_count));
-  put<uint16_t>(out, 0);
+  put<uint16_t>(out, static_cast<uint16_t>(request.refs.size()));
   put<uint32_t>(out, request.route);
   put<uint64_t>(out, request.request_id);
   put<uint64_t>(out, request.generation);
@@ -80,6 +98,15 @@ std::string write_request(const InferRequest& request) {
     put<uint32_t>(out, input.ndim);
     put<uint32_t>(out, 0);
     for (size_t d = 0; d < input.ndim; ++d) put<int64_t>(out, input.dims[d]);
+  }
+  for (const WireShmRef& ref : request.refs) {
+    put<uint32_t>(out, ref.tensor);
+    put<uint8_t>(out, ref.output ? 1 : 0);
+    put<uint8_t>(out, 0);
+    put<uint16_t>(out, static_cast<uint16_t>(ref.region.size()));
+    put<uint64_t>(out, ref.offset);
+    put<uint64_t>(out, ref.byte_size);
+    out += ref.region;
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The fronts' native path in plain C++: the HTTP head it takes and the ones it leaves, the JSON
 // reader's strictness, the numbers' layout, the request bodies against a method's tensors, and
 // the allocator of the arena. (tests/unit/test_front_lane.py compares it with the Python path.)
+#include "answer_send.h"
 #include "check.h"
 #include "front_lane.h"
 #include "front_requests.h"
@@ -17,6 +18,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace etrt_front;
 
@@ -336,4 +341,36 @@ TEST(a_binary_body_taken_before_it_arrived_is_written_as_it_comes) {
   Protocol protocol;
   bool keep_alive;
   CHECK(lane.release(taken.id, protocol, keep_alive) && front.slots->in_use() == 0);
+}
+
+TEST(an_answer_goes_to_the_socket_from_where_its_bytes_lie_and_the_rest_comes_back) {
+  // A head and two image-sized outputs into a socket whose buffer takes only part of them: what
+  // it took, then the rest handed back, are the answer's bytes in order; without a socket, all
+  // of it comes back.
+  std::string first(300 * 1024, 'a'), second(200 * 1024, 'b');
+  for (size_t i = 0; i < first.size(); i += 97) first[i] = static_cast<char>(i);
+  AnswerBytes answer;
+  answer.head = "HTTP/1.1 200 OK\r\ncontent-length: 512000\r\n\r\n{}";
+  answer.binary = {first, std::string_view(), second};
+  std::string whole;
+  answer.append_to(whole);
+  CHECK(whole.size() == answer.size());
+  std::string rest;
+  CHECK(send_answer(-1, answer, rest) == 0 && rest == whole);
+
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  int small = 16 * 1024;
+  setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  fcntl(pair[1], F_SETFL, O_NONBLOCK);
+  size_t sent = send_answer(pair[0], answer, rest);
+  CHECK(sent > 0 && sent < whole.size() && sent + rest.size() == whole.size());
+  std::string received;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(pair[1], buffer, sizeof(buffer))) > 0;) received.append(buffer, n);
+  CHECK(received.size() == sent && received + rest == whole);
+
+  ::close(pair[1]);  // the peer gone: nothing is written and nothing is lost
+  CHECK(send_answer(pair[0], answer, rest) == 0 && rest == whole);
+  ::close(pair[0]);
 }

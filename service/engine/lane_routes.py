@@ -59,11 +59,29 @@ class LaneRoutes:
     def message(self, payload: bytes) -> messages.Infer | None:
         """The inference message a lane request stands for; None when its route is unknown
         (stopped serving too long ago)."""
-        route_id, key, generation, room, size, asked, inputs = lane_frames.read_request(payload)
+        route_id, key, generation, room, size, asked, inputs, refs = lane_frames.read_request(
+            payload
+        )
         route = self._routes.get(route_id) or self._retired.get(route_id)
         if route is None:
             return None
         wanted = [name for index, name in enumerate(route.outputs) if asked >> index & 1]
+        # Tensors in clients' regions, as the fronts' messages name them (shm/refs.to_wire).
+        in_regions = {(output, tensor): (region, byte_size, offset) for tensor, output, region,
+                      offset, byte_size in refs}  # fmt: skip
+        shared = None
+        if refs:
+            shared = tuple(
+                tuple(
+                    (names[tensor], *in_regions[(output, tensor)])
+                    for output, tensor in in_regions
+                    if output is is_output and tensor < len(names)
+                )
+                for is_output, names in (
+                    (False, [name for name, _ in route.inputs]),
+                    (True, route.outputs),
+                )
+            )
         return messages.Infer(
             frames.INFER,
             key,
@@ -71,8 +89,10 @@ class LaneRoutes:
             route.version,
             route.method,
             [
-                (name, datatype, tuple(shape), offset)
-                for (name, datatype), (offset, shape) in zip(route.inputs, inputs, strict=True)
+                (name, datatype, tuple(shape), in_regions.get((False, index), offset))
+                for index, ((name, datatype), (offset, shape)) in enumerate(
+                    zip(route.inputs, inputs, strict=True)
+                )
             ],
             None if len(wanted) == len(route.outputs) else wanted,
             room,
@@ -81,7 +101,7 @@ class LaneRoutes:
             None,  # the client's request id stays with the front
             None,  # parameters: likewise
             generation,
-            None,  # client shared memory: likewise
+            shared,
         )
 
     @staticmethod

@@ -169,6 +169,7 @@ class EngineServer:
         service.on_change(self._publish)
         # Client shared memory regions (service/shm/): mapped here, where the programs run.
         self.shm = SharedMemory(service.settings)
+        self.shm.lane = self.hub  # the lane binds lane requests' tensors in system regions
         service.metrics.backends.append(ShmMetrics(self.shm))
         self.calls = Calls(service, self.shm)
         self.dispatch = dispatch.Dispatch(service, self.shm)

@@ -21,6 +21,7 @@ from service.config import decode_settings
 from service.front.app import create_app
 from service.front.draining import DrainingServer
 from service.front.engine_client import EngineClient
+from service.front.heap_tuning import keep_freed_pages
 from service.front.protocols.drain import Drain
 from service.front.protocols.http_transport import GatheringHttpToolsProtocol
 from service.front.protocols.read_timeouts import ReadTimeouts
@@ -52,6 +53,7 @@ def main() -> None:
     app = create_app(settings, client, offload_workers, drain)
     listener = socket.socket(fileno=int(os.environ["ETRT_HTTP_FD"]))
     tune_for_serving()
+    keep_freed_pages()
     GatheringHttpToolsProtocol.timeouts = ReadTimeouts(
         settings.header_timeout_s, settings.body_timeout_s
     )

@@ -86,8 +86,9 @@ class Link:
             pending.settle()
             return
         lane = pending.lane
+        in_region = lane_frames.IN_REGION  # -1 below: in the client's region, as Python says
         outputs = [
-            (*lane.outputs[index], list(shape), offset, None)
+            (*lane.outputs[index], list(shape), -1 if offset == in_region else offset, None)
             for index, offset, shape in lane_frames.read_answer(payload)
         ]
         pending.future.set_result(messages.Done(frames.DONE, key, True, (lane.version, outputs)))

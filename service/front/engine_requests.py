@@ -31,7 +31,7 @@ from service.front.engine_link import Link, Pending, output_bytes
 from service.shared import frames, lane_frames, messages
 from service.shared.arena import ALIGNMENT, Arena, ArenaFull, Lease, align_up
 from service.shared.contract import GetTable, ModelReady, RequestRefused
-from service.shm.refs import placeholder, to_wire
+from service.shm.refs import nbytes, placeholder, to_wire
 
 _SMOOTHING = 0.2  # weight of the newest request in the average time a request holds its slots
 _DEADLINE_EARLY_S = 0.01  # how early a call may be cancelled at its deadline
@@ -57,13 +57,13 @@ class LanePlan(NamedTuple):
 def _lane_plan(entry, request: InferRequest, signature, asked: list[int]) -> LanePlan | None:
     """A lane request carries what the lane needs and nothing else, so only a request the
     engine would run as it is: one with no parameters or timeout of its own, asking for
-    outputs in the method's order (the lane answers them in that order)."""
+    outputs in the method's order (the lane answers them in that order). Tensors in shared
+    memory regions travel as its references (_lane_refs)."""
     route = entry.routes.get(request.method)
     if (
         route is None
         or request.parameters
         or request.timeout_s is not None
-        or request.shared_memory is not None
         or any(b <= a for a, b in zip(asked, asked[1:]))
     ):
         return None
@@ -72,6 +72,29 @@ def _lane_plan(entry, request: InferRequest, signature, asked: list[int]) -> Lan
         mask |= 1 << index
     outputs = [(spec.name, spec.datatype) for spec in signature.outputs]
     return LanePlan(route, mask, entry.version, outputs)
+
+
+def _lane_refs(shared, placed: list, lane: LanePlan) -> list | None:
+    """The request's shared memory references as a lane request carries them
+    (lane_frames.request), or None when one is for the engine's Python to judge and word: an
+    input whose byte size is not its tensor's, a reference to a tensor the request does not
+    have or an output it does not ask for."""
+    refs = []
+    for index, (_, datatype, shape, where) in enumerate(placed):
+        if type(where) is tuple:  # (region, byte size, offset), as _dispatch placed it
+            region, byte_size, offset = where
+            if byte_size != nbytes(datatype, shape):
+                return None
+            refs.append((index, False, region, offset, byte_size))
+    if len(refs) != len(shared.inputs):
+        return None
+    names = [name for name, _ in lane.outputs]
+    for name, ref in shared.outputs.items():
+        index = names.index(name) if name in names else -1
+        if index < 0 or not lane.mask >> index & 1:
+            return None
+        refs.append((index, True, ref.region, ref.offset, ref.byte_size))
+    return refs
 
 
 class EngineRequests:
@@ -274,9 +297,10 @@ class EngineRequests:
         request_id = next(self._ids)
         pending = Pending(asyncio.get_running_loop().create_future(), leases)
         link.pending[request_id] = pending
-        if lane is not None and not shared:
-            placed_inputs = [(p[3], p[2]) for p in placed]
-            if lane_frames.fits(placed_inputs, len(lane.outputs)):
+        refs = _lane_refs(shared, placed, lane) if lane is not None and shared else ()
+        if lane is not None and refs is not None:
+            placed_inputs = [(p[3] if type(p[3]) is int else 0, p[2]) for p in placed]
+            if lane_frames.fits(placed_inputs, len(lane.outputs), refs):
                 pending.lane = lane
                 link.protocol.send_payload(
                     lane_frames.request(
@@ -287,6 +311,7 @@ class EngineRequests:
                         lease.size - size,
                         lane.mask,
                         placed_inputs,
+                        refs,
                     )
                 )
                 return request_id, pending

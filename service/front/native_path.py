@@ -148,13 +148,16 @@ class NativePath:
         if link.alive:
             link.protocol.send_payload(lane_frames.cancel(request_id))
 
-    def answer(self, ticket, message, default_headers: list) -> tuple[bytes, bool]:
+    def answer(self, ticket, message, default_headers: list, fd: int = -1) -> tuple[bytes, bool]:
         """(the HTTP answer to write, whether the connection stays open) for the engine's
-        `message` (messages.Done or messages.LaneDone; None: the engine went away)."""
+        `message` (messages.Done or messages.LaneDone; None: the engine went away). `fd`: the
+        connection's socket when nothing waits to be written before this answer (-1: none); a
+        200 goes to it from where its outputs lie (runtime_ext/front/answer_send.h) and only
+        what it did not take is returned."""
         native, request_id, _ = ticket
         headers = self._header_bytes(default_headers)
         if message is not None and message.kind == frames.LANE_DONE:
-            written = native.answer_lane(request_id, bytes(message.payload), headers)
+            written = native.answer_lane(request_id, bytes(message.payload), headers, fd)
             if written is not None:
                 return written
         elif message is not None and message.ok:  # run by the engine's Python: outputs placed
@@ -168,7 +171,7 @@ class NativePath:
                     break
                 placed.append((index, list(shape), inline or region.address + offset))
             if placed is not None:
-                written = native.answer(request_id, version, placed, headers)
+                written = native.answer(request_id, version, placed, headers, fd)
                 if written is not None:
                     return written
         released = native.release(request_id)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from service.dataplane.scheduling.gate import Refusal
     from service.ingest.staging import StagedUpload, Staging
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 
 
 class Capability(enum.Flag):

@@ -6,7 +6,10 @@ Struct-packed rather than marshalled so that the engine's link threads read and 
 without Python; every other message stays a marshal tuple (frames.py).
 
 A request the lane declines reaches the engine's Python side as this message, which
-read_request turns back into what it says.
+read_request turns back into what it says. A request may name tensors in clients' shared memory
+regions (references: tensor index, whether an output, region name, offset, byte size); the lane
+binds those where they lie (runtime_ext/lane/shm_regions.h) and answers such an output with the
+offset IN_REGION.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from service.shared.limits import MAX_DIMS, MAX_INPUTS, MAX_OUTPUTS
 INFER_TAG: int = etrt_front.LANE_INFER_TAG
 DONE_TAG: int = etrt_front.LANE_DONE_TAG
 CANCEL_TAG: int = etrt_front.LANE_CANCEL_TAG
+IN_REGION: int = etrt_front.LANE_IN_REGION  # an answer's offset: written into its region
+_MAX_REFS: int = etrt_front.LANE_MAX_SHM_REFS
 
 _REQUEST = struct.Struct("<BBHIQQQQQ")  # tag, inputs, 0, route, id, generation, room, size, outputs
 _INPUT = struct.Struct("<QII")  # offset, ndim, 0
+_REF = struct.Struct("<IBBHQQ")  # tensor, 1 for an output, 0, name bytes, offset, byte size
 _ANSWER = struct.Struct("<BBHIQ")  # tag, outputs, 0, 0, id
 # An answer's request id, read alone where it is (frames.FrameProtocol, once per answer).
 ANSWER_ID, ANSWER_ID_AT = struct.Struct("<Q"), _ANSWER.size - 8
@@ -34,6 +40,7 @@ _SIZES = {
     "input": (_INPUT.size, etrt_front.LANE_INPUT_HEAD),
     "answer": (_ANSWER.size, etrt_front.LANE_ANSWER_HEAD),
     "output": (_OUTPUT.size, etrt_front.LANE_OUTPUT_HEAD),
+    "shm_ref": (_REF.size, etrt_front.LANE_SHM_REF_HEAD),
     "cancel": (_CANCEL.size, etrt_front.LANE_CANCEL_SIZE),
 }
 _DRIFTED = {part: sizes for part, sizes in _SIZES.items() if sizes[0] != sizes[1]}
@@ -41,13 +48,16 @@ if _DRIFTED:  # the modules were built from another wire.h than these layouts de
     raise ImportError(f"lane message layouts disagree with the native modules' wire.h: {_DRIFTED}")
 
 
-def fits(inputs: list, output_count: int) -> bool:
+def fits(inputs: list, output_count: int, refs: list = ()) -> bool:
     """Whether a request of these inputs ((offset, shape) each) to a method of `output_count`
-    outputs can travel as a lane request."""
+    outputs, with these shared memory references (as request() takes them), can travel as a
+    lane request."""
     return (
         len(inputs) <= MAX_INPUTS
         and output_count <= MAX_OUTPUTS
         and all(len(shape) <= MAX_DIMS for _, shape in inputs)
+        and len(refs) <= _MAX_REFS
+        and all(len(ref[2].encode("utf-8", "surrogatepass")) <= 0xFFFF for ref in refs)
     )
 
 
@@ -59,34 +69,48 @@ def request(
     room_size: int,
     outputs: int,
     inputs: list,
+    refs: list = (),
 ) -> bytes:
-    """`outputs`: bit i set for output i asked for; `inputs`: (offset in the arena, shape)."""
+    """`outputs`: bit i set for output i asked for; `inputs`: (offset in the arena, shape);
+    `refs`: (tensor index, whether an output, region name, offset, byte size) of each tensor in
+    a client's shared memory region (an input named there has offset 0 in `inputs`)."""
     parts = [
         _REQUEST.pack(
-            INFER_TAG, len(inputs), 0, route, request_id, generation, room_offset, room_size,
-            outputs,
+            INFER_TAG, len(inputs), len(refs), route, request_id, generation, room_offset,
+            room_size, outputs,
         )
     ]  # fmt: skip
     for offset, shape in inputs:
         parts.append(_INPUT.pack(offset, len(shape), 0))
         parts.append(_DIMS[len(shape)].pack(*shape))
+    for tensor, output, region, offset, byte_size in refs:
+        name = region.encode("utf-8", "surrogatepass")
+        parts.append(_REF.pack(tensor, int(output), 0, len(name), offset, byte_size))
+        parts.append(name)
     return b"".join(parts)
 
 
-def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list]:
-    """(route, request id, generation, room offset, room size, outputs mask, [(offset, shape)])."""
-    _, count, _, route, request_id, generation, room, size, outputs = _REQUEST.unpack_from(
+def read_request(payload: bytes) -> tuple[int, int, int, int, int, int, list, list]:
+    """(route, request id, generation, room offset, room size, outputs mask, [(offset, shape)],
+    [references as request() takes them])."""
+    _, count, ref_count, route, request_id, generation, room, size, outputs = _REQUEST.unpack_from(
         payload, 0
     )
-    at, inputs = _REQUEST.size, []
+    at, inputs, refs = _REQUEST.size, [], []
     for _ in range(count):
         offset, ndim, _ = _INPUT.unpack_from(payload, at)
         at += _INPUT.size
         inputs.append((offset, _DIMS[ndim].unpack_from(payload, at)))
         at += 8 * ndim
+    for _ in range(ref_count):
+        tensor, output, _, name_bytes, offset, byte_size = _REF.unpack_from(payload, at)
+        at += _REF.size
+        region = payload[at : at + name_bytes].decode("utf-8", "surrogatepass")
+        at += name_bytes
+        refs.append((tensor, bool(output), region, offset, byte_size))
     if at != len(payload):
         raise ValueError("a lane request longer than its fields")
-    return route, request_id, generation, room, size, outputs, inputs
+    return route, request_id, generation, room, size, outputs, inputs, refs
 
 
 def cancel(request_id: int, deadline: bool = False) -> bytes:

@@ -75,16 +75,18 @@ class ShmMetrics:
         )
         inputs, outputs = _native_counts()
         bound.samples[("cuda",)] = inputs.get("bound", 0) + outputs.get("bound", 0)
-        bound.samples[("system",)] = self.memory.bound.get("system", 0)
+        lane_requests, lane_bound = self.memory.lane_served()
+        bound.samples[("system",)] = self.memory.bound.get("system", 0) + lane_bound
         requests = Counter(
             "etrt_shm_requests_total",
             "Inference requests with tensors in shared memory regions, by how the engine served "
-            "them (inline: at once on its event loop, without a task; queued: through the "
-            "scheduler, as any request that has to wait)",
+            "them (lane: by its native lane, without Python; inline: at once on its event loop, "
+            "without a task; queued: through the scheduler, as any request that has to wait)",
             ("path",),
         )
         for path in ("inline", "queued"):
             requests.samples[(path,)] = self.memory.requests.get(path, 0)
+        requests.samples[("lane",)] = lane_requests
         for reason in ("to_host", "device_to_device", "from_host"):
             key = ("cuda", reason)
             count = inputs.get(reason, 0) + outputs.get(reason, 0)

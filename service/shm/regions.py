@@ -94,6 +94,10 @@ class SharedMemory:
         # Inference requests with tensors in regions, by how the engine served them: "inline"
         # at once on its thread (Dispatch.serve_now), "queued" through ModelService.infer.
         self.requests: dict[str, int] = {}
+        # The engine's native lane (an ethost.LaneHub), which binds lane requests' tensors in
+        # system regions itself: it is told of each one mapped here, before any request can
+        # name it, and each is taken from it before it is unmapped (refused while in use).
+        self.lane = None
 
     def _admit(self, kind: str, name) -> None:
         if not self.allowed:
@@ -121,7 +125,11 @@ class SharedMemory:
                     "shm.parameter",
                     f"region {clip(name)!r}: {field} must be a non-negative integer",
                 )
-        self.regions["system"][name] = SystemRegion(name, key, offset, byte_size)
+        region = SystemRegion(name, key, offset, byte_size)
+        self.regions["system"][name] = region
+        if self.lane is not None:
+            needed = region.offset + region.byte_size
+            self.lane.add_shm_region(name, region.address, region.byte_size, region.fd, needed)
         log.info(
             "system shared memory region %r registered (key %r, %d bytes)", name, key, byte_size
         )
@@ -157,11 +165,14 @@ class SharedMemory:
         if name and name not in regions:
             raise NotFound(f"no {kind} shared memory region is named {clip(name)!r}")
         names = [name] if name else list(regions)
-        busy = [n for n in names if regions[n].in_use]
+        busy = [(n, regions[n].in_use) for n in names if regions[n].in_use]
+        if not busy and kind == "system" and self.lane is not None:
+            in_lane = self.lane.remove_shm_regions(names)  # none removed while one is in use
+            busy = [in_lane] if in_lane[1] else []
         if busy:
             raise Conflict(
-                f"{kind} shared memory region {clip(busy[0])!r} is in use by "
-                f"{regions[busy[0]].in_use} request(s); unregister it once they are answered"
+                f"{kind} shared memory region {clip(busy[0][0])!r} is in use by "
+                f"{busy[0][1]} request(s); unregister it once they are answered"
             )
         for n in names:
             regions.pop(n).close()
@@ -178,7 +189,15 @@ class SharedMemory:
     def count_request(self, path: str) -> None:
         self.requests[path] = self.requests.get(path, 0) + 1
 
+    def lane_served(self) -> tuple[int, int]:
+        """(requests the native lane served with tensors in system regions, those tensors,
+        each bound where it lies)."""
+        return (0, 0) if self.lane is None else self.lane.shm_served
+
     def close(self) -> None:
+        """At the engine's end, once the lane's link threads stopped (nothing of it in use)."""
+        if self.lane is not None:
+            self.lane.remove_shm_regions(list(self.regions["system"]))
         for regions in self.regions.values():
             for region in regions.values():
                 region.close()

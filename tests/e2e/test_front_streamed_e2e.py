@@ -4,10 +4,14 @@ fronts: a 602 KB request sent whole and sent in pieces (the head and JSON header
 tensor bytes in slow chunks) gets the same bytes as the Python path's answer (the same URL with a
 query string, which the native path never takes; headers compared as a set), and the native
 path counts both; a client
-that leaves mid-body or stalls (408 after the body timeout) leaves no slot held."""
+that leaves mid-body or stalls (408 after the body timeout) leaves no slot held. Image-sized
+answers of several outputs, some asked as binary data and some as JSON, written by the native
+path from their arena slot to the socket (runtime_ext/front/answer_send.h), are the Python
+path's bytes too, also when answers queue behind each other on one connection."""
 
 import json
 import socket
+import threading
 import time
 
 import numpy as np
@@ -22,7 +26,23 @@ HEADER = "Inference-Header-Content-Length"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, image_program):  # noqa: F811
+def three_outputs(programs_dir):
+    """Two image-sized outputs and a small one, from a 1x3x224x224 FP32 image."""
+    import torch
+
+    from support.programs import export_module
+
+    class ThreeOutputs(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 + 1, x - 0.5, x[:, :, :2, :3] * 3
+
+    return export_module(
+        programs_dir, "three_image_outputs", ThreeOutputs(), (torch.zeros(1, 3, 224, 224),)
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, image_program, three_outputs):  # noqa: F811
     from support.server import ServerProcess
 
     server = ServerProcess(
@@ -34,12 +54,19 @@ def server(tmp_path_factory, image_program):  # noqa: F811
     ).start()
     with server.client() as client:
         assert upload(client, "image", image_program.pte).status_code == 201
+        assert upload(client, "three", three_outputs.pte).status_code == 201
     yield server
     server.stop()
 
 
-def _raw(x: np.ndarray, query: str = "") -> tuple[bytes, int]:
-    """(the request, where its tensor bytes begin)."""
+def _raw(
+    x: np.ndarray, query: str = "", model: str = "image", outputs: dict | None = None
+) -> tuple[bytes, int]:
+    """(the request, where its tensor bytes begin). `outputs`: name -> asked as binary data."""
+    asked = [
+        {"name": name, "parameters": {"binary_data": binary}}
+        for name, binary in (outputs or {"output_0": True}).items()
+    ]
     header = json.dumps(
         {
             "inputs": [
@@ -50,34 +77,45 @@ def _raw(x: np.ndarray, query: str = "") -> tuple[bytes, int]:
                     "parameters": {"binary_data_size": x.nbytes},
                 }
             ],
-            "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
+            "outputs": asked,
         }
     ).encode()
     head = (
-        f"POST /v2/models/image/infer{query} HTTP/1.1\r\nhost: t\r\n"
+        f"POST /v2/models/{model}/infer{query} HTTP/1.1\r\nhost: t\r\n"
         f"content-length: {len(header) + x.nbytes}\r\n{HEADER}: {len(header)}\r\n\r\n"
     ).encode()
     return head + header + x.tobytes(), len(head) + len(header)
 
 
+def _answers(sock: socket.socket, count: int) -> list[bytes]:
+    """`count` whole answers, each its status line, its headers sorted and its body."""
+    buffer, found = b"", []
+    while len(found) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(1 << 20)
+            assert chunk, ("the connection closed", found, buffer[:300])
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in lines
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(buffer) < length:
+            chunk = sock.recv(1 << 20)
+            assert chunk, ("the connection closed mid-answer", found, head)
+            buffer += chunk
+        # Header order aside (a large answer's differs between the paths: uvicorn's messages
+        # put the content type first), and without the date.
+        kept = sorted(line.lower() for line in lines[1:] if not line.lower().startswith(b"date:"))
+        found.append(b"\r\n".join([lines[0], *kept]) + b"\r\n\r\n" + buffer[:length])
+        buffer = buffer[length:]
+    return found
+
+
 def _answer(sock: socket.socket) -> bytes:
-    """One whole answer: its status line, its headers sorted, its body."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        chunk = sock.recv(1 << 20)
-        assert chunk, "the connection closed"
-        buffer += chunk
-    head, _, buffer = buffer.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    length = int(
-        next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length:"))
-    )
-    while len(buffer) < length:
-        buffer += sock.recv(1 << 20)
-    # Header order aside (a large answer's differs between the paths: uvicorn's messages put
-    # the content type first), and without the date.
-    kept = sorted(line.lower() for line in lines[1:] if not line.lower().startswith(b"date:"))
-    return b"\r\n".join([lines[0], *kept]) + b"\r\n\r\n" + buffer[:length]
+    return _answers(sock, 1)[0]
 
 
 def _count(server, name: str) -> float:
@@ -99,6 +137,23 @@ def _settled(server, want, name: str) -> float:
     return value
 
 
+def _every_front_native(server, raw: bytes, expected: bytes) -> None:
+    """Each front's native path serves once its link to the engine has a model table: `raw`
+    whole on new connections until every front has answered one natively (each `expected`)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with server.client() as client:
+            per_front = series(
+                parse(client.get("/metrics").text), "etrt_front_native_requests_total"
+            )
+        if len(per_front) == 2 and all(per_front.values()):
+            return
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(raw)
+            assert _answer(sock) == expected
+        time.sleep(0.1)
+
+
 def test_a_body_in_pieces_is_answered_natively_with_the_python_paths_bytes(server):
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     raw, payload = _raw(x)
@@ -108,20 +163,7 @@ def test_a_body_in_pieces_is_answered_natively_with_the_python_paths_bytes(serve
         expected = _answer(sock)
     assert expected.startswith(b"HTTP/1.1 200 "), expected[:300]
     assert np.allclose(np.frombuffer(expected[-x.nbytes :], np.float32), x.ravel() * 2 + 1)
-    # Each front's native path serves once its link to the engine has a model table: whole
-    # requests on new connections until every front has answered one natively.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with server.client() as client:
-            per_front = series(
-                parse(client.get("/metrics").text), "etrt_front_native_requests_total"
-            )
-        if len(per_front) == 2 and all(per_front.values()):
-            break
-        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-            sock.sendall(raw)
-            assert _answer(sock) == expected
-        time.sleep(0.1)
+    _every_front_native(server, raw, expected)
     before = _count(server, "etrt_front_native_requests_total")
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(raw)
@@ -163,3 +205,46 @@ def test_a_client_leaving_or_stalling_mid_body_holds_no_slot(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(raw)
         assert _answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_large_answers_of_several_outputs_are_the_python_paths_bytes(server):
+    """Answers of 1.2 MB (two image-sized outputs as binary data) and mixed ones (binary and
+    JSON outputs, one output not asked for), written natively from the arena slot to the socket;
+    and requests sent back to back on one connection, read only once all were sent (the first
+    answer's rest waits in the transport: those after it go behind it, whichever path writes
+    them), answered alike and in order."""
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    asked = [
+        {"output_0": True, "output_1": True, "output_2": True},
+        {"output_0": True, "output_1": True, "output_2": False},
+        {"output_2": False, "output_1": True},
+    ]
+    expected, native = [], []
+    for outputs in asked:
+        python_raw, _ = _raw(x, "?path=python", "three", outputs)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(python_raw)
+            expected.append(_answer(sock))
+        native.append(_raw(x, "", "three", outputs)[0])
+    assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in expected), expected[0][:300]
+    corner = x[:, :, :2, :3] * 3  # output_2, last, after the two images
+    images = expected[0][-2 * x.nbytes - corner.nbytes : -corner.nbytes]
+    assert np.array_equal(np.frombuffer(images[: x.nbytes], np.float32), x.ravel() * 2 + 1)
+    assert np.array_equal(np.frombuffer(images[x.nbytes :], np.float32), x.ravel() - 0.5)
+    assert expected[0].endswith(corner.tobytes())
+    assert b'"name":"output_2","datatype":"FP32","shape":[1,3,2,3],"data":[' in expected[1]
+    _every_front_native(server, native[0], expected[0])
+    before = _count(server, "etrt_front_native_requests_total")
+    for raw, want in zip(native, expected):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(raw)
+            assert _answer(sock) == want
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(b"".join(native),))
+        sender.start()
+        time.sleep(0.5)  # the answers pile up in the server's socket before they are read
+        answers = _answers(sock, len(native))
+        sender.join()
+    assert answers == expected
+    want = before + len(native) + 1
+    assert _settled(server, lambda v: v >= want, "etrt_front_native_requests_total") >= want

@@ -2,7 +2,9 @@
 ModelService.infer_now), with a real server and the real tritonclient clients: the same answers
 as the tensors sent in the request, the same refusals as the queued way, the regions let go
 after every answer and every refusal, and the way actually taken, per etrt_shm_requests_total.
-A small program's executes are short, so its shared memory requests are served inline."""
+A small program's executes are short, so its shared memory requests are served inline; each
+carries a timeout, which keeps it off the engine's native lane (that way is
+test_shared_memory_lane_e2e.py's)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ SHAPE = (2, 4)
 NBYTES = 2 * 4 * 4
 OUT_SHAPE = (2, 3)  # the program's output
 REQUESTS = 20
+TIMEOUT_US = 30_000_000  # a request with a timeout of its own is served by the engine's Python
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,8 @@ def test_inline_answers_match_the_same_request_sent_with_its_tensors(server, reg
             x = rng.standard_normal(SHAPE, dtype=np.float32)
             shm.set_shared_memory_region(handle, [x])
             inputs, outputs = shm_request(httpclient, http, name)
-            answered = http.infer("lin", inputs, outputs=outputs).get_output(output_name)
+            answered = http.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)
+            answered = answered.get_output(output_name)
             assert answered["parameters"]["shared_memory_region"] == name
             assert answered["shape"] == list(OUT_SHAPE)
             y = shm.get_contents_as_numpy(handle, np.float32, list(OUT_SHAPE), offset=256)
@@ -109,7 +113,7 @@ def test_inline_refusals_name_the_region_and_let_it_go(server, region):
     try:
         http.register_system_shared_memory(name, key, 512)
         inputs, outputs = shm_request(httpclient, http, name)
-        http.infer("lin", inputs, outputs=outputs)  # served: executes recorded as short
+        http.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)  # executes seen short
         inline_before = counter(server, 'etrt_shm_requests_total{path="inline"}')
         with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
             for module, client in ((httpclient, http), (grpcclient, grpc)):
@@ -122,12 +126,12 @@ def test_inline_refusals_name_the_region_and_let_it_go(server, region):
                 for spec, words in cases:
                     inputs, outputs = shm_request(module, client, **spec)
                     with pytest.raises(InferenceServerException) as caught:
-                        client.infer("lin", inputs, outputs=outputs)
+                        client.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)
                     message = caught.value.message()
                     assert all(word in message for word in words), (spec, message)
                     assert caught.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
                 inputs, outputs = shm_request(module, client, name)
-                client.infer("lin", inputs, outputs=outputs)  # the region still serves
+                client.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)  # still serves
         # The output too large for its window was executed inline, then refused.
         assert counter(server, 'etrt_shm_requests_total{path="inline"}') > inline_before
         http.unregister_system_shared_memory(name)  # every refusal let the region go

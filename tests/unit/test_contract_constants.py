@@ -27,6 +27,9 @@ SHARED = (
     "LANE_INPUT_HEAD",
     "LANE_ANSWER_HEAD",
     "LANE_OUTPUT_HEAD",
+    "LANE_SHM_REF_HEAD",
+    "LANE_MAX_SHM_REFS",
+    "LANE_IN_REGION",
 )
 # The C++ names and the one header each may be defined in.
 CPP_HOMES = {
@@ -41,6 +44,9 @@ CPP_HOMES = {
     "kInputHead": "lane/wire.h",
     "kAnswerHead": "lane/wire.h",
     "kOutputHead": "lane/wire.h",
+    "kShmRefHead": "lane/wire.h",
+    "kMaxShmRefs": "lane/wire.h",
+    "kInRegion": "lane/wire.h",
 }
 PY_NAMES = ("MAX_INPUTS", "MAX_DIMS", "MAX_OUTPUTS", "MAX_DIM", "ALIGNMENT", "ADDRESS_ALIGNMENT")
 PY_NAMES += ("INFER_TAG", "DONE_TAG")
@@ -81,6 +87,15 @@ def test_lane_frames_layout_matches_wire_h():
     heads = etrt_front.LANE_REQUEST_HEAD + 2 * etrt_front.LANE_INPUT_HEAD
     assert len(payload) == heads + 8 * 2
     assert lane_frames.read_request(payload)[6] == [(256, (2, 4)), (512, ())]
+    # Shared memory references: their fixed part, then the region's name (UTF-8).
+    assert lane_frames._REF.size == etrt_front.LANE_SHM_REF_HEAD
+    refs = [(0, False, "région", 512, 32), (2, True, "out", 0, 64)]
+    payload = lane_frames.request(1, 2, 3, 4096, 512, 0b101, [(0, (2, 4))], refs)
+    named = len("région".encode()) + len("out")
+    heads = etrt_front.LANE_REQUEST_HEAD + etrt_front.LANE_INPUT_HEAD + 8 * 2
+    assert len(payload) == heads + 2 * etrt_front.LANE_SHM_REF_HEAD + named
+    assert lane_frames.read_request(payload)[7] == refs
+    assert lane_frames.IN_REGION == etrt_front.LANE_IN_REGION == 2**64 - 1
 
 
 def test_no_second_copy_in_cpp():

@@ -3,8 +3,9 @@ generated requests (issue 36, item 4): every request the native path takes, the 
 (tests/support/front_reference.py: httptools, the fast routes, the token policy, the codecs, the
 binding) takes too, with the same tensors (bytes, dtypes, shapes), the same outputs asked for,
 the same request length and keep-alive; and every answer the native path writes for an engine's
-answer is the bytes the Python path writes for it. What the native path declines is the Python
-path's by design and needs no comparison.
+answer is the bytes the Python path writes for it, also when it writes them to the connection's
+socket itself (a socket pair with a small buffer: what it took, then the rest it handed back).
+What the native path declines is the Python path's by design and needs no comparison.
 
 Seeded: the seed is printed (pytest -s, and in any failure); ETRT_DIFF_SEED=<seed> reproduces a
 run and ETRT_DIFF_CASES=<n> scales it (100,000 by default: 15 s on an idle 2-core machine,
@@ -16,8 +17,10 @@ import json
 import os
 import random
 import re
+import socket
 import struct
 import time
+from functools import cache
 
 import etrt_front
 import numpy as np
@@ -69,7 +72,7 @@ def _lanes(arena: Arena, control: np.ndarray) -> dict:
 
 def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
     """How the lane message differs from what the Python path would send (nothing: [])."""
-    route, _, generation, _, _, mask, inputs = lane_frames.read_request(message)
+    route, _, generation, _, _, mask, inputs, _ = lane_frames.read_request(message)
     found = []
     if (route, generation) != (taken.route, GENERATION):
         found.append(f"route {route} generation {generation}, python route {taken.route}")
@@ -91,7 +94,7 @@ def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
 def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
     """Writes an engine's answer into the request's room: (how the two answers differ, the
     native path's answer)."""
-    _, _, _, room, size, _, _ = lane_frames.read_request(message)
+    _, _, _, room, size, _, _, _ = lane_frames.read_request(message)
     base = arena.region.address
     specs = taken.entry.methods[taken.method].signature.outputs
     arrays, placed, by_python, at = [], [], [], room
@@ -107,17 +110,46 @@ def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
         placed.append(_OUTPUT.pack(index, len(shape), at) + struct.pack(f"<{len(shape)}q", *shape))
         by_python.append((index, shape, array.tobytes() if rng.random() < 0.5 else base + at))
         at += align_up(max(array.nbytes, 1))
+    # Half of the answers go to a socket first (answer_send.h), the rest of them after.
+    sock = _sockets()[0] if rng.random() < 0.5 else None
+    fd = -1 if sock is None else sock.fileno()
     if rng.random() < 0.3:  # outputs the engine's Python placed (a request the lane declined)
-        written, keep_alive = native.answer(request_id, taken.entry.version, by_python, HEADERS)
+        written, keep_alive = native.answer(request_id, taken.entry.version, by_python, HEADERS, fd)
     else:
         payload = _DONE.pack(lane_frames.DONE_TAG, len(placed), 0, 0, request_id)
-        written, keep_alive = native.answer_lane(request_id, payload + b"".join(placed), HEADERS)
+        written, keep_alive = native.answer_lane(
+            request_id, payload + b"".join(placed), HEADERS, fd
+        )
+    if sock is not None:
+        written = _received() + written
     expected = python_answer(taken, arrays)
     if written != expected or keep_alive != taken.keep_alive:
         return [
             f"answer differs (keep-alive {keep_alive}):\n{written[:800]!r}\n{expected[:800]!r}"
         ], written
     return [], written
+
+
+@cache
+def _sockets() -> tuple[socket.socket, socket.socket]:
+    """A connection's socket for the native path to write answers to, with a send buffer
+    smaller than many answers (so that some are written in part), and its peer."""
+    ours, peer = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    ours.setblocking(False)
+    peer.setblocking(False)
+    return ours, peer
+
+
+def _received() -> bytes:
+    """Everything written to _sockets()'s socket since last read."""
+    found = b""
+    while True:
+        try:
+            chunk = _sockets()[1].recv(1 << 20)
+        except BlockingIOError:
+            return found
+        found += chunk
 
 
 def _take(native, raw: bytes, rng: random.Random):

@@ -130,7 +130,8 @@ def _taken(native, arena, raw: bytes):
     assert taken is not None, raw[:200]
     request_id, consumed, message = taken
     assert consumed == len(raw)
-    route, key, generation, room, size, mask, inputs = lane_frames.read_request(message)
+    route, key, generation, room, size, mask, inputs, refs = lane_frames.read_request(message)
+    assert refs == []  # the native path never takes a request naming shared memory
     assert (route, key, generation, mask) == (11, request_id, GENERATION, 1)
     [(offset, shape)] = inputs
     assert offset % 256 == 0 and room % 256 == 0 and size >= 2 * 4 * 4

@@ -46,6 +46,7 @@ UNIT_TESTS = (
     "device_inputs_test",
     "plan_reader_test",
     "lane_test",
+    "lane_shm_test",
     "front_test",
 )
 

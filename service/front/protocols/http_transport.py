@@ -63,13 +63,24 @@ class _GatheringTransport:
     """Stands in for the connection's transport: writes wait for the end of the loop turn;
     everything else goes to the real transport."""
 
-    __slots__ = ("_transport", "_loop", "_pending", "_size")
+    __slots__ = ("_transport", "_loop", "_pending", "_size", "_fd")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
         self._size = 0
+        sock = transport.get_extra_info("socket")
+        plain = sock is not None and transport.get_extra_info("sslcontext") is None
+        self._fd = sock.fileno() if plain else -1
+
+    def free_fd(self) -> int:
+        """The socket, for an answer written to it directly (the native path's, from its arena
+        slot: no copy through Python bytes), when nothing of this connection waits to be
+        written before it, here or in the transport, and the connection is open; else -1."""
+        if self._pending or self._fd < 0 or self._transport.is_closing():
+            return -1
+        return -1 if self._transport.get_write_buffer_size() else self._fd
 
     def write(self, data) -> None:
         if not data:
@@ -81,6 +92,8 @@ class _GatheringTransport:
 
     def write_now(self, data) -> None:
         """A whole answer: written at once, after whatever waits (no end-of-turn call for it)."""
+        if not data:
+            return
         if self._pending:
             self.write(data)
             self.flush()
@@ -254,9 +267,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             self._front_lane.forget(ticket, message)
             return
         answer, keep_alive = self._front_lane.answer(
-            ticket, message, self.server_state.default_headers
+            ticket, message, self.server_state.default_headers, self.transport.free_fd()
         )
-        self.transport.write_now(answer)
+        self.transport.write_now(answer)  # what the socket did not take (or all of it)
         self.server_state.total_requests += 1
         if not keep_alive or self._close_after:
             self.transport.close()
