@@ -6,25 +6,29 @@ and over system and CUDA shared memory, at batch 1 and with dynamic batching (ma
     python bench/bench_gpu_busy.py --trt-programs DIR [--workers 8] [--seconds 5]
         [--spin-us 200] [--row-us 10] [--connections 64,256] [--modes binary,system,cuda]
 
-For each case it prints req/s (wrk -t4), the GPU busy fraction two ways -- from the kernels' own
-records (the union of their start-to-end intervals on the GPU's clock over the span they cover)
-and NVML's utilization (nvidia-ml-py when importable, else `nvidia-smi` sampled every 100 ms) --
-the mean kernel time and rows per launch, and rows/s against the kernel-bound limit: the rows a
-GPU running these kernels back to back would take per second (rows per launch / kernel time,
-at the configured time; batch 1: 1e6 / spin_us rows/s).
+For each case it prints req/s (wrk -t4), the CPU per request of the fronts and of the engine's
+event-loop thread (where batches are formed and answered), the GPU busy fraction two ways --
+from the kernels' own records (the union of their start-to-end intervals on the GPU's clock over
+the span they cover) and NVML's utilization (nvidia-ml-py when importable, else `nvidia-smi`
+sampled every 100 ms) -- the mean kernel time, launches/s and rows per launch, and rows/s
+against the kernel-bound limit: the rows a GPU running these kernels back to back would take
+per second (rows per launch / kernel time, at the configured time; batch 1: 1e6 / spin_us
+rows/s).
 
 Goals (issue 31): batch 1, 64 connections, 8 fronts: busy >= 90 % over v2 binary, >= 95 % with
 shared memory; dynamic batching at 256 connections: rows/s >= 0.9x the kernel-bound limit.
 Needs a GPU host with cupy, wrk on PATH, and DIR from `cd tests && python -m
 support.trt_programs DIR` (trt_spin_add_a256_dynamic*.pte). `--backend` runs the same load on
-another backend setup (e.g. the CPU test provider, to check the script on a machine without a
-GPU; busy figures are then absent).
+another backend setup: `support.test_backend_setup:install_spin_backend_on_host` is the spin
+provider's CPU proxy (a simulated device running one launch at a time, records on the host's
+clock), to measure the scheduler on a machine without a GPU; NVML figures are then absent.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,6 +46,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_http import Request, wrk  # noqa: E402
+from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
 SPIN_BACKEND = "support.test_backend_setup:install_spin_backend_on_cuda"
@@ -65,6 +70,20 @@ def _config(batched: bool) -> dict:
         "dynamic_batching": {"preferred_batch_size": [MAX_BATCH]},
         "instance_group": [{"count": 2}],
     }
+
+
+def cpu_s(server) -> tuple[float, float]:
+    """CPU seconds used so far by all fronts together, and by the engine's event-loop thread
+    (where batches are formed and answered; its executes run in worker threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used(stat: str) -> float:
+        fields = Path(stat).read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+
+    fronts = sum(used(f"/proc/{pid}/stat") for pid in role_pids(server, "front"))
+    (engine,) = role_pids(server, "engine")
+    return fronts, used(f"/proc/{engine}/task/{engine}/stat")
 
 
 class GpuSampler:
@@ -156,6 +175,7 @@ class Kernels:
             "rows": float(np.mean(rows[:, 2])),
             "rows_per_s": float(rows[:, 2].sum()) / (span / 1e9),
             "launches": len(rows),
+            "span_s": span / 1e9,
         }
 
 
@@ -272,7 +292,6 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-"))
     # On tmpfs: Linux pins a file's pages for the GPU (the kernels write there) only on shmem.
     stats = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-", dir="/dev/shm")) / "spin-records"
-    spinning = args.backend == SPIN_BACKEND
     env = {
         "ETRT_TEST_SPIN_US": str(args.spin_us),
         "ETRT_TEST_SPIN_ROW_US": str(args.row_us),
@@ -301,7 +320,7 @@ def main() -> None:
                 response = upload(client, model.name, program.pte, fields=fields)
                 assert response.status_code == 201, response.text
             regions = Regions(client, "cuda" in modes)
-            kernels = Kernels(stats) if spinning else None
+            kernels = Kernels(stats)  # the spin provider and its CPU proxy write records
             try:
                 for model in models:
                     inputs, output = _names(client, model.name)
@@ -323,15 +342,19 @@ def main() -> None:
                             continue
                         for conns in (int(c) for c in args.connections.split(",")):
                             wrk(s.url, request, conns, 1, scratch, threads=4)  # warm-up
-                            first = kernels.count() if kernels else 0
+                            first = kernels.count()
                             sampler = GpuSampler()
                             sampler.start()
+                            before = cpu_s(s)
                             load = wrk(s.url, request, conns, args.seconds, scratch, threads=4)
+                            after = cpu_s(s)
                             nvml = sampler.stop()
+                            served = max(1, load.rps * args.seconds)
+                            cpu = [(b - a) / served * 1e6 for a, b in zip(before, after)]
                             time.sleep(0.2)  # the last launches' records land
-                            seen = kernels.between(first, kernels.count()) if kernels else None
+                            seen = kernels.between(first, kernels.count())
                             rows_out.append((model, mode, conns, load, nvml, seen))
-                            print(_row(model, mode, conns, load, nvml, seen, args), flush=True)
+                            print(_row(model, mode, conns, load, nvml, seen, cpu, args), flush=True)
             finally:
                 regions.close()
     print(_summary(rows_out, args))
@@ -342,14 +365,16 @@ def _limit(rows: float, args) -> float:
     return rows / ((args.spin_us + args.row_us * rows) / 1e6)
 
 
-def _row(model, mode, conns, load, nvml, seen, args) -> str:
+def _row(model, mode, conns, load, nvml, seen, cpu, args) -> str:
     text = f"  {model.name:<24} {mode:<7} {conns:>4} conns: {load}"
+    text += f"  CPU per request: fronts {cpu[0]:.0f} us, engine thread {cpu[1]:.0f} us"
     if nvml is not None:
         text += f"  NVML {nvml:.0f} %"
     if seen is not None:
         limit = _limit(MAX_BATCH if model.batched else 1, args)
         text += (
             f"  kernels busy {seen['busy'] * 100:.1f} %, {seen['kernel_us']:.0f} us,"
+            f" {seen['launches'] / seen['span_s']:.0f} launches/s,"
             f" {seen['rows']:.1f} rows/launch, {seen['rows_per_s']:.0f} rows/s ="
             f" {seen['rows_per_s'] / limit:.2f}x the kernel-bound {limit:.0f}"
         )

@@ -7,12 +7,14 @@
 #   ../shared/device/wheels.sh --service --wrk
 #   (cd tests && python -m support.trt_programs ../.gpu/trt_programs)   # spin_add among them
 #   python bench/bench_images.py --export .gpu/image_programs
-# then run `bash bench/gpu_busy_images.sh [SECONDS] [busy,images]` carrying .whl .gpu .wrk (the
-# second argument: which of the two benchmarks; both by default). Logs land in $OUT.
+# then run `bash bench/gpu_busy_images.sh [SECONDS] [busy,images] [BUSY_OPTIONS]` carrying .whl
+# .gpu .wrk (the second argument: which of the two benchmarks, both by default; the third: more
+# options of bench_gpu_busy.py, e.g. "--batching 32"). Logs land in $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 seconds=${1:-4}
 sections=${2:-busy,images}
+busy_options=${3:-}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
@@ -25,8 +27,9 @@ export PYTHONPATH=/tmp/siteB:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 if [[ ,$sections, == *,busy,* ]]; then
   echo "=== bench_gpu_busy.py"
+  # shellcheck disable=SC2086  # options, split on purpose
   python3 bench/bench_gpu_busy.py --trt-programs .gpu/trt_programs --workers 8 \
-    --seconds "$seconds" 2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
+    --seconds "$seconds" $busy_options 2>&1 | tee "$OUT/gpu_busy.log" | grep -v "^\s*$"
 fi
 if [[ ,$sections, == *,images,* ]]; then
   echo "=== bench_images.py"

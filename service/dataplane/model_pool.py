@@ -209,12 +209,7 @@ class ModelPool:
         if acquired is not None:
             acquired(time.perf_counter() - waiting_since)
 
-        def release(_=None) -> None:
-            # Runs when the execution really ends, even if the request was cancelled meanwhile,
-            # so an instance is never handed out while a thread still executes it.
-            slots.gate.release(index)
-            self._leave()
-
+        release = self._releaser(slots, index)
         if slots.recent_s is not None and slots.recent_s < self.inline_below_s:
             try:
                 return slots.execute(index, inputs, outputs, give_back=False)
@@ -238,6 +233,33 @@ class ModelPool:
                 except asyncio.CancelledError:
                     pass
             raise
+
+    def start(self, method: str, inputs: list[np.ndarray], executor: Executor):
+        """run_admitted() begun without a wait, for a scheduler that starts executes from
+        callbacks (BatchingPolicy): the execute handed to a worker thread on an instance the
+        gate hands out now; the future it answers ends with the execute, after the instance
+        was given back and the admission ended. None, with nothing begun, when the gate has
+        none free now or the method runs inline (run_admitted does either)."""
+        slots = self._methods[method]
+        if slots.recent_s is not None and slots.recent_s < self.inline_below_s:
+            return None
+        index = slots.gate.claim()
+        if index < 0:
+            return None
+        future = asyncio.get_running_loop().run_in_executor(
+            executor, slots.execute, index, inputs, None, False
+        )
+        future.add_done_callback(self._releaser(slots, index))
+        return future
+
+    def _releaser(self, slots: _MethodSlots, index: int) -> Callable:
+        def release(_=None) -> None:
+            # Runs when the execution really ends, even if the request was cancelled meanwhile,
+            # so an instance is never handed out while a thread still executes it.
+            slots.gate.release(index)
+            self._leave()
+
+        return release
 
     def readmit(self) -> None:
         """One more admission for a request already admitted and not yet done (a batch run

@@ -29,6 +29,8 @@ Needs cupy (the GPU host has it).
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 
@@ -156,3 +158,44 @@ class SpinEngineProvider(TestEngineProvider):
         args += (np.int64(self.cycles(rows)), np.uint64(record), np.uint64(rows))
         with on:  # the current stream of this thread, for the launch
             self._kernel((self._sms,), (_THREADS,), args, shared_mem=_SHARED_BYTES)
+
+
+class HostSpinEngineProvider(TestEngineProvider):
+    """The spin provider's CPU proxy, for measuring the scheduler on a host without a GPU: each
+    execute computes on host memory (as the test provider does), then queues `base_us +
+    per_row_us * rows` of work on a simulated device that runs one launch at a time (as the spin
+    kernel holds every SM), on its own timeline: a launch starts when it is queued or when the
+    one before it ends, whichever is later, whatever the launching thread does meanwhile. The
+    thread then sleeps (GIL released, as in a stream synchronize) until its launch ends. Records
+    go to the same ring (ETRT_TEST_SPIN_STATS) on CLOCK_MONOTONIC, so bench_gpu_busy.py reads
+    them unchanged."""
+
+    __test__ = False
+
+    def __init__(self):
+        super().__init__(on_cuda=False)
+        env = os.environ
+        self.base_us = float(env.get("ETRT_TEST_SPIN_US", 200))
+        self.per_row_us = float(env.get("ETRT_TEST_SPIN_ROW_US", 0))
+        path = env.get("ETRT_TEST_SPIN_STATS")
+        self._records = spin_records(path) if path else None
+        self._device = threading.Lock()  # guards the timeline and the records
+        self._free_at = 0  # when the last launch queued ends, ns
+
+    def execute(self, ctx, input_shapes, addresses, stream, scratch=None):
+        if input_shapes is not None:
+            self._set_shapes(ctx, input_shapes)
+        shape = ctx.shapes[ctx.engine.inputs[0]["name"]]
+        rows = int(shape[0]) if shape else 1
+        # Queued first, as a kernel launch is: the host's own arithmetic below is the stand-in's
+        # cost, not the device's.
+        with self._device:
+            started = max(time.monotonic_ns(), self._free_at)
+            ended = self._free_at = started + int((self.base_us + self.per_row_us * rows) * 1e3)
+            if self._records is not None:
+                launch = int(self._records[0])
+                at = 1 + 3 * (launch % RING)
+                self._records[at : at + 3] = (started, ended, rows)
+                self._records[0] = launch + 1
+        super().execute(ctx, None, addresses, stream, scratch)
+        time.sleep(max(0, ended - time.monotonic_ns()) / 1e9)

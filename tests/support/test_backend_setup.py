@@ -52,3 +52,14 @@ def install_spin_backend_on_cuda() -> None:
     trt = load_tensorrt_backend()
     trt.testing.use_cuda_memory()
     trt.set_engine_provider(SpinEngineProvider())
+
+
+def install_spin_backend_on_host() -> None:
+    """The spin provider's CPU proxy (spin_engine_provider.HostSpinEngineProvider) on host
+    memory: executes of a configured duration that never overlap, for measuring the scheduler
+    on a machine without a GPU (bench/bench_gpu_busy.py --backend)."""
+    from support.spin_engine_provider import HostSpinEngineProvider
+
+    trt = load_tensorrt_backend()
+    trt.testing.use_host_memory(False, 0)
+    trt.set_engine_provider(HostSpinEngineProvider())

@@ -200,6 +200,92 @@ def test_a_batch_never_exceeds_max_batch_size_rows(batch_program):
     assert stats["batch_stats"][6]["count"] == 5
 
 
+def test_the_next_batch_starts_before_the_last_ones_requests_are_answered(batch_program):
+    events = []
+
+    async def scenario(scheduler, _):
+        async def call(tag):
+            x = np.full((1, 4), tag, np.float32)
+            [output] = await scheduler.submit([x], acquired=lambda _: events.append(f"took {tag}"))
+            events.append(f"answered {tag}")
+            return output
+
+        return await asyncio.gather(*[call(tag) for tag in range(4)])
+
+    outputs = run(batch_program, batching(2), scenario)  # one instance: 2 batches of 2
+    for tag, output in enumerate(outputs):
+        x = np.full((1, 4), tag, np.float32)
+        np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+    # The second batch left the queue (and started) when the first one's execute ended, before
+    # the first one's requests heard their answers.
+    assert events.index("took 2") < events.index("answered 0"), events
+    assert events.index("took 3") < events.index("answered 1"), events
+
+
+def test_batches_in_flight_on_two_instances_stay_within_max_batch_and_answer_their_own(
+    batch_program,
+):
+    rng = np.random.default_rng(7)
+    requests = [
+        rng.standard_normal((int(rng.integers(1, 4)), 4)).astype(np.float32) for _ in range(120)
+    ]
+
+    async def scenario(scheduler, _):
+        async def call(x):
+            await asyncio.sleep(float(rng.uniform(0, 0.01)))  # arrivals spread over the batches
+            return await scheduler.submit([x])
+
+        results = await asyncio.gather(*[call(x) for x in requests])
+        return results, counted(scheduler), scheduler.pool._in_flight, scheduler._idle
+
+    results, stats, in_flight, idle = run(batch_program, batching(8), scenario, instances=2)
+    for x, [output] in zip(requests, results):
+        np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+    sizes = stats["batch_stats"]
+    assert max(sizes) <= 8
+    assert sum(size * s["count"] for size, s in sizes.items()) == sum(len(x) for x in requests)
+    assert in_flight == 0 and idle == 2  # every admission ended, every instance given back
+
+
+def test_a_request_cancelled_while_a_batch_runs_is_not_in_the_next_one(heavy_program):
+    x = np.random.rand(HEAVY_SIZE).astype(np.float32)
+
+    async def scenario(scheduler, _):
+        first = asyncio.create_task(scheduler.submit([x]))
+        await asyncio.sleep(0.01)  # it executes, on the one instance
+        queued = [asyncio.create_task(scheduler.submit([x])) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        assert scheduler.depth == 3
+        queued[1].cancel()
+        await asyncio.sleep(0)
+        depth = scheduler.depth
+        await asyncio.gather(first, queued[0], queued[2])
+        return depth, counted(scheduler), scheduler.pool._in_flight, queued[1].cancelled()
+
+    depth, stats, in_flight, cancelled = run(heavy_program, prioritized(), scenario)
+    assert depth == 2 and cancelled and in_flight == 0
+    assert stats["execution_count"] == 3  # the cancelled one never executed
+
+
+def test_a_batch_waits_for_an_instance_another_user_of_the_gate_holds(batch_program):
+    x = np.ones((1, 4), np.float32)
+
+    async def scenario(scheduler, _):
+        gate = scheduler.pool.gate("forward")
+        held = gate.claim()  # as the engine's native lane would
+        assert held >= 0
+        task = asyncio.create_task(scheduler.submit([x]))
+        await asyncio.sleep(0.05)
+        waiting = not task.done()
+        gate.release(held)
+        [output] = await asyncio.wait_for(task, 5.0)
+        return waiting, output, scheduler._idle, scheduler.pool._in_flight
+
+    waiting, output, idle, in_flight = run(batch_program, batching(8), scenario)
+    assert waiting and idle == 1 and in_flight == 0
+    np.testing.assert_allclose(output, eager(batch_program, x), rtol=1e-5, atol=1e-6)
+
+
 def test_more_rows_than_max_batch_size_is_refused(batch_program):
     async def scenario(scheduler, _):
         with pytest.raises(Invalid) as refused:
@@ -489,7 +575,7 @@ def test_the_configuration_chooses_one_policy(batch_program, given, policy, merg
     assert run(batch_program, given, scenario) == (policy, merges)
 
 
-def test_direct_execution_adds_no_task_while_a_queue_adds_its_dispatcher(heavy_program):
+def test_neither_direct_execution_nor_a_queue_adds_a_task_of_its_own(heavy_program):
     x = np.random.rand(HEAVY_SIZE).astype(np.float32)
 
     async def scenario(scheduler, _):
@@ -501,9 +587,10 @@ def test_direct_execution_adds_no_task_while_a_queue_adds_its_dispatcher(heavy_p
         return len(during)
 
     assert run(heavy_program, {}, scenario) == 0
-    # The queue of priority levels (no merging, the same program) runs one dispatcher and one
-    # task per batch being executed.
-    assert run(heavy_program, prioritized(), scenario) == 2
+    # The queue of priority levels (no merging, the same program) starts its batches from
+    # callbacks (an arrival, an execute's end), so that the next batch starts before the
+    # last one's requests are answered: no dispatcher, no task per batch.
+    assert run(heavy_program, prioritized(), scenario) == 0
 
 
 def test_priority_levels_with_merging_batch_the_higher_level_first(batch_program):

@@ -5,7 +5,8 @@ the arithmetic, bound the time; merging concurrent requests is then the main lev
 throughput. A request queues, waits at most the configured delay for company, and runs with
 compatible requests (same dtypes and same dims past dim 0) as one execute; each gets back
 exactly its own rows of every output. At most one batch per instance runs at a time, so the
-queue, not the pool, holds whoever waits, and a request whose deadline passes while queued is
+queue, not the pool, holds whoever waits; an execute that ends starts the next batch before its
+own requests are answered (_pump), and a request whose deadline passes while queued is
 dropped unexecuted; one whose awaiting task is cancelled (its client went away) leaves the
 queue before it can be executed.
 
@@ -49,11 +50,12 @@ class BatchingPolicy(Policy):
         batching = self.config.queue
         self.delay_s = batching.delay_s
         self.preferred = set(batching.preferred_batch_size)
+        self._largest_preferred = max(self.preferred, default=math.inf)
         self._queue: list[Queued] = []
-        self._arrived = asyncio.Event()
-        self._free = asyncio.Semaphore(self._instances)
-        self._dispatcher: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
+        self._idle = self._instances  # instances no batch of this policy holds
+        self._pumping = False  # a _pump is scheduled for the end of this loop turn
+        self._timer: asyncio.TimerHandle | None = None  # a _pump for when the head's delay ends
+        self._tasks: set[asyncio.Task] = set()  # batches on a task: _execute, _retry
 
     @property
     def depth(self) -> int:
@@ -81,9 +83,11 @@ class BatchingPolicy(Policy):
         if timeout_s is not None:
             item.timer = loop.call_later(timeout_s, self._expire, item, timeout_s, policy.delays)
         self._queue.append(item)
-        self._arrived.set()
-        if self._dispatcher is None or self._dispatcher.done():
-            self._dispatcher = loop.create_task(self._dispatch())
+        if not self._pumping:
+            # At the end of this turn, so that the requests that arrived with this one (a
+            # front's messages come in bursts) can join its batch.
+            self._pumping = True
+            loop.call_soon(self._pump)
         try:
             return await item.future
         except asyncio.CancelledError:
@@ -98,28 +102,33 @@ class BatchingPolicy(Policy):
         if item.timer is not None:
             item.timer.cancel()
         self.pool.withdraw()
-        self._arrived.set()  # the batch being gathered may have changed
         return True
 
     def _expire(self, item: Queued, timeout_s: float, delay: bool) -> None:
         if delay:
             item.delayed = True
-            self._arrived.set()  # the order changed
+            self._pump()  # the order changed
             return
         if self._drop(item) and not item.future.done():
             item.future.set_exception(self._expired(timeout_s))
 
-    async def _dispatch(self) -> None:
-        """Forms batches while requests wait, at most one per instance at a time."""
-        while self._queue:
-            await self._free.acquire()
-            batch = await self._gather()
+    # -- forming batches -------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Starts a batch on every idle instance while one is due. Called wherever that can
+        change (requests arrived, an execute ended, the head's delay passed, the order
+        changed), synchronously, never through a task: an execute that ends starts the next
+        batch before its own requests are answered, so the device does not wait behind the
+        event loop's turns (answering 32 requests is 32 requests' work on the engine's one
+        thread, a wait of milliseconds, against a batch that executes in hundreds of
+        microseconds)."""
+        self._pumping = False
+        while self._queue and self._idle > 0:
+            batch = self._take()
             if not batch:
-                self._free.release()
-                continue
-            task = asyncio.get_running_loop().create_task(self._execute(batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+                return
+            self._idle -= 1
+            self._start(batch)
 
     def _candidates(self) -> tuple[list[Queued], bool]:
         """The first request in the queue's order and the compatible ones after it that fit,
@@ -148,59 +157,159 @@ class BatchingPolicy(Policy):
                 best = count
         return picked if best is None else picked[:best]
 
-    async def _gather(self) -> list[Queued]:
+    def _take(self) -> list[Queued]:
+        """The batch to run now, taken out of the queue; none while its head may still wait
+        for company (a _pump is then set for when that wait ends)."""
         loop = asyncio.get_running_loop()
-        while self._queue:
-            picked, full = self._candidates()
-            rows = sum(item.rows for item in picked)
-            due = picked[0].enqueued + self.delay_s
-            largest_preferred = max(self.preferred, default=math.inf)
-            if full or rows >= largest_preferred or loop.time() >= due:
-                batch = self._preferred_prefix(picked) if self.preferred else picked
-                for item in batch:
-                    self._queue.remove(item)
-                    if item.timer is not None:
-                        item.timer.cancel()
-                    if item.acquired is not None:
-                        item.acquired(loop.time() - item.enqueued)
-                return batch
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), due - loop.time())
-            except TimeoutError:
-                pass
-        return []
+        picked, full = self._candidates()
+        rows = sum(item.rows for item in picked)
+        due = picked[0].enqueued + self.delay_s
+        now = loop.time()
+        if not (full or rows >= self._largest_preferred or now >= due):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(due, self._pump)
+            return []
+        batch = self._preferred_prefix(picked) if self.preferred else picked
+        # One pass, not a remove() per request: a queue of hundreds is walked once per batch.
+        taken = {id(item) for item in batch}
+        self._queue = [item for item in self._queue if id(item) not in taken]
+        for item in batch:
+            if item.timer is not None:
+                item.timer.cancel()
+            if item.acquired is not None:
+                item.acquired(now - item.enqueued)
+        return batch
 
-    async def _execute(self, batch: list[Queued]) -> None:
+    # -- executing -------------------------------------------------------------------------------
+
+    def _start(self, batch: list[Queued]) -> None:
+        """Hands the batch to a worker thread on an instance free now (ModelPool.start);
+        where there is none free now, or the method runs inline, to a task that waits for
+        one (_execute)."""
         # The batch runs on the first request's admission; the second one's is held until the
         # batch is settled, so the re-runs that look for a culprit count as in flight too.
         for _ in batch[2:]:
             self.pool.withdraw()
+        begun = time.perf_counter_ns()
+        inputs = self._inputs(batch)
+        started = time.perf_counter_ns()
+        running = self.pool.start(self.method, inputs, self._executor)
+        if running is None:
+            self._on_task(self._execute(batch, inputs))
+            return
+        running.add_done_callback(lambda done: self._ended(batch, done, started - begun, started))
+
+    def _on_task(self, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _ended(self, batch: list[Queued], done: asyncio.Future, input_ns: int, started: int):
+        """The end of a batch ModelPool.start ran: the next batch starts at once, then this
+        one's requests get their rows."""
+        ended = time.perf_counter_ns()
         try:
-            await self._settle(batch, admitted=True)
+            outputs = self._checked(batch, done.result())
+        except Exception as exc:
+            if len(batch) > 1 and is_input_fault(exc):
+                self._on_task(self._retry(batch))  # holds the instance's share until settled
+                return
+            self._next()
+            self._fail(batch, exc)
+        else:
+            self._next()
+            self._hand_out(batch, outputs)
+            now = time.perf_counter_ns()
+            rows = sum(item.rows for item in batch)
+            self._record(rows, input_ns, ended - started, now - ended, len(batch), now)
+        if len(batch) > 1:
+            self.pool.withdraw()
+
+    def _next(self) -> None:
+        """A batch gave its instance back: the next one may start."""
+        self._idle += 1
+        self._pump()
+
+    async def _execute(self, batch: list[Queued], inputs: list[np.ndarray]) -> None:
+        try:
+            await self._settle(batch, admitted=True, inputs=inputs)
         finally:
             if len(batch) > 1:
                 self.pool.withdraw()
-            self._free.release()
+            self._next()
 
-    async def _settle(self, batch: list[Queued], admitted: bool) -> None:
+    async def _retry(self, batch: list[Queued]) -> None:
+        """A batch the kernels refused as the inputs' fault, run again in halves (_settle);
+        its first run's admission ended with that run."""
+        try:
+            half = len(batch) // 2
+            await self._settle(batch[:half], admitted=False)
+            await self._settle(batch[half:], admitted=False)
+        finally:
+            self.pool.withdraw()
+            self._next()
+
+    async def _settle(
+        self, batch: list[Queued], admitted: bool, inputs: list[np.ndarray] | None = None
+    ) -> None:
         """Runs the batch and hands each request its rows. An execute the kernels refuse as
         the inputs' fault is run again in halves, down to the requests that cause it, so one
         bad request fails alone (with ExecuTorch's reason) and its batch-mates still get
         their answers."""
         try:
-            outputs = await self._run(batch, admitted)
+            outputs = await self._run(batch, admitted, inputs)
         except Exception as exc:
             if len(batch) > 1 and is_input_fault(exc):
                 half = len(batch) // 2
                 await self._settle(batch[:half], admitted=False)
                 await self._settle(batch[half:], admitted=False)
                 return
-            rows = sum(item.rows for item in batch)
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(self._failure(exc, len(batch), rows))
+            self._fail(batch, exc)
             return
+        self._hand_out(batch, outputs)
+
+    async def _run(
+        self, batch: list[Queued], admitted: bool, inputs: list[np.ndarray] | None
+    ) -> list[np.ndarray]:
+        if not admitted:
+            self.pool.readmit()
+        begun = time.perf_counter_ns()
+        if inputs is None:
+            inputs = self._inputs(batch)
+        started = time.perf_counter_ns()
+        outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
+        ended = time.perf_counter_ns()
+        self._checked(batch, outputs)
+        now = time.perf_counter_ns()
+        rows = sum(item.rows for item in batch)
+        self._record(rows, started - begun, ended - started, now - ended, len(batch), now)
+        return outputs
+
+    @staticmethod
+    def _inputs(batch: list[Queued]) -> list[np.ndarray]:
+        """The batch's inputs: its requests' rows one after the other."""
+        if len(batch) == 1:
+            return batch[0].arrays
+        return [
+            np.concatenate([item.arrays[i] for item in batch]) for i in range(len(batch[0].arrays))
+        ]
+
+    def _checked(self, batch: list[Queued], outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The outputs, where each keeps the batch's rows (else no request's rows are known)."""
+        rows = sum(item.rows for item in batch)
+        for index, output in enumerate(outputs if self.merges else ()):
+            if output.ndim == 0 or output.shape[0] != rows:
+                raise RuntimeError(
+                    f"output {index} has shape {list(output.shape)}, not "
+                    f"{rows} rows: the program does not keep the batch "
+                    "dimension, so it cannot be batched"
+                )
+        return outputs
+
+    @staticmethod
+    def _hand_out(batch: list[Queued], outputs: list[np.ndarray]) -> None:
+        """Each request its own rows of every output: views of the batch's outputs."""
         if len(batch) == 1:
             if not batch[0].future.done():
                 batch[0].future.set_result(outputs)
@@ -211,32 +320,11 @@ class BatchingPolicy(Policy):
                 item.future.set_result([o[offset : offset + item.rows] for o in outputs])
             offset += item.rows
 
-    async def _run(self, batch: list[Queued], admitted: bool) -> list[np.ndarray]:
+    def _fail(self, batch: list[Queued], exc: Exception) -> None:
         rows = sum(item.rows for item in batch)
-        if not admitted:
-            self.pool.readmit()
-        begun = time.perf_counter_ns()
-        inputs = (
-            batch[0].arrays
-            if len(batch) == 1
-            else [
-                np.concatenate([item.arrays[i] for item in batch])
-                for i in range(len(batch[0].arrays))
-            ]
-        )
-        started = time.perf_counter_ns()
-        outputs = await self.pool.run_admitted(self.method, inputs, self._executor)
-        ended = time.perf_counter_ns()
-        for index, output in enumerate(outputs if self.merges else ()):
-            if output.ndim == 0 or output.shape[0] != rows:
-                raise RuntimeError(
-                    f"output {index} has shape {list(output.shape)}, not "
-                    f"{rows} rows: the program does not keep the batch "
-                    "dimension, so it cannot be batched"
-                )
-        now = time.perf_counter_ns()
-        self._record(rows, started - begun, ended - started, now - ended, len(batch), now)
-        return outputs
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(self._failure(exc, len(batch), rows))
 
     def _failure(self, exc: Exception, requests: int, rows: int) -> Exception:
         """A fresh error for each request of a failed batch, naming what failed; a request
