@@ -25,6 +25,7 @@ from support.program_fixtures import (  # noqa: F401
     image_program,
     linear_relu_program,
 )
+from support.prometheus import scraped
 from support.server import ServerProcess, upload
 
 IMAGE = (1, 3, 224, 224)
@@ -299,10 +300,7 @@ def test_a_misaligned_input_is_copied_and_counted(server, http, regions, image_p
     shm.set_shared_memory_region(handle, [x], offset=16)
 
     def misaligned_copies() -> float:
-        text = httpx.get(f"{server.url}/metrics").text
-        line = 'etrt_shm_copies_total{kind="system",reason="misaligned"}'
-        found = [row.split()[-1] for row in text.splitlines() if row.startswith(line)]
-        return float(found[0]) if found else 0.0
+        return scraped(server.url, 'etrt_shm_copies_total{kind="system",reason="misaligned"}')
 
     before = misaligned_copies()
     http.register_system_shared_memory(name, key, IMAGE_BYTES + 4096)

@@ -19,6 +19,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.prometheus import scraped
 from support.server import ServerProcess, upload
 
 SHAPE = (2, 4)
@@ -49,12 +50,6 @@ def region():
     shm.destroy_shared_memory_region(handle)
 
 
-def counter(server, line: str) -> float:
-    text = httpx.get(f"{server.url}/metrics").text
-    found = [row.split()[-1] for row in text.splitlines() if row.startswith(line)]
-    return float(found[0]) if found else 0.0
-
-
 def names(client) -> tuple[str, str]:
     metadata = client.get_model_metadata("lin")
     if not isinstance(metadata, dict):
@@ -77,9 +72,9 @@ def test_inline_answers_match_the_same_request_sent_with_its_tensors(server, reg
     http = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
     try:
         http.register_system_shared_memory(name, key, 512)
-        inline_before = counter(server, 'etrt_shm_requests_total{path="inline"}')
-        queued_before = counter(server, 'etrt_shm_requests_total{path="queued"}')
-        bound_before = counter(server, 'etrt_shm_bound_total{kind="system"}')
+        inline_before = scraped(server.url, 'etrt_shm_requests_total{path="inline"}')
+        queued_before = scraped(server.url, 'etrt_shm_requests_total{path="queued"}')
+        bound_before = scraped(server.url, 'etrt_shm_bound_total{kind="system"}')
         input_name, output_name = names(http)
         for _ in range(REQUESTS):
             x = rng.standard_normal(SHAPE, dtype=np.float32)
@@ -94,13 +89,13 @@ def test_inline_answers_match_the_same_request_sent_with_its_tensors(server, reg
             tensor.set_data_from_numpy(x)
             sent = http.infer("lin", [tensor]).as_numpy(output_name)
             np.testing.assert_array_equal(y, sent)
-        inline = counter(server, 'etrt_shm_requests_total{path="inline"}') - inline_before
-        queued = counter(server, 'etrt_shm_requests_total{path="queued"}') - queued_before
+        inline = scraped(server.url, 'etrt_shm_requests_total{path="inline"}') - inline_before
+        queued = scraped(server.url, 'etrt_shm_requests_total{path="queued"}') - queued_before
         assert inline + queued == REQUESTS
         # The program's executes are microseconds: at most one after a preempted one is queued.
         assert inline >= REQUESTS // 2, (inline, queued)
         # Each request: the input viewed in the region, the output written there by the host.
-        bound = counter(server, 'etrt_shm_bound_total{kind="system"}') - bound_before
+        bound = scraped(server.url, 'etrt_shm_bound_total{kind="system"}') - bound_before
         assert bound == 2 * REQUESTS
         http.unregister_system_shared_memory(name)  # no request still holds it
     finally:
@@ -114,7 +109,7 @@ def test_inline_refusals_name_the_region_and_let_it_go(server, region):
         http.register_system_shared_memory(name, key, 512)
         inputs, outputs = shm_request(httpclient, http, name)
         http.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)  # executes seen short
-        inline_before = counter(server, 'etrt_shm_requests_total{path="inline"}')
+        inline_before = scraped(server.url, 'etrt_shm_requests_total{path="inline"}')
         with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
             for module, client in ((httpclient, http), (grpcclient, grpc)):
                 cases = [
@@ -133,7 +128,7 @@ def test_inline_refusals_name_the_region_and_let_it_go(server, region):
                 inputs, outputs = shm_request(module, client, name)
                 client.infer("lin", inputs, outputs=outputs, timeout=TIMEOUT_US)  # still serves
         # The output too large for its window was executed inline, then refused.
-        assert counter(server, 'etrt_shm_requests_total{path="inline"}') > inline_before
+        assert scraped(server.url, 'etrt_shm_requests_total{path="inline"}') > inline_before
         http.unregister_system_shared_memory(name)  # every refusal let the region go
     finally:
         http.close()

@@ -20,6 +20,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.prometheus import scraped
 from support.server import ServerProcess, upload
 
 SHAPE, OUT_SHAPE = (2, 4), (2, 3)
@@ -48,12 +49,6 @@ def region():
     handle = shm.create_shared_memory_region(name, key, 1024)
     yield name, key, handle
     shm.destroy_shared_memory_region(handle)
-
-
-def counter(server, line: str) -> float:
-    text = httpx.get(f"{server.url}/metrics").text
-    found = [row.split()[-1] for row in text.splitlines() if row.startswith(line)]
-    return float(found[0]) if found else 0.0
 
 
 def names(client) -> tuple[str, str]:
@@ -102,8 +97,8 @@ def test_the_lane_answers_as_the_tensors_sent_in_the_request(server, region, cli
     http.register_system_shared_memory(name, key, 1024)
     for module, client in clients:
         sent(module, client, np.zeros(SHAPE, np.float32))  # executes seen short
-        before = counter(server, LANE)
-        bound_before = counter(server, 'etrt_shm_bound_total{kind="system"}')
+        before = scraped(server.url, LANE)
+        bound_before = scraped(server.url, 'etrt_shm_bound_total{kind="system"}')
         for _ in range(REQUESTS):
             x = rng.standard_normal(SHAPE, dtype=np.float32)
             shm.set_shared_memory_region(handle, [x])
@@ -112,10 +107,10 @@ def test_the_lane_answers_as_the_tensors_sent_in_the_request(server, region, cli
             assert region_of(answer.get_output(names(client)[1])) == name
             y = shm.get_contents_as_numpy(handle, np.float32, list(OUT_SHAPE), offset=256)
             np.testing.assert_array_equal(y, sent(module, client, x))
-        lane = counter(server, LANE) - before
+        lane = scraped(server.url, LANE) - before
         # The program's executes are microseconds: only a preempted one leaves it to Python.
         assert lane >= REQUESTS // 2, (module.__name__, lane)
-        bound = counter(server, 'etrt_shm_bound_total{kind="system"}') - bound_before
+        bound = scraped(server.url, 'etrt_shm_bound_total{kind="system"}') - bound_before
         assert bound >= 2 * lane  # the input read and the output written in the region
     http.unregister_system_shared_memory(name)  # no request still holds it
 
@@ -133,7 +128,7 @@ def test_refusals_are_pythons_with_the_same_messages(server, region, clients):
             (dict(region=name, size=NBYTES - 4), [name, "does not match"]),
             (dict(region=name, out_size=8), [name, "needs"]),
         ]
-        before = counter(server, LANE)
+        before = scraped(server.url, LANE)
         for spec, words in cases:
             inputs, outputs = shm_request(module, client, **spec)
             with pytest.raises(InferenceServerException) as caught:
@@ -141,7 +136,7 @@ def test_refusals_are_pythons_with_the_same_messages(server, region, clients):
             message = caught.value.message()
             assert all(word in message for word in words), (spec, message)
             assert caught.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
-        assert counter(server, LANE) == before  # every one declined, none executed there
+        assert scraped(server.url, LANE) == before  # every one declined, none executed there
     http.unregister_system_shared_memory(name)  # no refusal kept the region
 
 
@@ -152,7 +147,7 @@ def test_unregister_racing_lane_requests_is_done_or_409(server, region, clients)
     (_, http), (_, grpc) = clients
     expected = sent(httpclient, http, x)
     http.register_system_shared_memory(name, key, 1024)
-    before = counter(server, LANE)
+    before = scraped(server.url, LANE)
     stop, outcomes, lock = threading.Event(), [], threading.Lock()
 
     def hammer(module, out_at):
@@ -197,7 +192,7 @@ def test_unregister_racing_lane_requests_is_done_or_409(server, region, clients)
         thread.join(30)
     assert set(outcomes) <= {"served", "unknown"}, set(outcomes)
     assert outcomes.count("served") > 0 and "done" in unregisters
-    assert counter(server, LANE) > before
+    assert scraped(server.url, LANE) > before
     print(
         f"{len(outcomes)} requests: {outcomes.count('unknown')} after an unregister; "
         f"unregisters: {unregisters.count('done')} done, {unregisters.count('409')} 409"

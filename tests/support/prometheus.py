@@ -62,3 +62,13 @@ def value(parsed: dict, name: str, **labels) -> float | None:
 def series(parsed: dict, name: str) -> dict:
     """{frozenset(labels.items()): value} of every sample of `name`."""
     return {labels: v for (n, labels), v in parsed["samples"].items() if n == name}
+
+
+def scraped(url: str, line: str) -> float:
+    """The value of the first sample of `url`/metrics whose line starts with `line` (a name
+    with its labels as the server writes them); 0 when there is none yet."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics").text
+    found = [row.split()[-1] for row in text.splitlines() if row.startswith(line)]
+    return float(found[0]) if found else 0.0
