@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -81,6 +82,31 @@ int64_t rows_of(const InferRequest& request, int64_t max_batch) {
   return rows >= 1 && rows <= max_batch ? rows : 0;
 }
 
+// An output asked into a window its execute may not write itself (smaller than the output's
+// bound, or off the 256-byte boundary): written into scratch room of its bound (at `at`), then
+// copied into the window if it fits, as the engine's Python copies such an output.
+struct Copied {
+  size_t index = 0;
+  uint8_t* window = nullptr;
+  uint64_t window_bytes = 0;
+  const ShmRegion* region = nullptr;
+  uint64_t at = 0;
+};
+
+// The most scratch room a request may take: each thread keeps the most it took (a program's
+// upper bounds can be far above what it writes); a request needing more is left to Python, which
+// copies the host's result, of the output's real size.
+constexpr uint64_t kScratchMost = uint64_t{64} << 20;
+
+// This thread's scratch room for `nbytes` (256-byte aligned): an execute and its copies out of
+// it run on one thread, so it is reused by the thread's next request.
+uint8_t* scratch(uint64_t nbytes) {
+  thread_local std::vector<uint8_t> room;
+  if (room.size() < nbytes + kAlignment) room.resize(nbytes + kAlignment);
+  uintptr_t base = reinterpret_cast<uintptr_t>(room.data());
+  return room.data() + (kAlignment - base % kAlignment) % kAlignment;
+}
+
 // A request ready to run: bound, its room laid out, an instance claimed.
 struct Prepared {
   std::shared_ptr<const Route> route;
@@ -93,8 +119,11 @@ struct Prepared {
   std::vector<WireOutput> answer;
   Runnable* instance = nullptr;
   uint64_t waited_ns = 0;
-  std::vector<Hold> holds;  // the clients' regions its tensors lie in, until it is answered
-  uint32_t shm_tensors = 0;
+  std::vector<Hold> holds;   // the clients' regions its tensors lie in, until it is answered
+  bool in_regions = false;   // it names any
+  uint32_t shm_tensors = 0;  // its inputs bound in their regions
+  std::vector<Copied> copied;
+  uint64_t scratch_bytes = 0;
 };
 
 // A request's references (wire.h), by the tensor each names, with the region it lies in.
@@ -139,45 +168,79 @@ bool hold_regions(ShmRegions* regions, const InferRequest& request, size_t outpu
   return true;
 }
 
-// Executes under the claim (given back here, or on to a request waiting for it); appends the
-// answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
-// what it should (the request is answered with that, never run again).
-Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
-  uint64_t bound = now_ns();
-  Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
-  job.route->gate->observe(job.instance->last_run_ns());
-  job.route->gate->release(job.instance);  // or on to the request waiting for it
-  job.instance = nullptr;
-  job.holds.clear();  // before it is answered: its client may unregister the regions then
-  uint64_t executed = now_ns();
-  if (!ran.ok()) return ran.take_status();
-  std::vector<OutputBuffer> outputs = ran.take();
+// The answer's shapes, and the outputs copied into their windows; `in_place` counts those the
+// execute wrote into theirs. Not ok: an output was not written where it should have been, or
+// one does not go into its window (OutputWindow: Python refuses it in its words).
+Status write(Prepared& job, const std::vector<OutputBuffer>& outputs, const uint8_t* room,
+             uint32_t& in_place) {
   if (outputs.size() != job.destinations.size()) {
     return Status(Error::Internal, "the method returned " + std::to_string(outputs.size()) +
                                        " outputs, its signature has " +
                                        std::to_string(job.destinations.size()));
   }
+  size_t next_copy = 0;  // job.copied is in the outputs' order, as job.answer
   for (WireOutput& wire : job.answer) {
     const OutputBuffer& output = outputs[wire.index];
     if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) {
-      // (a region's window of fewer bytes than the output's bound is never given: declined)
       return Status(Error::Internal, "output " + std::to_string(wire.index) +
                                          " was not written into the room reserved for it");
     }
     wire.ndim = static_cast<uint32_t>(output.shape.size());
+    uint64_t elements = 1;
     for (size_t d = 0; d < output.shape.size(); ++d) {
       wire.dims[d] = static_cast<int64_t>(output.shape[d]);
+      elements *= output.shape[d];
     }
+    if (wire.offset != kInRegion) continue;
+    if (next_copy == job.copied.size() || job.copied[next_copy].index != wire.index) {
+      ++in_place;
+      continue;
+    }
+    const Copied& copy = job.copied[next_copy++];
+    const Dtype* entry = find_dtype(output.dtype);
+    if (entry == nullptr) {
+      return Status(Error::Internal, "output " + std::to_string(wire.index) + " has no dtype");
+    }
+    uint64_t nbytes = elements * entry->size();
+    if (nbytes > copy.window_bytes) return Status::output_window(wire.index, nbytes);
+    // Its client may have shrunk the object meanwhile: a write past its end would fault.
+    if (!ShmRegions::intact(*copy.region)) {
+      return Status::region_shrank(wire.index, nbytes, ShmRegions::object_bytes(*copy.region),
+                                   copy.region->needed);
+    }
+    std::memcpy(copy.window, room + copy.at, nbytes);
   }
-  append_answer(out, job.request_id, job.answer.data(), job.answer.size());
-  if (job.shm_tensors > 0) log.count_shm(job.shm_tensors);
+  return Status();
+}
+
+// Executes under the claim (given back here, or on to a request waiting for it); appends the
+// answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
+// what it should (the request is answered with that, never run again). An output refused by its
+// window (OutputWindow) leaves the request counted as served, as the engine's Python counts an
+// execute whose output it then refuses.
+Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
+  uint64_t bound = now_ns();
+  uint8_t* room = job.scratch_bytes > 0 ? scratch(job.scratch_bytes) : nullptr;
+  for (const Copied& copy : job.copied) job.destinations[copy.index].data = room + copy.at;
+  Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
+  job.route->gate->observe(job.instance->last_run_ns());
+  job.route->gate->release(job.instance);  // or on to the request waiting for it
+  job.instance = nullptr;
+  uint64_t executed = now_ns();
+  uint32_t in_place = job.shm_tensors;
+  Status written = ran.ok() ? write(job, ran.value(), room, in_place) : ran.take_status();
+  job.holds.clear();  // before it is answered: its client may unregister the regions then
+  bool refused = written.kind == Status::Kind::OutputWindow;
+  if (!written.ok() && !refused) return written;
+  if (!refused) append_answer(out, job.request_id, job.answer.data(), job.answer.size());
+  if (job.in_regions) log.count_shm(in_place, !refused);
   uint64_t done = now_ns();
   // A wait for an instance counts in the request's time, not in its input phase.
   uint64_t input_ns = bound - job.begun - job.waited_ns;
   fold = log.add(ServedRecord{job.route, job.front, job.rows, done - job.begun, input_ns,
                               executed - bound, done - executed, wall_s()}) ||
          fold;
-  return Status();
+  return written;
 }
 
 }  // namespace
@@ -213,6 +276,7 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   if (!request.refs.empty() && !hold_regions(regions_, request, output_count, *job, refs)) {
     return Result::Declined;
   }
+  job->in_regions = !request.refs.empty();
   job->bindings.resize(request.input_count);
   for (size_t i = 0; i < request.input_count; ++i) {
     const InRegion& shm = refs.inputs[i];
@@ -248,19 +312,26 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
     if ((request.outputs >> index & 1) == 0) continue;
     uint64_t most = route.most_bytes[index];
     if (const InRegion& shm = refs.outputs[index]; shm.ref != nullptr) {
-      // Written by the execute into its window: one that may take the output's bound.
+      // Written by the execute into its window when that may take the output's bound on the
+      // boundary, else copied there from scratch room (Copied).
       ArenaView window{shm.region->base, shm.region->size};
       uint8_t* start = shm.region->base + shm.ref->offset;
-      if (most == 0 || shm.ref->byte_size < most ||
-          !inside(window, shm.ref->offset, shm.ref->byte_size) || !aligned(start)) {
+      if (most == 0 || !inside(window, shm.ref->offset, shm.ref->byte_size)) {
         return Result::Declined;
       }
-      job->destinations[index] = OutputDestination{start, shm.ref->byte_size, true};
+      if (shm.ref->byte_size >= most && aligned(start)) {
+        job->destinations[index] = OutputDestination{start, shm.ref->byte_size, true};
+      } else {
+        uint64_t at = align_up(job->scratch_bytes);
+        job->copied.push_back(Copied{index, start, shm.ref->byte_size, shm.region, at});
+        if (most > kScratchMost - at) return Result::Declined;
+        job->scratch_bytes = at + most;
+        job->destinations[index] = OutputDestination{nullptr, most, true};  // run() places it
+      }
       WireOutput wire;
       wire.index = static_cast<uint32_t>(index);
       wire.offset = kInRegion;
       job->answer.push_back(wire);
-      ++job->shm_tensors;
       continue;
     }
     uint64_t start = align_up(at);
@@ -302,10 +373,10 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
           Status ran = run(*shared, *log, answer, wants_fold);
           if (ran.ok()) {
             replies->answered(answer);
-            if (wants_fold) replies->want_fold();
           } else {
             replies->failed(*kept, std::move(ran));
           }
+          if (wants_fold) replies->want_fold();
           replies->finished();
         });
       },

@@ -65,8 +65,12 @@ size_t ShmRegions::size() const {
 }
 
 bool ShmRegions::intact(const ShmRegion& region) {
+  return object_bytes(region) >= region.needed;
+}
+
+uint64_t ShmRegions::object_bytes(const ShmRegion& region) {
   struct stat info;
-  return fstat(region.fd, &info) == 0 && static_cast<uint64_t>(info.st_size) >= region.needed;
+  return fstat(region.fd, &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
 }
 
 }  // namespace ethost::lane

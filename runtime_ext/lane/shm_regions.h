@@ -61,6 +61,8 @@ class ShmRegions {
   // Whether the object behind `region` still has the bytes its window needs (a client that
   // shrank it would make a read of the mapping fault): one fstat.
   static bool intact(const ShmRegion& region);
+  // The object's bytes now (0 when fstat fails): what a refusal says it shrank to.
+  static uint64_t object_bytes(const ShmRegion& region);
 
  private:
   friend class Hold;

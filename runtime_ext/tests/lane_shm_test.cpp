@@ -1,7 +1,8 @@
 // Lane requests whose tensors lie in clients' system shared memory regions (shm_regions.h): the
 // region table's holds (a region in use cannot be removed), the references' wire layout, inputs
 // bound and outputs written where they lie in a region, and every reason to leave a request to
-// Python, each declined before anything ran and holding no region afterwards.
+// Python, each declined before anything ran and holding no region afterwards; an output whose
+// window may not take its bound, copied there after the execute, or refused once it ran.
 #include "check.h"
 #include "fake_runnable.h"
 #include "lane.h"
@@ -204,9 +205,9 @@ TEST(what_python_must_judge_is_declined_before_it_runs_holding_nothing) {
   r = f.request();
   r.refs[0].offset = kRegionBytes - 8;  // past the region's end
   CHECK(f.declines(r));
-  r = f.request();
-  r.refs[1].byte_size = 8;  // a window smaller than the output's bound
-  CHECK(f.declines(r));
+  f.route->most_bytes = {uint64_t{1} << 30};  // copied from more scratch room than it keeps
+  CHECK(f.declines(f.request()));
+  f.route->most_bytes = {16};
   r = f.request();
   r.refs[1].offset = kRegionBytes;  // a window outside the region
   CHECK(f.declines(r));
@@ -242,4 +243,62 @@ TEST(a_request_that_failed_in_a_region_lets_it_go_before_python_answers) {
   CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
   CHECK(f.regions.in_flight("r") == 0 && out.empty());
   CHECK(f.log.shm_requests() == 0);
+}
+
+TEST(an_output_whose_window_is_below_its_bound_is_copied_into_it_when_it_fits) {
+  Fixture f;
+  f.route->most_bytes = {64};  // up to 16 floats; this request's output is 4 (16 bytes)
+  std::memset(f.object.base + 1024, 0x11, 64);
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Served);
+  CHECK(f.instance->runs == 1);
+  CHECK(f.object.base[1024] == 0x40 && f.object.base[1039] == 0x40);
+  CHECK(f.object.base[1040] == 0x11);  // its bytes, nothing past the window
+  CHECK(f.arena_bytes[1024] == 0);     // nor in the room
+  uint64_t offset;
+  std::memcpy(&offset, out.data() + 4 + kAnswerHead + 8, 8);
+  CHECK(offset == kInRegion);
+  CHECK(f.regions.in_flight("r") == 0);
+  // The request counted, its input as bound, the copied output not (as Python counts them).
+  CHECK(f.log.shm_requests() == 1 && f.log.shm_tensors() == 1 && f.log.size() == 1);
+  // A window off the 256-byte boundary is copied into likewise.
+  InferRequest r = f.request();
+  r.refs[1].offset = 1030;
+  r.refs[1].byte_size = 64;
+  out.clear();
+  CHECK(f.serve(r, out) == Lane::Result::Served);
+  CHECK(f.object.base[1030] == 0x40 && f.object.base[1045] == 0x40);
+  CHECK(f.object.base[1046] == 0x11);
+  CHECK(f.log.shm_requests() == 2 && f.log.shm_tensors() == 2);
+}
+
+TEST(an_output_that_outgrows_its_window_ran_once_and_fails_with_the_values_python_words) {
+  Fixture f;
+  f.route->most_bytes = {64};
+  f.instance->output_elements = 8;  // 32 bytes into a 16-byte window
+  std::memset(f.object.base + 1024, 0x11, 64);
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
+  CHECK(f.instance->runs == 1 && out.empty());
+  CHECK(f.failure.kind == Status::Kind::OutputWindow);
+  CHECK(f.failure.output_index == 0 && f.failure.output_bytes == 32);
+  CHECK(f.failure.object_bytes == -1);
+  CHECK(f.object.base[1024] == 0x11);  // nothing written into the window
+  CHECK(f.regions.in_flight("r") == 0);
+  // Counted as Python counts an execute whose output it refuses: served, its bound input
+  // counted, the request not.
+  CHECK(f.log.size() == 1 && f.log.shm_requests() == 0 && f.log.shm_tensors() == 1);
+}
+
+TEST(an_object_shrunk_during_the_execute_is_not_written_into) {
+  Fixture f;
+  f.route->most_bytes = {64};
+  f.instance->during = [&f] { CHECK(ftruncate(f.object.fd, 1024) == 0); };
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
+  CHECK(f.instance->runs == 1 && out.empty());
+  CHECK(f.failure.kind == Status::Kind::OutputWindow && f.failure.output_bytes == 16);
+  CHECK(f.failure.object_bytes == 1024 &&
+        f.failure.object_needed == static_cast<uint64_t>(kRegionBytes));
+  CHECK(f.regions.in_flight("r") == 0);
 }
