@@ -1,10 +1,10 @@
 #include "lane.h"
 
 #include "dtypes.h"
+#include "window_copies.h"
 
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -38,11 +38,15 @@ bool aligned(const uint8_t* address) {
   return reinterpret_cast<uintptr_t>(address) % kAlignment == 0;
 }
 
+// Where a tensor lies: the front's arena, a client's system region or a client's CUDA region.
+enum class Where { Arena, System, Cuda };
+
 // Binds input `input` of dtype `dtype` where it lies (at `input.offset` in `arena`, the front's
 // arena or a client's region); false for anything out of bounds or off the boundary (the
-// offset's in the arena, whose slots are laid out from it; the address's in a region).
+// offset's in the arena, whose slots are laid out from it; the address's in a system region;
+// none in a CUDA region, which the native host binds or stages as it does Python's).
 bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const ArenaView& arena,
-          InputBinding& binding, bool in_region = false, uint64_t* bound_bytes = nullptr) {
+          InputBinding& binding, Where where = Where::Arena, uint64_t* bound_bytes = nullptr) {
   const Dtype* entry = find_dtype(dtype);
   if (entry == nullptr) return false;
   uint64_t nbytes = entry->size();
@@ -53,7 +57,8 @@ bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const Aren
     nbytes *= static_cast<uint64_t>(extent);
   }
   bool on_boundary =
-      in_region ? aligned(arena.base + input.offset) : input.offset % kAlignment == 0;
+      where == Where::Cuda || (where == Where::System ? aligned(arena.base + input.offset)
+                                                      : input.offset % kAlignment == 0);
   if (!inside(arena, input.offset, nbytes) || !on_boundary) return false;
   if (bound_bytes != nullptr) *bound_bytes = nbytes;
   binding.is_tensor = true;
@@ -67,6 +72,7 @@ bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const Aren
     stride *= binding.sizes[d];
   }
   binding.data = arena.base + input.offset;
+  binding.on_device = where == Where::Cuda;
   return true;
 }
 
@@ -93,20 +99,6 @@ struct Copied {
   uint64_t at = 0;
 };
 
-// The most scratch room a request may take: each thread keeps the most it took (a program's
-// upper bounds can be far above what it writes); a request needing more is left to Python, which
-// copies the host's result, of the output's real size.
-constexpr uint64_t kScratchMost = uint64_t{64} << 20;
-
-// This thread's scratch room for `nbytes` (256-byte aligned): an execute and its copies out of
-// it run on one thread, so it is reused by the thread's next request.
-uint8_t* scratch(uint64_t nbytes) {
-  thread_local std::vector<uint8_t> room;
-  if (room.size() < nbytes + kAlignment) room.resize(nbytes + kAlignment);
-  uintptr_t base = reinterpret_cast<uintptr_t>(room.data());
-  return room.data() + (kAlignment - base % kAlignment) % kAlignment;
-}
-
 // A request ready to run: bound, its room laid out, an instance claimed.
 struct Prepared {
   std::shared_ptr<const Route> route;
@@ -121,7 +113,8 @@ struct Prepared {
   uint64_t waited_ns = 0;
   std::vector<Hold> holds;   // the clients' regions its tensors lie in, until it is answered
   bool in_regions = false;   // it names any
-  uint32_t shm_tensors = 0;  // its inputs bound in their regions
+  uint32_t shm_tensors = 0;  // its inputs bound in system regions
+  std::array<bool, kMaxOutputs> in_system_window{};  // outputs the execute writes there
   std::vector<Copied> copied;
   uint64_t scratch_bytes = 0;
 };
@@ -169,10 +162,11 @@ bool hold_regions(ShmRegions* regions, const InferRequest& request, size_t outpu
 }
 
 // The answer's shapes, and the outputs copied into their windows; `in_place` counts those the
-// execute wrote into theirs. Not ok: an output was not written where it should have been, or
-// one does not go into its window (OutputWindow: Python refuses it in its words).
+// execute wrote into system windows (the host counts CUDA ones), `to_device` those copied into
+// CUDA windows. Not ok: an output was not written where it should have been, or one does not go
+// into its window (OutputWindow: Python refuses it in its words).
 Status write(Prepared& job, const std::vector<OutputBuffer>& outputs, const uint8_t* room,
-             uint32_t& in_place) {
+             uint32_t& in_place, uint32_t& to_device) {
   if (outputs.size() != job.destinations.size()) {
     return Status(Error::Internal, "the method returned " + std::to_string(outputs.size()) +
                                        " outputs, its signature has " +
@@ -193,7 +187,7 @@ Status write(Prepared& job, const std::vector<OutputBuffer>& outputs, const uint
     }
     if (wire.offset != kInRegion) continue;
     if (next_copy == job.copied.size() || job.copied[next_copy].index != wire.index) {
-      ++in_place;
+      in_place += job.in_system_window[wire.index];
       continue;
     }
     const Copied& copy = job.copied[next_copy++];
@@ -208,7 +202,8 @@ Status write(Prepared& job, const std::vector<OutputBuffer>& outputs, const uint
       return Status::region_shrank(wire.index, nbytes, ShmRegions::object_bytes(*copy.region),
                                    copy.region->needed);
     }
-    std::memcpy(copy.window, room + copy.at, nbytes);
+    ETHOST_RETURN_IF_ERROR(copy_into(*copy.region, copy.window, room + copy.at, nbytes));
+    to_device += copy.region->device >= 0;
   }
   return Status();
 }
@@ -227,8 +222,10 @@ Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
   job.route->gate->release(job.instance);  // or on to the request waiting for it
   job.instance = nullptr;
   uint64_t executed = now_ns();
-  uint32_t in_place = job.shm_tensors;
-  Status written = ran.ok() ? write(job, ran.value(), room, in_place) : ran.take_status();
+  uint32_t in_place = job.shm_tensors, to_device = 0;
+  Status written =
+      ran.ok() ? write(job, ran.value(), room, in_place, to_device) : ran.take_status();
+  if (to_device > 0) log.count_device_copies(to_device);
   job.holds.clear();  // before it is answered: its client may unregister the regions then
   bool refused = written.kind == Status::Kind::OutputWindow;
   if (!written.ok() && !refused) return written;
@@ -286,18 +283,20 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
       }
       continue;
     }
-    // In the client's region, where it lies: on the boundary, exactly its bytes (else Python
-    // copies it or says why), never a BOOL (Python reads any non-zero byte as true).
+    // In the client's region, where it lies: exactly its bytes (else Python says why); in a
+    // system region on the boundary (else Python copies it) and never a BOOL (Python reads any
+    // non-zero byte as true); a CUDA one as its device address, which the host counts.
     WireInput in_region = request.inputs[i];
     in_region.offset = shm.ref->offset;
     uint64_t nbytes = 0;
-    if (route.inputs[i] == executorch::aten::ScalarType::Bool ||
+    Where where = shm.region->device >= 0 ? Where::Cuda : Where::System;
+    if ((where == Where::System && route.inputs[i] == executorch::aten::ScalarType::Bool) ||
         !bind(in_region, route.inputs[i], ArenaView{shm.region->base, shm.region->size},
-              job->bindings[i], true, &nbytes) ||
+              job->bindings[i], where, &nbytes) ||
         nbytes != shm.ref->byte_size) {
       return Result::Declined;
     }
-    ++job->shm_tensors;
+    if (where == Where::System) ++job->shm_tensors;
   }
   // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
   // asked for at its upper bound, 256-byte aligned, in the method's order.
@@ -312,16 +311,19 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
     if ((request.outputs >> index & 1) == 0) continue;
     uint64_t most = route.most_bytes[index];
     if (const InRegion& shm = refs.outputs[index]; shm.ref != nullptr) {
-      // Written by the execute into its window when that may take the output's bound on the
-      // boundary, else copied there from scratch room (Copied).
+      // Written by the execute into its window when that may take the output's bound (a
+      // system one on the boundary), else copied there from scratch room (Copied).
       ArenaView window{shm.region->base, shm.region->size};
       uint8_t* start = shm.region->base + shm.ref->offset;
+      bool on_device = shm.region->device >= 0;
       if (most == 0 || !inside(window, shm.ref->offset, shm.ref->byte_size)) {
         return Result::Declined;
       }
-      if (shm.ref->byte_size >= most && aligned(start)) {
-        job->destinations[index] = OutputDestination{start, shm.ref->byte_size, true};
+      if (shm.ref->byte_size >= most && (on_device || aligned(start))) {
+        job->destinations[index] = OutputDestination{start, shm.ref->byte_size, !on_device};
+        job->in_system_window[index] = !on_device;
       } else {
+        if (on_device && !copies_to(shm.region->device)) return Result::Declined;
         uint64_t at = align_up(job->scratch_bytes);
         job->copied.push_back(Copied{index, start, shm.ref->byte_size, shm.region, at});
         if (most > kScratchMost - at) return Result::Declined;

@@ -21,6 +21,7 @@ class FakeRunnable final : public ethost::lane::Runnable {
       const std::vector<ethost::OutputDestination>* destinations) override {
     ++runs;
     bound = inputs;
+    given = destinations != nullptr ? *destinations : std::vector<ethost::OutputDestination>{};
     if (during) during();
     if (fail) return ethost::Status(executorch::runtime::Error::Internal, "kernel failed");
     std::vector<ethost::OutputBuffer> out(outputs);
@@ -47,6 +48,7 @@ class FakeRunnable final : public ethost::lane::Runnable {
   std::function<void()> during;   // what else happens while it executes
   int runs = 0;
   std::vector<ethost::InputBinding> bound;
+  std::vector<ethost::OutputDestination> given;
 };
 
 }  // namespace ethost_test

@@ -12,8 +12,8 @@ delegate writes an unplanned output there itself, a planned one is copied by the
 device or host buffer, counted; where that path is not taken (a batched request, a window
 smaller than the output can be) it is copied from the host result here, counted. Outputs
 requested into a region are written there and travel back without their bytes. The engine's
-native lane copies a system output whose window may not take its upper bound likewise, and
-hands one that then does not fit back with the values window_refusal words it from.
+native lane copies an output whose window may not take its upper bound likewise (system or
+CUDA), and hands one that then does not fit back with the values window_refusal words it from.
 
 Every reference is checked against the region before any byte is touched: a region that does
 not exist, a size that does not match the tensor, a window past the region's end or a region
