@@ -36,6 +36,9 @@ struct Status {
     OsError,  // errno from opening a file (FileNotFoundError, IsADirectoryError, ...)
     Input,    // the caller's input does not fit the method (InputError)
     Busy,     // the instance is executing on another thread (InstanceBusy)
+    // An output the engine's lane ran could not go into its client's shared memory window
+    // (OutputWindowError): the values Python words the refusal from (service/shm/binding.py).
+    OutputWindow,
   };
 
   Kind kind = Kind::Runtime;
@@ -47,6 +50,10 @@ struct Status {
   bool has_input_index = false;  // false when the whole input list is wrong (count)
   size_t input_index = 0;
   std::string input_name;
+  size_t output_index = 0;     // OutputWindow: the output (in the method's order)
+  uint64_t output_bytes = 0;   // its bytes, as the execute wrote them
+  int64_t object_bytes = -1;   // >= 0: the region's object shrank to that many bytes
+  uint64_t object_needed = 0;  // the bytes the region's window needs of its object
 
   Status() = default;
   Status(Error failure, std::string why) : code(failure), reason(std::move(why)) {}
@@ -71,6 +78,22 @@ struct Status {
              "expected " + std::to_string(expected) + " inputs, got " + std::to_string(got));
     s.kind = Kind::Input;
     s.input_name = "inputs";
+    return s;
+  }
+  // Output `index` needs `nbytes`, more than its window holds.
+  static Status output_window(size_t index, uint64_t nbytes) {
+    Status s(Error::InvalidArgument, "output " + std::to_string(index) + " outgrew its window");
+    s.kind = Kind::OutputWindow;
+    s.output_index = index;
+    s.output_bytes = nbytes;
+    return s;
+  }
+  // Output `index` fits its window, but the region's object shrank to `size` of `needed` bytes.
+  static Status region_shrank(size_t index, uint64_t nbytes, uint64_t size, uint64_t needed) {
+    Status s = output_window(index, nbytes);
+    s.reason = "the region of output " + std::to_string(index) + " shrank";
+    s.object_bytes = static_cast<int64_t>(size);
+    s.object_needed = needed;
     return s;
   }
   static Status busy(const std::string& method) {

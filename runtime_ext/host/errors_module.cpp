@@ -12,6 +12,7 @@ namespace {
 PyObject* g_executorch_error = nullptr;
 PyObject* g_input_error = nullptr;
 PyObject* g_instance_busy = nullptr;
+PyObject* g_output_window = nullptr;
 
 PyObject* new_exception(nb::module_& m, const char* name, PyObject* base, const char* doc) {
   std::string qualified = std::string("ethost.") + name;
@@ -42,6 +43,11 @@ void register_exceptions(nb::module_& m) {
   g_instance_busy = new_exception(
       m, "InstanceBusy", PyExc_RuntimeError,
       "A Method instance serves one thread at a time; create more with Program.instances().");
+  g_output_window = new_exception(
+      m, "OutputWindowError", PyExc_ValueError,
+      "An output the engine's lane ran did not go into its client's shared memory window. "
+      "Attributes: index (the output's), nbytes (its bytes), shrunk_to (the region object's "
+      "bytes when it shrank, else None), needed (the bytes its window needs of the object).");
 }
 
 nb::object python_error(const Status& error) {
@@ -62,6 +68,15 @@ nb::object python_error(const Status& error) {
       return instance;
     }
     case Status::Kind::Busy: return nb::handle(g_instance_busy)(error.reason);
+    case Status::Kind::OutputWindow: {
+      nb::object instance = nb::handle(g_output_window)(error.reason);
+      instance.attr("index") = error.output_index;
+      instance.attr("nbytes") = error.output_bytes;
+      instance.attr("shrunk_to") =
+          error.object_bytes >= 0 ? nb::cast(error.object_bytes) : nb::none();
+      instance.attr("needed") = error.object_needed;
+      return instance;
+    }
     case Status::Kind::Runtime: break;
   }
   nb::object instance = nb::handle(g_executorch_error)(error.message());

@@ -1,6 +1,7 @@
 #include "lane.h"
 
 #include "dtypes.h"
+#include "window_copies.h"
 
 #include <array>
 #include <chrono>
@@ -37,11 +38,15 @@ bool aligned(const uint8_t* address) {
   return reinterpret_cast<uintptr_t>(address) % kAlignment == 0;
 }
 
+// Where a tensor lies: the front's arena, a client's system region or a client's CUDA region.
+enum class Where { Arena, System, Cuda };
+
 // Binds input `input` of dtype `dtype` where it lies (at `input.offset` in `arena`, the front's
 // arena or a client's region); false for anything out of bounds or off the boundary (the
-// offset's in the arena, whose slots are laid out from it; the address's in a region).
+// offset's in the arena, whose slots are laid out from it; the address's in a system region;
+// none in a CUDA region, which the native host binds or stages as it does Python's).
 bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const ArenaView& arena,
-          InputBinding& binding, bool in_region = false, uint64_t* bound_bytes = nullptr) {
+          InputBinding& binding, Where where = Where::Arena, uint64_t* bound_bytes = nullptr) {
   const Dtype* entry = find_dtype(dtype);
   if (entry == nullptr) return false;
   uint64_t nbytes = entry->size();
@@ -52,7 +57,8 @@ bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const Aren
     nbytes *= static_cast<uint64_t>(extent);
   }
   bool on_boundary =
-      in_region ? aligned(arena.base + input.offset) : input.offset % kAlignment == 0;
+      where == Where::Cuda || (where == Where::System ? aligned(arena.base + input.offset)
+                                                      : input.offset % kAlignment == 0);
   if (!inside(arena, input.offset, nbytes) || !on_boundary) return false;
   if (bound_bytes != nullptr) *bound_bytes = nbytes;
   binding.is_tensor = true;
@@ -66,6 +72,7 @@ bool bind(const WireInput& input, executorch::aten::ScalarType dtype, const Aren
     stride *= binding.sizes[d];
   }
   binding.data = arena.base + input.offset;
+  binding.on_device = where == Where::Cuda;
   return true;
 }
 
@@ -81,6 +88,17 @@ int64_t rows_of(const InferRequest& request, int64_t max_batch) {
   return rows >= 1 && rows <= max_batch ? rows : 0;
 }
 
+// An output asked into a window its execute may not write itself (smaller than the output's
+// bound, or off the 256-byte boundary): written into scratch room of its bound (at `at`), then
+// copied into the window if it fits, as the engine's Python copies such an output.
+struct Copied {
+  size_t index = 0;
+  uint8_t* window = nullptr;
+  uint64_t window_bytes = 0;
+  const ShmRegion* region = nullptr;
+  uint64_t at = 0;
+};
+
 // A request ready to run: bound, its room laid out, an instance claimed.
 struct Prepared {
   std::shared_ptr<const Route> route;
@@ -93,8 +111,12 @@ struct Prepared {
   std::vector<WireOutput> answer;
   Runnable* instance = nullptr;
   uint64_t waited_ns = 0;
-  std::vector<Hold> holds;  // the clients' regions its tensors lie in, until it is answered
-  uint32_t shm_tensors = 0;
+  std::vector<Hold> holds;   // the clients' regions its tensors lie in, until it is answered
+  bool in_regions = false;   // it names any
+  uint32_t shm_tensors = 0;  // its inputs bound in system regions
+  std::array<bool, kMaxOutputs> in_system_window{};  // outputs the execute writes there
+  std::vector<Copied> copied;
+  uint64_t scratch_bytes = 0;
 };
 
 // A request's references (wire.h), by the tensor each names, with the region it lies in.
@@ -139,45 +161,83 @@ bool hold_regions(ShmRegions* regions, const InferRequest& request, size_t outpu
   return true;
 }
 
-// Executes under the claim (given back here, or on to a request waiting for it); appends the
-// answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
-// what it should (the request is answered with that, never run again).
-Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
-  uint64_t bound = now_ns();
-  Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
-  job.route->gate->observe(job.instance->last_run_ns());
-  job.route->gate->release(job.instance);  // or on to the request waiting for it
-  job.instance = nullptr;
-  job.holds.clear();  // before it is answered: its client may unregister the regions then
-  uint64_t executed = now_ns();
-  if (!ran.ok()) return ran.take_status();
-  std::vector<OutputBuffer> outputs = ran.take();
+// The answer's shapes, and the outputs copied into their windows; `in_place` counts those the
+// execute wrote into system windows (the host counts CUDA ones), `to_device` those copied into
+// CUDA windows. Not ok: an output was not written where it should have been, or one does not go
+// into its window (OutputWindow: Python refuses it in its words).
+Status write(Prepared& job, const std::vector<OutputBuffer>& outputs, const uint8_t* room,
+             uint32_t& in_place, uint32_t& to_device) {
   if (outputs.size() != job.destinations.size()) {
     return Status(Error::Internal, "the method returned " + std::to_string(outputs.size()) +
                                        " outputs, its signature has " +
                                        std::to_string(job.destinations.size()));
   }
+  size_t next_copy = 0;  // job.copied is in the outputs' order, as job.answer
   for (WireOutput& wire : job.answer) {
     const OutputBuffer& output = outputs[wire.index];
     if (output.is_none || !output.in_destination || output.shape.size() > kMaxDims) {
-      // (a region's window of fewer bytes than the output's bound is never given: declined)
       return Status(Error::Internal, "output " + std::to_string(wire.index) +
                                          " was not written into the room reserved for it");
     }
     wire.ndim = static_cast<uint32_t>(output.shape.size());
+    uint64_t elements = 1;
     for (size_t d = 0; d < output.shape.size(); ++d) {
       wire.dims[d] = static_cast<int64_t>(output.shape[d]);
+      elements *= output.shape[d];
     }
+    if (wire.offset != kInRegion) continue;
+    if (next_copy == job.copied.size() || job.copied[next_copy].index != wire.index) {
+      in_place += job.in_system_window[wire.index];
+      continue;
+    }
+    const Copied& copy = job.copied[next_copy++];
+    const Dtype* entry = find_dtype(output.dtype);
+    if (entry == nullptr) {
+      return Status(Error::Internal, "output " + std::to_string(wire.index) + " has no dtype");
+    }
+    uint64_t nbytes = elements * entry->size();
+    if (nbytes > copy.window_bytes) return Status::output_window(wire.index, nbytes);
+    // Its client may have shrunk the object meanwhile: a write past its end would fault.
+    if (!ShmRegions::intact(*copy.region)) {
+      return Status::region_shrank(wire.index, nbytes, ShmRegions::object_bytes(*copy.region),
+                                   copy.region->needed);
+    }
+    ETHOST_RETURN_IF_ERROR(copy_into(*copy.region, copy.window, room + copy.at, nbytes));
+    to_device += copy.region->device >= 0;
   }
-  append_answer(out, job.request_id, job.answer.data(), job.answer.size());
-  if (job.shm_tensors > 0) log.count_shm(job.shm_tensors);
+  return Status();
+}
+
+// Executes under the claim (given back here, or on to a request waiting for it); appends the
+// answer to `out` and records the request. Not ok: the execute ran and failed, or did not write
+// what it should (the request is answered with that, never run again). An output refused by its
+// window (OutputWindow) leaves the request counted as served, as the engine's Python counts an
+// execute whose output it then refuses.
+Status run(Prepared& job, ServedLog& log, std::string& out, bool& fold) {
+  uint64_t bound = now_ns();
+  uint8_t* room = job.scratch_bytes > 0 ? scratch(job.scratch_bytes) : nullptr;
+  for (const Copied& copy : job.copied) job.destinations[copy.index].data = room + copy.at;
+  Outcome<std::vector<OutputBuffer>> ran = job.instance->run(job.bindings, &job.destinations);
+  job.route->gate->observe(job.instance->last_run_ns());
+  job.route->gate->release(job.instance);  // or on to the request waiting for it
+  job.instance = nullptr;
+  uint64_t executed = now_ns();
+  uint32_t in_place = job.shm_tensors, to_device = 0;
+  Status written =
+      ran.ok() ? write(job, ran.value(), room, in_place, to_device) : ran.take_status();
+  if (to_device > 0) log.count_device_copies(to_device);
+  job.holds.clear();  // before it is answered: its client may unregister the regions then
+  bool refused = written.kind == Status::Kind::OutputWindow;
+  if (!written.ok() && !refused) return written;
+  if (!refused) append_answer(out, job.request_id, job.answer.data(), job.answer.size());
+  if (job.in_regions) log.count_shm(in_place, !refused);
   uint64_t done = now_ns();
   // A wait for an instance counts in the request's time, not in its input phase.
   uint64_t input_ns = bound - job.begun - job.waited_ns;
   fold = log.add(ServedRecord{job.route, job.front, job.rows, done - job.begun, input_ns,
                               executed - bound, done - executed, wall_s()}) ||
          fold;
-  return Status();
+  return written;
 }
 
 }  // namespace
@@ -213,6 +273,7 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   if (!request.refs.empty() && !hold_regions(regions_, request, output_count, *job, refs)) {
     return Result::Declined;
   }
+  job->in_regions = !request.refs.empty();
   job->bindings.resize(request.input_count);
   for (size_t i = 0; i < request.input_count; ++i) {
     const InRegion& shm = refs.inputs[i];
@@ -222,18 +283,20 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
       }
       continue;
     }
-    // In the client's region, where it lies: on the boundary, exactly its bytes (else Python
-    // copies it or says why), never a BOOL (Python reads any non-zero byte as true).
+    // In the client's region, where it lies: exactly its bytes (else Python says why); in a
+    // system region on the boundary (else Python copies it) and never a BOOL (Python reads any
+    // non-zero byte as true); a CUDA one as its device address, which the host counts.
     WireInput in_region = request.inputs[i];
     in_region.offset = shm.ref->offset;
     uint64_t nbytes = 0;
-    if (route.inputs[i] == executorch::aten::ScalarType::Bool ||
+    Where where = shm.region->device >= 0 ? Where::Cuda : Where::System;
+    if ((where == Where::System && route.inputs[i] == executorch::aten::ScalarType::Bool) ||
         !bind(in_region, route.inputs[i], ArenaView{shm.region->base, shm.region->size},
-              job->bindings[i], true, &nbytes) ||
+              job->bindings[i], where, &nbytes) ||
         nbytes != shm.ref->byte_size) {
       return Result::Declined;
     }
-    ++job->shm_tensors;
+    if (where == Where::System) ++job->shm_tensors;
   }
   // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
   // asked for at its upper bound, 256-byte aligned, in the method's order.
@@ -248,19 +311,29 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
     if ((request.outputs >> index & 1) == 0) continue;
     uint64_t most = route.most_bytes[index];
     if (const InRegion& shm = refs.outputs[index]; shm.ref != nullptr) {
-      // Written by the execute into its window: one that may take the output's bound.
+      // Written by the execute into its window when that may take the output's bound (a
+      // system one on the boundary), else copied there from scratch room (Copied).
       ArenaView window{shm.region->base, shm.region->size};
       uint8_t* start = shm.region->base + shm.ref->offset;
-      if (most == 0 || shm.ref->byte_size < most ||
-          !inside(window, shm.ref->offset, shm.ref->byte_size) || !aligned(start)) {
+      bool on_device = shm.region->device >= 0;
+      if (most == 0 || !inside(window, shm.ref->offset, shm.ref->byte_size)) {
         return Result::Declined;
       }
-      job->destinations[index] = OutputDestination{start, shm.ref->byte_size, true};
+      if (shm.ref->byte_size >= most && (on_device || aligned(start))) {
+        job->destinations[index] = OutputDestination{start, shm.ref->byte_size, !on_device};
+        job->in_system_window[index] = !on_device;
+      } else {
+        if (on_device && !copies_to(shm.region->device)) return Result::Declined;
+        uint64_t at = align_up(job->scratch_bytes);
+        job->copied.push_back(Copied{index, start, shm.ref->byte_size, shm.region, at});
+        if (most > kScratchMost - at) return Result::Declined;
+        job->scratch_bytes = at + most;
+        job->destinations[index] = OutputDestination{nullptr, most, true};  // run() places it
+      }
       WireOutput wire;
       wire.index = static_cast<uint32_t>(index);
       wire.offset = kInRegion;
       job->answer.push_back(wire);
-      ++job->shm_tensors;
       continue;
     }
     uint64_t start = align_up(at);
@@ -302,10 +375,10 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
           Status ran = run(*shared, *log, answer, wants_fold);
           if (ran.ok()) {
             replies->answered(answer);
-            if (wants_fold) replies->want_fold();
           } else {
             replies->failed(*kept, std::move(ran));
           }
+          if (wants_fold) replies->want_fold();
           replies->finished();
         });
       },

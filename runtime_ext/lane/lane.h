@@ -16,11 +16,17 @@
 // failure of its own executes (without running it again), so every error answer is made in one
 // place.
 //
-// A request's tensors may lie in clients' system shared memory regions (shm_regions.h): such an
-// input is bound where it lies and such an output is written by the execute into its window,
-// each region held until the execute is done; anything about them Python would refuse or copy
-// (an unknown region, a shrunk object, a size or window that does not fit, an address off the
-// 256-byte boundary) is declined, so Python words it.
+// A request's tensors may lie in clients' shared memory regions (shm_regions.h), system or CUDA:
+// such an input is bound where it lies (a CUDA one as a device address, for the host to bind or
+// copy as it does Python's), each region held until its outputs are written. An output is
+// written by the execute into its window when that may take the output's upper bound on the
+// 256-byte boundary (a CUDA one anywhere: the host routes it); otherwise into scratch room of
+// its bound, then copied into the window (a CUDA one on the device's stream), as Python copies
+// it. One whose bytes then do not fit (or whose region's object shrank meanwhile)
+// ran: it is Failed with an OutputWindow Status carrying the values Python words its refusal
+// from. Anything Python would refuse before running (an unknown region, a shrunk object, an
+// input's size, a window past the region's end) or copy in (an input off the boundary) is
+// declined, so Python words it.
 #pragma once
 
 #include "routes.h"

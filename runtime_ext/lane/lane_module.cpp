@@ -253,30 +253,39 @@ void register_lane(nb::module_& m) {
       .def(
           "add_shm_region",
           [](LaneHub& self, const std::string& name, uintptr_t address, uint64_t size, int fd,
-             uint64_t needed) {
-            return self.regions.add(name, reinterpret_cast<uint8_t*>(address), size, fd, needed);
+             uint64_t needed, int device) {
+            return self.regions.add(name, reinterpret_cast<uint8_t*>(address), size, fd, needed,
+                                    device);
           },
-          "name"_a, "address"_a, "size"_a, "fd"_a, "needed"_a,
+          "name"_a, "address"_a, "size"_a, "fd"_a, "needed"_a, "device"_a = -1,
           "A system region Python mapped: its window (`size` bytes at `address`), the object's "
-          "descriptor and the size the object must keep; False when the name is taken.")
+          "descriptor and the size the object must keep; or (`device` >= 0) a CUDA region "
+          "Python opened on that device, `address` its device address (fd -1, needed 0). False "
+          "when the name is taken in its kind.")
       .def(
           "remove_shm_regions",
-          [](LaneHub& self, const std::vector<std::string>& names) {
-            return self.regions.remove(names);
+          [](LaneHub& self, const std::vector<std::string>& names, bool cuda) {
+            return self.regions.remove(names, cuda);
           },
-          "names"_a,
+          "names"_a, "cuda"_a = false,
           "Removes the regions (those it has) unless one is in use by a lane request: then "
           "(its name, its requests in flight), else ('', 0). Python unmaps them only after.")
       .def(
           "shm_in_flight",
-          [](const LaneHub& self, const std::string& name) { return self.regions.in_flight(name); },
-          "name"_a)
+          [](const LaneHub& self, const std::string& name, bool cuda) {
+            return self.regions.in_flight(name, cuda);
+          },
+          "name"_a, "cuda"_a = false)
       .def_prop_ro(
           "shm_served",
           [](const LaneHub& self) {
             return std::make_pair(self.log.shm_requests(), self.log.shm_tensors());
           },
-          "(requests the lane served with tensors in regions, those tensors)")
+          "(requests the lane served with tensors in regions, those tensors in system regions "
+          "bound where they lie)")
+      .def_prop_ro(
+          "shm_to_device", [](const LaneHub& self) { return self.log.shm_to_device(); },
+          "outputs the lane copied from the host into CUDA regions' windows")
       .def("served", &served,
            "Drains the served log: (model, version, method, rows, total_ns, input_ns, infer_ns, "
            "output_ns, at, front) per request.");

@@ -40,12 +40,21 @@ class ServedLog {
     return out;
   }
 
-  // A request with `tensors` tensors in clients' shared memory regions, bound where they lie.
-  void count_shm(uint32_t tensors) {
-    shm_requests_.fetch_add(1, std::memory_order_relaxed);
-    shm_tensors_.fetch_add(tensors, std::memory_order_relaxed);
+  // A request with tensors in clients' shared memory regions, `bound` of them used where they
+  // lie (an output copied into its window is not); `answered` false for one whose output was
+  // refused after its execute: the engine's Python counts such a request's tensors, as those
+  // it bound, but not the request (service/shm/binding.py, service/engine/dispatch.py).
+  void count_shm(uint32_t bound, bool answered = true) {
+    if (answered) shm_requests_.fetch_add(1, std::memory_order_relaxed);
+    shm_tensors_.fetch_add(bound, std::memory_order_relaxed);
+  }
+  // Outputs copied from the host into CUDA regions' windows (Python counts its own as
+  // etrt_shm_copies_total{kind="cuda",reason="from_host"}).
+  void count_device_copies(uint32_t copies) {
+    shm_to_device_.fetch_add(copies, std::memory_order_relaxed);
   }
   uint64_t shm_requests() const { return shm_requests_.load(std::memory_order_relaxed); }
+  uint64_t shm_to_device() const { return shm_to_device_.load(std::memory_order_relaxed); }
   uint64_t shm_tensors() const { return shm_tensors_.load(std::memory_order_relaxed); }
 
   size_t size() const {
@@ -57,7 +66,7 @@ class ServedLog {
   const size_t fold_at_;
   mutable std::mutex mutex_;
   std::vector<ServedRecord> records_;
-  std::atomic<uint64_t> shm_requests_{0}, shm_tensors_{0};
+  std::atomic<uint64_t> shm_requests_{0}, shm_tensors_{0}, shm_to_device_{0};
 };
 
 }  // namespace ethost::lane

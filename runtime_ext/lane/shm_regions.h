@@ -1,9 +1,12 @@
-// The client system shared memory regions the engine's Python side mapped (service/shm/), as the
-// lane binds requests' tensors in them. Python registers each region here once it mapped it and
-// removes it before it unmaps it; a lane request holds the regions it names (Hold) from before it
-// binds them until it is answered, and remove() refuses, under the one lock that acquire() takes,
-// while any is held: a region in use is never unmapped under an execute, and Python answers that
-// unregister with its 409 as it does for the requests it holds itself.
+// The client shared memory regions the engine's Python side mapped or opened (service/shm/), as
+// the lane binds requests' tensors in them: system regions (a mapping of the client's object) and
+// CUDA regions (a device allocation opened from its IPC handle, `device` >= 0), each kind under
+// its own names, a name looked up among the system ones first, as Python looks it up. Python
+// registers each region here once it mapped it and removes it before it unmaps (or closes) it; a
+// lane request holds the regions it names (Hold) from before it binds them until it is answered,
+// and remove() refuses, under the one lock that acquire() takes, while any is held: a region in use
+// is never unmapped under an execute, and Python answers that unregister with its 409 as it does
+// for the requests it holds itself.
 #pragma once
 
 #include <cstddef>
@@ -19,11 +22,12 @@
 namespace ethost::lane {
 
 struct ShmRegion {
-  uint8_t* base = nullptr;  // the registered window as mapped here
+  uint8_t* base = nullptr;  // the registered window as mapped here (CUDA: its device address)
   uint64_t size = 0;        // its byte size
   int fd = -1;              // the object's descriptor (Python's; closed after remove())
   uint64_t needed = 0;      // the object's size the window needs (registered offset + size)
   uint32_t in_flight = 0;   // lane requests holding it (under the table's lock)
+  int device = -1;          // a CUDA region's device; -1 for a system region
 };
 
 class ShmRegions;
@@ -48,26 +52,32 @@ class Hold {
 
 class ShmRegions {
  public:
-  // False when `name` is registered already (Python refused that before asking).
-  bool add(const std::string& name, uint8_t* base, uint64_t size, int fd, uint64_t needed);
-  // Removes every one of `names` it holds, or none while any is in flight: then (that name, its
-  // requests in flight); ("", 0) when removed.
-  std::pair<std::string, uint32_t> remove(const std::vector<std::string>& names);
-  // The region named `name`, held for the caller; an empty Hold when there is none.
+  // False when `name` is registered already in its kind (Python refused that before asking).
+  // `device` >= 0: a CUDA region on that device (no object: `fd` -1, `needed` 0).
+  bool add(const std::string& name, uint8_t* base, uint64_t size, int fd, uint64_t needed,
+           int device = -1);
+  // Removes every one of `names` it holds of the kind, or none while any is in flight: then
+  // (that name, its requests in flight); ("", 0) when removed.
+  std::pair<std::string, uint32_t> remove(const std::vector<std::string>& names, bool cuda = false);
+  // The region named `name` (a system one, else a CUDA one), held for the caller; an empty
+  // Hold when there is none.
   Hold acquire(std::string_view name);
-  uint32_t in_flight(const std::string& name) const;
+  uint32_t in_flight(const std::string& name, bool cuda = false) const;
   size_t size() const;
 
   // Whether the object behind `region` still has the bytes its window needs (a client that
-  // shrank it would make a read of the mapping fault): one fstat.
+  // shrank it would make a read of the mapping fault): one fstat. A CUDA region's opened
+  // allocation stays valid until Python closes it, whatever its client does.
   static bool intact(const ShmRegion& region);
+  // The object's bytes now (0 when fstat fails): what a refusal says it shrank to.
+  static uint64_t object_bytes(const ShmRegion& region);
 
  private:
   friend class Hold;
   void release(ShmRegion& region);
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<ShmRegion>> regions_;
+  std::unordered_map<std::string, std::shared_ptr<ShmRegion>> regions_[2];  // system, CUDA
 };
 
 }  // namespace ethost::lane

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 namespace ethost_test {
@@ -20,6 +21,8 @@ class FakeRunnable final : public ethost::lane::Runnable {
       const std::vector<ethost::OutputDestination>* destinations) override {
     ++runs;
     bound = inputs;
+    given = destinations != nullptr ? *destinations : std::vector<ethost::OutputDestination>{};
+    if (during) during();
     if (fail) return ethost::Status(executorch::runtime::Error::Internal, "kernel failed");
     std::vector<ethost::OutputBuffer> out(outputs);
     for (size_t i = 0; i < outputs; ++i) {
@@ -42,8 +45,10 @@ class FakeRunnable final : public ethost::lane::Runnable {
   uint64_t took_ns = 2000;
   bool fail = false;
   bool leave_in_planned = false;  // returns outputs as host copies, not in their destinations
+  std::function<void()> during;   // what else happens while it executes
   int runs = 0;
   std::vector<ethost::InputBinding> bound;
+  std::vector<ethost::OutputDestination> given;
 };
 
 }  // namespace ethost_test

@@ -1,8 +1,11 @@
 // Lane requests whose tensors lie in clients' system shared memory regions (shm_regions.h): the
 // region table's holds (a region in use cannot be removed), the references' wire layout, inputs
 // bound and outputs written where they lie in a region, and every reason to leave a request to
-// Python, each declined before anything ran and holding no region afterwards.
+// Python, each declined before anything ran and holding no region afterwards; an output whose
+// window may not take its bound, copied there after the execute, or refused once it ran; CUDA
+// regions (over the host-memory stand-in for device memory) bound as device addresses.
 #include "check.h"
+#include "device_memory.h"
 #include "fake_runnable.h"
 #include "lane.h"
 #include "method_gate.h"
@@ -204,9 +207,9 @@ TEST(what_python_must_judge_is_declined_before_it_runs_holding_nothing) {
   r = f.request();
   r.refs[0].offset = kRegionBytes - 8;  // past the region's end
   CHECK(f.declines(r));
-  r = f.request();
-  r.refs[1].byte_size = 8;  // a window smaller than the output's bound
-  CHECK(f.declines(r));
+  f.route->most_bytes = {uint64_t{1} << 30};  // copied from more scratch room than it keeps
+  CHECK(f.declines(f.request()));
+  f.route->most_bytes = {16};
   r = f.request();
   r.refs[1].offset = kRegionBytes;  // a window outside the region
   CHECK(f.declines(r));
@@ -242,4 +245,142 @@ TEST(a_request_that_failed_in_a_region_lets_it_go_before_python_answers) {
   CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
   CHECK(f.regions.in_flight("r") == 0 && out.empty());
   CHECK(f.log.shm_requests() == 0);
+}
+
+TEST(an_output_whose_window_is_below_its_bound_is_copied_into_it_when_it_fits) {
+  Fixture f;
+  f.route->most_bytes = {64};  // up to 16 floats; this request's output is 4 (16 bytes)
+  std::memset(f.object.base + 1024, 0x11, 64);
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Served);
+  CHECK(f.instance->runs == 1);
+  CHECK(f.object.base[1024] == 0x40 && f.object.base[1039] == 0x40);
+  CHECK(f.object.base[1040] == 0x11);  // its bytes, nothing past the window
+  CHECK(f.arena_bytes[1024] == 0);     // nor in the room
+  uint64_t offset;
+  std::memcpy(&offset, out.data() + 4 + kAnswerHead + 8, 8);
+  CHECK(offset == kInRegion);
+  CHECK(f.regions.in_flight("r") == 0);
+  // The request counted, its input as bound, the copied output not (as Python counts them).
+  CHECK(f.log.shm_requests() == 1 && f.log.shm_tensors() == 1 && f.log.size() == 1);
+  // A window off the 256-byte boundary is copied into likewise.
+  InferRequest r = f.request();
+  r.refs[1].offset = 1030;
+  r.refs[1].byte_size = 64;
+  out.clear();
+  CHECK(f.serve(r, out) == Lane::Result::Served);
+  CHECK(f.object.base[1030] == 0x40 && f.object.base[1045] == 0x40);
+  CHECK(f.object.base[1046] == 0x11);
+  CHECK(f.log.shm_requests() == 2 && f.log.shm_tensors() == 2);
+}
+
+TEST(an_output_that_outgrows_its_window_ran_once_and_fails_with_the_values_python_words) {
+  Fixture f;
+  f.route->most_bytes = {64};
+  f.instance->output_elements = 8;  // 32 bytes into a 16-byte window
+  std::memset(f.object.base + 1024, 0x11, 64);
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
+  CHECK(f.instance->runs == 1 && out.empty());
+  CHECK(f.failure.kind == Status::Kind::OutputWindow);
+  CHECK(f.failure.output_index == 0 && f.failure.output_bytes == 32);
+  CHECK(f.failure.object_bytes == -1);
+  CHECK(f.object.base[1024] == 0x11);  // nothing written into the window
+  CHECK(f.regions.in_flight("r") == 0);
+  // Counted as Python counts an execute whose output it refuses: served, its bound input
+  // counted, the request not.
+  CHECK(f.log.size() == 1 && f.log.shm_requests() == 0 && f.log.shm_tensors() == 1);
+}
+
+TEST(an_object_shrunk_during_the_execute_is_not_written_into) {
+  Fixture f;
+  f.route->most_bytes = {64};
+  f.instance->during = [&f] { CHECK(ftruncate(f.object.fd, 1024) == 0); };
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
+  CHECK(f.instance->runs == 1 && out.empty());
+  CHECK(f.failure.kind == Status::Kind::OutputWindow && f.failure.output_bytes == 16);
+  CHECK(f.failure.object_bytes == 1024 &&
+        f.failure.object_needed == static_cast<uint64_t>(kRegionBytes));
+  CHECK(f.regions.in_flight("r") == 0);
+}
+
+namespace {
+
+// A CUDA region "r" of kRegionBytes in the host stand-in's device memory, in place of the
+// fixture's system one; the stand-in is what executes (and the lane's copies) use meanwhile.
+struct CudaFixture : Fixture {
+  CudaFixture() : memory(ethost_device::make_host_memory(false)) {
+    ethost_device::use_memory(memory);
+    base = static_cast<uint8_t*>(memory->allocate(kRegionBytes).take());
+    std::memset(base, 0x11, kRegionBytes);
+    CHECK(regions.remove({"r"}).second == 0);
+    CHECK(regions.add("r", base, kRegionBytes, -1, 0, memory->device_id()));
+  }
+  ~CudaFixture() {
+    memory->release(base);
+    ethost_device::use_memory(nullptr);
+  }
+  std::shared_ptr<ethost_device::DeviceMemory> memory;
+  uint8_t* base = nullptr;
+};
+
+}  // namespace
+
+TEST(a_name_is_looked_up_among_system_regions_first_each_kind_removed_on_its_own) {
+  Object object;
+  std::vector<uint8_t> device(4096);
+  ShmRegions regions;
+  CHECK(regions.add("r", device.data(), 4096, -1, 0, 0));
+  CHECK(!regions.add("r", device.data(), 4096, -1, 0, 0));  // taken in its kind
+  CHECK(regions.acquire("r").region()->device == 0);
+  CHECK(regions.add("r", object.base, kRegionBytes, object.fd, kRegionBytes));
+  {
+    Hold hold = regions.acquire("r");
+    CHECK(hold.region()->device == -1 && hold.region()->base == object.base);
+    CHECK(regions.in_flight("r") == 1 && regions.in_flight("r", true) == 0);
+    CHECK(regions.remove({"r"}, true).second == 0);  // the CUDA one, not in use
+  }
+  CHECK(regions.size() == 1 && regions.remove({"r"}).second == 0 && regions.size() == 0);
+  CHECK(ShmRegions::intact(ShmRegion{device.data(), 4096, -1, 0, 0, 0}));  // no object to shrink
+}
+
+TEST(tensors_in_a_cuda_region_go_to_the_host_as_device_addresses) {
+  CudaFixture f;
+  InferRequest r = f.request();
+  r.refs[0].offset = 520;  // off the boundary: the host binds or stages it, as Python's
+  std::string out;
+  CHECK(f.serve(r, out) == Lane::Result::Served);
+  CHECK(f.instance->runs == 1);
+  CHECK(f.instance->bound.at(0).on_device && f.instance->bound.at(0).data == f.base + 520);
+  CHECK(f.instance->given.at(0).data == f.base + 1024 && !f.instance->given.at(0).on_host);
+  CHECK(f.base[1024] == 0x40);
+  uint64_t offset;
+  std::memcpy(&offset, out.data() + 4 + kAnswerHead + 8, 8);
+  CHECK(offset == kInRegion);
+  // The request counted; its CUDA tensors are the host's to count (bound or copied).
+  CHECK(f.log.shm_requests() == 1 && f.log.shm_tensors() == 0 && f.log.shm_to_device() == 0);
+  CHECK(f.regions.in_flight("r", true) == 0);
+}
+
+TEST(an_output_below_its_cuda_window_bound_is_copied_from_the_host_or_refused) {
+  CudaFixture f;
+  f.route->most_bytes = {64};
+  std::string out;
+  CHECK(f.serve(f.request(), out) == Lane::Result::Served);
+  CHECK(f.instance->given.at(0).on_host && f.instance->given.at(0).data != f.base + 1024);
+  CHECK(f.base[1024] == 0x40 && f.base[1039] == 0x40 && f.base[1040] == 0x11);
+  CHECK(f.log.shm_requests() == 1 && f.log.shm_to_device() == 1);
+  f.instance->output_elements = 8;  // 32 bytes into 16
+  std::memset(f.base + 1024, 0x11, 64);
+  out.clear();
+  CHECK(f.serve(f.request(), out) == Lane::Result::Failed);
+  CHECK(f.instance->runs == 2 && out.empty() && f.base[1024] == 0x11);
+  CHECK(f.failure.kind == Status::Kind::OutputWindow && f.failure.output_bytes == 32);
+  CHECK(f.log.shm_requests() == 1 && f.log.shm_to_device() == 1);
+  CHECK(f.regions.in_flight("r", true) == 0);
+  // A region on another device than the one executes use: Python copies on the region's.
+  CHECK(f.regions.remove({"r"}, true).second == 0);
+  CHECK(f.regions.add("r", f.base, kRegionBytes, -1, 0, f.memory->device_id() + 1));
+  CHECK(f.declines(f.request()));
 }

@@ -104,6 +104,11 @@ class LaneRoutes:
             shared,
         )
 
+    def output_name(self, payload: bytes, index: int) -> str:
+        """The name of output `index` of the method a lane request (its route known) is for."""
+        route_id = lane_frames.read_request(payload)[0]
+        return (self._routes.get(route_id) or self._retired[route_id]).outputs[index]
+
     @staticmethod
     def request_id(payload: bytes) -> int:
         return lane_frames.read_request(payload)[1]

@@ -41,7 +41,9 @@ from service.native_host import import_host
 from service.shared import frames, lane_frames, messages
 from service.shared.arena import Region
 from service.shared.lane_frames import INFER_TAG
+from service.shm.binding import window_refusal
 from service.shm.metrics import ShmMetrics
+from service.shm.refs import from_wire
 from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
@@ -232,6 +234,13 @@ class EngineServer:
         message = self.lane_routes.message(payload)
         if message is None:  # its route is long gone: nothing says which method failed
             return front._unknown_route(payload)
+        if isinstance(failure, self._ethost.OutputWindowError):
+            # Its execute is in the lane's served log, as Python's ledger has one whose output
+            # it then refuses (Dispatch, RequestShm.write_outputs): only the refusal is left.
+            name = self.lane_routes.output_name(payload, failure.index)
+            ref = from_wire(message.shared_memory).outputs[name]
+            refusal = window_refusal(failure, name, ref)
+            return front.protocol.send(dispatch.error(message.request_id, refusal))
         shapes = [item[2] for item in message.inputs]
         failed = self.service.execute_failed(
             message.model, message.version, message.method, failure, shapes

@@ -11,7 +11,9 @@ host as its region's window (destinations()), which it writes into the same ways
 delegate writes an unplanned output there itself, a planned one is copied by the host from the
 device or host buffer, counted; where that path is not taken (a batched request, a window
 smaller than the output can be) it is copied from the host result here, counted. Outputs
-requested into a region are written there and travel back without their bytes.
+requested into a region are written there and travel back without their bytes. The engine's
+native lane copies an output whose window may not take its upper bound likewise (system or
+CUDA), and hands one that then does not fit back with the values window_refusal words it from.
 
 Every reference is checked against the region before any byte is touched: a region that does
 not exist, a size that does not match the tensor, a window past the region's end or a region
@@ -25,11 +27,12 @@ import numpy as np
 from service import cuda
 from service.dataplane.types import Tensor
 from service.dtypes import BY_DATATYPE
-from service.errors import Forbidden, clip
+from service.errors import Forbidden, Invalid, clip
 from service.shared.arena import ALIGNMENT
 from service.shm.device_array import DeviceArray
 from service.shm.refs import SharedTensors, ShmRef, nbytes, refused
 from service.shm.regions import FLAG, SharedMemory
+from service.shm.system import shrank
 
 
 def _aligned_empty(size: int) -> np.ndarray:
@@ -37,6 +40,27 @@ def _aligned_empty(size: int) -> np.ndarray:
     raw = np.empty(size + ALIGNMENT, np.uint8)
     skip = -raw.ctypes.data % ALIGNMENT
     return raw[skip : skip + size]
+
+
+def outgrown(name: str, ref: ShmRef, nbytes: int) -> Invalid:
+    """The refusal of output `name`, `nbytes` bytes, for the window `ref` names."""
+    return refused(
+        name,
+        "shm.size",
+        f"output {clip(name)!r} needs {nbytes} bytes, more than its "
+        f"shared_memory_byte_size {ref.byte_size} in region {clip(ref.region)!r}",
+        False,
+    )
+
+
+def window_refusal(failure, name: str, ref: ShmRef) -> Invalid:
+    """What write_outputs refuses output `name` (its window `ref`) with, for the engine's
+    native lane that ran the request and could not write it there (`failure`: an
+    ethost.OutputWindowError, runtime_ext/lane/lane.h): its bytes outgrew the window, or the
+    region's object shrank meanwhile."""
+    if failure.shrunk_to is not None:
+        return shrank(ref.region, failure.shrunk_to, failure.needed)
+    return outgrown(name, ref, failure.nbytes)
 
 
 class RequestShm:
@@ -176,13 +200,7 @@ class RequestShm:
                 continue
             array = np.ascontiguousarray(tensor.array)
             if array.nbytes > ref.byte_size:
-                raise refused(
-                    tensor.name,
-                    "shm.size",
-                    f"output {clip(tensor.name)!r} needs {array.nbytes} bytes, more than its "
-                    f"shared_memory_byte_size {ref.byte_size} in region {clip(ref.region)!r}",
-                    False,
-                )
+                raise outgrown(tensor.name, ref, array.nbytes)
             region = self.memory.lookup(ref.region)
             region.check_intact()
             if region.kind == "cuda":

@@ -75,7 +75,7 @@ class ShmMetrics:
         )
         inputs, outputs = _native_counts()
         bound.samples[("cuda",)] = inputs.get("bound", 0) + outputs.get("bound", 0)
-        lane_requests, lane_bound = self.memory.lane_served()
+        lane_requests, lane_bound, lane_to_device = self.memory.lane_served()
         bound.samples[("system",)] = self.memory.bound.get("system", 0) + lane_bound
         requests = Counter(
             "etrt_shm_requests_total",
@@ -91,6 +91,8 @@ class ShmMetrics:
             key = ("cuda", reason)
             count = inputs.get(reason, 0) + outputs.get(reason, 0)
             copies.samples[key] = copies.samples.get(key, 0) + count
+        key = ("cuda", "from_host")  # the lane's, as write_outputs counts its own
+        copies.samples[key] = copies.samples.get(key, 0) + lane_to_device
         families = [regions, copies, bound, requests]
         if self.model_bytes:
             per_model = Gauge(

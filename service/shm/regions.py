@@ -95,8 +95,9 @@ class SharedMemory:
         # at once on its thread (Dispatch.serve_now), "queued" through ModelService.infer.
         self.requests: dict[str, int] = {}
         # The engine's native lane (an ethost.LaneHub), which binds lane requests' tensors in
-        # system regions itself: it is told of each one mapped here, before any request can
-        # name it, and each is taken from it before it is unmapped (refused while in use).
+        # regions itself: it is told of each one mapped (or opened) here, before any request
+        # can name it, and each is taken from it before it is unmapped (or closed; refused
+        # while in use). It looks a name up as lookup() does, system regions first.
         self.lane = None
 
     def _admit(self, kind: str, name) -> None:
@@ -149,6 +150,8 @@ class SharedMemory:
             region.close()
             raise Conflict(f"cuda shared memory region {clip(name)!r} is already registered")
         self.regions["cuda"][name] = region
+        if self.lane is not None:
+            self.lane.add_shm_region(name, region.address, region.byte_size, -1, 0, device_id)
         log.info("CUDA shared memory region %r registered (device %d)", name, device_id)
 
     async def shm_status(self, kind: str, name: str | None = None) -> list[dict]:
@@ -166,8 +169,9 @@ class SharedMemory:
             raise NotFound(f"no {kind} shared memory region is named {clip(name)!r}")
         names = [name] if name else list(regions)
         busy = [(n, regions[n].in_use) for n in names if regions[n].in_use]
-        if not busy and kind == "system" and self.lane is not None:
-            in_lane = self.lane.remove_shm_regions(names)  # none removed while one is in use
+        if not busy and self.lane is not None:
+            # none removed while one is in use
+            in_lane = self.lane.remove_shm_regions(names, kind == "cuda")
             busy = [in_lane] if in_lane[1] else []
         if busy:
             raise Conflict(
@@ -189,15 +193,18 @@ class SharedMemory:
     def count_request(self, path: str) -> None:
         self.requests[path] = self.requests.get(path, 0) + 1
 
-    def lane_served(self) -> tuple[int, int]:
-        """(requests the native lane served with tensors in system regions, those tensors,
-        each bound where it lies)."""
-        return (0, 0) if self.lane is None else self.lane.shm_served
+    def lane_served(self) -> tuple[int, int, int]:
+        """(requests the native lane served with tensors in regions, their tensors in system
+        regions bound where they lie, outputs it copied from the host into CUDA regions)."""
+        if self.lane is None:
+            return (0, 0, 0)
+        return (*self.lane.shm_served, self.lane.shm_to_device)
 
     def close(self) -> None:
         """At the engine's end, once the lane's link threads stopped (nothing of it in use)."""
         if self.lane is not None:
             self.lane.remove_shm_regions(list(self.regions["system"]))
+            self.lane.remove_shm_regions(list(self.regions["cuda"]), True)
         for regions in self.regions.values():
             for region in regions.values():
                 region.close()

@@ -26,6 +26,17 @@ def _refuse(name: str, rule: str, message: str) -> Invalid:
     return Invalid(message, [Problem(None, rule, message, input=None)])
 
 
+def shrank(region: str, size: int, needed: int) -> Invalid:
+    """The refusal of a request whose region's object shrank to `size` bytes, below the
+    `needed` its registered window takes (also the engine's lane's, from its failure's values)."""
+    return _refuse(
+        region,
+        "shm.size",
+        f"region {clip(region)!r}: its shared memory object shrank to {size} bytes, "
+        f"below the registered offset + byte_size {needed}",
+    )
+
+
 def object_path(region: str, key) -> str:
     """The file behind a POSIX shm key, or Invalid naming the region."""
     label = f"region {clip(region)!r}"
@@ -100,12 +111,7 @@ class SystemRegion:
         fault); an unlinked object keeps its size and pages."""
         size = os.fstat(self.fd).st_size
         if size < self.offset + self.byte_size:
-            raise _refuse(
-                self.name,
-                "shm.size",
-                f"region {clip(self.name)!r}: its shared memory object shrank to {size} bytes, "
-                f"below the registered offset + byte_size {self.offset + self.byte_size}",
-            )
+            raise shrank(self.name, size, self.offset + self.byte_size)
 
     def window(self, offset: int, nbytes: int) -> np.ndarray:
         """The region's bytes [offset, offset + nbytes) as uint8 (the caller checked bounds)."""
