@@ -11,7 +11,7 @@ binary body (up to STREAMED_BODY) may be taken before it has arrived whole, once
 JSON header have: its tensors' bytes then go from each chunk the connection receives straight
 into their arena slot (fill()), without uvicorn's parser or the codecs, and the message is sent
 when the last byte is in. What the native path declines (anything it does not read exactly as
-the Python path would accept: errors, parameters, shared memory, tokens that do not check,
+the Python path would accept: errors, request parameters, tokens that do not check,
 non-finite JSON values, a table older than the engine's) goes to uvicorn's parser as it came,
 so every error answer is made where it always was. An error the engine answers for a request
 taken here is written from the protocol's own error response.
@@ -201,10 +201,13 @@ class NativePath:
             placed = []
             for name, _, shape, offset, inline in outputs:
                 index = native.output_index(request_id, name)
-                if index < 0 or offset == -1:
+                if index < 0:
                     placed = None
                     break
-                placed.append((index, list(shape), inline or region.address + offset))
+                if offset == -1:  # written into the client's shared memory region
+                    placed.append((index, list(shape), None))
+                else:
+                    placed.append((index, list(shape), inline or region.address + offset))
             if placed is not None:
                 written = native.answer(request_id, version, placed, headers, fd)
                 if written is not None:
