@@ -201,7 +201,7 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
     ethost::lane::WireInput& wire = message.inputs[i];
     wire.ndim = static_cast<uint32_t>(input.ndim);
     std::copy(input.dims.begin(), input.dims.begin() + input.ndim, wire.dims.begin());
-    if (input.shm.named()) continue;  // offset 0: named by its reference
+    if (input.shm.named()) continue;         // offset 0: named by its reference
     if (!whole && input.bytes != nullptr) {  // its bytes go in as they arrive
       segments.push_back({static_cast<uint64_t>(input.bytes - request.payload),
                           input.count * input.datatype->size, at});
