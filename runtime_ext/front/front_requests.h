@@ -78,7 +78,8 @@ struct GivenRequest {
 bool read_native(const char* body, size_t size, GivenRequest& request);
 // The v2 body; `binary_header`: Inference-Header-Content-Length's value, or null without one.
 // `max_json`: the longest JSON (header) the server accepts. `size` is the whole body's length,
-// of which request.available bytes are at `body`.
+// of which request.available bytes are at `body`. An input in a shared memory region has no
+// values in the body, and its region byte size must be its tensor's (else declined).
 bool read_v2(const char* body, size_t size, const std::string_view* binary_header,
              uint64_t max_json, GivenRequest& request);
 
