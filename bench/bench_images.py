@@ -9,8 +9,10 @@ The two HTTP paths are told apart by the URL: `/v2/models/m/infer` is offered to
 path, which takes a v2 binary body whose head and JSON header have arrived and streams the rest
 into its arena slot; the same URL with a query string (`?path=python`) is always the Python
 path's (the native path takes only the plain form), which is how every image request went
-before. Per case: req/s (wrk -t4), p50/p99, request tensor GB/s, and the fronts' CPU per
-request (and the engine's event-loop thread and lane threads), from /proc.
+before. Per case: req/s (wrk -t4), p50/p99, request tensor GB/s, the fronts' CPU per
+request (and the engine's event-loop thread and lane threads), from /proc, and the share of
+requests the native path took (etrt_front_native_requests_total). System shared memory requests
+(v2 JSON naming the regions) are measured on both paths too.
 
 Programs: FP32 x * 2 + 1 lowered to XNNPACK (the bytes' way through the server is what is
 measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and UINT8
@@ -26,6 +28,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -88,7 +91,9 @@ def binary(model: str, x: np.ndarray, datatype: str, query: str = "") -> Request
     )
 
 
-def system_shm(model: str, region: str, x: np.ndarray, datatype: str, out_bytes: int) -> Request:
+def system_shm(
+    model: str, region: str, x: np.ndarray, datatype: str, out_bytes: int, query: str = ""
+) -> Request:
     def ref(offset: int, nbytes: int) -> dict:
         return {
             "shared_memory_region": region,
@@ -107,7 +112,18 @@ def system_shm(model: str, region: str, x: np.ndarray, datatype: str, out_bytes:
         ],
         "outputs": [{"name": "output_0", "parameters": ref(x.nbytes, out_bytes)}],
     }
-    return Request(f"/v2/models/{model}/infer", json.dumps(body).encode())
+    return Request(f"/v2/models/{model}/infer{query}", json.dumps(body).encode())
+
+
+def native_requests(server) -> float:
+    """Requests the fronts' native paths have taken so far (etrt_front_native_requests_total)."""
+    with server.server.client() as client:
+        text = client.get("/metrics").text
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("etrt_front_native_requests_total")
+    )
 
 
 def main() -> None:
@@ -131,24 +147,29 @@ def main() -> None:
     fp32 = rng.standard_normal(FP32, dtype=np.float32)
     u8 = rng.integers(0, 256, UINT8, dtype=np.uint8)
     cases = args.cases.split(",")
-    rows = []
+    rows, costs = [], {}
     region = None
 
     def measure(label: str, request: Request, nbytes: int) -> None:
         wrk(server.url, request, args.connections, 1, scratch, threads=4)  # warm-up
-        before = server.cpu_s()
+        time.sleep(1.5)  # the fronts' counts reach the engine every half second
         sent_before = sum(server.front_requests().values())
+        native_before = native_requests(server)
+        before = server.cpu_s()
         load = wrk(server.url, request, args.connections, args.seconds, scratch, threads=4)
         after = server.cpu_s()
+        time.sleep(1.5)
         served = max(1, sum(server.front_requests().values()) - sent_before)
+        native = (native_requests(server) - native_before) / served
         fronts_us, user_us, sys_us, lanes_us, _ = (
             (b - a) / served * 1e6 for a, b in zip(before, after)
         )
         rows.append((label, load.rps))
+        costs[label] = fronts_us
         print(
             f"  {label:<34} {load}  {load.rps * nbytes / 1e9:.2f} GB/s;"
             f" CPU per request: fronts {fronts_us:.0f} us, engine thread {user_us + sys_us:.0f} us,"
-            f" lanes {lanes_us:.0f} us",
+            f" lanes {lanes_us:.0f} us; {native:.0%} native",
             flush=True,
         )
 
@@ -185,22 +206,29 @@ def main() -> None:
                     json={"key": f"/{name}", "offset": 0, "byte_size": 2 * fp32.nbytes},
                 )
                 assert registered.status_code == 200, registered.text
-            measure(
-                "FP32 system shm", system_shm("image", name, fp32, "FP32", fp32.nbytes), fp32.nbytes
-            )
+            for path, query in (("Python path", "?path=python"), ("native path", "")):
+                request = system_shm("image", name, fp32, "FP32", fp32.nbytes, query)
+                measure(f"FP32 system shm, {path}", request, fp32.nbytes)
             if "shms" in cases:  # a classifier-sized answer: executes short enough to run inline
-                request = system_shm("image_small", name, fp32, "FP32", 12)
-                measure("FP32 system shm, small answer", request, fp32.nbytes)
+                for path, query in (("Python path", "?path=python"), ("native path", "")):
+                    request = system_shm("image_small", name, fp32, "FP32", 12, query)
+                    measure(f"FP32 system shm, small answer, {path}", request, fp32.nbytes)
         if "grpc" in cases:
             load = grpc_load(server.server.grpc_url, "image", fp32, args.seconds, args.connections)
             print(
                 f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s", flush=True
             )
         found = dict(rows)
-        for kind in ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary"):
+        kinds = ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary", "FP32 system shm",
+                 "FP32 system shm, small answer")  # fmt: skip
+        for kind in kinds:
             native, python = found.get(f"{kind}, native path"), found.get(f"{kind}, Python path")
             if native and python:
-                print(f"  {kind}: native / Python path {native / python:.2f}x")
+                print(
+                    f"  {kind}: native / Python path {native / python:.2f}x req/s; fronts' CPU"
+                    f" per request {costs[f'{kind}, native path']:.0f} us native,"
+                    f" {costs[f'{kind}, Python path']:.0f} us Python"
+                )
     finally:
         server.stop()
         if region is not None:

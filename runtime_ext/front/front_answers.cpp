@@ -224,7 +224,18 @@ void write_answer(const AnswerPlan& plan, const std::vector<TensorSpec>& specs,
     append_string(body, info_of(spec.datatype).name);
     body.append(",\"shape\":");
     append_shape(body, output.shape);
-    if (plan.binary[output.index]) {
+    const AnsweredRegion& region = plan.regions[output.index];
+    if (region.in_region()) {  // service/shm/refs.py's answer_parameters
+      body.append(",\"parameters\":{\"shared_memory_region\":");
+      append_string(body, region.region);
+      body.append(",\"shared_memory_byte_size\":");
+      append_uint(body, nbytes);
+      if (region.offset != 0) {
+        body.append(",\"shared_memory_offset\":");
+        append_uint(body, region.offset);
+      }
+      body.append("}}");
+    } else if (plan.binary[output.index]) {
       body.append(",\"parameters\":{\"binary_data_size\":");
       append_uint(body, nbytes);
       body.append("}}");

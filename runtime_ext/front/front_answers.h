@@ -13,11 +13,19 @@
 
 namespace etrt_front {
 
-// An output to answer with: which of the method's, its shape, where its bytes are.
+// An output to answer with: which of the method's, its shape, where its bytes are (null: in
+// the client's region the request named for it).
 struct Output {
   uint32_t index = 0;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
+};
+
+// The region an output was asked into, answered with its name and offset and no data.
+struct AnsweredRegion {
+  std::string region;  // empty: not in a region
+  uint64_t offset = 0;
+  bool in_region() const { return !region.empty(); }
 };
 
 // What a taken request needs for its answer.
@@ -28,6 +36,8 @@ struct AnswerPlan {
   std::string id;
   // Per method output: whether it is sent as binary data (v2), when asked for.
   std::vector<bool> binary;
+  // Per method output: the region it is written into (v2; it wins over binary data).
+  std::vector<AnsweredRegion> regions;
   bool keep_alive = true;
 };
 

@@ -82,6 +82,36 @@ uint64_t output_room(const MethodEntry& method, int64_t rows) {
   return total;
 }
 
+// The request's shared memory references, or false where the Python path would not send them
+// in a lane request: a region name longer than the message holds (lane_frames.fits), or an
+// output in a region that is not a tensor of a protocol datatype (its answer is the Python
+// path's to write).
+bool region_refs(const GivenRequest& request, const MethodEntry& method,
+                 const std::array<const GivenInput*, kMaxInputs>& ordered,
+                 std::vector<ethost::lane::WireShmRef>& refs) {
+  auto add = [&](uint32_t tensor, bool output, const RegionRef& shm) {
+    if (shm.region.size() > 0xFFFF) return false;
+    refs.push_back({tensor, output, shm.offset, shm.byte_size, std::string(shm.region)});
+    return true;
+  };
+  for (size_t i = 0; i < method.inputs.size(); ++i) {
+    if (ordered[i]->shm.named() && !add(static_cast<uint32_t>(i), false, ordered[i]->shm)) {
+      return false;
+    }
+  }
+  for (const GivenOutput& output : request.outputs) {
+    if (!output.shm.named()) continue;
+    for (size_t o = 0; o < method.outputs.size(); ++o) {
+      const TensorSpec& spec = method.outputs[o];
+      if (spec.name != output.name) continue;
+      if (!spec.tensor || !spec.known || !add(static_cast<uint32_t>(o), true, output.shm)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 FrontLane::FrontLane(FrontConfig config, std::shared_ptr<Slots> slots, uint8_t* arena,
@@ -141,8 +171,13 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
       entry->max_batch > 0 && count > 0 && ordered[0]->ndim > 0 ? ordered[0]->dims[0] : -1;
   uint64_t inputs_size = 0;
   for (size_t i = 0; i < count; ++i) {
+    if (ordered[i]->shm.named()) continue;  // its bytes stay in the client's region
     inputs_size += align_up(ordered[i]->count * ordered[i]->datatype->size);
   }
+  // References as service/front/engine_requests.py's _lane_refs lists them: the inputs' in the
+  // method's order, then the outputs' in the order asked (the method's).
+  std::vector<ethost::lane::WireShmRef> refs;
+  if (!region_refs(request, *method, ordered, refs)) return Take::Declined;
   uint64_t capacity = std::min(output_room(*method, rows), slots_->size() / 4);
   if (align_up(inputs_size + capacity) > slots_->size()) return Take::Declined;
   // One arriving body holds its slot for as long as its client takes to send it: together they
@@ -163,6 +198,10 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   std::vector<BodyStream::Segment> segments;
   for (size_t i = 0; i < count; ++i) {
     const GivenInput& input = *ordered[i];
+    ethost::lane::WireInput& wire = message.inputs[i];
+    wire.ndim = static_cast<uint32_t>(input.ndim);
+    std::copy(input.dims.begin(), input.dims.begin() + input.ndim, wire.dims.begin());
+    if (input.shm.named()) continue;         // offset 0: named by its reference
     if (!whole && input.bytes != nullptr) {  // its bytes go in as they arrive
       segments.push_back({static_cast<uint64_t>(input.bytes - request.payload),
                           input.count * input.datatype->size, at});
@@ -170,12 +209,10 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
       slots_->free(*slot);
       return Take::Declined;
     }
-    ethost::lane::WireInput& wire = message.inputs[i];
     wire.offset = at;
-    wire.ndim = static_cast<uint32_t>(input.ndim);
-    std::copy(input.dims.begin(), input.dims.begin() + input.ndim, wire.dims.begin());
     at += align_up(input.count * input.datatype->size);
   }
+  message.refs = std::move(refs);
   message.request_id = next_id_++;
   Pending pending;
   AnswerPlan& plan = pending.plan;
@@ -187,9 +224,12 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   plan.id = request.id;
   plan.keep_alive = head.keep_alive;
   plan.binary.assign(method->outputs.size(), false);
-  for (const auto& [name, flag] : request.outputs) {
+  plan.regions.assign(method->outputs.size(), {});
+  for (const GivenOutput& output : request.outputs) {
     for (size_t o = 0; o < method->outputs.size(); ++o) {
-      if (method->outputs[o].name == name) plan.binary[o] = flag == 1;
+      if (method->outputs[o].name != output.name) continue;
+      plan.binary[o] = output.binary == 1;
+      if (output.shm.named()) plan.regions[o] = {std::string(output.shm.region), output.shm.offset};
     }
   }
   pending.table = std::move(table);
@@ -229,8 +269,12 @@ FrontLane::Fill FrontLane::fill(uint64_t id, const char* data, size_t size, size
 bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
                        std::string_view default_headers, std::string& out, int fd) {
   if (pending.stream != nullptr) return false;  // no message was sent for it yet
+  // An output is in a region exactly where the request put it in one.
   for (const Output& output : outputs) {
-    if (output.index >= pending.method->outputs.size()) return false;
+    if (output.index >= pending.method->outputs.size() ||
+        (output.data == nullptr) != pending.plan.regions[output.index].in_region()) {
+      return false;
+    }
   }
   AnswerBytes answer;
   write_answer(pending.plan, pending.method->outputs, outputs, default_headers, answer);
@@ -276,6 +320,7 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
     for (int64_t d : output.shape) {
       if (d < 0 || __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes)) return false;
     }
+    if (offset == ethost::lane::kInRegion) continue;  // data null: written into its region
     if (offset > slots_->size() || nbytes > slots_->size() - offset) return false;
     output.data = arena_ + offset;
   }

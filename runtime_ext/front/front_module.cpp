@@ -187,7 +187,9 @@ NB_MODULE(etrt_front, m) {
               Output output;
               output.index = nb::cast<uint32_t>(fields[0]);
               output.shape = nb::cast<std::vector<int64_t>>(fields[1]);
-              if (nb::isinstance<nb::bytes>(fields[2])) {
+              if (fields[2].is_none()) {
+                output.data = nullptr;  // written into the client's region
+              } else if (nb::isinstance<nb::bytes>(fields[2])) {
                 keep.push_back(nb::cast<nb::bytes>(fields[2]));
                 output.data = reinterpret_cast<const uint8_t*>(keep.back().c_str());
               } else {
@@ -203,7 +205,8 @@ NB_MODULE(etrt_front, m) {
             return nb::make_tuple(as_bytes(out), keep_alive);
           },
           "id"_a, "version"_a, "outputs"_a, "default_headers"_a, "fd"_a = -1,
-          "From outputs the engine's Python placed: (index, shape, address or bytes) each.")
+          "From outputs the engine's Python placed: (index, shape, address or bytes, or None for "
+          "one written into its shared memory region) each.")
       .def(
           "release",
           [](FrontLane& self, uint64_t id) -> nb::object {

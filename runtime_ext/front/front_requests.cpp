@@ -2,16 +2,11 @@
 
 #include "json_reader.h"
 
-#include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace etrt_front {
 namespace {
-
-// Integers a double holds exactly: beyond them, converting to a float type could round twice.
-constexpr int64_t kExactInDouble = int64_t{1} << 53;
 
 // Keys of one object, to refuse a repeated one (orjson keeps the last; the Python path decides).
 class Keys {
@@ -132,21 +127,59 @@ bool native_input(JsonReader& reader, GivenInput& input) {
   return !reader.failed() && seen.complete() && seen.data && fits_its_data(input);
 }
 
-// An input's v2 "parameters": only binary_data_size (anything else is the Python path's).
-bool v2_input_parameters(JsonReader& reader, int64_t& binary_size) {
+// The shared memory parameters of a tensor's v2 "parameters", as service/shm/refs.py's parse
+// reads them: a non-empty region name, non-negative integer byte size and offset. Other: any
+// other key, for the caller.
+struct RegionFields {
+  bool region = false, byte_size = false, offset = false;
+  RegionRef ref;
+
+  // The reference they make (none when no key was given); false where parse refuses them: a
+  // region and its byte size are both needed.
+  bool reference(RegionRef& out) const {
+    if (!region && !byte_size && !offset) return true;
+    if (!region || !byte_size) return false;
+    out = ref;
+    return true;
+  }
+};
+
+Field region_field(JsonReader& reader, std::string_view key, RegionFields& seen) {
+  if (key == "shared_memory_region") {
+    seen.region = reader.string(seen.ref.region) && seen.ref.region.size() > 0;
+    return seen.region ? Field::Read : Field::Bad;
+  }
+  bool is_size = key == "shared_memory_byte_size";
+  if (!is_size && key != "shared_memory_offset") return Field::Other;
+  JsonNumber number;
+  if (!reader.number(number) || !number.is_integer || number.integer < 0) return Field::Bad;
+  (is_size ? seen.byte_size : seen.offset) = true;
+  (is_size ? seen.ref.byte_size : seen.ref.offset) = static_cast<uint64_t>(number.integer);
+  return Field::Read;
+}
+
+// An input's v2 "parameters": binary_data_size and shared memory (any other is the Python
+// path's).
+bool v2_input_parameters(JsonReader& reader, int64_t& binary_size, RegionRef& shm) {
   if (reader.peek() == JsonReader::Kind::Null) return reader.null();
   if (!reader.begin_object()) return false;
+  Keys keys;
+  RegionFields region;
   bool first = true;
   std::string_view key;
   while (reader.next_key(first, key)) {
+    if (!keys.first_time(key)) return false;
+    Field field = region_field(reader, key, region);
+    if (field == Field::Bad) return false;
+    if (field == Field::Read) continue;
     JsonNumber number;
-    if (key != "binary_data_size" || binary_size >= 0 || !reader.number(number) ||
-        !number.is_integer || number.integer < 0) {
+    if (key != "binary_data_size" || !reader.number(number) || !number.is_integer ||
+        number.integer < 0) {
       return false;
     }
     binary_size = number.integer;
   }
-  return !reader.failed();
+  return !reader.failed() && region.reference(shm);
 }
 
 bool v2_input(JsonReader& reader, GivenInput& input, int64_t& binary_size) {
@@ -165,26 +198,25 @@ bool v2_input(JsonReader& reader, GivenInput& input, int64_t& binary_size) {
       if (!reader.string(input.name) || input.name.empty()) return false;
       input.named = true;
     } else if (key == "parameters") {
-      if (!v2_input_parameters(reader, binary_size)) return false;
+      if (!v2_input_parameters(reader, binary_size, input.shm)) return false;
     } else if (!reader.skip()) {
       return false;
     }
   }
-  // Binary or JSON data, never both nor neither.
-  return !reader.failed() && input.named && seen.complete() && (seen.data != (binary_size >= 0)) &&
-         fits_its_data(input);
+  // In a region, or binary or JSON data: one of them only.
+  int ways = (input.shm.named() ? 1 : 0) + (seen.data ? 1 : 0) + (binary_size >= 0 ? 1 : 0);
+  return !reader.failed() && input.named && seen.complete() && ways == 1 && fits_its_data(input);
 }
 
-bool v2_output(JsonReader& reader, std::pair<std::string_view, int8_t>& output) {
+bool v2_output(JsonReader& reader, GivenOutput& output) {
   if (!reader.begin_object()) return false;
   Keys keys;
   bool first = true, named = false;
   std::string_view key;
-  output.second = -1;
   while (reader.next_key(first, key)) {
     if (!keys.first_time(key)) return false;
     if (key == "name") {
-      if (!reader.string(output.first)) return false;
+      if (!reader.string(output.name)) return false;
       named = true;
     } else if (key == "parameters") {
       if (reader.peek() == JsonReader::Kind::Null) {
@@ -192,14 +224,20 @@ bool v2_output(JsonReader& reader, std::pair<std::string_view, int8_t>& output) 
         continue;
       }
       if (!reader.begin_object()) return false;
+      Keys inner;
+      RegionFields region;
       bool inner_first = true;
       std::string_view name;
       while (reader.next_key(inner_first, name)) {
+        if (!inner.first_time(name)) return false;
+        Field field = region_field(reader, name, region);
+        if (field == Field::Bad) return false;
+        if (field == Field::Read) continue;
         bool flag;
-        if (name != "binary_data" || output.second >= 0 || !reader.boolean(flag)) return false;
-        output.second = flag ? 1 : 0;
+        if (name != "binary_data" || !reader.boolean(flag)) return false;
+        output.binary = flag ? 1 : 0;
       }
-      if (reader.failed()) return false;
+      if (reader.failed() || !region.reference(output.shm)) return false;
     } else if (!reader.skip()) {
       return false;
     }
@@ -223,29 +261,6 @@ uint64_t digits_value(std::string_view text, bool& ok) {
     value = value * 10 + static_cast<uint64_t>(c - '0');
   }
   return value;
-}
-
-bool exact_in_double(int64_t value) {
-  return -kExactInDouble <= value && value <= kExactInDouble;
-}
-
-template <typename T>
-void store(uint8_t* into, size_t index, T value) {
-  std::memcpy(into + index * sizeof(T), &value, sizeof(T));
-}
-
-template <typename T>
-bool integer_into(const JsonNumber& number, uint8_t* into, size_t index) {
-  if (!number.is_integer) return false;  // 2.0 for an integer type: the Python path checks it
-  using Limits = std::numeric_limits<T>;
-  if (number.integer < static_cast<int64_t>(Limits::min())) return false;
-  if (std::is_same_v<T, uint64_t>) {
-    if (number.integer < 0) return false;
-  } else if (number.integer > static_cast<int64_t>(Limits::max())) {
-    return false;
-  }
-  store<T>(into, index, static_cast<T>(number.integer));
-  return true;
 }
 
 }  // namespace
@@ -340,18 +355,25 @@ bool read_v2(const char* body, size_t size, const std::string_view* binary_heade
     }
   }
   if (reader.failed() || !reader.at_end() || !has_inputs) return false;
-  // Binary inputs take the payload in the header's order, every byte of it.
+  // Binary inputs take the payload in the header's order, every byte of it. An input in a region
+  // takes exactly its tensor's bytes there: any other byte size the engine's Python words
+  // (service/front/engine_requests.py's _lane_refs sends it so).
   const uint8_t* payload = reinterpret_cast<const uint8_t*>(body) + json_size;
   request.payload = payload;
   bool whole = request.available >= size;
   uint64_t left = size - json_size, at = 0;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     GivenInput& input = request.inputs[i];
+    uint64_t size_of = input.datatype->size;
+    if (input.shm.named()) {
+      // Divided, not multiplied: count x size may not fit in 64 bits ([2^30, 2^30, 4] FP32).
+      uint64_t nbytes = input.shm.byte_size;
+      if (nbytes % size_of != 0 || nbytes / size_of != input.count) return false;
+      continue;
+    }
     if (binary_sizes[i] < 0) continue;
     if (binary_header == nullptr) return false;
     uint64_t nbytes = static_cast<uint64_t>(binary_sizes[i]);
-    // Divided, not multiplied: count x size may not fit in 64 bits ([2^30, 2^30, 4] FP32).
-    uint64_t size_of = input.datatype->size;
     if (nbytes > left - at || nbytes % size_of != 0 || nbytes / size_of != input.count) {
       return false;
     }
@@ -415,63 +437,13 @@ bool output_mask(const GivenRequest& request, const MethodEntry& method, uint64_
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     size_t index = count;
     for (size_t o = 0; o < count; ++o) {
-      if (method.outputs[o].name == request.outputs[i].first) index = o;
+      if (method.outputs[o].name == request.outputs[i].name) index = o;
     }
     if (index == count || (i > 0 && index <= last)) return false;
     mask |= uint64_t{1} << index;
     last = index;
   }
   return mask != 0;
-}
-
-bool write_values(const GivenInput& input, uint8_t* into) {
-  if (input.bytes != nullptr) {
-    std::memcpy(into, input.bytes, input.count * input.datatype->size);
-    return true;
-  }
-  JsonReader reader(input.data_begin, input.data_end);
-  if (!reader.begin_array()) return false;
-  bool first = true;
-  uint64_t index = 0;
-  Datatype type = input.datatype->type;
-  while (reader.next_element(first)) {
-    if (index == input.count) return false;
-    if (type == Datatype::Bool) {
-      bool flag;
-      if (!reader.boolean(flag)) return false;
-      into[index++] = flag ? 1 : 0;
-      continue;
-    }
-    JsonNumber number;
-    if (reader.peek() != JsonReader::Kind::Number || !reader.number(number)) return false;
-    bool ok = true;
-    switch (type) {
-      case Datatype::F32:
-        if ((number.is_integer && !exact_in_double(number.integer)) ||
-            std::fabs(number.value) > FLT_MAX) {
-          return false;
-        }
-        store<float>(into, index, static_cast<float>(number.value));
-        break;
-      case Datatype::F64:
-        if (number.is_integer && !exact_in_double(number.integer)) return false;
-        store<double>(into, index, number.value);
-        break;
-      case Datatype::I8: ok = integer_into<int8_t>(number, into, index); break;
-      case Datatype::I16: ok = integer_into<int16_t>(number, into, index); break;
-      case Datatype::I32: ok = integer_into<int32_t>(number, into, index); break;
-      case Datatype::I64: ok = integer_into<int64_t>(number, into, index); break;
-      case Datatype::U8: ok = integer_into<uint8_t>(number, into, index); break;
-      case Datatype::U16: ok = integer_into<uint16_t>(number, into, index); break;
-      case Datatype::U32: ok = integer_into<uint32_t>(number, into, index); break;
-      case Datatype::U64: ok = integer_into<uint64_t>(number, into, index); break;
-      default:  // FP16 and BF16 round as numpy does: the Python path's
-        return false;
-    }
-    if (!ok) return false;
-    ++index;
-  }
-  return !reader.failed() && index == input.count && reader.at_end();
 }
 
 }  // namespace etrt_front

@@ -8,6 +8,7 @@
 #include "wire.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -37,7 +38,16 @@ void check_message(const FrontLane::Taken& taken) {
           "its room lies in the arena");
   const MethodEntry* method = method_of(lane.route);
   require(method != nullptr && lane.input_count == method->inputs.size(), "a route's inputs");
-  uint64_t end = lane.inputs[0].offset;
+  // Inputs in clients' regions: named once each by a reference, their byte size theirs.
+  std::array<const ethost::lane::WireShmRef*, kMaxInputs> in_region{};
+  for (const ethost::lane::WireShmRef& ref : lane.refs) {
+    require(ref.output ? ref.tensor < method->outputs.size() && (lane.outputs >> ref.tensor & 1)
+                       : ref.tensor < lane.input_count && in_region[ref.tensor] == nullptr,
+            "a reference names a tensor of the request");
+    if (!ref.output) in_region[ref.tensor] = &ref;
+  }
+  uint64_t end = 0;
+  bool first = true;
   for (size_t i = 0; i < lane.input_count; ++i) {
     const ethost::lane::WireInput& input = lane.inputs[i];
     uint64_t nbytes = info_of(method->inputs[i].datatype).size;
@@ -46,6 +56,12 @@ void check_message(const FrontLane::Taken& taken) {
       require(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(input.dims[d]), &nbytes),
               "an input's byte count fits in 64 bits");
     }
+    if (in_region[i] != nullptr) {
+      require(input.offset == 0 && in_region[i]->byte_size == nbytes, "an input in its region");
+      continue;
+    }
+    if (first) end = input.offset;
+    first = false;
     require(input.offset >= end && input.offset <= lane.room_offset &&
                 nbytes <= lane.room_offset - input.offset,
             "its inputs lie one after another before its room");

@@ -60,7 +60,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     require(input.datatype != nullptr && input.ndim <= kMaxDims, "a taken input is typed");
     uint64_t nbytes;
     require(byte_count(input, nbytes), "a taken input's byte count fits in 64 bits");
-    if (input.bytes != nullptr) {
+    if (input.shm.named()) {
+      require(
+          input.bytes == nullptr && input.data_begin == nullptr && input.shm.byte_size == nbytes,
+          "an input in a region has its bytes there, its byte size theirs");
+    } else if (input.bytes != nullptr) {
       const char* at = reinterpret_cast<const char*>(input.bytes);
       require(at >= begin && nbytes <= static_cast<uint64_t>(end - at), "binary data in the body");
     } else {
@@ -80,6 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     for (size_t i = 0; i < method->inputs.size(); ++i) {
       uint64_t nbytes;
       byte_count(*ordered[i], nbytes);
+      if (ordered[i]->shm.named()) continue;                 // no values to write
       if (nbytes > (uint64_t{1} << 24)) continue;            // the front's slot would refuse it
       std::unique_ptr<uint8_t[]> into(new uint8_t[nbytes]);  // never null, even for 0 bytes
       write_values(*ordered[i], into.get());

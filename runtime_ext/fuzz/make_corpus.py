@@ -115,6 +115,28 @@ WRAPPING_JSON = compact(
 )
 
 
+def region(name: str, nbytes: int, offset: int = 0) -> dict:
+    """A tensor's parameters naming a shared memory region (tritonclient's set_shared_memory)."""
+    parameters = {"shared_memory_region": name, "shared_memory_byte_size": nbytes}
+    if offset:
+        parameters["shared_memory_offset"] = offset
+    return parameters
+
+
+# A v2 request whose input and one output lie in shared memory regions (tiny: [1, 8] FP32).
+SHM = compact(
+    {
+        "inputs": [
+            {"name": "input_0", "shape": [1, 8], "datatype": "FP32", "parameters": region("in", 32)}
+        ],
+        "outputs": [
+            {"name": "output_0", "parameters": region("out", 32, 256)},
+            {"name": "output_1"},
+        ],
+    }
+)
+
+
 def head_seeds() -> dict[str, bytes]:
     native = native_body("tiny", "FP32", [1, 8])
     seeds = {
@@ -198,6 +220,18 @@ def body_seeds() -> dict[str, bytes]:
     seeds["binary-header-too-long"] = binary + str(len(body) + 1).encode() + b"\n" + body
     seeds["regress-wrapping-byte-count"] = binary + str(len(WRAPPING)).encode() + b"\n" + WRAPPING
     seeds["regress-wrapping-json-count"] = v2 + WRAPPING_JSON
+    seeds["v2-shm"] = v2 + SHM
+    seeds["v2-shm-wrong-size"] = v2 + SHM.replace(
+        b'"in","shared_memory_byte_size":32', b'"in","shared_memory_byte_size":31'
+    )
+    header, body = v2_binary([("a", "INT32", [4])])
+    mixed = compact(
+        {"inputs": [json.loads(header)["inputs"][0],
+                    {"name": "b", "shape": [4], "datatype": "BOOL", "parameters": region("b", 4)}]}
+    )  # fmt: skip
+    seeds["binary-shm-mixed"] = (
+        binary + str(len(mixed)).encode() + b"\n" + mixed + body[len(header) :]
+    )
     return seeds
 
 
@@ -245,6 +279,7 @@ def take_seeds() -> dict[str, bytes]:
         "/v2/models/wide/infer", WRAPPING, f"inference-header-content-length: {len(WRAPPING)}"
     )
     seeds["regress-wrapping-json-count"] = http("/v2/models/wide/infer", WRAPPING_JSON)
+    seeds["v2-shm"] = http("/v2/models/tiny/infer", SHM)
     return seeds
 
 
@@ -290,6 +325,8 @@ def answer_seeds() -> dict[str, bytes]:
         "regress-wrapping-answer-size": b"\x00" + answer([(0, room, [1 << 62, 1])]),
         # A 0-dim output: its shape was copied with memcpy(nullptr, ..., 0).
         "regress-zero-dim-output": b"\x04" + answer([(1, room, [])]),
+        # Written into a region the request did not name for it.
+        "in-region-unasked": b"\x01" + answer([(0, (1 << 64) - 1, [1, 8]), (1, room, [1])]),
     }
     return seeds
 

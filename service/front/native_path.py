@@ -10,11 +10,14 @@ the HTTP answer there too. Python's part is sending the message and writing the 
 binary body (up to STREAMED_BODY) may be taken before it has arrived whole, once its head and
 JSON header have: its tensors' bytes then go from each chunk the connection receives straight
 into their arena slot (fill()), without uvicorn's parser or the codecs, and the message is sent
-when the last byte is in. What the native path declines (anything it does not read exactly as
-the Python path would accept: errors, parameters, shared memory, tokens that do not check,
-non-finite JSON values, a table older than the engine's) goes to uvicorn's parser as it came,
-so every error answer is made where it always was. An error the engine answers for a request
-taken here is written from the protocol's own error response.
+when the last byte is in. A v2 request whose tensors name clients' shared memory regions goes as
+the lane message with the references the Python path sends (engine_requests._lane_refs), and an
+output written into a region is answered with its region's parameters. What the native path
+declines (anything it does not read exactly as the Python path would accept: errors, request
+parameters, tokens that do not check, non-finite JSON values, a table older than the engine's)
+goes to uvicorn's parser as it came, so every error answer is made where it always was. An
+error the engine answers for a request taken here is written from the protocol's own error
+response.
 
 A full queue on record (the front's gate, service/dataplane/scheduling/gate.py) is asked about
 each request read here before its message is sent, and its refusal answered here too: under a
@@ -201,10 +204,13 @@ class NativePath:
             placed = []
             for name, _, shape, offset, inline in outputs:
                 index = native.output_index(request_id, name)
-                if index < 0 or offset == -1:
+                if index < 0:
                     placed = None
                     break
-                placed.append((index, list(shape), inline or region.address + offset))
+                if offset == -1:  # written into the client's shared memory region
+                    placed.append((index, list(shape), None))
+                else:
+                    placed.append((index, list(shape), inline or region.address + offset))
             if placed is not None:
                 written = native.answer(request_id, version, placed, headers, fd)
                 if written is not None:

@@ -141,6 +141,48 @@ def _tensor(spec, rng: random.Random, odd: bool) -> tuple[dict, bytes | None, li
     return fields, _binary_bytes(spec.datatype, count, rng) if count <= 4096 else b"", data
 
 
+_REGIONS = ["r0", "images-in", "a/b.c", "x" * 40, "with space", "\u00e9", 'q"', "\\"]
+_REGION_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+
+
+def region(nbytes: int, rng: random.Random, odd: bool) -> tuple[dict, str]:
+    """(parameters naming a shared memory region for a tensor of `nbytes` bytes, label):
+    tritonclient's set_shared_memory, written in several ways; `odd`: sometimes changed so that
+    the Python path refuses it, or sends it to the engine's Python to refuse."""
+    parameters = {"shared_memory_region": rng.choice(_REGIONS[:5]) if rng.random() < 0.9 else
+                  rng.choice(_REGIONS), "shared_memory_byte_size": nbytes}  # fmt: skip
+    if rng.random() < 0.4:
+        parameters["shared_memory_offset"] = rng.choice([0, 16, 256, 4096, 2**40])
+    keys = list(parameters)
+    rng.shuffle(keys)
+    parameters = {k: parameters[k] for k in keys}
+    if not odd:
+        return parameters, ""
+    key = rng.choice(_REGION_KEYS)
+    match rng.randrange(9):
+        case 0:
+            parameters["shared_memory_byte_size"] = nbytes + rng.choice([-1, 1, 2, 8, -(2**62)])
+        case 1:
+            parameters.pop(key, None)
+        case 2:
+            parameters[key] = rng.choice(["", None, 3, -1, 1.0, Raw("1e2"), "r0", [], True,
+                                          Raw("-0"), 2**64, Raw("16.0")])  # fmt: skip
+        case 3:
+            parameters[rng.choice(["binary_data", "x", "classification", "shared_memory"])] = 1
+        case 4:
+            parameters["binary_data_size"] = nbytes
+        case 5:
+            parameters = {k: parameters[k] for k in parameters if k == key}
+        case 6:
+            parameters["binary_data"] = rng.random() < 0.5
+        case 7:
+            parameters["shared_memory_region"] = "r" * rng.choice([255, 4096])
+        case _:
+            parameters = {**parameters, key: parameters.get(key, 0)}
+            return parameters, "region parameters repeated"
+    return parameters, "region parameters changed"
+
+
 def _mutate_input(item: dict, rng: random.Random) -> str:
     match rng.randrange(12):
         case 0:
@@ -185,7 +227,14 @@ def _inputs(specs, rng: random.Random, protocol: str, odd: bool):
         elif rng.random() < 0.1:
             item["name"] = None
         item.update(fields)
-        if protocol == "binary" and rng.random() < 0.9:
+        if protocol != "native" and rng.random() < 0.2:  # in a shared memory region
+            nbytes = int(np.prod(fields["shape"])) * carrier_of(spec.datatype).itemsize
+            item["parameters"], changed = region(nbytes, rng, odd and rng.random() < 0.3)
+            label = label or changed
+            if odd and rng.random() < 0.05:
+                item["data"] = data  # and data too
+                label = label or "region and data"
+        elif protocol == "binary" and rng.random() < 0.9:
             size = len(raw)
             if odd and rng.random() < 0.3:
                 size += rng.choice([-1, 1, 4, -(2**62)])
@@ -220,6 +269,9 @@ def _outputs(specs, rng: random.Random, odd: bool) -> list | None:
             item["parameters"] = {"binary_data": flag < 0.25}
         elif flag < 0.5:
             item["parameters"] = None if flag < 0.45 else {}
+        if rng.random() < 0.2:  # into a shared memory region (its byte size is the engine's)
+            parameters, _ = region(rng.choice([0, 4, 64, 1 << 20]), rng, odd and rng.random() < 0.5)
+            item["parameters"] = {**(item.get("parameters") or {}), **parameters}
         found.append(item)
     if odd:
         match rng.randrange(5):

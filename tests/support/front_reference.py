@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import urllib.parse
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import httptools
 import numpy as np
@@ -22,11 +23,13 @@ from service import auth
 from service.dataplane.signature import bind_inputs, select_outputs
 from service.dataplane.types import InferResponse, MethodSignature, Tensor, TensorSpec
 from service.errors import ServiceError
+from service.front.engine_requests import _lane_plan, _lane_refs
 from service.front.protocols import json_tensors
 from service.front.protocols.fast_routes import FastRoute, FastRoutes
 from service.front.protocols.native import infer_body
 from service.front.protocols.v2_rest import binary, codec
 from service.front.protocols.v2_rest import routes as v2_routes
+from service.shared import lane_frames
 
 # The date and server lines uvicorn writes (http_transport.py passes its list on).
 HEADERS = b"date: Thu, 03 Dec 2026 00:00:00 GMT\r\nserver: uvicorn\r\n"
@@ -133,11 +136,12 @@ class Taken:
     model: str  # as the request names it
     method: str
     route: int
-    arrays: list[np.ndarray]  # in the method's input order
+    arrays: list[np.ndarray]  # in the method's input order (an input in a region: no bytes)
     outputs: list[int]  # method output indices, in the order answered
     keep_alive: bool
     parsed: codec.ParsedRequest | None = None  # v2
     headers: list = field(default_factory=list)
+    refs: list = field(default_factory=list)  # shared memory references, as lane_frames.request
 
 
 class _Message:
@@ -255,15 +259,37 @@ def _v2(body: bytes, params: dict, limits: Limits, headers: list, keep_alive: bo
         raise Refused("JSON header too large")
     parsed = codec.parse_header(body if payload is None else bytes(header))
     request = codec.to_request(params["model"], params.get("version"), parsed, payload)
-    if request.shared_memory:
-        raise Refused("shared memory")
     found = _signature(entry, request.method)
-    arrays = [np.array(a) for a in bind_inputs(request.inputs, found.signature)]
-    outputs = select_outputs(found.signature, request.outputs)
+    signature = found.signature
+    bound = bind_inputs(request.inputs, signature)
+    outputs = select_outputs(signature, request.outputs)
+    shared = request.shared_memory
+    arrays = [a if shared and s.name in shared.inputs else np.array(a)
+              for s, a in zip(signature.inputs, bound)]  # fmt: skip
+    refs = _refs(entry, request, signature, outputs, bound) if shared else []
     return Taken(
         "v2", entry, params["model"], request.method, found.route, arrays, outputs, keep_alive,
-        parsed, headers,
+        parsed, headers, refs,
     )  # fmt: skip
+
+
+def _refs(entry: Entry, request, signature, asked: list[int], bound: list) -> list:
+    """The request's shared memory references as the front sends them in its lane message
+    (engine_requests._dispatch); Refused when it would send them otherwise (to the engine's
+    Python, which words what is wrong with them)."""
+    routes = SimpleNamespace(routes={request.method: 0}, version=entry.version)
+    lane = _lane_plan(routes, request, signature, asked)
+    shared = request.shared_memory
+    placed = []
+    for spec, array in zip(signature.inputs, bound):
+        ref = shared.inputs.get(spec.name)
+        where = 0 if ref is None else (ref.region, ref.byte_size, ref.offset)
+        placed.append((spec.name, spec.datatype, tuple(array.shape), where))
+    refs = None if lane is None else _lane_refs(shared, placed, lane)
+    inputs = [(0, p[2]) for p in placed]
+    if refs is None or not lane_frames.fits(inputs, len(signature.outputs), refs):
+        raise Refused("its shared memory references are the engine's Python's to judge")
+    return refs
 
 
 def python_answer(taken: Taken, outputs: list[np.ndarray]) -> bytes:

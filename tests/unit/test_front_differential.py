@@ -72,8 +72,11 @@ def _lanes(arena: Arena, control: np.ndarray) -> dict:
 
 def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
     """How the lane message differs from what the Python path would send (nothing: [])."""
-    route, _, generation, _, _, mask, inputs, _ = lane_frames.read_request(message)
+    route, _, generation, _, _, mask, inputs, refs = lane_frames.read_request(message)
     found = []
+    if refs != taken.refs:
+        found.append(f"shared memory references {refs}, python {taken.refs}")
+    in_region = {tensor for tensor, output, *_ in taken.refs if not output}
     if (route, generation) != (taken.route, GENERATION):
         found.append(f"route {route} generation {generation}, python route {taken.route}")
     if mask != sum(1 << i for i in set(taken.outputs)) or len(set(taken.outputs)) != len(
@@ -86,6 +89,9 @@ def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
     for i, ((offset, shape), array, spec) in enumerate(zip(inputs, taken.arrays, specs)):
         if tuple(shape) != array.shape or array.dtype != carrier_of(spec.datatype):
             found.append(f"input {i}: shape {shape}, python {array.shape} {array.dtype}")
+        elif i in in_region:
+            if offset != 0:
+                found.append(f"input {i} in a region: offset {offset} in the arena")
         elif bytes(arena.region.view(offset, array.nbytes)) != array.tobytes():
             found.append(f"input {i}: bytes differ")
     return found
@@ -98,10 +104,17 @@ def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
     base = arena.region.address
     specs = taken.entry.methods[taken.method].signature.outputs
     arrays, placed, by_python, at = [], [], [], room
+    in_region = {tensor for tensor, output, *_ in taken.refs if output}
     for index in taken.outputs:
         spec = specs[index]
         shape = [rng.randint(0, min(bound, 4)) if spec.dynamic else bound for bound in spec.shape]
         array = answer_array(spec.datatype, shape, rng)
+        if index in in_region:  # the engine wrote it into the client's region
+            arrays.append(array)
+            placed.append(_OUTPUT.pack(index, len(shape), lane_frames.IN_REGION))
+            placed[-1] += struct.pack(f"<{len(shape)}q", *shape)
+            by_python.append((index, shape, None))
+            continue
         if at + array.nbytes > room + size:
             native.release(request_id)
             return [], None  # a room the engine would not fill so (the lane declines it)
@@ -186,7 +199,7 @@ def test_what_the_native_path_takes_the_python_path_takes_and_answers_alike():
     arena = Arena(16 << 20)
     control = np.array([GENERATION, 1, 1], np.uint64)  # generation, ready, serving
     lanes = _lanes(arena, control)
-    started, taken_count, streamed, failures = time.monotonic(), 0, 0, []
+    started, taken_count, streamed, in_regions, failures = time.monotonic(), 0, 0, 0, []
     for number in range(cases):
         token = TOKEN if rng.random() < 0.2 else None
         raw, label = case(rng, token)
@@ -203,6 +216,7 @@ def test_what_the_native_path_takes_the_python_path_takes_and_answers_alike():
             native.release(request_id)
             failures.append((number, label, f"the Python path refuses it: {exc}", raw))
             continue
+        in_regions += bool(taken.refs)
         problems = _same_request(arena, message, taken)
         if problems:
             native.release(request_id)
@@ -211,8 +225,9 @@ def test_what_the_native_path_takes_the_python_path_takes_and_answers_alike():
         if problems:
             failures.append((number, label, "; ".join(problems), raw))
     elapsed = time.monotonic() - started
-    print(f"{cases} cases, {taken_count} taken natively ({streamed} as their bodies arrived), "
-          f"{len(failures)} disagreements, {elapsed:.1f} s")  # fmt: skip
+    print(f"{cases} cases, {taken_count} taken natively ({streamed} as their bodies arrived, "
+          f"{in_regions} with tensors in shared memory regions), {len(failures)} disagreements, "
+          f"{elapsed:.1f} s")  # fmt: skip
     report = "\n".join(
         f"case {n} [{label}]: {why}\n  {raw[:600]!r}" for n, label, why, raw in failures[:8]
     )
@@ -221,6 +236,7 @@ def test_what_the_native_path_takes_the_python_path_takes_and_answers_alike():
     # Not a test that cannot fail: a fair share of requests must reach the comparison.
     assert taken_count >= cases // 4, (taken_count, cases)
     assert streamed >= cases // 80, (streamed, cases)
+    assert in_regions >= cases // 40, (in_regions, cases)
 
 
 def _one(raw: bytes) -> bytes:
