@@ -34,12 +34,7 @@ class MemoryReadings:
     most once per MEMORY_FRESH_S for one model table (`generation`): a measure costs the engine
     milliseconds of Python holding the GIL its executes' threads and event loop need, and
     scrapes every few milliseconds (a dashboard, probes) would spend a core on it under load.
-
-    A scrape never waits for a measure of a table it has gauges for: one older than
-    MEMORY_FRESH_S is answered as it is while the next is taken behind it (under a flood the
-    measure's thread waits for cores, and a scrape waiting for it took 80 ms at p99 on two
-    cores, issue 34). Only the first scrape of a new table waits, so a model just deployed or
-    removed is never reported with the memory of the table before it."""
+    Scrapes that arrive while one is measured wait for that one."""
 
     def __init__(self, measure: Callable[[], list]):
         self._measure = measure
@@ -48,18 +43,12 @@ class MemoryReadings:
 
     async def current(self, generation: int) -> list:
         taken = self._taken
-        if taken and taken[0] == generation:
-            if time.monotonic() - taken[1] >= MEMORY_FRESH_S:
-                self._start(generation)
+        if taken and taken[0] == generation and time.monotonic() - taken[1] < MEMORY_FRESH_S:
             return taken[2]
-        return await asyncio.shield(self._start(generation))
-
-    def _start(self, generation: int) -> asyncio.Future:
-        """The measure of `generation` under way, started if none is."""
         running = self._running
         if running is None or running[0] != generation or running[1].done():
             running = self._running = (generation, asyncio.ensure_future(self._take(generation)))
-        return running[1]
+        return await asyncio.shield(running[1])
 
     async def _take(self, generation: int) -> list:
         gauges = await asyncio.to_thread(self._measure)

@@ -189,39 +189,3 @@ def test_the_docs_table_lists_every_metric_family_the_code_names():
     rows = re.findall(r"^\| (`[a-z_]+`(?:, `[a-z_]+`)*) \|", page, re.M)
     documented = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row)}
     assert documented == named
-
-
-def test_memory_gauges_past_their_freshness_are_answered_at_once_and_measured_behind():
-    """A scrape never waits behind a memory measure of a table it has gauges for (issue 34:
-    under a flood the measure's thread waits for cores); the first scrape of a new table does."""
-    import asyncio
-    import threading
-
-    release = threading.Event()
-    measured = []
-
-    def measure():
-        release.wait(5)
-        measured.append(len(measured))
-        return [len(measured)]
-
-    async def scenario():
-        readings = metrics.MemoryReadings(measure)
-        release.set()
-        assert await readings.current(1) == [1]  # nothing yet for table 1: waited for
-        release.clear()
-        generation, when, gauges = readings._taken
-        readings._taken = (generation, when - metrics.MEMORY_FRESH_S - 0.01, gauges)  # aged
-        # stale, and its measure blocked: answered from the last one, at once
-        assert await asyncio.wait_for(readings.current(1), 0.5) == [1]
-        assert await asyncio.wait_for(readings.current(1), 0.5) == [1]  # one measure running
-        release.set()
-        await asyncio.sleep(0.05)
-        while len(measured) < 2:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.01)
-        assert await readings.current(1) == [2]  # what the measure behind took, fresh now
-        assert len(measured) == 2  # the two stale scrapes started one measure
-        assert await readings.current(2) == [3]  # a new table: waited for, never the old one
-
-    asyncio.run(scenario())
