@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import scraped
-from support.server import ServerProcess, upload
+from support.server import ServerProcess, serving, upload
 
 SHAPE = (2, 4)
 NBYTES = 2 * 4 * 4
@@ -31,12 +31,10 @@ TIMEOUT_US = 30_000_000  # a request with a timeout of its own is served by the 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, linear_relu_program):
-    server = ServerProcess(
-        tmp_path_factory.mktemp("shm_inline") / "artifacts", "--allow-client-shm", "--workers", "1"
-    ).start()
-    with server.client() as client:
-        response = upload(client, "lin", linear_relu_program.pte, linear_relu_program.ptds)
-        assert response.status_code == 201, response.text
+    artifacts = tmp_path_factory.mktemp("shm_inline") / "artifacts"
+    server = serving(
+        artifacts, {"lin": linear_relu_program}, "--allow-client-shm", "--workers", "1"
+    )
     yield server
     server.stop()
 

@@ -20,7 +20,7 @@ import tritonclient.utils.shared_memory as shm
 
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series
-from support.server import ServerProcess, upload
+from support.server import ServerProcess, serving, upload
 
 SHAPE, OUT_SHAPE = (2, 4), (2, 3)
 NBYTES, OUT_BYTES = 2 * 4 * 4, 2 * 3 * 4
@@ -29,12 +29,10 @@ REQUESTS = 20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, linear_relu_program):
-    server = ServerProcess(
-        tmp_path_factory.mktemp("shm_native") / "artifacts", "--allow-client-shm", "--workers", "2"
-    ).start()
-    with server.client() as client:
-        response = upload(client, "lin", linear_relu_program.pte, linear_relu_program.ptds)
-        assert response.status_code == 201, response.text
+    artifacts = tmp_path_factory.mktemp("shm_native") / "artifacts"
+    server = serving(
+        artifacts, {"lin": linear_relu_program}, "--allow-client-shm", "--workers", "2"
+    )
     yield server
     server.stop()
 

@@ -162,6 +162,17 @@ def upload(
     return client.post("/models", data=form, files=files)
 
 
+def serving(artifacts: Path, models: dict, *args: str):
+    """A started server (`args` its flags) with each of `models` (name -> an exported program,
+    with `pte` and `ptds`) uploaded; the caller stops it (a module fixture's teardown)."""
+    server = ServerProcess(artifacts, *args).start()
+    with server.client() as client:
+        for name, program in models.items():
+            response = upload(client, name, program.pte, program.ptds)
+            assert response.status_code == 201, response.text
+    return server
+
+
 def tensor(array, name: str | None = None, datatype: str | None = None) -> dict:
     """A numpy array or torch tensor as an Open Inference Protocol input."""
     import numpy as np
