@@ -22,6 +22,11 @@ constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
 constexpr uint64_t kAlignment = 256;
 
 static_assert((kAlignment & (kAlignment - 1)) == 0, "the alignment is a power of two");
+
+// `value` rounded up to the boundary.
+constexpr uint64_t align_up(uint64_t value) {
+  return (value + kAlignment - 1) / kAlignment * kAlignment;
+}
 static_assert(kMaxOutputs <= 64, "the outputs-asked mask is a u64");
 
 }  // namespace ethost::limits

@@ -1,5 +1,7 @@
 #include "front_link.h"
 
+#include "batcher.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -112,8 +114,11 @@ bool FrontLink::cancel(uint64_t request_id) {
     found = std::move(at->second);
     waiting_.erase(at);
   }
-  // False: an instance was claimed for it meanwhile; it runs, and its answer goes unread.
-  if (!found.route->gate->forget(found.waiter)) return true;
+  // False: an instance was claimed for it (or it joined a batch) meanwhile; it runs, and its
+  // answer goes unread.
+  bool forgotten = found.route->batcher != nullptr ? found.route->batcher->forget(found.waiter)
+                                                   : found.route->gate->forget(found.waiter);
+  if (!forgotten) return true;
   inbox_.cancelled(key_, *found.message);
   finished();
   return true;

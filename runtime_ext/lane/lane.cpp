@@ -1,5 +1,7 @@
 #include "lane.h"
 
+#include "clock.h"
+#include "lane_request.h"
 #include "dtypes.h"
 #include "window_copies.h"
 
@@ -13,26 +15,8 @@
 namespace ethost::lane {
 namespace {
 
+using limits::align_up;
 using limits::kAlignment;  // every slot and output in a front's arena
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-double wall_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-uint64_t align_up(uint64_t value) {
-  return (value + kAlignment - 1) / kAlignment * kAlignment;
-}
-
-// Whether [offset, offset + nbytes) lies in the arena.
-bool inside(const ArenaView& arena, uint64_t offset, uint64_t nbytes) {
-  return offset <= arena.size && nbytes <= arena.size - offset;
-}
 
 bool aligned(const uint8_t* address) {
   return reinterpret_cast<uintptr_t>(address) % kAlignment == 0;
@@ -87,47 +71,6 @@ int64_t rows_of(const InferRequest& request, int64_t max_batch) {
   }
   return rows >= 1 && rows <= max_batch ? rows : 0;
 }
-
-// An output asked into a window its execute may not write itself (smaller than the output's
-// bound, or off the 256-byte boundary): written into scratch room of its bound (at `at`), then
-// copied into the window if it fits, as the engine's Python copies such an output.
-struct Copied {
-  size_t index = 0;
-  uint8_t* window = nullptr;
-  uint64_t window_bytes = 0;
-  const ShmRegion* region = nullptr;
-  uint64_t at = 0;
-};
-
-// A request ready to run: bound, its room laid out, an instance claimed.
-struct Prepared {
-  std::shared_ptr<const Route> route;
-  uint64_t request_id = 0;
-  int front = 0;
-  int64_t rows = 1;
-  uint64_t begun = 0;
-  std::vector<InputBinding> bindings;
-  std::vector<OutputDestination> destinations;
-  std::vector<WireOutput> answer;
-  Runnable* instance = nullptr;
-  uint64_t waited_ns = 0;
-  std::vector<Hold> holds;   // the clients' regions its tensors lie in, until it is answered
-  bool in_regions = false;   // it names any
-  uint32_t shm_tensors = 0;  // its inputs bound in system regions
-  std::array<bool, kMaxOutputs> in_system_window{};  // outputs the execute writes there
-  std::vector<Copied> copied;
-  uint64_t scratch_bytes = 0;
-};
-
-// A request's references (wire.h), by the tensor each names, with the region it lies in.
-struct InRegion {
-  const WireShmRef* ref = nullptr;
-  const ShmRegion* region = nullptr;
-};
-struct RegionRefs {
-  std::array<InRegion, kMaxInputs> inputs{};
-  std::array<InRegion, kMaxOutputs> outputs{};
-};
 
 // Holds every region the request names (each once, its object checked intact once) into `job`;
 // false, holding none, for a region unknown here (a CUDA one: Python binds those), a shrunk
@@ -254,7 +197,8 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
   if (found == table->routes.end()) return Result::Declined;
   const Route& route = *found->second;
   MethodGate& gate = *route.gate;
-  bool inline_run = gate.short_for_lane(table->inline_ns);
+  // A batch runs on a worker whatever its execute takes.
+  bool inline_run = route.batcher == nullptr && gate.short_for_lane(table->inline_ns);
   if (!gate.open_for_lane() ||
       (!inline_run && (workers_ == nullptr || replies == nullptr || !route.on_workers)) ||
       request.input_count != route.inputs.size()) {
@@ -297,6 +241,9 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
       return Result::Declined;
     }
     if (where == Where::System) ++job->shm_tensors;
+  }
+  if (route.batcher != nullptr) {
+    return queue_for_batch(found->second, request, *job, refs, arena, message, size, replies);
   }
   // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
   // asked for at its upper bound, 256-byte aligned, in the method's order.

@@ -2,6 +2,7 @@
 // back into Python objects. The link threads never enter here.
 #include "lane_module.h"
 
+#include "batcher.h"
 #include "errors_module.h"
 #include "front_link.h"
 #include "handoffs.h"
@@ -18,6 +19,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,8 @@ using namespace nb::literals;
 namespace ethost {
 namespace {
 
+using lane::Batcher;
+using lane::BatchPolicy;
 using lane::FrontLink;
 using lane::Handoffs;
 using lane::Inbox;
@@ -46,6 +50,7 @@ struct PyGate {
   std::vector<executorch::aten::ScalarType> inputs;
   bool tensor_inputs = true;  // every input a tensor: the lane binds nothing else
   std::vector<uint64_t> most_bytes;
+  std::vector<uint64_t> row_bytes;  // per output: one row of its bound (Route::row_bytes)
 };
 
 PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) {
@@ -64,6 +69,8 @@ PyGate make_gate(const std::vector<std::shared_ptr<MethodInstance>>& instances) 
     }
     for (const auto& output : spec.outputs) {
       out.most_bytes.push_back(output.is_tensor ? output.nbytes : 0);
+      bool rows = output.is_tensor && !output.shape.empty() && output.shape[0] > 0;
+      out.row_bytes.push_back(rows ? output.nbytes / static_cast<uint64_t>(output.shape[0]) : 0);
     }
   }
   return out;
@@ -79,7 +86,14 @@ struct LaneHub {
   Lane lane;
   Routes routes;
   Inbox inbox;
+  // The batch queues of the methods that merge, by gate (publish keeps each for as long as its
+  // method merges with the same policy). Last: they go first, while the log and workers last.
+  std::map<const MethodGate*, std::shared_ptr<Batcher>> batchers;
 };
+
+bool same_policy(const BatchPolicy& a, const BatchPolicy& b) {
+  return a.max_batch == b.max_batch && a.delay_ns == b.delay_ns && a.preferred == b.preferred;
+}
 
 struct PyLink {
   std::shared_ptr<LaneHub> hub;  // outlives the link
@@ -90,6 +104,8 @@ void publish(LaneHub& hub, uint64_t generation, double inline_ns, nb::list entri
   auto table = std::make_shared<RouteTable>();
   table->generation = generation;
   table->inline_ns = inline_ns;
+  std::map<const MethodGate*, std::shared_ptr<Batcher>> batchers;
+  std::vector<std::shared_ptr<Batcher>> retired;
   for (nb::handle entry : entries) {
     nb::tuple fields = nb::cast<nb::tuple>(entry);
     const PyGate& gate = nb::cast<const PyGate&>(fields[4]);
@@ -104,9 +120,29 @@ void publish(LaneHub& hub, uint64_t generation, double inline_ns, nb::list entri
     route->most_bytes = gate.most_bytes;
     route->max_batch = nb::cast<int64_t>(fields[5]);
     route->on_workers = nb::len(fields) > 7 && nb::cast<bool>(fields[7]);
+    route->row_bytes = gate.row_bytes;
+    if (nb::len(fields) > 8 && !fields[8].is_none() && route->on_workers) {
+      // (queue delay in ns, preferred batch sizes): the method merges its requests.
+      nb::tuple batching = nb::cast<nb::tuple>(fields[8]);
+      BatchPolicy policy{route->max_batch, nb::cast<uint64_t>(batching[0]),
+                         nb::cast<std::vector<int64_t>>(batching[1])};
+      std::shared_ptr<Batcher>& kept = batchers[gate.gate.get()];
+      if (kept == nullptr || !same_policy(kept->policy(), policy)) {
+        if (kept != nullptr) retired.push_back(kept);
+        kept = std::make_shared<Batcher>(gate.gate, policy, hub.pool, hub.log);
+      }
+      route->batcher = kept;
+    }
     table->routes.emplace(route->id, std::move(route));
   }
+  for (auto& [gate, batcher] : hub.batchers) {
+    if (batchers.count(gate) == 0) retired.push_back(batcher);
+  }
+  hub.batchers = std::move(batchers);
   hub.routes.publish(std::move(table));
+  // Their requests go to Python (nothing ran); batches running finish on the workers.
+  nb::gil_scoped_release released;
+  for (auto& batcher : retired) batcher->stop();
 }
 
 nb::tuple drain(LaneHub& hub) {
@@ -133,7 +169,8 @@ nb::list served(LaneHub& hub) {
   nb::list out;
   for (const auto& r : records) {
     out.append(nb::make_tuple(r.route->model, r.route->version, r.route->method, r.rows, r.total_ns,
-                              r.input_ns, r.infer_ns, r.output_ns, r.at, r.front));
+                              r.input_ns, r.infer_ns, r.output_ns, r.at, r.front, r.queue_ns,
+                              r.executes));
   }
   return out;
 }

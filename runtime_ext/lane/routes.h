@@ -18,6 +18,8 @@
 
 namespace ethost::lane {
 
+class Batcher;
+
 struct Route {
   uint32_t id = 0;
   // For the statistics the lane's requests are counted in (served_log.h).
@@ -27,11 +29,18 @@ struct Route {
   // Per output, the most bytes it can take; 0 where unknown (the lane then leaves the request
   // to Python, which returns such an output as an array).
   std::vector<uint64_t> most_bytes;
+  // Per output, the bytes of one row of its bound (0 where unknown): a batched request's room
+  // holds its rows' (as its front reserves it).
+  std::vector<uint64_t> row_bytes;
   // > 0: dim 0 of every input is the batch, of 1 to max_batch rows.
   int64_t max_batch = 0;
   // Longer executes may run on the lane's workers (lane.h): the method's queue has no bound or
   // deadline that instances held here, unseen by the Python side's queue, would upset.
   bool on_workers = false;
+  // The method merges requests (batcher.h): its requests queue there; null for one whose
+  // requests each run alone. Kept across tables (it holds the queue) for as long as the method
+  // merges here.
+  std::shared_ptr<Batcher> batcher;
 };
 
 struct RouteTable {

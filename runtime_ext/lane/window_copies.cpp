@@ -22,9 +22,43 @@ Outcome<DeviceCopies*> device_copies() {
   return copies.get();
 }
 
+// This thread's device room: the memory it came from, its address and size.
+struct DeviceRoom {
+  std::shared_ptr<ethost_device::DeviceMemory> memory;
+  void* base = nullptr;
+  uint64_t size = 0;
+  ~DeviceRoom() {
+    if (base != nullptr) memory->release(base);
+  }
+};
+
 }  // namespace
 
 using limits::kAlignment;
+
+Outcome<uint8_t*> device_scratch(uint64_t nbytes) {
+  thread_local DeviceRoom room;
+  auto memory = ethost_device::active_memory();
+  if (!memory.ok()) return memory.take_status();
+  if (room.base == nullptr || room.memory != memory.value() || room.size < nbytes) {
+    if (room.base != nullptr) room.memory->release(room.base);
+    room.base = nullptr;
+    room.memory = memory.take();
+    ETHOST_ASSIGN_OR_RETURN(room.base, room.memory->allocate(nbytes));
+    room.size = nbytes;
+  }
+  return static_cast<uint8_t*>(room.base);
+}
+
+Status copy_on_device(uint8_t* to, const uint8_t* from, uint64_t nbytes) {
+  ETHOST_ASSIGN_OR_RETURN(DeviceCopies * copies, device_copies());
+  return copies->device_to_device(to, from, nbytes);
+}
+
+Status finish_copies() {
+  ETHOST_ASSIGN_OR_RETURN(DeviceCopies * copies, device_copies());
+  return copies->finish();
+}
 
 uint8_t* scratch(uint64_t nbytes) {
   thread_local std::vector<uint8_t> room;
@@ -47,6 +81,17 @@ Status copy_into(const ShmRegion& region, uint8_t* window, const uint8_t* from, 
   Status copied = copies->to_device(window, from, nbytes);
   Status finished = copies->finish();  // also after a failed one: what was queued is waited for
   return copied.ok() ? finished : copied;
+}
+
+Status queue_into(const ShmRegion& region, uint8_t* window, const uint8_t* from, uint64_t nbytes,
+                  bool& queued) {
+  if (region.device < 0) {
+    std::memcpy(window, from, nbytes);
+    return Status();
+  }
+  ETHOST_ASSIGN_OR_RETURN(DeviceCopies * copies, device_copies());
+  queued = true;
+  return copies->to_device(window, from, nbytes);
 }
 
 }  // namespace ethost::lane

@@ -24,6 +24,21 @@ uint8_t* scratch(uint64_t nbytes);
 // executes use is that device's (Python copies into the region on its own device).
 bool copies_to(int device);
 
+// This thread's room in device memory for `nbytes` (256-byte aligned), on the device memory
+// executes use: a batch's inputs that lie in CUDA regions are gathered there (batcher.h). Reused
+// by the thread's next batch; given back when the thread ends.
+Outcome<uint8_t*> device_scratch(uint64_t nbytes);
+
+// Queues a copy between device addresses on this thread's stream; finish_copies() waits for
+// every copy queued so far.
+Status copy_on_device(uint8_t* to, const uint8_t* from, uint64_t nbytes);
+Status finish_copies();
+
+// As copy_into, but a copy into a CUDA window is only queued (true in `queued`): the caller
+// waits for it with finish_copies() before it answers, once for all its requests' copies.
+Status queue_into(const ShmRegion& region, uint8_t* window, const uint8_t* from, uint64_t nbytes,
+                  bool& queued);
+
 // Copies `nbytes` from host memory at `from` into `window` of `region` (a CUDA one through the
 // device memory executes use, waited for: the request is answered next).
 Status copy_into(const ShmRegion& region, uint8_t* window, const uint8_t* from, uint64_t nbytes);

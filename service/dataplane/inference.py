@@ -22,6 +22,7 @@ from service.dataplane.kernel_errors import is_input_fault, kernel_reason
 from service.dataplane.metrics import UNKNOWN
 from service.dataplane.model_pool import PoolClosed
 from service.dataplane.scheduler import Policy, policy_for
+from service.dataplane.scheduling.batching import BatchingPolicy
 from service.dataplane.scheduling.direct import DirectPolicy
 from service.dataplane.scheduling.gate import Refusal
 from service.dataplane.signature import bind_inputs, select_outputs
@@ -241,10 +242,11 @@ class Inference:
     def lane_routes(self) -> list[tuple]:
         """The served methods the engine's native lane may serve (runtime_ext/lane/), as
         (route id, model, version, method, the method's LaneGate, max_batch, signature, whether
-        its longer executes may run on the lane's workers): those infer_now may run at once,
-        with no access log to write. Longer executes hold an instance for a while, which this
-        side's queue does not see: only a method whose queue has no bound or deadline to keep
-        runs them on the lane."""
+        its longer executes may run on the lane's workers, and for a method that merges its
+        requests (queue delay in ns, preferred batch sizes), else None): those infer_now may
+        run at once, or the lane's batcher merge, with no access log to write. Longer executes
+        hold an instance for a while, which this side's queue does not see: only a method whose
+        queue has no bound or deadline to keep runs them on the lane."""
         return [
             (
                 route,
@@ -255,6 +257,7 @@ class Inference:
                 served.max_batch,
                 served.signatures[method],
                 _unbounded(served.stored.description.effective_config.queue),
+                _batching(served.stored.description.effective_config),
             )
             for name, entry in self._catalog.items()
             for served in entry.served.values()
@@ -267,9 +270,12 @@ class Inference:
         config = served.stored.description.effective_config
         if settings.access_log or self.gpu_faults.fault is not None:
             return {}
-        if policy_for(config) is not DirectPolicy:
-            return {}
-        return dict(served.routes)
+        policy = policy_for(config)
+        # A batching queue with a bound or deadline stays Python's (it refuses and expires
+        # there); an unbounded one merges the lane's requests in the lane (batcher.h).
+        if policy is DirectPolicy or (policy is BatchingPolicy and _unbounded(config.queue)):
+            return dict(served.routes)
+        return {}
 
     def _execute_error(
         self,
@@ -442,6 +448,14 @@ def _destinations(request: InferRequest, served, signature, selected, scheduler)
     for index in selected:
         names[index] = signature.outputs[index].name
     return into.destinations(names, _most_bytes(served, request.method))
+
+
+def _batching(config) -> tuple[int, list[int]] | None:
+    """What the lane's batcher (runtime_ext/lane/batcher.h) needs of a merging method's policy,
+    the one BatchingPolicy reads too."""
+    if policy_for(config) is not BatchingPolicy:
+        return None
+    return int(config.queue.delay_s * 1e9), list(config.queue.preferred_batch_size)
 
 
 def _unbounded(queue) -> bool:

@@ -18,10 +18,16 @@ from typing import NamedTuple
 
 # Served requests kept unfolded at most (a few hundred KB).
 FOLD_AT = 4096
+# The same for the engine's native lane: folding holds the GIL for about a microsecond per
+# request, and an execute that launches through Python (a TensorRT engine enqueued through its
+# Python API, the spin stand-in) waits for it; a fold of 4096 requests (3 ms) outlasts the work
+# queued on a GPU and leaves it idle (bench/bench_gpu_busy.py), one of 512 does not.
+LANE_FOLD_AT = 512
 
 
 class Served(NamedTuple):
-    """A request that was an execute of its own, unqueued, and succeeded."""
+    """A request that succeeded: an execute of its own, unqueued, or one of a batch the engine's
+    native lane merged (runtime_ext/lane/batcher.h), whose first request carries the execute."""
 
     model: str
     version: str
@@ -35,6 +41,8 @@ class Served(NamedTuple):
     # The front it came through, where the engine's native lane served it (metrics count its
     # fronts' requests from these); -1 where the engine's loop counted the front already.
     front: int = -1
+    queue_ns: int = 0  # waiting for a batch
+    executes: int = 1  # 0 for a batch's requests after its first
 
 
 class ServedLedger:

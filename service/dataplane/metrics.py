@@ -109,9 +109,9 @@ class Metrics:
         self._front_requests: dict[int, int] = {}
         self.lane = Counter(
             "etrt_engine_lane_requests_total",
-            "Inference requests the engine's native lane served without its Python (small "
-            "requests to directly scheduled methods that run at once); the others took its "
-            "event loop",
+            "Inference requests the engine's native lane served without its Python (requests "
+            "to directly scheduled methods, and to batched ones it merged); the others took "
+            "its event loop",
             ("model", "method"),
         )
         self.native = Counter(
@@ -183,26 +183,33 @@ class Metrics:
                 self.queue.observe((model, method), queued_s)
 
     def _count_served(self, served: list[Served]) -> None:
-        """The ledger's requests, each a finished request (ok, not queued) and an execute."""
+        """The ledger's requests, each a finished request (ok) and, unless a batch's first
+        request carried it, an execute."""
         sums = {}
         fronts = self._front_requests
         for event in served:
             found = sums.get((event.model, event.method))
             if found is None:
-                found = sums[(event.model, event.method)] = ([], {}, [0])
+                found = sums[(event.model, event.method)] = ([], {}, [0], [])
             found[0].append(event.total_ns / 1e9)
-            found[1][event.rows] = found[1].get(event.rows, 0) + 1
+            if event.executes:
+                found[1][event.rows] = found[1].get(event.rows, 0) + event.executes
             if event.front >= 0:  # the engine's lane served it; its loop never saw it
                 fronts[event.front] = fronts.get(event.front, 0) + 1
                 found[2][0] += 1
+            if event.queue_ns:
+                found[3].append(event.queue_ns / 1e9)
         with self._lock:
-            for (model, method), (durations, sizes, lane) in sums.items():
+            for (model, method), (durations, sizes, lane, queued) in sums.items():
                 labels = (model, method)
                 if lane[0]:
                     self.lane.add(labels, lane[0])
                 self.requests.add((model, method, "ok"), len(durations))
                 self.duration.observe_many(labels, durations)
-                self.queue.observe(labels, 0.0, len(durations))
+                if len(durations) > len(queued):
+                    self.queue.observe(labels, 0.0, len(durations) - len(queued))
+                if queued:
+                    self.queue.observe_many(labels, queued)
                 for rows, count in sizes.items():
                     self.batch_size.observe(labels, rows, count)
 

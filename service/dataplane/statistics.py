@@ -93,27 +93,33 @@ class Statistics:
             _execution(self._model(name, version), size, input_ns, infer_ns, output_ns)
 
     def _count_served(self, served: list[Served]) -> None:
-        """The ledger's requests, each an execute and a successful request, unqueued: the
-        execute counts only its run, as a scheduler counts one; the request all its phases."""
+        """The ledger's requests, each a successful request and, unless a batch's first request
+        carried it, an execute: the execute counts only its run, as a scheduler counts one;
+        the request all its phases."""
         sums = {}
-        for name, version, _, size, total_ns, input_ns, infer_ns, output_ns, at, _ in served:
-            key = (name, version, size)
+        for event in served:
+            key = (event.model, event.version, event.rows)
             found = sums.get(key)
             if found is None:
-                sums[key] = [1, total_ns, input_ns, infer_ns, output_ns, at]
-            else:
-                found[0] += 1
-                found[1] += total_ns
-                found[2] += input_ns
-                found[3] += infer_ns
-                found[4] += output_ns
-                found[5] = at
+                found = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0]
+            found[0] += 1
+            found[1] += event.total_ns
+            found[2] += event.input_ns
+            found[3] += event.infer_ns
+            found[4] += event.output_ns
+            found[5] = event.at
+            found[6] += event.queue_ns
+            found[7] += event.executes
+            found[8] += event.infer_ns if event.executes else 0
         with self._lock:
             for (name, version, size), sum_ in sums.items():
-                count, total_ns, input_ns, infer_ns, output_ns, at = sum_
+                count, total_ns, input_ns, infer_ns, output_ns, at, queue_ns, executes, run_ns = (
+                    sum_
+                )
                 model = self._model(name, version)
-                _execution(model, size, 0, infer_ns, 0, count)
-                _request(model, True, total_ns, 0, input_ns, infer_ns, output_ns, count, at)
+                if executes:
+                    _execution(model, size, 0, run_ns, 0, executes)
+                _request(model, True, total_ns, queue_ns, input_ns, infer_ns, output_ns, count, at)
 
     def forget(self, name: str, version: str | None = None) -> None:
         """Drops a model's counts (every version's, or one version's)."""

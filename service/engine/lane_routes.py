@@ -40,7 +40,7 @@ class LaneRoutes:
         """Gives the lane (`hub`, an ethost.LaneHub) the routes `service` serves now."""
         entries = service.lane_routes()
         routes = {}
-        for route, model, version, method, _, _, signature, _ in entries:
+        for route, model, version, method, _, _, signature, *_ in entries:
             routes[route] = RouteTarget(
                 model,
                 version,

@@ -28,7 +28,7 @@ import marshal
 import socket
 import struct
 
-from service.dataplane.ledger import FOLD_AT, Served
+from service.dataplane.ledger import LANE_FOLD_AT, Served
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
 from service.engine import dispatch, pinning
@@ -164,7 +164,7 @@ class EngineServer:
         self.serving = False
         # The native lane: every front's link thread, the routes they may serve at once.
         self._ethost = import_host()
-        self.hub = self._ethost.LaneHub(FOLD_AT, service.settings.infer_threads)
+        self.hub = self._ethost.LaneHub(LANE_FOLD_AT, service.settings.infer_threads)
         self.lane_routes = LaneRoutes()
         self._closed = False
         service.ledger.add_source(self._lane_served)

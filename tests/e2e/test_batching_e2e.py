@@ -12,6 +12,7 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
 from support import programs
+from support.batching import assert_unbatched_answers, concurrently, configured, executions
 from support.program_fixtures import (
     dynamic_batch_program,
     dynamic_lookup_program,
@@ -28,29 +29,6 @@ WIDTH = 1024
 def wide_program(programs_dir):
     """4 x Linear(2048, 2048): its execute costs several times its small request's HTTP path."""
     return programs.export_weight_bound(programs_dir, width=2048)
-
-
-def configured(config: dict) -> dict:
-    return {"config": json.dumps(config)}
-
-
-def executions(client, model: str) -> float:
-    """Executes of the model so far, from its batch-size histogram."""
-    parsed = parse(client.get("/metrics").text)
-    return value(parsed, "etrt_batch_size_count", model=model, method="forward") or 0
-
-
-def concurrently(count: int, call) -> list:
-    """call(i) for i < count, each in its own thread, all started before any is awaited."""
-    results = [None] * count
-    threads = [
-        threading.Thread(target=lambda i=i: results.__setitem__(i, call(i))) for i in range(count)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
 
 
 def test_the_configuration_is_stored_shown_and_kept_across_a_restart(
@@ -141,17 +119,7 @@ def test_concurrent_requests_are_batched_and_each_gets_the_unbatched_answer(
             return client.post("/infer", json={"model": "b", "inputs": [tensor(inputs[index])]})
 
     responses = concurrently(len(inputs), call)
-    for x, response in zip(inputs, responses):
-        assert response.status_code == 200, response.text
-        [output] = response.json()["outputs"]
-        expected = dynamic_batch_program.module(torch.from_numpy(x)).detach().numpy()
-        assert output["shape"] == list(expected.shape)
-        np.testing.assert_allclose(
-            np.array(output["data"], np.float32).reshape(output["shape"]),
-            expected,
-            rtol=1e-5,
-            atol=1e-6,
-        )
+    assert_unbatched_answers(dynamic_batch_program.module, inputs, responses)
     with server.client() as client:
         parsed = parse(client.get("/metrics").text)
     labels = {"model": "b", "method": "forward"}
@@ -333,20 +301,10 @@ def test_one_bad_request_in_a_batch_fails_alone_and_its_batch_mates_get_answers(
     [problem] = bad.json()["problems"]
     assert problem["rule"] == "input.rejected" and "42" in problem["message"], problem
     assert "embedding" in problem["message"]
-    for index, response in enumerate(responses):
+    for response in responses:
         assert "/" + str(server.artifacts).strip("/") not in response.text
         assert ".cpp" not in response.text and "/work/" not in response.text
-        if index == 5:
-            continue
-        assert response.status_code == 200, response.text
-        [output] = response.json()["outputs"]
-        expected = dynamic_lookup_program.module(torch.from_numpy(ids[index])).detach().numpy()
-        np.testing.assert_allclose(
-            np.array(output["data"], np.float32).reshape(output["shape"]),
-            expected,
-            rtol=1e-5,
-            atol=1e-6,
-        )
+    assert_unbatched_answers(dynamic_lookup_program.module, ids, responses, skip={5})
     with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
         [stats] = triton.get_inference_statistics("lookup")["model_stats"]
     # They were merged (the 11 good ones in fewer executes), and only the 11 are inferences.

@@ -47,6 +47,7 @@ UNIT_TESTS = (
     "plan_reader_test",
     "lane_test",
     "lane_shm_test",
+    "batcher_test",
     "front_test",
 )
 
