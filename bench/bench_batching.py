@@ -73,8 +73,9 @@ def in_process(
             pool = ModelPool(stored, import_host(), instances)
             parsed, problems = parse_model_config(config)
             assert not problems, problems
+            statistics = Statistics()
             scheduler = policy_for(parsed)(
-                "m", "forward", pool, parsed, executor, Metrics(), Statistics(), "1"
+                "m", "forward", pool, parsed, executor, Metrics(), statistics, "1"
             )
             done = 0
             end = time.perf_counter() + seconds
@@ -87,8 +88,8 @@ def in_process(
 
             await asyncio.gather(*[connection() for _ in range(connections)])
             await pool.close()
-            sizes = scheduler.stats.as_dict()["batch_stats"]
-            return done / seconds, {size: s["count"] for size, s in sizes.items()}
+            sizes = statistics.model_stats("m", "1")["batch_stats"]
+            return done / seconds, {s["batch_size"]: s["compute_infer"]["count"] for s in sizes}
 
     return asyncio.run(run())
 

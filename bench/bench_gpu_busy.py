@@ -5,6 +5,11 @@ and over system and CUDA shared memory, at batch 1 and with dynamic batching (ma
 
     python bench/bench_gpu_busy.py --trt-programs DIR [--workers 8] [--seconds 5]
         [--spin-us 200] [--row-us 10] [--connections 64,256] [--modes binary,system,cuda]
+        [--instances 4] [--batched-instances 4]
+
+Each model has 4 instances by default (`--instances`, `--batched-instances`), so that a launch
+is always queued behind the one running: with 2, a batch's turnaround (its outputs back, the next
+batch formed and launched) must fit in the other instance's one kernel.
 
 For each case it prints req/s (wrk -t4), the CPU per request of the fronts and of the engine's
 event-loop thread (where batches are formed and answered), the GPU busy fraction two ways --
@@ -62,13 +67,14 @@ class Model:
     batched: bool
 
 
-def _config(batched: bool) -> dict:
-    if not batched:  # several executes in flight, so that a launch is always queued
-        return {"instance_group": [{"count": 4}]}
+def _config(batched: bool, instances: int) -> dict:
+    # Several executes in flight, so that a launch is always queued behind the one running.
+    if not batched:
+        return {"instance_group": [{"count": instances}]}
     return {
         "max_batch_size": MAX_BATCH,
         "dynamic_batching": {"preferred_batch_size": [MAX_BATCH]},
-        "instance_group": [{"count": 2}],
+        "instance_group": [{"count": instances}],
     }
 
 
@@ -285,6 +291,10 @@ def main() -> None:
     parser.add_argument("--modes", default="binary,system,cuda")
     parser.add_argument("--batching", default="1,32", help="1: batch 1; 32: dynamic batching")
     parser.add_argument("--backend", default=SPIN_BACKEND, help="backend setup of the server")
+    parser.add_argument("--instances", type=int, default=4, help="of the batch-1 models")
+    parser.add_argument(
+        "--batched-instances", type=int, default=4, help="of the dynamic-batching models"
+    )
     args = parser.parse_args()
     from support.trt_models import TrtProgram
 
@@ -316,7 +326,8 @@ def main() -> None:
                 )
                 if not program.exists():
                     raise SystemExit(f"{program.pte} is missing: see --help")
-                fields = {"config": json.dumps(_config(model.batched))}
+                count = args.batched_instances if model.batched else args.instances
+                fields = {"config": json.dumps(_config(model.batched, count))}
                 response = upload(client, model.name, program.pte, fields=fields)
                 assert response.status_code == 201, response.text
             regions = Regions(client, "cuda" in modes)
