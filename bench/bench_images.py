@@ -19,7 +19,9 @@ measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and
 x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
 shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `shms` (with `shm`) adds system
-shared memory to the small-answer program.
+shared memory to the small-answer program. Case `grpcfloor` measures grpcio alone in as many
+processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is the
+server's own code.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_http import Request, wrk  # noqa: E402
 from bench_workers import Ours, grpc_load  # noqa: E402
+from grpc_floor import MODES, floor  # noqa: E402
 from support import programs  # noqa: E402
 
 FP32 = (1, 3, 224, 224)
@@ -134,7 +137,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--instances", type=int, default=None, help="instances per model")
-    parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc")
+    parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc,grpcfloor")
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -214,10 +217,29 @@ def main() -> None:
                     request = system_shm("image_small", name, fp32, "FP32", 12, query)
                     measure(f"FP32 system shm, small answer, {path}", request, fp32.nbytes)
         if "grpc" in cases:
+            grpc_load(server.server.grpc_url, "image", fp32, 1, args.connections)  # warm-up
+            time.sleep(1.5)  # the fronts' counts reach the engine every half second
+            sent_before = sum(server.front_requests().values())
+            before = server.cpu_s()
             load = grpc_load(server.server.grpc_url, "image", fp32, args.seconds, args.connections)
+            after = server.cpu_s()
+            time.sleep(1.5)
+            served = max(1, sum(server.front_requests().values()) - sent_before)
+            fronts_us = (after[0] - before[0]) / served * 1e6
             print(
-                f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s", flush=True
+                f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
+                f" CPU per request: fronts {fronts_us:.0f} us",
+                flush=True,
             )
+        if "grpcfloor" in cases:  # grpcio alone, in as many processes as there are fronts
+            for mode in MODES:
+                load, us = floor(mode, args.workers, fp32, args.seconds, args.connections)
+                label = f"FP32 gRPC, grpcio floor ({mode})"
+                print(
+                    f"  {label:<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
+                    f" CPU per request: servers {us:.0f} us",
+                    flush=True,
+                )
         found = dict(rows)
         kinds = ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary", "FP32 system shm",
                  "FP32 system shm, small answer")  # fmt: skip
