@@ -19,9 +19,10 @@ measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and
 x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
 shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `shms` (with `shm`) adds system
-shared memory to the small-answer program. Case `grpcfloor` measures grpcio alone in as many
-processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is the
-server's own code.
+shared memory to the small-answer program; case `cudashm` (not by default: it needs cupy and a
+GPU) the image in a CUDA region, to both programs. Case `grpcfloor` measures grpcio alone in as
+many processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is
+the server's own code.
 """
 
 from __future__ import annotations
@@ -116,6 +117,33 @@ def system_shm(
         "outputs": [{"name": "output_0", "parameters": ref(x.nbytes, out_bytes)}],
     }
     return Request(f"/v2/models/{model}/infer{query}", json.dumps(body).encode())
+
+
+def cuda_region(server, x: np.ndarray) -> str:
+    """A CUDA region of twice the image's bytes holding it (cupy: its own allocation, exported
+    by IPC handle as tritonclient's cuda_shared_memory does), registered; its name."""
+    import base64
+
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    nbytes = 2 * x.nbytes
+    device = runtime.malloc(nbytes)
+    runtime.memcpy(device, x.ctypes.data, x.nbytes, runtime.memcpyHostToDevice)
+    name = f"images_cuda_{uuid.uuid4().hex[:8]}"
+    with server.server.client() as client:
+        registered = client.post(
+            f"/v2/cudasharedmemory/region/{name}/register",
+            json={
+                "raw_handle": {
+                    "b64": base64.b64encode(bytes(runtime.ipcGetMemHandle(device))).decode()
+                },
+                "device_id": 0,
+                "byte_size": nbytes,
+            },
+        )
+        assert registered.status_code == 200, registered.text
+    return name
 
 
 def native_requests(server) -> float:
@@ -216,6 +244,13 @@ def main() -> None:
                 for path, query in (("Python path", "?path=python"), ("native path", "")):
                     request = system_shm("image_small", name, fp32, "FP32", 12, query)
                     measure(f"FP32 system shm, small answer, {path}", request, fp32.nbytes)
+        if "cudashm" in cases:  # needs cupy and a GPU: the image in a CUDA region
+            cuda_name = cuda_region(server, fp32)
+            for path, query in (("Python path", "?path=python"), ("native path", "")):
+                request = system_shm("image", cuda_name, fp32, "FP32", fp32.nbytes, query)
+                measure(f"FP32 CUDA shm, {path}", request, fp32.nbytes)
+                request = system_shm("image_small", cuda_name, fp32, "FP32", 12, query)
+                measure(f"FP32 CUDA shm, small answer, {path}", request, fp32.nbytes)
         if "grpc" in cases:
             grpc_load(server.server.grpc_url, "image", fp32, 1, args.connections)  # warm-up
             time.sleep(1.5)  # the fronts' counts reach the engine every half second
@@ -242,7 +277,8 @@ def main() -> None:
                 )
         found = dict(rows)
         kinds = ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary", "FP32 system shm",
-                 "FP32 system shm, small answer")  # fmt: skip
+                 "FP32 system shm, small answer", "FP32 CUDA shm",
+                 "FP32 CUDA shm, small answer")  # fmt: skip
         for kind in kinds:
             native, python = found.get(f"{kind}, native path"), found.get(f"{kind}, Python path")
             if native and python:
