@@ -37,7 +37,7 @@ struct Entries {
 
 struct Ran {
   Outcome<std::vector<OutputBuffer>> outputs;
-  const uint8_t* room = nullptr;  // this thread's scratch
+  const uint8_t* room = nullptr;    // this thread's scratch
   std::vector<uint64_t> output_at;  // where in it each output was written
   uint64_t input_ns = 0, infer_ns = 0;
 };
@@ -245,8 +245,8 @@ void settle(Entries entries, Runnable* instance, MethodGate& gate, ServedLog& lo
     if (written_i.ok() || refused) {
       uint64_t done = now_ns();
       uint64_t queued = executed - ran.infer_ns - ran.input_ns - entry->begun;
-      ServedRecord record{entry->route, entry->front, rows, done - entry->begun,
-                          ran.input_ns, ran.infer_ns, done - executed, wall_s()};
+      ServedRecord record{entry->route, entry->front,    rows,    done - entry->begun, ran.input_ns,
+                          ran.infer_ns, done - executed, wall_s()};
       record.queue_ns = queued;
       record.executes = executes;
       executes = 0;
@@ -264,8 +264,8 @@ void settle(Entries entries, Runnable* instance, MethodGate& gate, ServedLog& lo
 
 }  // namespace
 
-void run_batch(std::vector<std::unique_ptr<BatchEntry>> batch, Runnable* instance,
-               MethodGate& gate, ServedLog& log) {
+void run_batch(std::vector<std::unique_ptr<BatchEntry>> batch, Runnable* instance, MethodGate& gate,
+               ServedLog& log) {
   if (batch.empty()) {
     gate.release(instance);
     return;

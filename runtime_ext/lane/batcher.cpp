@@ -75,7 +75,7 @@ bool Batcher::forget(uint64_t waiter) {
     queue_.erase(at);
   }
   arrived_.notify_one();  // the head may have changed
-  return true;  // the caller hands it to Python and counts it out of flight
+  return true;            // the caller hands it to Python and counts it out of flight
 }
 
 size_t Batcher::depth() const {
@@ -196,7 +196,8 @@ void Batcher::form() {
       uint64_t due = 0;
       batch = take(now_ns(), due);
       if (!batch.empty()) break;
-      arrived_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(due)));
+      arrived_.wait_until(lock,
+                          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(due)));
     }
     if (batch.empty()) {  // forgotten meanwhile, or stopping
       lock.unlock();

@@ -49,8 +49,8 @@ struct BatchPolicy {
 
 // Where one asked output of a batched request goes: its front's arena room, or a window.
 struct BatchOutput {
-  WireOutput wire;                  // index; dims and offset filled in when it is written
-  uint8_t* window = nullptr;        // the client's window (a region output), else null
+  WireOutput wire;            // index; dims and offset filled in when it is written
+  uint8_t* window = nullptr;  // the client's window (a region output), else null
   uint64_t window_bytes = 0;
   const ShmRegion* region = nullptr;
 };
@@ -69,9 +69,9 @@ struct BatchEntry {
   std::vector<uint64_t> input_bytes;  // each input's bytes where it lies
   uint8_t* arena = nullptr;  // its front's arena; its room is [room_offset, + room_size) there
   uint64_t room_offset = 0, room_size = 0;
-  std::vector<BatchOutput> outputs;   // the asked ones, in the method's order
-  std::vector<Hold> holds;            // the clients' regions it names, until it is answered
-  uint32_t shm_tensors = 0;           // inputs in system regions
+  std::vector<BatchOutput> outputs;  // the asked ones, in the method's order
+  std::vector<Hold> holds;           // the clients' regions it names, until it is answered
+  uint32_t shm_tensors = 0;          // inputs in system regions
   bool in_regions = false;
 };
 
@@ -128,7 +128,7 @@ class Batcher {
 
 // Runs `batch` on `instance` (claimed; given back here) and answers each of its requests
 // through its link: the whole of the execute's part, exposed for the unit tests.
-void run_batch(std::vector<std::unique_ptr<BatchEntry>> batch, Runnable* instance,
-               MethodGate& gate, ServedLog& log);
+void run_batch(std::vector<std::unique_ptr<BatchEntry>> batch, Runnable* instance, MethodGate& gate,
+               ServedLog& log);
 
 }  // namespace ethost::lane

@@ -19,7 +19,7 @@ struct ServedRecord {
   int front = 0;
   int64_t rows = 1;  // the execute's rows (a batch's: batcher.h)
   uint64_t total_ns = 0, input_ns = 0, infer_ns = 0, output_ns = 0;
-  double at = 0;  // seconds since the epoch, when answered
+  double at = 0;          // seconds since the epoch, when answered
   uint64_t queue_ns = 0;  // waiting in a batch queue
   // Executes this request counts: 1, but 0 for every request of a batch after the first.
   uint32_t executes = 1;

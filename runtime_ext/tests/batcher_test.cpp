@@ -34,8 +34,9 @@ class RowsRunnable final : public Runnable {
  public:
   bool try_acquire() override { return !busy.exchange(true); }
   void release() override { busy.store(false); }
-  Outcome<std::vector<OutputBuffer>> run(std::vector<InputBinding>& inputs,
-                                         const std::vector<OutputDestination>* destinations) override {
+  Outcome<std::vector<OutputBuffer>> run(
+      std::vector<InputBinding>& inputs,
+      const std::vector<OutputDestination>* destinations) override {
     const InputBinding& in = inputs[0];
     size_t rows = static_cast<size_t>(in.sizes[0]);
     {
