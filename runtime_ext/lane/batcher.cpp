@@ -116,6 +116,11 @@ Runnable* Batcher::claim_instance() {
     claim_ = claim;
   }
   gate_->claim_or_wait([claim](Runnable* instance) { claim->give(instance); }, claim->waiter);
+  {
+    // A stop() between the two locks found no wait at the gate to take back: take it here.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ && gate_->forget(claim->waiter)) claim->give(nullptr);
+  }
   std::unique_lock<std::mutex> lock(claim->mutex);
   claim->ready.wait(lock, [&] { return claim->called; });
   Runnable* got = claim->got;
