@@ -12,7 +12,14 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
 from support import programs
-from support.batching import assert_unbatched_answers, concurrently, configured, executions
+from support.batching import (
+    LOOKUP_BATCHING,
+    assert_unbatched_answers,
+    concurrently,
+    configured,
+    executions,
+    lookups_with_one_refused,
+)
 from support.program_fixtures import (
     dynamic_batch_program,
     dynamic_lookup_program,
@@ -279,32 +286,15 @@ def test_one_bad_request_in_a_batch_fails_alone_and_its_batch_mates_get_answers(
     start_server, dynamic_lookup_program
 ):
     server = start_server()
-    config = {
-        "max_batch_size": programs.LOOKUP_MAX_BATCH,
-        "dynamic_batching": {"max_queue_delay_microseconds": 300_000},
-        "instance_group": [{"count": 1}],
-    }
     with server.client() as client:
-        created = upload(client, "lookup", dynamic_lookup_program.pte, fields=configured(config))
+        created = upload(
+            client, "lookup", dynamic_lookup_program.pte, fields=configured(LOOKUP_BATCHING)
+        )
         assert created.status_code == 201, created.text
-    rng = np.random.default_rng(11)
-    ids = [rng.integers(0, programs.LOOKUP_TABLE, (1, 3)).astype(np.int64) for _ in range(12)]
-    ids[5] = np.array([[1, 42, 3]], np.int64)  # past the 10-row table: the kernel refuses it
-
-    def call(index):
-        with server.client() as client:
-            return client.post("/infer", json={"model": "lookup", "inputs": [tensor(ids[index])]})
-
-    responses = concurrently(len(ids), call)
-    bad = responses[5]
-    assert bad.status_code == 422, bad.text
-    [problem] = bad.json()["problems"]
-    assert problem["rule"] == "input.rejected" and "42" in problem["message"], problem
-    assert "embedding" in problem["message"]
+    responses = lookups_with_one_refused(server, dynamic_lookup_program.module)
     for response in responses:
         assert "/" + str(server.artifacts).strip("/") not in response.text
         assert ".cpp" not in response.text and "/work/" not in response.text
-    assert_unbatched_answers(dynamic_lookup_program.module, ids, responses, skip={5})
     with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as triton:
         [stats] = triton.get_inference_statistics("lookup")["model_stats"]
     # They were merged (the 11 good ones in fewer executes), and only the 11 are inferences.

@@ -10,7 +10,39 @@ import threading
 import numpy as np
 import torch
 
+from support import programs
 from support.prometheus import parse, value
+from support.server import tensor
+
+# The lookup program batched: one instance, a delay long enough for every request to join.
+LOOKUP_BATCHING = {
+    "max_batch_size": programs.LOOKUP_MAX_BATCH,
+    "dynamic_batching": {"max_queue_delay_microseconds": 300_000},
+    "instance_group": [{"count": 1}],
+}
+REFUSED = 5  # the lookup request whose index is past the table
+
+
+def lookups_with_one_refused(server, module) -> list:
+    """12 concurrent lookups of model "lookup", one past the 10-row table: that one alone is
+    refused (422 naming the index and the kernel), the others get their own answers; the
+    responses."""
+    rng = np.random.default_rng(11)
+    ids = [rng.integers(0, programs.LOOKUP_TABLE, (1, 3)).astype(np.int64) for _ in range(12)]
+    ids[REFUSED] = np.array([[1, 42, 3]], np.int64)
+
+    def call(index):
+        with server.client() as client:
+            return client.post("/infer", json={"model": "lookup", "inputs": [tensor(ids[index])]})
+
+    responses = concurrently(len(ids), call)
+    bad = responses[REFUSED]
+    assert bad.status_code == 422, bad.text
+    [problem] = bad.json()["problems"]
+    assert problem["rule"] == "input.rejected" and "42" in problem["message"], problem
+    assert "embedding" in problem["message"]
+    assert_unbatched_answers(module, ids, responses, skip={REFUSED})
+    return responses
 
 
 def configured(config: dict) -> dict:
