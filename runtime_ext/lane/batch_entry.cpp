@@ -17,12 +17,6 @@ using limits::align_up;
 Lane::Result queue_for_batch(const std::shared_ptr<const Route>& route, const InferRequest& request,
                              Prepared& job, const RegionRefs& refs, const ArenaView& arena,
                              const uint8_t* message, size_t size, Replies* replies) {
-  size_t output_count = route->most_bytes.size();
-  if (request.outputs == 0 || output_count > kMaxOutputs ||
-      (output_count < kMaxOutputs && (request.outputs >> output_count) != 0) ||
-      !inside(arena, request.room_offset, request.room_size)) {
-    return Lane::Result::Declined;
-  }
   auto entry = std::make_unique<BatchEntry>();
   entry->bindings = std::move(job.bindings);
   uint64_t bytes = 0;

@@ -242,16 +242,18 @@ Lane::Result Lane::serve(const std::shared_ptr<const RouteTable>& table, const u
     }
     if (where == Where::System) ++job->shm_tensors;
   }
-  if (route.batcher != nullptr) {
-    return queue_for_batch(found->second, request, *job, refs, arena, message, size, replies);
-  }
-  // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
-  // asked for at its upper bound, 256-byte aligned, in the method's order.
+  // Outputs asked for that the method has, and a room in the arena: whether it runs alone or
+  // in a batch.
   if (request.outputs == 0 || output_count > kMaxOutputs ||
       (output_count < kMaxOutputs && (request.outputs >> output_count) != 0) ||
       !inside(arena, request.room_offset, request.room_size)) {
     return Result::Declined;
   }
+  if (route.batcher != nullptr) {
+    return queue_for_batch(found->second, request, *job, refs, arena, message, size, replies);
+  }
+  // The room, laid out as the Python side lays it out (service/engine/outputs.py): each output
+  // asked for at its upper bound, 256-byte aligned, in the method's order.
   job->destinations.resize(output_count);
   uint64_t at = request.room_offset, end = request.room_offset + request.room_size;
   for (size_t index = 0; index < output_count; ++index) {

@@ -62,8 +62,8 @@ struct RegionRefs {
   std::array<InRegion, kMaxOutputs> outputs{};
 };
 
-// Queues a bound request to a method that merges (route->batcher) for a batch: Queued, or
-// Declined with nothing done.
+// Queues a bound request to a method that merges (route->batcher), its asked outputs and room
+// checked by Lane::serve, for a batch: Queued, or Declined with nothing done.
 Lane::Result queue_for_batch(const std::shared_ptr<const Route>& route, const InferRequest& request,
                              Prepared& job, const RegionRefs& refs, const ArenaView& arena,
                              const uint8_t* message, size_t size, Replies* replies);
