@@ -464,6 +464,33 @@ TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
                    2, out, fold, failure, &recorder) == Lane::Result::Declined);
 }
 
+TEST(a_short_execute_with_every_instance_taken_waits_in_the_gates_queue_not_in_pythons) {
+  Fixture f;
+  Workers workers(1);
+  Lane lane(f.log, &workers);
+  f.gate->observe(1000);
+  f.gate->observe(1000);  // microseconds: run on the link thread when an instance is free
+  Recorder recorder;
+  std::string message = write_request(f.request());
+  std::string out;
+  bool fold = false;
+  Status failure;
+  auto table = std::make_shared<RouteTable>(f.table);
+  CHECK(f.instance->try_acquire());            // the only instance busy
+  f.gate->claim_or_wait([](Runnable*) {}, 9);  // and somebody (Python) queued for it first
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
+  CHECK(out.empty() && f.gate->waiters() == 2);
+  CHECK(f.gate->forget(9));
+  f.gate->release(f.instance.get());  // to the lane's waiter, which runs on the worker
+  CHECK(wait_until(recorder, 1));
+  CHECK(recorder.answers.size() == 1 && f.instance->runs == 1 && !f.instance->busy.load());
+  // A free instance and nobody queued: on the link thread again.
+  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
+                   2, out, fold, failure, &recorder) == Lane::Result::Served);
+  CHECK(!out.empty() && f.instance->runs == 2);
+}
+
 TEST(the_served_log_asks_once_to_be_folded) {
   ServedLog log(2);
   CHECK(!log.add(ServedRecord{}));

@@ -85,7 +85,8 @@ def test_the_lane_answers_with_what_the_method_computes_in_the_room(lane):
     expected = instances[1].execute([x])[0]
     np.testing.assert_array_equal(region.array(offset, np.float32, shape), expected)
     [record] = hub.served()
-    assert record[:4] == ("m", "2", "forward", 1) and record[9] == 4  # rows, then the front
+    assert record[:6] == ("m", "2", "forward", 1, 4, 1)  # rows, the front, one request
+    assert np.frombuffer(record[14]).size == 1 and record[15] == b""  # its total, no queue wait
     assert link.served == 1
     assert hub.served() == []  # drained
 
@@ -123,21 +124,32 @@ def test_what_the_lane_declines_reaches_python_unchanged(lane):
     assert link.served == 0 and hub.served() == []
 
 
-def test_a_closed_method_or_one_without_a_free_instance_goes_to_python(lane):
+def test_a_short_request_without_a_free_instance_waits_for_one_and_a_closed_method_is_pythons(lane):
+    """Handed to Python, the request would queue for the same instances on the event loop, at a
+    hundred times the cost, and keep the lane yielding to that queue under a burst."""
     ethost, hub, gate, instances, region, front, link = lane
-    gate.observe(1000)
+    gate.observe(1000)  # short: run on the link thread when an instance is free
     _publish(hub, gate)
     x = np.ones((2, 4), np.float32)
     held = [gate.claim(), gate.claim()]  # Python runs both instances
     assert sorted(held) == [0, 1] and gate.claim() == -1
     _send(front, _request(region, x))
-    assert len(_drained(hub, 1)) == 1
+    for _ in range(100):
+        if gate.waiters == 1:
+            break
+        time.sleep(0.01)
+    assert gate.waiters == 1 and hub.drain()[0] == [] and link.served == 0
     for index in held:
-        gate.release(index)
+        gate.release(index)  # the first goes to the lane's waiter
+    [(index, offset, shape)] = lane_frames.read_answer(_receive(front))
+    np.testing.assert_array_equal(
+        region.array(offset, np.float32, shape), instances[0].execute([x])[0]
+    )
+    assert link.served == 1 and gate.waiters == 0
     gate.close()
     _send(front, _request(region, x))
     assert len(_drained(hub, 1)) == 1
-    assert link.served == 0
+    assert link.served == 1
 
 
 def test_a_front_going_away_is_reported_once(lane):
