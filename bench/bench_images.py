@@ -23,6 +23,14 @@ shared memory to the small-answer program; case `cudashm` (not by default: it ne
 GPU) the image in a CUDA region, to both programs. Case `grpcfloor` measures grpcio alone in as
 many processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is
 the server's own code.
+
+Those programs run on the CPU, so a CUDA-region image is copied to the host first. Case
+`cudatrt` (a GPU host, with `--trt-programs DIR` from `python -m support.trt_programs DIR`)
+puts the whole request on the GPU, as a TensorRT program would take it: a second server whose
+TensorRT delegate runs the spin stand-in (tests/support/spin_engine_provider.py: a real CUDA
+kernel, here with no spin, launched from Python under the GIL where TensorRT's enqueue takes
+none) over an image-sized add whose inputs and output are left out of memory planning, so the
+image is bound where it lies in the region and the answer is written into the region.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from support import programs  # noqa: E402
 
 FP32 = (1, 3, 224, 224)
 UINT8 = (1, 224, 224, 3)
+SPIN_BACKEND = "support.test_backend_setup:install_spin_backend_on_cuda"
 
 
 def export(out_dir: Path) -> dict:
@@ -146,6 +155,43 @@ def cuda_region(server, x: np.ndarray) -> str:
     return name
 
 
+def trt_server(scratch: Path, trt_programs: Path, workers: int, instances: int) -> Ours:
+    """A server whose TensorRT delegate runs the spin stand-in with no spin, serving `image_trt`
+    (x + y, 1x3x224x224 FP32, inputs and output unplanned: bound where they lie)."""
+    from support.trt_models import UNPLANNED_OUTPUTS_SET, TrtProgram
+
+    program = TrtProgram.at(
+        trt_programs, *UNPLANNED_OUTPUTS_SET[1], planned_inputs=False, planned_outputs=False
+    )
+    if not program.exists():
+        raise SystemExit(f"{program.pte} is missing: python -m support.trt_programs DIR")
+    (scratch / "trt").mkdir()
+    flags = ("--allow-client-shm", "--log-level", "warning", "--backend-setup", SPIN_BACKEND)
+    env = {"ETRT_TEST_SPIN_US": "0", "ETRT_TEST_SPIN_ROW_US": "0"}
+    return Ours(scratch / "trt", {"image_trt": program}, workers, instances, flags, env=env)
+
+
+def cuda_trt_request(server: Ours, region: str, x: np.ndarray) -> Request:
+    """x + x from the image at the region's start, the answer into the region after it."""
+    with server.server.client() as client:
+        metadata = client.get("/v2/models/image_trt").json()
+
+    def ref(offset: int) -> dict:
+        return {
+            "shared_memory_region": region,
+            "shared_memory_byte_size": x.nbytes,
+            "shared_memory_offset": offset,
+        }
+
+    inputs = [
+        {"name": i["name"], "datatype": "FP32", "shape": list(x.shape), "parameters": ref(0)}
+        for i in metadata["inputs"]
+    ]
+    outputs = [{"name": metadata["outputs"][0]["name"], "parameters": ref(x.nbytes)}]
+    body = json.dumps({"inputs": inputs, "outputs": outputs}).encode()
+    return Request("/v2/models/image_trt/infer", body)
+
+
 def native_requests(server) -> float:
     """Requests the fronts' native paths have taken so far (etrt_front_native_requests_total)."""
     with server.server.client() as client:
@@ -166,6 +212,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--instances", type=int, default=None, help="instances per model")
     parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc,grpcfloor")
+    parser.add_argument("--trt-programs", type=Path, help="case cudatrt: support.trt_programs'")
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -181,17 +228,18 @@ def main() -> None:
     rows, costs = [], {}
     region = None
 
-    def measure(label: str, request: Request, nbytes: int) -> None:
-        wrk(server.url, request, args.connections, 1, scratch, threads=4)  # warm-up
+    def measure(label: str, request: Request, nbytes: int, on: Ours | None = None) -> None:
+        target = on or server
+        wrk(target.url, request, args.connections, 1, scratch, threads=4)  # warm-up
         time.sleep(1.5)  # the fronts' counts reach the engine every half second
-        sent_before = sum(server.front_requests().values())
-        native_before = native_requests(server)
-        before = server.cpu_s()
-        load = wrk(server.url, request, args.connections, args.seconds, scratch, threads=4)
-        after = server.cpu_s()
+        sent_before = sum(target.front_requests().values())
+        native_before = native_requests(target)
+        before = target.cpu_s()
+        load = wrk(target.url, request, args.connections, args.seconds, scratch, threads=4)
+        after = target.cpu_s()
         time.sleep(1.5)
-        served = max(1, sum(server.front_requests().values()) - sent_before)
-        native = (native_requests(server) - native_before) / served
+        served = max(1, sum(target.front_requests().values()) - sent_before)
+        native = (native_requests(target) - native_before) / served
         fronts_us, user_us, sys_us, lanes_us, _ = (
             (b - a) / served * 1e6 for a, b in zip(before, after)
         )
@@ -251,6 +299,20 @@ def main() -> None:
                 measure(f"FP32 CUDA shm, {path}", request, fp32.nbytes)
                 request = system_shm("image_small", cuda_name, fp32, "FP32", 12, query)
                 measure(f"FP32 CUDA shm, small answer, {path}", request, fp32.nbytes)
+        if "cudatrt" in cases:  # the whole request on the GPU, as a TensorRT program takes it
+            if args.trt_programs is None:
+                raise SystemExit("case cudatrt needs --trt-programs")
+            trt = trt_server(scratch, args.trt_programs, args.workers, instances)
+            try:
+                request = cuda_trt_request(trt, cuda_region(trt, fp32), fp32)
+                with trt.server.client() as client:
+                    probe = client.post(request.path, content=request.body)
+                assert probe.status_code == 200, probe.text
+                measure("FP32 CUDA shm, GPU program, native path", request, fp32.nbytes, trt)
+                request = Request(request.path + "?path=python", request.body)
+                measure("FP32 CUDA shm, GPU program, Python path", request, fp32.nbytes, trt)
+            finally:
+                trt.stop()
         if "grpc" in cases:
             grpc_load(server.server.grpc_url, "image", fp32, 1, args.connections)  # warm-up
             time.sleep(1.5)  # the fronts' counts reach the engine every half second
@@ -278,7 +340,7 @@ def main() -> None:
         found = dict(rows)
         kinds = ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary", "FP32 system shm",
                  "FP32 system shm, small answer", "FP32 CUDA shm",
-                 "FP32 CUDA shm, small answer")  # fmt: skip
+                 "FP32 CUDA shm, small answer", "FP32 CUDA shm, GPU program")  # fmt: skip
         for kind in kinds:
             native, python = found.get(f"{kind}, native path"), found.get(f"{kind}, Python path")
             if native and python:

@@ -166,10 +166,15 @@ class Ours:
         workers: int,
         instances: int | None,
         server_args: tuple[str, ...] = (),
+        env: dict | None = None,
     ):
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
-            scratch / f"ours-{workers}" / "artifacts", "--workers", str(workers), *server_args
+            scratch / f"ours-{workers}" / "artifacts",
+            "--workers",
+            str(workers),
+            *server_args,
+            env=env,
         ).start(timeout=120)
         self.url = self.server.url
         with self.server.client() as client:

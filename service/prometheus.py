@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import math
 
+import numpy as np
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DURATION_BUCKETS = (
     0.001,
@@ -124,11 +126,19 @@ class Histogram(Family):
         state[-2] += value * count
         state[-1] += count
 
-    def observe_many(self, labels: tuple[str, ...], values: list[float]) -> None:
+    def observe_many(self, labels: tuple[str, ...], values: np.ndarray) -> None:
+        """`values` float64, bucketed at once: the engine's lane counts requests by the
+        hundred thousand a second (service/dataplane/ledger.py)."""
+        if not len(values):
+            return
         state = self._state(labels)
-        for value in values:
-            state[bisect.bisect_left(self.buckets, value)] += 1
-        state[-2] += math.fsum(values)
+        # side="left": the first bound >= value, as observe's bisect_left
+        found = np.bincount(
+            np.searchsorted(self.buckets, values, side="left"), minlength=len(self.buckets) + 1
+        )
+        for index in np.flatnonzero(found):
+            state[index] += int(found[index])
+        state[-2] += math.fsum(values.tolist())
         state[-1] += len(values)
 
     def _lines(self) -> list[str]:

@@ -19,8 +19,10 @@ import time
 import weakref
 from collections.abc import Callable
 
+import numpy as np
+
 from service.dataplane import residency
-from service.dataplane.ledger import Served, ServedLedger
+from service.dataplane.ledger import ServedGroup, ServedLedger
 from service.prometheus import BATCH_SIZE_BUCKETS, Counter, Gauge, Histogram
 
 # No model name can contain parentheses (ingest rule model.characters), so this never collides.
@@ -182,34 +184,33 @@ class Metrics:
             if queued_s is not None:
                 self.queue.observe((model, method), queued_s)
 
-    def _count_served(self, served: list[Served]) -> None:
+    def _count_served(self, groups: list[ServedGroup]) -> None:
         """The ledger's requests, each a finished request (ok) and, unless a batch's first
         request carried it, an execute."""
         sums = {}
         fronts = self._front_requests
-        for event in served:
-            found = sums.get((event.model, event.method))
+        for group in groups:
+            found = sums.get((group.model, group.method))
             if found is None:
-                found = sums[(event.model, event.method)] = ([], {}, [0], [])
-            found[0].append(event.total_ns / 1e9)
-            if event.executes:
-                found[1][event.rows] = found[1].get(event.rows, 0) + event.executes
-            if event.front >= 0:  # the engine's lane served it; its loop never saw it
-                fronts[event.front] = fronts.get(event.front, 0) + 1
-                found[2][0] += 1
-            if event.queue_ns:
-                found[3].append(event.queue_ns / 1e9)
+                found = sums[(group.model, group.method)] = ([], {}, [0], [])
+            found[0].append(group.totals_s)
+            if group.executes:
+                found[1][group.rows] = found[1].get(group.rows, 0) + group.executes
+            if group.front >= 0:  # the engine's lane served them; its loop never saw them
+                fronts[group.front] = fronts.get(group.front, 0) + group.count
+                found[2][0] += group.count
+            found[3].append(group.queued_s)
         with self._lock:
-            for (model, method), (durations, sizes, lane, queued) in sums.items():
+            for (model, method), (totals, sizes, lane, waits) in sums.items():
                 labels = (model, method)
+                durations, queued = np.concatenate(totals), np.concatenate(waits)
                 if lane[0]:
                     self.lane.add(labels, lane[0])
                 self.requests.add((model, method, "ok"), len(durations))
                 self.duration.observe_many(labels, durations)
                 if len(durations) > len(queued):
                     self.queue.observe(labels, 0.0, len(durations) - len(queued))
-                if queued:
-                    self.queue.observe_many(labels, queued)
+                self.queue.observe_many(labels, queued)
                 for rows, count in sizes.items():
                     self.batch_size.observe(labels, rows, count)
 

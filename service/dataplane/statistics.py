@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from service.dataplane.ledger import Served, ServedLedger
+from service.dataplane.ledger import ServedGroup, ServedLedger
 
 PHASES = (
     "success",
@@ -92,25 +92,25 @@ class Statistics:
         with self._lock:
             _execution(self._model(name, version), size, input_ns, infer_ns, output_ns)
 
-    def _count_served(self, served: list[Served]) -> None:
+    def _count_served(self, groups: list[ServedGroup]) -> None:
         """The ledger's requests, each a successful request and, unless a batch's first request
         carried it, an execute: the execute counts only its run, as a scheduler counts one;
         the request all its phases."""
         sums = {}
-        for event in served:
-            key = (event.model, event.version, event.rows)
+        for g in groups:
+            key = (g.model, g.version, g.rows)
             found = sums.get(key)
             if found is None:
                 found = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0]
-            found[0] += 1
-            found[1] += event.total_ns
-            found[2] += event.input_ns
-            found[3] += event.infer_ns
-            found[4] += event.output_ns
-            found[5] = event.at
-            found[6] += event.queue_ns
-            found[7] += event.executes
-            found[8] += event.infer_ns if event.executes else 0
+            found[0] += g.count
+            found[1] += g.total_ns
+            found[2] += g.input_ns
+            found[3] += g.infer_ns
+            found[4] += g.output_ns
+            found[5] = max(found[5], g.at)
+            found[6] += g.queue_ns
+            found[7] += g.executes
+            found[8] += g.run_ns
         with self._lock:
             for (name, version, size), sum_ in sums.items():
                 count, total_ns, input_ns, infer_ns, output_ns, at, queue_ns, executes, run_ns = (

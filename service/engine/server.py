@@ -28,7 +28,9 @@ import marshal
 import socket
 import struct
 
-from service.dataplane.ledger import LANE_FOLD_AT, Served
+import numpy as np
+
+from service.dataplane.ledger import LANE_FOLD_AT, ServedGroup
 from service.dataplane.service import ModelService
 from service.dataplane.types import InferRequest
 from service.engine import dispatch, pinning
@@ -183,8 +185,11 @@ class EngineServer:
             self.lane_routes.publish(self.hub, self.service)
         self._control.write(self.service.generation, self.service.ready, self.serving)
 
-    def _lane_served(self) -> list[Served]:
-        return [Served(*record) for record in self.hub.served()]
+    def _lane_served(self) -> list[ServedGroup]:
+        return [
+            ServedGroup(*group[:14], np.frombuffer(group[14]), np.frombuffer(group[15]))
+            for group in self.hub.served()
+        ]
 
     def start_serving(self) -> None:
         self.serving = True

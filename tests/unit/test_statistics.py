@@ -94,3 +94,38 @@ def test_one_record_is_counted_once_by_both_views_whichever_reads_first():
     assert 'etrt_inference_requests_total{model="m",method="forward",outcome="ok"} 2' in rendered
     assert statistics.model_stats("m", "1")["inference_count"] == 3
     assert metrics.render({}) == rendered  # nothing counted twice
+
+
+def test_requests_handed_over_summed_count_as_each_one_handed_over_alone():
+    """The engine's lane hands its requests over summed per route, front and rows
+    (ledger.ServedGroup); both views count those groups as they count each request."""
+    from service.dataplane.ledger import Served, grouped
+
+    events = [
+        Served("m", "1", "forward", rows, total, 10, infer, 5, 100.0 + i, front, queue, executes)
+        for i, (rows, total, infer, front, queue, executes) in enumerate(
+            [
+                (1, 250_000_000, 700, 0, 0, 1),
+                (1, 500_000_000, 900, 0, 0, 1),
+                (4, 250_000_000, 600, 1, 125_000_000, 1),  # a batch of 4 rows: one execute
+                (4, 500_000_000, 600, 1, 2_000_000_000, 0),
+                (4, 250_000_000, 600, 2, 125_000_000, 0),
+                (1, 4_000_000_000, 800, -1, 0, 1),  # counted by the engine's loop
+            ]
+        )
+    ]
+    views = []
+    for groups in (grouped(events), [grouped([e])[0] for e in events]):
+        ledger = ServedLedger()
+        pending = [groups]  # a source returns what it holds once, then forgets it
+        ledger.add_source(lambda pending=pending: pending.pop() if pending else [])
+        views.append((Statistics(ledger), Metrics(ledger=ledger), groups))
+    (stats_a, metrics_a, summed), (stats_b, metrics_b, alone) = views
+    assert len(summed) == 4 and len(alone) == 6
+    rendered = metrics_a.render({})
+    assert rendered == metrics_b.render({})
+    assert stats_a.model_stats("m", "1") == stats_b.model_stats("m", "1")
+    assert stats_a.model_stats("m", "1")["execution_count"] == 4
+    assert stats_a.model_stats("m", "1")["inference_count"] == 1 + 1 + 4 + 1  # rows executed
+    assert 'etrt_inference_requests_total{model="m",method="forward",outcome="ok"} 6' in rendered
+    assert 'etrt_engine_lane_requests_total{model="m",method="forward"} 5' in rendered
