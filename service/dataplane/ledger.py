@@ -23,10 +23,11 @@ import numpy as np
 
 # Served requests kept unfolded at most (a few hundred KB).
 FOLD_AT = 4096
-# The same for the engine's native lane: folding holds the GIL for about a microsecond per
-# request, and an execute that launches through Python (a TensorRT engine enqueued through its
-# Python API, the spin stand-in) waits for it; a fold of 4096 requests (3 ms) outlasts the work
-# queued on a GPU and leaves it idle (bench/bench_gpu_busy.py), one of 512 does not.
+# The same for the engine's native lane: a fold holds the GIL, and an execute that launches
+# through Python (a TensorRT engine enqueued through its Python API, the spin stand-in) waits for
+# it. Folded one tuple per request (~1 us each), 4096 requests (3 ms) outlasted the work queued
+# on a GPU and left it idle, 512 did not (bench/bench_gpu_busy.py); summed per group
+# (ServedGroup), the hold is shorter still.
 LANE_FOLD_AT = 512
 
 

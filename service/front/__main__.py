@@ -22,6 +22,7 @@ from service.front.app import create_app
 from service.front.draining import DrainingServer
 from service.front.engine_client import EngineClient
 from service.front.heap_tuning import keep_freed_pages
+from service.front.protocols import fair_accept
 from service.front.protocols.drain import Drain
 from service.front.protocols.http_transport import GatheringHttpToolsProtocol
 from service.front.protocols.read_timeouts import ReadTimeouts
@@ -45,7 +46,11 @@ def main() -> None:
         format=f"%(asctime)s %(levelname)s [front {front_id}] %(name)s: %(message)s",
     )
     client = EngineClient(
-        settings, os.environ["ETRT_ENGINE_SOCKET"], os.environ["ETRT_ENGINE_SECRET"], front_id
+        settings,
+        os.environ["ETRT_ENGINE_SOCKET"],
+        os.environ["ETRT_ENGINE_SECRET"],
+        front_id,
+        fair_accept.StartedFronts.of_this_front(),
     )
     # Worker processes decoding large JSON bodies: the host's cores, shared among the fronts.
     offload_workers = max(1, min(4, (os.cpu_count() or 1) // settings.workers))

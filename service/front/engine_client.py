@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import pickle
+from collections.abc import Callable
 from typing import ClassVar
 
 from service.config import Settings
@@ -55,8 +56,18 @@ class EngineClient(EngineRequests):
 
     capabilities: ClassVar[c.Capability] = c.Capability.ENGINE_LINK | c.Capability.SHARED_MEMORY
 
-    def __init__(self, settings: Settings, socket_name: str, secret: str, front_id: int):
+    def __init__(
+        self,
+        settings: Settings,
+        socket_name: str,
+        secret: str,
+        front_id: int,
+        fronts_started: Callable[[], bool] | None = None,
+    ):
+        """fronts_started: whether every front of the server has listened
+        (fair_accept.StartedFronts): till then the server is not ready."""
         self.settings = settings
+        self._fronts_started = fronts_started or (lambda: True)
         self._socket_name = socket_name
         self._secret = secret
         self._front_id = front_id
@@ -149,12 +160,17 @@ class EngineClient(EngineRequests):
     @property
     def ready(self) -> bool:
         link = self._link
-        return link is not None and not self.draining and link.generation()[1]
+        return (
+            link is not None
+            and not self.draining
+            and link.generation()[1]
+            and self._fronts_started()
+        )
 
     def not_ready_reason(self) -> str:
         """Why the server is not ready: a GPU fault or an engine restart of the last minute, as
         recorded by the engine and the supervisor (service/shared/engine_events.py), else that
-        it is starting or stopping."""
+        it is starting (its fronts too) or stopping."""
         return self._events.why_away(_RECENT_S) or "the server is starting or stopping"
 
     def down(self) -> EngineDown:

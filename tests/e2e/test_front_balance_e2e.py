@@ -54,3 +54,43 @@ def test_four_keep_alive_clients_are_spread_over_two_fronts(start_server, linear
     assert sum(gained.values()) >= CLIENTS * REQUESTS, gained
     # Each client's requests stay on its connection's front: 2 connections per front.
     assert sorted(gained.values()) == [2 * REQUESTS, 2 * REQUESTS], gained
+
+
+def test_a_pool_opened_the_moment_the_server_is_ready_is_spread_over_every_front(
+    start_server, linear_relu_program, tmp_path
+):
+    """Readiness waits for every front to listen (fair_accept.StartedFronts): a pool opened as
+    soon as the server says ready otherwise kept only the fronts that had started."""
+    fronts = 4
+    artifacts = tmp_path / "artifacts"
+    first = start_server(artifacts=artifacts)
+    with first.client() as client:
+        assert upload(client, "m", linear_relu_program.pte).status_code == 201
+    first.stop()
+    server = start_server("--workers", str(fronts), artifacts=artifacts)  # back when ready
+    pool = [httpx.Client(base_url=server.url, timeout=60) for _ in range(2 * fronts)]
+    x = np.ones((2, 4), np.float32)
+    try:
+        start = threading.Barrier(len(pool))
+
+        def one_client(client) -> list[int]:
+            start.wait()
+            return [
+                client.post("/infer", json={"model": "m", "inputs": [tensor(x)]}).status_code
+                for _ in range(REQUESTS)
+            ]
+
+        with ThreadPoolExecutor(len(pool)) as threads:
+            statuses = [s for done in threads.map(one_client, pool) for s in done]
+    finally:
+        for client in pool:
+            client.close()
+    assert statuses == [200] * (len(pool) * REQUESTS)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        served = _served(server)
+        if sum(served.values()) >= len(pool) * REQUESTS:
+            break
+        time.sleep(0.2)
+    # Two connections per front, each front's requests those of its connections.
+    assert sorted(served.values()) == [2 * REQUESTS] * fronts, served

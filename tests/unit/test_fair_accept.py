@@ -89,3 +89,36 @@ def test_each_wakeup_accepts_one_connection_and_close_stops_accepting():
     assert max(per_turn) == 1  # never two in one turn: another front may take the next one
     assert accepted == 3
     assert len(made) == 3  # once closed, new connections are left to the other fronts
+
+
+def test_fronts_that_have_not_listened_keep_the_server_unready_and_take_no_connection(
+    monkeypatch,
+):
+    from service.front.protocols import fair_accept
+
+    fd = fair_accept.new_loads_fd(3)
+    started = fair_accept.StartedFronts(fd)
+    assert started.waiting() == 3 and not started()
+    monkeypatch.setenv(fair_accept.LOADS_FD, str(fd))
+    first = fair_accept.FrontLoads(fd, 0)  # front 0 listens
+    first.opened()
+    # Front 2 has not listened: the least loaded front that listens is 1 (none), then front 0.
+    second = fair_accept.FrontLoads(fd, 1)
+    assert first.more_than_least() and not second.more_than_least()
+    second.opened()
+    second.opened()
+    assert not first.more_than_least() and second.more_than_least()
+    assert started.waiting() == 1 and not started()
+    fair_accept.FrontLoads(fd, 2)
+    assert started() and started.waiting() == 0
+    second.counts[2] = fair_accept.NOT_LISTENING  # a front restarting later: still ready
+    assert started()
+
+
+def test_readiness_stops_waiting_for_a_front_that_never_listens(monkeypatch):
+    from service.front.protocols import fair_accept
+
+    started = fair_accept.StartedFronts(fair_accept.new_loads_fd(2))
+    assert not started()
+    monkeypatch.setattr(fair_accept.time, "monotonic", lambda: float("inf"))
+    assert started()  # and says which (logged)
