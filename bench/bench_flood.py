@@ -15,8 +15,8 @@ the goodput ratio is then bound by (execute + round trip) / execute. `--instance
 with the server's own default (two for a program this size), which a flood can keep busy at once.
 
 usage: python bench/bench_flood.py [--seconds 10] [--connections 16] [--max-queue 8]
-       [--instances 1] [--workers 1] [--front-nice N] [--honor-retry-after] [--width 2048] [--layers 4]
-       [--programs-dir DIR] [--export-only]
+       [--instances 1] [--workers 1] [--front-nice N] [--honor-retry-after] [--width 2048]
+       [--layers 4] [--programs-dir DIR] [--export-only]
 
 The program (`--layers` x Linear(`--width`, `--width`), 4 x width^2 x layers bytes of weights) is
 exported into `--programs-dir` once and read from there afterwards without torch or the
