@@ -416,6 +416,28 @@ bool wait_until(Recorder& recorder, int count) {
   return recorder.finished_count() == count;
 }
 
+// The fixture's request served through a lane with workers, its replies recorded, as a front's
+// link would serve it.
+struct WithReplies {
+  explicit WithReplies(Fixture& fixture)
+      : f(fixture),
+        message(write_request(fixture.request())),
+        table(std::make_shared<RouteTable>(fixture.table)) {}
+
+  Lane::Result serve(Lane& lane) {
+    return lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(),
+                      f.arena, 2, out, fold, failure, &recorder);
+  }
+
+  Fixture& f;
+  Recorder recorder;
+  std::string message;
+  std::shared_ptr<RouteTable> table;
+  std::string out;
+  bool fold = false;
+  Status failure;
+};
+
 }  // namespace
 
 TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
@@ -424,44 +446,34 @@ TEST(a_long_execute_runs_on_a_worker_and_answers_through_the_replies) {
   Lane lane(f.log, &workers);
   f.gate->observe(5000000);
   f.gate->observe(5000000);  // recent executes took 5 ms: not for the link thread
-  Recorder recorder;
-  std::string message = write_request(f.request());
-  std::string out;
-  bool fold = false;
-  Status failure;
-  auto table = std::make_shared<RouteTable>(f.table);
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
-  CHECK(out.empty());
-  CHECK(wait_until(recorder, 1));
-  CHECK(recorder.answers.size() == 1 && read_answer(recorder.answers[0]).request_id == 42);
+  WithReplies r(f);
+  CHECK(r.serve(lane) == Lane::Result::Queued);
+  CHECK(r.out.empty());
+  CHECK(wait_until(r.recorder, 1));
+  CHECK(r.recorder.answers.size() == 1 && read_answer(r.recorder.answers[0]).request_id == 42);
   CHECK(f.log.size() == 1 && !f.instance->busy.load());
   // One that fails on the worker comes back whole with why, for Python to answer (not run).
   f.instance->fail = true;
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
-  CHECK(wait_until(recorder, 2));
-  CHECK(recorder.refused.empty() && recorder.failures.size() == 1);
-  CHECK(recorder.failures[0].first == message && !recorder.failures[0].second.ok());
+  CHECK(r.serve(lane) == Lane::Result::Queued);
+  CHECK(wait_until(r.recorder, 2));
+  CHECK(r.recorder.refused.empty() && r.recorder.failures.size() == 1);
+  CHECK(r.recorder.failures[0].first == r.message && !r.recorder.failures[0].second.ok());
   CHECK(f.instance->runs == 2);
   // Every instance busy: it waits for the next one freed, and runs then.
   f.instance->fail = false;
   f.instance->busy = true;
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
+  CHECK(r.serve(lane) == Lane::Result::Queued);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(recorder.finished_count() == 2 && f.gate->waiters() == 1);
+  CHECK(r.recorder.finished_count() == 2 && f.gate->waiters() == 1);
   f.gate->release(f.instance.get());
-  CHECK(wait_until(recorder, 3));
-  CHECK(recorder.answers.size() == 2 && !f.instance->busy.load());
+  CHECK(wait_until(r.recorder, 3));
+  CHECK(r.recorder.answers.size() == 2 && !f.instance->busy.load());
   // Without workers, a long execute is Python's; likewise for a method whose queue is bounded.
   CHECK(f.declines(f.request()));
   auto bounded = std::make_shared<Route>(*f.table.routes[7]);
   bounded->on_workers = false;
-  table = std::make_shared<RouteTable>(f.table);
-  table->routes[7] = bounded;
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Declined);
+  r.table->routes[7] = bounded;
+  CHECK(r.serve(lane) == Lane::Result::Declined);
 }
 
 TEST(a_short_execute_with_every_instance_taken_waits_in_the_gates_queue_not_in_pythons) {
@@ -470,25 +482,18 @@ TEST(a_short_execute_with_every_instance_taken_waits_in_the_gates_queue_not_in_p
   Lane lane(f.log, &workers);
   f.gate->observe(1000);
   f.gate->observe(1000);  // microseconds: run on the link thread when an instance is free
-  Recorder recorder;
-  std::string message = write_request(f.request());
-  std::string out;
-  bool fold = false;
-  Status failure;
-  auto table = std::make_shared<RouteTable>(f.table);
+  WithReplies r(f);
   CHECK(f.instance->try_acquire());            // the only instance busy
   f.gate->claim_or_wait([](Runnable*) {}, 9);  // and somebody (Python) queued for it first
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Queued);
-  CHECK(out.empty() && f.gate->waiters() == 2);
+  CHECK(r.serve(lane) == Lane::Result::Queued);
+  CHECK(r.out.empty() && f.gate->waiters() == 2);
   CHECK(f.gate->forget(9));
   f.gate->release(f.instance.get());  // to the lane's waiter, which runs on the worker
-  CHECK(wait_until(recorder, 1));
-  CHECK(recorder.answers.size() == 1 && f.instance->runs == 1 && !f.instance->busy.load());
+  CHECK(wait_until(r.recorder, 1));
+  CHECK(r.recorder.answers.size() == 1 && f.instance->runs == 1 && !f.instance->busy.load());
   // A free instance and nobody queued: on the link thread again.
-  CHECK(lane.serve(table, reinterpret_cast<const uint8_t*>(message.data()), message.size(), f.arena,
-                   2, out, fold, failure, &recorder) == Lane::Result::Served);
-  CHECK(!out.empty() && f.instance->runs == 2);
+  CHECK(r.serve(lane) == Lane::Result::Served);
+  CHECK(!r.out.empty() && f.instance->runs == 2);
 }
 
 TEST(the_served_log_asks_once_to_be_folded) {
