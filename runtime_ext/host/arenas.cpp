@@ -2,6 +2,7 @@
 
 #include <executorch_allocator.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -16,16 +17,20 @@ namespace etensor = executorch::runtime::etensor;
 namespace ethost {
 namespace {
 
+std::atomic<uint64_t> g_pinned{0}, g_pin_refused{0}, g_locked_bytes{0};
+
+// The whole pages allocate_host gave a buffer of `size` bytes.
+size_t locked_size(size_t size) {
+  return (size + kHostPage - 1) / kHostPage * kHostPage;
+}
+
 std::string device_text(etensor::Device device) {
   return std::string(device.is_cpu() ? "cpu" : "cuda") + ":" + std::to_string(device.index());
 }
 
 Outcome<uint8_t*> allocate_host(size_t size, const std::string& action, const std::string& path) {
-  size_t rounded = (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-  if (rounded == 0) {
-    rounded = kArenaAlignment;
-  }
-  void* memory = std::aligned_alloc(kArenaAlignment, rounded);
+  size_t rounded = size == 0 ? kHostPage : locked_size(size);
+  void* memory = std::aligned_alloc(kHostPage, rounded);
   if (memory == nullptr) {
     return Status(Error::MemoryAllocationFailed,
                   "could not allocate " + std::to_string(rounded) + " bytes")
@@ -76,6 +81,11 @@ Outcome<std::shared_ptr<DeviceMemory>> find_device_memory(const std::string& act
 
 }  // namespace
 
+PinnedCounts pinned_counts() {
+  return {g_pinned.load(std::memory_order_relaxed), g_pin_refused.load(std::memory_order_relaxed),
+          g_locked_bytes.load(std::memory_order_relaxed)};
+}
+
 void ArenaFree::operator()(uint8_t* p) const {
   if (device != nullptr) {
     device->release(p);
@@ -95,7 +105,44 @@ PlannedArenas::PlannedArenas(std::shared_ptr<DeviceMemory> device,
       // programs.
       allocator_(device_ ? HierarchicalAllocator({spans_.data(), spans_.size()},
                                                  {devices_.data(), devices_.size()})
-                         : HierarchicalAllocator({spans_.data(), spans_.size()})) {}
+                         : HierarchicalAllocator({spans_.data(), spans_.size()})),
+      pin_state_(buffers_.size(), 0) {}
+
+PlannedArenas::~PlannedArenas() {
+  // Before the buffers are freed (members go after this body): a freed page must not stay
+  // registered with the driver.
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (pin_state_[i] != 1) continue;
+    pinned_by_->unpin_host(buffers_[i].get());
+    g_locked_bytes.fetch_sub(locked_size(spans_[i].size()), std::memory_order_relaxed);
+  }
+}
+
+void PlannedArenas::pin_for_copies(const void* p, const std::shared_ptr<DeviceMemory>& memory) {
+  auto* byte = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < spans_.size(); ++i) {
+    const Span<uint8_t>& span = spans_[i];
+    if (!devices_[i].is_cpu() || byte < span.data() || byte >= span.data() + span.size()) {
+      continue;
+    }
+    if (pin_state_[i] != 0) return;
+    // A second device memory (never one per process today) would need its own bookkeeping.
+    if (span.size() > kMaxPinnedBuffer || (pinned_by_ && pinned_by_ != memory)) {
+      pin_state_[i] = 2;
+      return;
+    }
+    if (memory->pin_host(span.data(), locked_size(span.size())).ok()) {
+      pin_state_[i] = 1;
+      pinned_by_ = memory;
+      g_pinned.fetch_add(1, std::memory_order_relaxed);
+      g_locked_bytes.fetch_add(locked_size(span.size()), std::memory_order_relaxed);
+    } else {
+      pin_state_[i] = 2;
+      g_pin_refused.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+}
 
 Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta& meta,
                                                                 const std::string& path) {

@@ -30,6 +30,7 @@ class DeviceCopies {
   Status finish();
 
   const ethost_device::DeviceMemory& memory() const { return *memory_; }
+  const std::shared_ptr<ethost_device::DeviceMemory>& shared_memory() const { return memory_; }
 
  private:
   DeviceCopies(std::shared_ptr<ethost_device::DeviceMemory> memory,

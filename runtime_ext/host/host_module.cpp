@@ -384,6 +384,19 @@ NB_MODULE(ethost, m) {
       "where they went: bound (not memory-planned: the method read them in place), "
       "device_to_device or to_host (copied into a buffer planned in device or host memory).");
   m.def(
+      "pinned_planned_buffers",
+      [] {
+        PinnedCounts counts = pinned_counts();
+        nb::dict out;
+        out["pinned"] = counts.pinned;
+        out["refused"] = counts.refused;
+        out["locked_bytes"] = counts.locked_bytes;
+        return out;
+      },
+      "Planned host buffers page-locked for copies to and from device memory since the process "
+      "started (pinned), those the driver refused (left pageable), and the bytes locked now "
+      "(arenas.h: PlannedArenas::pin_for_copies).");
+  m.def(
       "device_output_counts",
       [] {
         DeviceOutputCounts counts = device_output_counts();

@@ -206,6 +206,7 @@ Status MethodInstance::set_device_input(size_t index, InputBinding& in,
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     EValue& planned = method_->mutable_input(index);
 #pragma GCC diagnostic pop
+    arenas_->pin_for_copies(planned.toTensor().const_data_ptr(), copies->shared_memory());
     placed = queue_planned_input(planned.toTensor(), in, to_host);
     if (!placed.ok()) placed.reason = "copying it from device memory: " + placed.reason;
   } else {
@@ -351,6 +352,7 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
   if (route == DeviceOutputRoute::DeviceToDevice) {
     copied = device_copies_->device_to_device(destination.data, source, nbytes);
   } else if (route == DeviceOutputRoute::FromHost && nbytes > 0) {
+    arenas_->pin_for_copies(source, device_copies_->shared_memory());  // a planned output's
     copied = device_copies_->to_device(destination.data, source, nbytes);
   }
   if (!copied.ok()) {

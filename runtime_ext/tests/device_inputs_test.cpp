@@ -9,6 +9,7 @@
 // Programs (ETHOST_TEST_PROGRAMS, exported by tests/unit/test_native_checks.py): cpu.pte plans
 // its input in host memory, unplanned.pte leaves it out of planning; both are linear + relu on
 // the CPU.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -64,8 +65,20 @@ class CountingMemory final : public DeviceMemory {
   Outcome<ethost_device::StreamHandle> create_stream() override { return inner_->create_stream(); }
   Status synchronize(ethost_device::StreamHandle s) override { return inner_->synchronize(s); }
   void destroy_stream(ethost_device::StreamHandle s) override { inner_->destroy_stream(s); }
+  Status pin_host(void* p, size_t nbytes) override {
+    if (refuse_pins) return Status(Error::Internal, "cudaHostRegister failed: stand-in");
+    pins.emplace_back(p, nbytes);
+    return Status();
+  }
+  Status unpin_host(void* p) override {
+    unpins.push_back(p);
+    return Status();
+  }
 
   int copies[4] = {0, 0, 0, 0};
+  std::vector<std::pair<void*, size_t>> pins;
+  std::vector<void*> unpins;
+  bool refuse_pins = false;
 
  private:
   std::shared_ptr<DeviceMemory> inner_;
@@ -250,6 +263,68 @@ TEST(an_output_planned_in_host_memory_takes_one_host_to_device_copy_into_its_des
   CHECK(after.from_host == before.from_host + 1);
   CHECK(after.bound == before.bound && after.device_to_device == before.device_to_device);
   memory->release(device);
+  ethost_device::use_memory(nullptr);
+}
+
+// A copy from pageable memory is staged through the CPU by the driver; the planned buffers a
+// device copy touches are page-locked once, in whole pages, and unlocked before they are freed.
+TEST(planned_host_buffers_device_copies_touch_are_locked_once_and_unlocked_when_closed) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  std::vector<uintptr_t> buffers = method.value()->arena_addresses();
+  PinnedCounts before = pinned_counts();
+  Runs first = run_both(*method.value(), *memory);
+  CHECK(first.device_status.ok() && first.from_device == first.from_host);
+  CHECK(memory->pins.size() == 1);
+  if (memory->pins.size() != 1) return;
+  auto [locked, nbytes] = memory->pins[0];
+  CHECK(std::find(buffers.begin(), buffers.end(), reinterpret_cast<uintptr_t>(locked)) !=
+        buffers.end());
+  CHECK(reinterpret_cast<uintptr_t>(locked) % kHostPage == 0 && nbytes % kHostPage == 0);
+  CHECK(pinned_counts().pinned == before.pinned + 1);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes + nbytes);
+  // The output, planned in the same buffer, and a second request lock nothing more.
+  Runs second = run_both(*method.value(), *memory);
+  CHECK(second.from_device == first.from_host);
+  size_t out_bytes = first.from_host.size() * sizeof(float);
+  void* device = memory->allocate(out_bytes).take();
+  float host[8];
+  std::memcpy(host, kInput, sizeof(host));
+  std::vector<InputBinding> inputs{input_at(host, false)};
+  std::vector<OutputDestination> into{{device, out_bytes}};
+  CHECK(method.value()->run(inputs, &into).ok());
+  memory->release(device);
+  CHECK(memory->pins.size() == 1);
+  CHECK(memory->unpins.empty());
+  method.value().reset();
+  CHECK(memory->unpins.size() == 1 && !memory->unpins.empty() && memory->unpins[0] == locked);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes);
+  ethost_device::use_memory(nullptr);
+}
+
+TEST(a_buffer_the_driver_refuses_to_lock_stays_pageable_and_its_copies_still_work) {
+  auto program = open("cpu.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  memory->refuse_pins = true;
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  PinnedCounts before = pinned_counts();
+  Runs first = run_both(*method.value(), *memory);
+  CHECK(first.device_status.ok() && first.from_device == first.from_host);
+  Runs second = run_both(*method.value(), *memory);  // not asked again
+  CHECK(second.device_status.ok() && second.from_device == first.from_host);
+  CHECK(pinned_counts().refused == before.refused + 1);
+  CHECK(pinned_counts().pinned == before.pinned);
+  method.value().reset();
+  CHECK(memory->unpins.empty());
   ethost_device::use_memory(nullptr);
 }
 

@@ -13,6 +13,13 @@ from service.prometheus import Counter, Gauge
 from service.shm.regions import KINDS, SharedMemory
 
 
+def _locked_bytes() -> int | None:
+    """Bytes of planned host memory page-locked for copies to and from CUDA memory (the
+    native host locks a planned buffer on its first such copy); None before it is imported."""
+    host = sys.modules.get("ethost")
+    return None if host is None else host.pinned_planned_buffers()["locked_bytes"]
+
+
 def _native_counts() -> tuple[dict[str, int], dict[str, int]]:
     """What the native host did with inputs and outputs in device memory (only CUDA shared
     memory gives it any); nothing before it is imported."""
@@ -94,6 +101,17 @@ class ShmMetrics:
         key = ("cuda", "from_host")  # the lane's, as write_outputs counts its own
         copies.samples[key] = copies.samples.get(key, 0) + lane_to_device
         families = [regions, copies, bound, requests]
+        locked = _locked_bytes()
+        if locked is not None:
+            gauge = Gauge(
+                "etrt_shm_locked_planned_bytes",
+                "Planned host memory of method instances page-locked for copies to and from "
+                "CUDA memory (a buffer a CUDA input is copied into or a CUDA output out of is "
+                "locked on its first copy, up to 256 MiB a buffer, and unlocked when its "
+                "instance closes), in bytes",
+            )
+            gauge.samples[()] = locked
+            families.append(gauge)
         if self.model_bytes:
             per_model = Gauge(
                 "etrt_model_device_bytes",

@@ -20,6 +20,8 @@ A test module provides the `device_input_programs` fixture: {"unplanned" | "unpl
 "device_planned" | "host_planned": TrtProgram, "cpu_unplanned": Path of a .pte}.
 """
 
+import gc
+
 import ethost
 import numpy as np
 import pytest
@@ -96,6 +98,29 @@ class DeviceInputCases(SelectedMemory):
     def test_inputs_planned_in_host_memory_are_copied_to_the_host(self, device_input_programs):
         _, counts = self.run(device_input_programs["host_planned"])
         assert counts == {"bound": 0, "device_to_device": 0, "to_host": 2}
+
+    def test_the_planned_host_buffer_device_inputs_are_copied_into_is_locked_once(
+        self, device_input_programs
+    ):
+        """A copy from pageable memory is staged through the CPU by the driver; the buffer is
+        page-locked on the first copy (CUDA), or left pageable where nothing can lock it (the
+        stand-in), and unlocked when the instance closes."""
+        program = device_input_programs["host_planned"]
+        before = ethost.pinned_planned_buffers()
+        method = load(program)
+        for seed in (0, 1):
+            inputs = program.example_inputs(seed)
+            [output] = method.execute(self.on_device(inputs))
+            np.testing.assert_allclose(output, program.reference(*inputs)[0], rtol=1e-5, atol=1e-5)
+        locked = counts_since(before, ethost.pinned_planned_buffers)
+        if self.memory_kind == "cuda":
+            assert locked["pinned"] == 1 and locked["refused"] == 0, locked
+            assert locked["locked_bytes"] > 0 and locked["locked_bytes"] % 4096 == 0, locked
+        else:
+            assert locked == {"pinned": 0, "refused": 1, "locked_bytes": 0}
+        del method
+        gc.collect()
+        assert ethost.pinned_planned_buffers()["locked_bytes"] == before["locked_bytes"]
 
     def test_an_unplanned_input_cpu_kernels_read_is_copied_to_the_host_first(
         self, device_input_programs
