@@ -1,12 +1,10 @@
 // The engine provider seam over a Python object. The host releases the GIL for the whole execute,
 // so the GIL is taken only for provider calls -- once per execute: one `execute` call in the steady
-// state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Threads
-// take turns before they ask for it (ProviderTurn). Every
+// state, and `infer_shapes` + `execute` inside one entry when the input shapes are new. Every
 // Python error becomes a Status here: nothing Python- or exception-shaped crosses back
 // into ExecuTorch.
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -65,39 +63,11 @@ bool count_gil_entry() {
   return true;
 }
 
-// Threads that do not hold the GIL take turns here before they ask for it. A provider call
-// releases the GIL inside (TensorRT's enqueue does around the driver, as cupy's launch does) and
-// must then take it back; with every instance's thread queued for the GIL, each such return
-// waited behind the others, a convoy: on the H200, 8 fronts' batch-1 requests over 4 instances
-// launched 4,300 20-us kernels a second and left the GPU idle 91 % of the time. Waiting here
-// instead, one thread at a time asks for the GIL, beside the event loop's thread only. A thread
-// that holds the GIL never waits here (it would deadlock against a waiter that wants the GIL),
-// and correctness needs nothing here: the GIL still serializes the Python.
-class ProviderTurn {
- public:
-  ProviderTurn() : taken_(!PyGILState_Check()) {
-    if (taken_) turn().lock();
-  }
-  ~ProviderTurn() {
-    if (taken_) turn().unlock();
-  }
-  ProviderTurn(const ProviderTurn&) = delete;
-  ProviderTurn& operator=(const ProviderTurn&) = delete;
-
- private:
-  static std::mutex& turn() {
-    static std::mutex* shared = new std::mutex();  // leaked: no static destructor at exit
-    return *shared;
-  }
-  bool taken_;
-};
-
 // Runs `body` holding the GIL and maps any exception it raises to `code`.
 template <typename F>
 Status call_python(Error code, const char* call, F&& body) {
   if (!python_alive()) return interpreter_gone();
   count_gil_entry();
-  ProviderTurn turn;  // released after the GIL (declared before it)
   nb::gil_scoped_acquire gil;
   try {
     body();
@@ -141,8 +111,7 @@ class PyScope final : public ProviderScope {
   PyScope() : counted_(count_gil_entry()) {}
 
  private:
-  bool counted_;       // before gil_: counts whether this entry takes the GIL
-  ProviderTurn turn_;  // before gil_: taken first, released last
+  bool counted_;  // before gil_: counts whether this entry takes the GIL
   nb::gil_scoped_acquire gil_;
 };
 

@@ -5,8 +5,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 
 import ethost
 import numpy as np
@@ -200,64 +198,3 @@ def test_the_shipped_module_carries_no_test_hooks():
     assert "test hooks (ethost_tensorrt_testing) are not installed" in lines[0]
     assert "ETHOST_TESTING=ON" in lines[0]
     assert lines[1] == "ImportError"
-
-
-class _OverlapProvider(TestEngineProvider):
-    """Counts how many threads are inside `execute` at once; the sleep releases the GIL there, as
-    TensorRT's enqueue does around the driver call."""
-
-    __test__ = False
-
-    def __init__(self):
-        super().__init__()
-        self.inside = 0
-        self.most = 0
-
-    def execute(self, ctx, input_shapes, addresses, stream, scratch=None):
-        self.inside += 1
-        self.most = max(self.most, self.inside)
-        time.sleep(0.001)
-        self.inside -= 1
-        return super().execute(ctx, input_shapes, addresses, stream, scratch)
-
-
-def test_threads_take_turns_to_enter_the_provider_instead_of_queueing_for_the_gil():
-    """Threads executing at once enter the provider one at a time: one that waited for the GIL
-    to come back inside the provider's call waited behind every other thread's (a convoy that
-    left the GPU idle); a thread holding the GIL (a load, here) enters meanwhile without taking
-    a turn, which would deadlock against a thread that has the turn and wants the GIL."""
-    from support.staging_cases import DeviceArena, add_blob, arg, put
-
-    trt.testing.use_host_memory(reads_pageable_host=False)
-    provider = _OverlapProvider()
-    trt.set_engine_provider(provider)
-    arena = DeviceArena()
-    try:
-        runners = [trt.testing.Runner(add_blob((4, 64))) for _ in range(4)]
-        x = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
-        failures = []
-
-        def work(runner):
-            buffers = [arena.buf(x.nbytes) for _ in range(3)]
-            put(buffers[0], x)
-            put(buffers[1], x)
-            try:
-                for _ in range(25):
-                    runner.run([arg(p, [4, 64]) for p in buffers])
-            except Exception as e:  # reported below, from the test's thread
-                failures.append(e)
-
-        threads = [threading.Thread(target=work, args=(r,)) for r in runners]
-        for thread in threads:
-            thread.start()
-        loaded = [trt.testing.Runner(add_blob((4, 64))) for _ in range(3)]  # holding the GIL
-        for thread in threads:
-            thread.join(timeout=60)
-        assert not any(t.is_alive() for t in threads), "a thread is stuck entering the provider"
-        assert not failures, failures
-        assert len(loaded) == 3
-        assert provider.calls["execute"] == 100
-        assert provider.most == 1, f"{provider.most} threads were inside the provider at once"
-    finally:
-        arena.free()
-        trt.set_engine_provider(None)
