@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -372,8 +373,10 @@ def main() -> None:
 
 
 def _limit(rows: float, args) -> float:
-    """Rows per second of back-to-back kernels of `rows` rows, at the configured time."""
-    return rows / ((args.spin_us + args.row_us * rows) / 1e6)
+    """Rows per second of back-to-back kernels of `rows` rows, at the configured time (with no
+    configured time, `--spin-us 0 --row-us 0`, the kernels bound nothing: infinite)."""
+    kernel_us = args.spin_us + args.row_us * rows
+    return rows / (kernel_us / 1e6) if kernel_us > 0 else math.inf
 
 
 def _row(model, mode, conns, load, nvml, seen, cpu, args) -> str:
