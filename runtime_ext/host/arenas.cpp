@@ -119,28 +119,22 @@ PlannedArenas::~PlannedArenas() {
 }
 
 void PlannedArenas::pin_for_copies(const void* p, const std::shared_ptr<DeviceMemory>& memory) {
-  auto* byte = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < spans_.size(); ++i) {
-    const Span<uint8_t>& span = spans_[i];
-    if (!devices_[i].is_cpu() || byte < span.data() || byte >= span.data() + span.size()) {
-      continue;
-    }
-    if (pin_state_[i] != 0) return;
-    // A second device memory (never one per process today) would need its own bookkeeping.
-    if (span.size() > kMaxPinnedBuffer || (pinned_by_ && pinned_by_ != memory)) {
-      pin_state_[i] = 2;
-      return;
-    }
-    if (memory->pin_host(span.data(), locked_size(span.size())).ok()) {
-      pin_state_[i] = 1;
-      pinned_by_ = memory;
-      g_pinned.fetch_add(1, std::memory_order_relaxed);
-      g_locked_bytes.fetch_add(locked_size(span.size()), std::memory_order_relaxed);
-    } else {
-      pin_state_[i] = 2;
-      g_pin_refused.fetch_add(1, std::memory_order_relaxed);
-    }
+  std::optional<size_t> i = holding(p);
+  if (!i || !devices_[*i].is_cpu() || pin_state_[*i] != 0) return;
+  const Span<uint8_t>& span = spans_[*i];
+  // A second device memory (never one per process today) would need its own bookkeeping.
+  if (span.size() > kMaxPinnedBuffer || (pinned_by_ && pinned_by_ != memory)) {
+    pin_state_[*i] = 2;
     return;
+  }
+  if (memory->pin_host(span.data(), locked_size(span.size())).ok()) {
+    pin_state_[*i] = 1;
+    pinned_by_ = memory;
+    g_pinned.fetch_add(1, std::memory_order_relaxed);
+    g_locked_bytes.fetch_add(locked_size(span.size()), std::memory_order_relaxed);
+  } else {
+    pin_state_[*i] = 2;
+    g_pin_refused.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -193,15 +187,17 @@ std::vector<uintptr_t> PlannedArenas::addresses() const {
   return out;
 }
 
-bool PlannedArenas::on_device(const void* p) const {
+std::optional<size_t> PlannedArenas::holding(const void* p) const {
   auto* byte = static_cast<const uint8_t*>(p);
   for (size_t i = 0; i < spans_.size(); ++i) {
-    if (!devices_[i].is_cpu() && byte >= spans_[i].data() &&
-        byte < spans_[i].data() + spans_[i].size()) {
-      return true;
-    }
+    if (byte >= spans_[i].data() && byte < spans_[i].data() + spans_[i].size()) return i;
   }
-  return false;
+  return std::nullopt;
+}
+
+bool PlannedArenas::on_device(const void* p) const {
+  std::optional<size_t> i = holding(p);
+  return i && !devices_[*i].is_cpu();
 }
 
 }  // namespace ethost

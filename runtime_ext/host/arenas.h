@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ethost {
@@ -62,6 +63,8 @@ class PlannedArenas {
   PlannedArenas& operator=(const PlannedArenas&) = delete;
 
  private:
+  // The buffer `p` points into, if any.
+  std::optional<size_t> holding(const void* p) const;
   PlannedArenas(std::shared_ptr<ethost_device::DeviceMemory> device,
                 std::vector<std::unique_ptr<uint8_t, ArenaFree>> buffers,
                 std::vector<executorch::runtime::Span<uint8_t>> spans,
