@@ -18,7 +18,9 @@ Programs: FP32 x * 2 + 1 lowered to XNNPACK (the bytes' way through the server i
 measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and UINT8
 x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
-shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `shms` (with `shm`) adds system
+shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `grpc` runs the image calls twice:
+without a deadline (the fronts' native path takes them) and with one (the servicer's path,
+which every call took before: the same run's baseline). Case `shms` (with `shm`) adds system
 shared memory to the small-answer program; case `cudashm` (not by default: it needs cupy and a
 GPU) the image in a CUDA region, to both programs. Case `grpcfloor` measures grpcio alone in as
 many processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is
@@ -314,20 +316,27 @@ def main() -> None:
             finally:
                 trt.stop()
         if "grpc" in cases:
-            grpc_load(server.server.grpc_url, "image", fp32, 1, args.connections)  # warm-up
-            time.sleep(1.5)  # the fronts' counts reach the engine every half second
-            sent_before = sum(server.front_requests().values())
-            before = server.cpu_s()
-            load = grpc_load(server.server.grpc_url, "image", fp32, args.seconds, args.connections)
-            after = server.cpu_s()
-            time.sleep(1.5)
-            served = max(1, sum(server.front_requests().values()) - sent_before)
-            fronts_us = (after[0] - before[0]) / served * 1e6
-            print(
-                f"  {'FP32 gRPC':<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
-                f" CPU per request: fronts {fronts_us:.0f} us",
-                flush=True,
-            )
+            # Without a deadline the fronts' native path takes the calls; with one (60 s, never
+            # reached) the servicer does, as every gRPC call went before: the same run's baseline.
+            for label, deadline in (("native path", None), ("servicer", 60.0)):
+                address = server.server.grpc_url
+                grpc_load(address, "image", fp32, 1, args.connections, deadline)  # warm-up
+                time.sleep(1.5)  # the fronts' counts reach the engine every half second
+                sent_before = sum(server.front_requests().values())
+                native_before = native_requests(server)
+                before = server.cpu_s()
+                load = grpc_load(address, "image", fp32, args.seconds, args.connections, deadline)
+                after = server.cpu_s()
+                time.sleep(1.5)
+                served = max(1, sum(server.front_requests().values()) - sent_before)
+                native = (native_requests(server) - native_before) / served
+                fronts_us = (after[0] - before[0]) / served * 1e6
+                name = f"FP32 gRPC, {label}"
+                print(
+                    f"  {name:<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
+                    f" CPU per request: fronts {fronts_us:.0f} us; native {native:.2f}",
+                    flush=True,
+                )
         if "grpcfloor" in cases:  # grpcio alone, in as many processes as there are fronts
             for mode in MODES:
                 load, us = floor(mode, args.workers, fp32, args.seconds, args.connections)

@@ -93,7 +93,9 @@ def v2_binary(model: str, x: np.ndarray) -> Request:
     )
 
 
-def _grpc_client(address: str, body: bytes, seconds: float, connections: int, out) -> None:
+def _grpc_client(
+    address: str, body: bytes, seconds: float, connections: int, out, deadline: float | None
+) -> None:
     """`connections` channels of one call at a time each. Each channel has a connection of its
     own (a local subchannel pool): channels to one address in a process otherwise share one
     HTTP/2 connection, and the kernel spreads connections, not calls, over the fronts."""
@@ -105,14 +107,14 @@ def _grpc_client(address: str, body: bytes, seconds: float, connections: int, ou
         options = [("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)]
         channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(connections)]
         done, latencies = 0, []
-        deadline = time.monotonic() + seconds
+        ends = time.monotonic() + seconds
 
         async def worker(channel):
             nonlocal done
             call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-            while time.monotonic() < deadline:
+            while time.monotonic() < ends:
                 begun = time.perf_counter()
-                await call(body)
+                await call(body, timeout=deadline)
                 latencies.append(time.perf_counter() - begun)
                 done += 1
 
@@ -126,7 +128,15 @@ def _grpc_client(address: str, body: bytes, seconds: float, connections: int, ou
     asyncio.run(run())
 
 
-def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connections: int) -> Load:
+def grpc_load(
+    address: str,
+    model: str,
+    x: np.ndarray,
+    seconds: float,
+    connections: int,
+    deadline: float | None = None,
+) -> Load:
+    """Closed-loop ModelInfer calls; `deadline`: each call's, in seconds (None: none)."""
     from service.front.protocols.v2_grpc import messages
 
     request = messages.ModelInferRequest(model_name=model)
@@ -137,7 +147,8 @@ def grpc_load(address: str, model: str, x: np.ndarray, seconds: float, connectio
     queue = multiprocessing.get_context("spawn").Queue()
     workers = [
         multiprocessing.get_context("spawn").Process(
-            target=_grpc_client, args=(address, body, seconds, connections // processes, queue)
+            target=_grpc_client,
+            args=(address, body, seconds, connections // processes, queue, deadline),
         )
         for _ in range(processes)
     ]

@@ -41,13 +41,15 @@ struct AnswerPlan {
   bool keep_alive = true;
 };
 
-// A whole HTTP answer (a 200) as its pieces: `head` (the HTTP head and the JSON: all of an
-// answer without binary outputs), then the binary outputs' bytes where they lie (the request's
-// arena slot, or bytes the caller keeps), so that an image-sized output is not copied on its way
-// to the socket (answer_send.h).
+// A whole answer (a 200) as its pieces: `head` (the HTTP head and the JSON: all of an answer
+// without binary outputs; for gRPC the response message without its tensors), then the binary
+// outputs' bytes where they lie (the request's arena slot, or bytes the caller keeps), so that
+// an image-sized output is not copied on its way to the socket (answer_send.h) or into the
+// message grpcio sends. `framing` holds what goes between them (gRPC's field heads).
 struct AnswerBytes {
   std::string head;
   std::vector<std::string_view> binary;
+  std::string framing;
 
   size_t size() const;
   // All of it in one string (a caller without a socket to write to).

@@ -1,5 +1,6 @@
 #include "front_lane.h"
 
+#include "grpc_infer.h"
 #include "http_head.h"
 #include "wire.h"
 
@@ -118,12 +119,25 @@ FrontLane::FrontLane(FrontConfig config, std::shared_ptr<Slots> slots, uint8_t* 
                      const volatile uint64_t* control)
     : config_(std::move(config)), slots_(std::move(slots)), arena_(arena), control_(control) {}
 
+bool FrontLane::current(const std::shared_ptr<const FrontTable>& table) const {
+  // A table older than the engine's, or an engine not serving: the Python path's to handle.
+  return table != nullptr && control_[0] == table->generation && control_[2] != 0;
+}
+
+FrontLane::Take FrontLane::take_grpc(const uint8_t* data, size_t size, Taken& out) {
+  std::shared_ptr<const FrontTable> table = table_;
+  if (!current(table)) return Take::Declined;
+  GivenRequest request;
+  request.inputs.reserve(4);
+  if (!read_grpc_infer(data, size, request)) return Take::Declined;
+  Arrival arrival;
+  arrival.consumed = size;
+  return place(std::move(table), request, arrival, out);
+}
+
 FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   std::shared_ptr<const FrontTable> table = table_;
-  // A table older than the engine's, or an engine not serving: the Python path's to handle.
-  if (table == nullptr || control_[0] != table->generation || control_[2] == 0) {
-    return Take::Declined;
-  }
+  if (!current(table)) return Take::Declined;
   RequestHead head;
   if (read_head(data, size, head) != Head::Complete) return Take::Declined;
   // A body still arriving is taken only as a v2 binary one (its tensors then stream into their
@@ -158,13 +172,34 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   } else {
     return Take::Declined;
   }
+  Arrival arrival;
+  arrival.whole = whole;
+  arrival.consumed = whole ? head.length + body_size : size;  // all it has, while arriving
+  arrival.body = body;
+  arrival.body_size = body_size;
+  arrival.keep_alive = head.keep_alive;
+  return place(std::move(table), request, arrival, out);
+}
+
+FrontLane::Take FrontLane::place(std::shared_ptr<const FrontTable> table,
+                                 const GivenRequest& request, const Arrival& arrival, Taken& out) {
+  bool whole = arrival.whole;
   const ModelEntry* entry = table->entry(request.model, request.version);
   const MethodEntry* method = entry == nullptr ? nullptr : entry->method(request.method);
   std::array<const GivenInput*, kMaxInputs> ordered;
   uint64_t mask = 0;
-  if (method == nullptr || !bind(request, *method, ordered) ||
+  if (method == nullptr || !etrt_front::bind(request, *method, ordered) ||
       !output_mask(request, *method, mask)) {
     return Take::Declined;
+  }
+  // gRPC answers every output in raw_output_contents: one that is not a tensor of a protocol
+  // datatype is the Python path's to encode.
+  if (request.protocol == Protocol::Grpc) {
+    for (size_t o = 0; o < method->outputs.size(); ++o) {
+      if ((mask >> o & 1) && (!method->outputs[o].tensor || !method->outputs[o].known)) {
+        return Take::Declined;
+      }
+    }
   }
   size_t count = method->inputs.size();
   int64_t rows =
@@ -222,7 +257,7 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   plan.version = entry->version;
   plan.has_id = request.has_id;
   plan.id = request.id;
-  plan.keep_alive = head.keep_alive;
+  plan.keep_alive = arrival.keep_alive;
   plan.binary.assign(method->outputs.size(), false);
   plan.regions.assign(method->outputs.size(), {});
   for (const GivenOutput& output : request.outputs) {
@@ -237,16 +272,16 @@ FrontLane::Take FrontLane::take(const char* data, size_t size, Taken& out) {
   pending.slot = *slot;
   out.id = message.request_id;
   if (whole) {
-    out.consumed = head.length + body_size;
+    out.consumed = arrival.consumed;
     out.complete = true;
     out.message = ethost::lane::write_request(message);
   } else {
     const uint8_t* payload = request.payload;
-    size_t json_size = static_cast<size_t>(reinterpret_cast<const char*>(payload) - body);
+    size_t json_size = static_cast<size_t>(reinterpret_cast<const char*>(payload) - arrival.body);
     pending.stream =
-        std::make_shared<BodyStream>(std::move(segments), body_size - json_size, message);
+        std::make_shared<BodyStream>(std::move(segments), arrival.body_size - json_size, message);
     pending.stream->write(arena_, payload, request.available - json_size);
-    out.consumed = size;
+    out.consumed = arrival.consumed;
     out.complete = false;
     out.message.clear();
   }
@@ -267,7 +302,7 @@ FrontLane::Fill FrontLane::fill(uint64_t id, const char* data, size_t size, size
 }
 
 bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
-                       std::string_view default_headers, std::string& out, int fd) {
+                       std::string_view default_headers, const Deliver& deliver) {
   if (pending.stream != nullptr) return false;  // no message was sent for it yet
   // An output is in a region exactly where the request put it in one.
   for (const Output& output : outputs) {
@@ -277,19 +312,34 @@ bool FrontLane::finish(Pending& pending, const std::vector<Output>& outputs,
     }
   }
   AnswerBytes answer;
-  write_answer(pending.plan, pending.method->outputs, outputs, default_headers, answer);
-  if (fd < 0) {
-    out.clear();
-    answer.append_to(out);
+  if (pending.plan.protocol == Protocol::Grpc) {
+    write_grpc_answer(pending.plan, pending.method->outputs, outputs, answer);
   } else {
-    send_answer(fd, answer, out);  // before the slot its outputs lie in is freed
+    write_answer(pending.plan, pending.method->outputs, outputs, default_headers, answer);
   }
+  deliver(answer);  // before the slot its outputs lie in is freed
   return true;
 }
 
-bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
-                            std::string_view default_headers, std::string& out, bool& keep_alive,
-                            int fd) {
+namespace {
+
+// An HTTP answer: to the connection's socket (what it did not take in `out`), or all in `out`.
+FrontLane::Deliver http_delivery(std::string& out, int fd) {
+  return [&out, fd](const AnswerBytes& answer) {
+    if (fd < 0) {
+      out.clear();
+      answer.append_to(out);
+    } else {
+      send_answer(fd, answer, out);
+    }
+  };
+}
+
+}  // namespace
+
+bool FrontLane::answer_lane_to(uint64_t id, const uint8_t* payload, size_t size,
+                               std::string_view default_headers, const Deliver& deliver,
+                               bool& keep_alive) {
   auto found = pending_.find(id);
   using ethost::lane::kAnswerHead;
   using ethost::lane::kOutputHead;
@@ -324,24 +374,36 @@ bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
     if (offset > slots_->size() || nbytes > slots_->size() - offset) return false;
     output.data = arena_ + offset;
   }
-  if (!finish(found->second, outputs, default_headers, out, fd)) return false;
+  if (!finish(found->second, outputs, default_headers, deliver)) return false;
   keep_alive = found->second.plan.keep_alive;
   slots_->free(found->second.slot);
   pending_.erase(found);
   return true;
 }
 
-bool FrontLane::answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
-                       std::string_view default_headers, std::string& out, bool& keep_alive,
-                       int fd) {
+bool FrontLane::answer_to(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
+                          std::string_view default_headers, const Deliver& deliver,
+                          bool& keep_alive) {
   auto found = pending_.find(id);
   if (found == pending_.end()) return false;
   found->second.plan.version = std::string(version);
-  if (!finish(found->second, outputs, default_headers, out, fd)) return false;
+  if (!finish(found->second, outputs, default_headers, deliver)) return false;
   keep_alive = found->second.plan.keep_alive;
   slots_->free(found->second.slot);
   pending_.erase(found);
   return true;
+}
+
+bool FrontLane::answer_lane(uint64_t id, const uint8_t* payload, size_t size,
+                            std::string_view default_headers, std::string& out, bool& keep_alive,
+                            int fd) {
+  return answer_lane_to(id, payload, size, default_headers, http_delivery(out, fd), keep_alive);
+}
+
+bool FrontLane::answer(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
+                       std::string_view default_headers, std::string& out, bool& keep_alive,
+                       int fd) {
+  return answer_to(id, version, outputs, default_headers, http_delivery(out, fd), keep_alive);
 }
 
 bool FrontLane::release(uint64_t id, Protocol& protocol, bool& keep_alive) {

@@ -21,6 +21,7 @@
 #include "slots.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ class FrontLane {
     std::string message;   // the lane message to send the engine, once complete
   };
   Take take(const char* data, size_t size, Taken& out);
+  // A gRPC ModelInfer request message, whole (grpc_infer.h); grpcio has checked its token.
+  // Taken: `out.message` is its lane message and `out.consumed` the message's size.
+  Take take_grpc(const uint8_t* data, size_t size, Taken& out);
 
   // More of the body of request `id`, taken incomplete: its tensors' bytes go into their slot.
   // `consumed`: the bytes of `data` that were its (what follows is the connection's next
@@ -63,6 +67,15 @@ class FrontLane {
   enum class Fill { Arriving, Complete, Unknown };
   Fill fill(uint64_t id, const char* data, size_t size, size_t& consumed, std::string& message);
 
+  // The answer to request `id` from the lane's answer (wire layout, tag included), given to
+  // `deliver` while its pieces still lie in its slot; then frees the slot. False: no such
+  // request, or an answer that does not read (nothing delivered, nothing freed).
+  using Deliver = std::function<void(const AnswerBytes&)>;
+  bool answer_lane_to(uint64_t id, const uint8_t* payload, size_t size,
+                      std::string_view default_headers, const Deliver& deliver, bool& keep_alive);
+  // The same from outputs the engine's Python placed (`outputs`: by index).
+  bool answer_to(uint64_t id, std::string_view version, const std::vector<Output>& outputs,
+                 std::string_view default_headers, const Deliver& deliver, bool& keep_alive);
   // The HTTP answer to request `id` from the lane's answer (wire layout, tag included); frees
   // its slot. `fd`: the connection's socket, written to directly (answer_send.h), `out` then
   // only what it did not take; -1: all of the answer goes to `out`. False: no such request.
@@ -90,8 +103,21 @@ class FrontLane {
     std::shared_ptr<BodyStream> stream;  // while its body arrives (shared: Pending stays copyable)
   };
 
+  // How a request's bytes arrived: all of them (`whole`), or its body still arriving at `body`.
+  struct Arrival {
+    bool whole = true;
+    size_t consumed = 0;  // of the bytes given: the request's, or all of them while arriving
+    const char* body = nullptr;
+    size_t body_size = 0;
+    bool keep_alive = true;
+  };
+  // Whether requests may be taken against `table`: the engine's generation, and serving.
+  bool current(const std::shared_ptr<const FrontTable>& table) const;
+  // The request, read by either protocol, checked against the table and placed in a slot.
+  Take place(std::shared_ptr<const FrontTable> table, const GivenRequest& request,
+             const Arrival& arrival, Taken& out);
   bool finish(Pending& pending, const std::vector<Output>& outputs,
-              std::string_view default_headers, std::string& out, int fd);
+              std::string_view default_headers, const Deliver& deliver);
 
   FrontConfig config_;
   std::shared_ptr<Slots> slots_;

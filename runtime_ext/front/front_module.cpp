@@ -13,6 +13,7 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -73,6 +74,55 @@ std::shared_ptr<const FrontTable> table_of(uint64_t generation, nb::list entries
 
 std::string_view view_of(nb::bytes data) {
   return std::string_view(data.c_str(), data.size());
+}
+
+// The answer's pieces joined into one bytes object (grpcio sends the bytes it is given); None
+// when there is no memory for it (the caller answers with an error).
+nb::object joined(const AnswerBytes& answer) {
+  PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(answer.size()));
+  if (bytes == nullptr) {
+    PyErr_Clear();
+    return nb::none();
+  }
+  char* at = PyBytes_AS_STRING(bytes);
+  std::memcpy(at, answer.head.data(), answer.head.size());
+  at += answer.head.size();
+  for (std::string_view piece : answer.binary) {
+    if (!piece.empty()) std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  }
+  return nb::steal(bytes);
+}
+
+// Outputs the engine's Python placed: (index, shape, address or bytes, or None for one written
+// into its shared memory region) each; `keep` holds the bytes they point into.
+std::vector<Output> placed_outputs(nb::list placed, std::vector<nb::bytes>& keep) {
+  std::vector<Output> outputs;
+  keep.reserve(nb::len(placed));
+  for (nb::handle item : placed) {
+    nb::tuple fields = nb::cast<nb::tuple>(item);
+    Output output;
+    output.index = nb::cast<uint32_t>(fields[0]);
+    output.shape = nb::cast<std::vector<int64_t>>(fields[1]);
+    if (fields[2].is_none()) {
+      output.data = nullptr;  // written into the client's region
+    } else if (nb::isinstance<nb::bytes>(fields[2])) {
+      keep.push_back(nb::cast<nb::bytes>(fields[2]));
+      output.data = reinterpret_cast<const uint8_t*>(keep.back().c_str());
+    } else {
+      output.data = reinterpret_cast<const uint8_t*>(nb::cast<uintptr_t>(fields[2]));
+    }
+    outputs.push_back(std::move(output));
+  }
+  return outputs;
+}
+
+const char* protocol_name(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::V2: return "v2";
+    case Protocol::Grpc: return "gRPC";
+    default: return "native";
+  }
 }
 
 }  // namespace
@@ -180,23 +230,8 @@ NB_MODULE(etrt_front, m) {
           "answer",
           [](FrontLane& self, uint64_t id, std::string version, nb::list placed, nb::bytes headers,
              int fd) -> nb::object {
-            std::vector<Output> outputs;
             std::vector<nb::bytes> keep;
-            for (nb::handle item : placed) {
-              nb::tuple fields = nb::cast<nb::tuple>(item);
-              Output output;
-              output.index = nb::cast<uint32_t>(fields[0]);
-              output.shape = nb::cast<std::vector<int64_t>>(fields[1]);
-              if (fields[2].is_none()) {
-                output.data = nullptr;  // written into the client's region
-              } else if (nb::isinstance<nb::bytes>(fields[2])) {
-                keep.push_back(nb::cast<nb::bytes>(fields[2]));
-                output.data = reinterpret_cast<const uint8_t*>(keep.back().c_str());
-              } else {
-                output.data = reinterpret_cast<const uint8_t*>(nb::cast<uintptr_t>(fields[2]));
-              }
-              outputs.push_back(std::move(output));
-            }
+            std::vector<Output> outputs = placed_outputs(placed, keep);
             std::string out;
             bool keep_alive = true;
             if (!self.answer(id, version, outputs, view_of(headers), out, keep_alive, fd)) {
@@ -208,12 +243,50 @@ NB_MODULE(etrt_front, m) {
           "From outputs the engine's Python placed: (index, shape, address or bytes, or None for "
           "one written into its shared memory region) each.")
       .def(
+          "take_grpc",
+          [](FrontLane& self, nb::bytes data) -> nb::object {
+            FrontLane::Taken taken;
+            if (self.take_grpc(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(),
+                               taken) != FrontLane::Take::Taken) {
+              return nb::none();
+            }
+            return nb::make_tuple(taken.id, as_bytes(taken.message));
+          },
+          "data"_a,
+          "A gRPC ModelInferRequest message: (request id, the lane message) or None (declined)")
+      .def(
+          "answer_lane_grpc",
+          [](FrontLane& self, uint64_t id, nb::bytes payload) -> nb::object {
+            nb::object message = nb::none();
+            bool keep_alive;
+            self.answer_lane_to(
+                id, reinterpret_cast<const uint8_t*>(payload.c_str()), payload.size(), {},
+                [&](const AnswerBytes& answer) { message = joined(answer); }, keep_alive);
+            return message;
+          },
+          "id"_a, "payload"_a,
+          "The ModelInferResponse message for the lane's answer, or None: not written here")
+      .def(
+          "answer_grpc",
+          [](FrontLane& self, uint64_t id, std::string version, nb::list placed) -> nb::object {
+            std::vector<nb::bytes> keep;
+            std::vector<Output> outputs = placed_outputs(placed, keep);
+            nb::object message = nb::none();
+            bool keep_alive;
+            self.answer_to(
+                id, version, outputs, {},
+                [&](const AnswerBytes& answer) { message = joined(answer); }, keep_alive);
+            return message;
+          },
+          "id"_a, "version"_a, "outputs"_a,
+          "The ModelInferResponse message from outputs the engine's Python placed (as answer())")
+      .def(
           "release",
           [](FrontLane& self, uint64_t id) -> nb::object {
             Protocol protocol;
             bool keep_alive;
             if (!self.release(id, protocol, keep_alive)) return nb::none();
-            return nb::make_tuple(protocol == Protocol::V2 ? "v2" : "native", keep_alive);
+            return nb::make_tuple(protocol_name(protocol), keep_alive);
           },
           "id"_a, "(protocol, keep_alive) of a request whose answer is not a 200, freed")
       .def("output_index", &FrontLane::output_index, "id"_a, "name"_a)

@@ -21,7 +21,7 @@
 
 namespace etrt_front {
 
-enum class Protocol : uint8_t { Native, V2 };
+enum class Protocol : uint8_t { Native, V2, Grpc };
 
 using ethost::limits::kMaxDim;
 using ethost::limits::kMaxDims;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include "front_lane.h"
+#include "wire.h"
 
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -109,6 +111,60 @@ inline void require(bool holds, const char* what) {
   if (!holds) {
     std::fprintf(stderr, "invariant broken: %s\n", what);
     std::abort();
+  }
+}
+
+inline const MethodEntry* method_of(uint32_t route) {
+  static std::shared_ptr<const FrontTable> table = fuzz_fixture::table();
+  for (const auto& [key, entry] : table->versions) {
+    for (const auto& [name, method] : entry->methods) {
+      if (method.route == route) return &method;
+    }
+  }
+  return nullptr;
+}
+
+// A taken request's lane message reads back (the engine's reader, wire.h) under its id, with
+// its inputs one after another before its room, inside the arena.
+inline void check_message(const FrontLane::Taken& taken) {
+  auto message = ethost::lane::read_request(reinterpret_cast<const uint8_t*>(taken.message.data()),
+                                            taken.message.size());
+  require(message.ok(), "its lane message reads back");
+  const ethost::lane::InferRequest& lane = message.value();
+  require(lane.request_id == taken.id, "under its id");
+  uint64_t room_end = lane.room_offset + lane.room_size;
+  require(lane.room_offset <= room_end && room_end <= fuzz_fixture::kArenaBytes,
+          "its room lies in the arena");
+  const MethodEntry* method = method_of(lane.route);
+  require(method != nullptr && lane.input_count == method->inputs.size(), "a route's inputs");
+  // Inputs in clients' regions: named once each by a reference, their byte size theirs.
+  std::array<const ethost::lane::WireShmRef*, kMaxInputs> in_region{};
+  for (const ethost::lane::WireShmRef& ref : lane.refs) {
+    require(ref.output ? ref.tensor < method->outputs.size() && (lane.outputs >> ref.tensor & 1)
+                       : ref.tensor < lane.input_count && in_region[ref.tensor] == nullptr,
+            "a reference names a tensor of the request");
+    if (!ref.output) in_region[ref.tensor] = &ref;
+  }
+  uint64_t end = 0;
+  bool first = true;
+  for (size_t i = 0; i < lane.input_count; ++i) {
+    const ethost::lane::WireInput& input = lane.inputs[i];
+    uint64_t nbytes = info_of(method->inputs[i].datatype).size;
+    for (size_t d = 0; d < input.ndim; ++d) {
+      require(input.dims[d] >= 0, "dimensions are sizes");
+      require(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(input.dims[d]), &nbytes),
+              "an input's byte count fits in 64 bits");
+    }
+    if (in_region[i] != nullptr) {
+      require(input.offset == 0 && in_region[i]->byte_size == nbytes, "an input in its region");
+      continue;
+    }
+    if (first) end = input.offset;
+    first = false;
+    require(input.offset >= end && input.offset <= lane.room_offset &&
+                nbytes <= lane.room_offset - input.offset,
+            "its inputs lie one after another before its room");
+    end = input.offset + nbytes;
   }
 }
 

@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     const MethodEntry* method = entry->method(request.method);
     std::array<const GivenInput*, kMaxInputs> ordered;
     uint64_t mask = 0;
-    if (method == nullptr || !bind(request, *method, ordered)) continue;
+    if (method == nullptr || !etrt_front::bind(request, *method, ordered)) continue;
     output_mask(request, *method, mask);
     for (size_t i = 0; i < method->inputs.size(); ++i) {
       uint64_t nbytes;

@@ -331,6 +331,67 @@ def answer_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def pb_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def pb_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return pb_varint(number << 3 | 2) + pb_varint(len(payload)) + payload
+
+
+def grpc_message(model: str, inputs: list, outputs=(), version="", request_id="") -> bytes:
+    """A ModelInferRequest (grpc_service.proto): [(name, dtype, shape)] inputs, raw contents."""
+    out = pb_field(1, model.encode())
+    if version:
+        out += pb_field(2, version.encode())
+    if request_id:
+        out += pb_field(3, request_id.encode())
+    raws = []
+    for name, dtype, shape in inputs:
+        count = 1
+        for d in shape:
+            count *= d
+        dims = b"".join(pb_varint(d) for d in shape)
+        tensor = pb_field(1, name.encode()) + pb_field(2, dtype.encode())
+        out += pb_field(5, tensor + (pb_field(3, dims) if shape else b""))
+        raws.append(payload(dtype, sample(dtype, count)))
+    for name in outputs:
+        out += pb_field(6, pb_field(1, name.encode()))
+    return out + b"".join(pb_field(7, raw) for raw in raws)
+
+
+def grpc_seeds() -> dict[str, bytes]:
+    seeds = {}
+    for dtype in DTYPES:
+        model = dtype.lower()
+        seeds[f"grpc-{model}"] = grpc_message(model, [("x", dtype, [2, 3])], ["y"])
+    pair = [("a", "INT32", [4]), ("b", "BOOL", [4])]
+    seeds["pair"] = grpc_message("pair", pair, ["h", "u"], request_id="q7")
+    seeds["pair-reordered"] = grpc_message("pair", pair[::-1])
+    seeds["tiny-version"] = grpc_message("tiny", [("input_0", "FP32", [2, 8])], version="3")
+    seeds["tiny-unpacked-shape"] = (
+        pb_field(1, b"tiny")
+        + pb_field(5, pb_field(1, b"input_0") + pb_field(2, b"FP32") + b"\x18\x01\x18\x08")
+        + pb_field(7, bytes(32))
+    )
+    seeds["request-parameters"] = grpc_message("tiny", [("input_0", "FP32", [1, 8])]) + pb_field(
+        4, pb_field(1, b"timeout") + pb_field(2, b"\x10\x05")
+    )
+    seeds["bool-past-one"] = grpc_message("bool", [("x", "BOOL", [1, 3])])[:-1] + b"\x02"
+    # [2^30, 2^30, 4] FP32 is 2^64 bytes, 0 once wrapped: no raw contents must not match it.
+    dims = pb_varint(1 << 30) * 2 + pb_varint(4)
+    tensor = pb_field(1, b"x") + pb_field(2, b"FP32") + pb_field(3, dims)
+    seeds["wrapping-byte-count"] = pb_field(1, b"wide") + pb_field(5, tensor) + pb_field(7, b"")
+    seeds["long-varint"] = pb_field(1, b"tiny") + b"\x2a" + b"\xff" * 11
+    return seeds
+
+
 def seeds() -> dict[str, dict[str, bytes]]:
     """Every target's seeds by file name (tests/unit/test_fuzz_targets.py compares them with
     the committed files)."""
@@ -339,6 +400,7 @@ def seeds() -> dict[str, dict[str, bytes]]:
         "fuzz_request_bodies": body_seeds(),
         "fuzz_front_take": take_seeds(),
         "fuzz_lane_answer": answer_seeds(),
+        "fuzz_grpc_take": grpc_seeds(),
     }
 
 

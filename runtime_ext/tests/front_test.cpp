@@ -183,13 +183,13 @@ TEST(a_request_is_bound_to_the_methods_inputs_and_outputs) {
   CHECK(read_native(body.data(), body.size(), request));
   std::array<const GivenInput*, kMaxInputs> ordered;
   uint64_t mask = 0;
-  CHECK(bind(request, m, ordered) && ordered[0]->count == 16);
+  CHECK(etrt_front::bind(request, m, ordered) && ordered[0]->count == 16);
   CHECK(output_mask(request, m, mask) && mask == 0b11);
   std::array<float, 16> values{};
   CHECK(write_values(*ordered[0], reinterpret_cast<uint8_t*>(values.data())));
   CHECK(values[15] == 15.0f);
   request.inputs[0].dims[0] = 5;  // over the upper bound
-  CHECK(!bind(request, m, ordered));
+  CHECK(!etrt_front::bind(request, m, ordered));
   GivenRequest reversed;
   reversed.all_outputs = false;
   reversed.outputs = {{"output_1", -1}, {"output_0", -1}};  // not in the method's order

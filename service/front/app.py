@@ -102,7 +102,9 @@ def create_app(
             return
         await service.start()
         try:
-            async with grpc_listener(service, settings, interceptors, policy, h2_target, drain):
+            async with grpc_listener(
+                service, settings, interceptors, policy, h2_target, drain, app.native_path
+            ):
                 yield
         finally:
             offload.close()

@@ -17,7 +17,10 @@ declines (anything it does not read exactly as the Python path would accept: err
 parameters, tokens that do not check, non-finite JSON values, a table older than the engine's)
 goes to uvicorn's parser as it came, so every error answer is made where it always was. An
 error the engine answers for a request taken here is written from the protocol's own error
-response.
+response. gRPC's ModelInfer comes here from its servicer's binding (infer_grpc): grpcio has
+received the message whole, its tensors go into an arena slot in the same way, and the answer
+is the response message, made from where the outputs lie; an error is raised for the binding to
+word as its status.
 
 A full queue on record (the front's gate, service/dataplane/scheduling/gate.py) is asked about
 each request read here before its message is sent, and its refusal answered here too: under a
@@ -42,6 +45,9 @@ from service.front.protocols.bodies import NATIVE_BODY, STREAMED_BODY
 from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, lane_frames
 
+# Protocols as the Python path names them (InferRequest.protocol): a streamed body is a v2
+# binary one, and gRPC's servicer names its own.
+_STREAMED, GRPC = "v2 binary", "gRPC"
 _ROUTE = struct.Struct("<I")  # a lane request's route id, at _ROUTE_AT (lane_frames._REQUEST)
 _ROUTE_AT = 4
 
@@ -136,7 +142,7 @@ class NativePath:
                 native.release(request_id)
                 return None
             return consumed, ticket, False
-        self._send(ticket, message, answered, data)
+        self._send(ticket, message, answered, _protocol(data))
         return consumed, ticket, True
 
     def fill(self, ticket, data: bytes, answered: Callable) -> tuple[int, bool]:
@@ -146,18 +152,18 @@ class NativePath:
         consumed, message = native.fill(request_id, data)
         if message is None:
             return consumed, False
-        self._send(ticket, message, answered, None)
+        self._send(ticket, message, answered, _STREAMED)
         return consumed, True
 
-    def _send(self, ticket, message: bytes, answered: Callable, head: bytes | None) -> None:
+    def _send(self, ticket, message: bytes, answered: Callable, protocol: str) -> None:
         """Sends the request's lane message, unless the engine went away or the gate refuses
         it: then `answered` gets None or the Refusal, after the caller has the ticket.
-        `head`: the bytes the request began with (None: a streamed body's last chunk)."""
+        `protocol`: as the gate shares a full queue's places out (InferRequest.protocol)."""
         _, request_id, link = ticket
         if not link.alive:  # the engine went away while the body arrived: its 503, once
             asyncio.get_running_loop().call_soon(answered, None)  # the caller holds the ticket
             return
-        refusal = self._gate(message, head)
+        refusal = self._gate(message, protocol)
         if refusal is not None:
             asyncio.get_running_loop().call_soon(answered, refusal)
             return
@@ -165,13 +171,13 @@ class NativePath:
         link.protocol.send_payload(message)
         self._client.native_requests += 1
 
-    def _gate(self, message: bytes, head: bytes | None) -> Refusal | None:
+    def _gate(self, message: bytes, protocol: str) -> Refusal | None:
         """The gate's refusal of the request `message` stands for, if its queue is full."""
         model, version, method = self._routes[_ROUTE.unpack_from(message, _ROUTE_AT)[0]]
         client = self._client
         if client.gate.open_for(model, version, method):
             return None
-        return client.admits(model, version, method, _protocol(head))
+        return client.admits(model, version, method, protocol)
 
     def drop(self, ticket) -> None:
         """A request whose body was arriving, abandoned (its client went away): no message was
@@ -199,26 +205,33 @@ class NativePath:
             if written is not None:
                 return written
         elif kind == frames.DONE and message.ok:  # run by the engine's Python: outputs placed
-            version, outputs = message.payload
-            region = self._link.arena.region
-            placed = []
-            for name, _, shape, offset, inline in outputs:
-                index = native.output_index(request_id, name)
-                if index < 0:
-                    placed = None
-                    break
-                if offset == -1:  # written into the client's shared memory region
-                    placed.append((index, list(shape), None))
-                else:
-                    placed.append((index, list(shape), inline or region.address + offset))
+            placed = self._placed(ticket, message)
             if placed is not None:
-                written = native.answer(request_id, version, placed, headers, fd)
+                written = native.answer(request_id, message.payload[0], placed, headers, fd)
                 if written is not None:
                     return written
         released = native.release(request_id)
         protocol, keep_alive = released if released is not None else ("v2", False)
         response = self._error_response(message, protocol)
         return _response_bytes(response, headers, keep_alive), keep_alive
+
+    @staticmethod
+    def _placed(ticket, message) -> list | None:
+        """The outputs of an answer the engine's Python placed, as answer() takes them; None
+        when one is not the request's."""
+        native, request_id, link = ticket
+        _, outputs = message.payload
+        region = link.arena.region
+        placed = []
+        for name, _, shape, offset, inline in outputs:
+            index = native.output_index(request_id, name)
+            if index < 0:
+                return None
+            if offset == -1:  # written into the client's shared memory region
+                placed.append((index, list(shape), None))
+            else:
+                placed.append((index, list(shape), inline or region.address + offset))
+        return placed
 
     def forget(self, ticket, message) -> None:
         """The engine's answer to a request whose client went away: only the slot to free."""
@@ -228,19 +241,74 @@ class NativePath:
     def _error_response(self, message, protocol: str):
         """The protocol's answer to the engine's refusal, the gate's, or the engine's going
         away."""
+        error = self._error(message)
+        if isinstance(error, ServiceError):
+            return self._renderers[protocol](error)
+        return internal_error_response(str(error))
+
+    def _error(self, message) -> Exception:
+        """What went wrong, for an answer that is not the request's outputs: the engine's
+        refusal, the gate's, or the engine's going away (ServiceErrors, which each protocol
+        words as its own), or a failure inside the server."""
         if message is None:
-            return self._renderers[protocol](self._client.down())
+            return self._client.down()
         if isinstance(message, Refusal):
-            return self._renderers[protocol](message.error())
+            return message.error()
         if message.kind == frames.DONE and not message.ok:
             error = self._client.engines_error(pickle.loads(message.payload))
             if isinstance(error, ServiceError):
-                return self._renderers[protocol](error)
-            return internal_error_response(f"inference failed in the engine: {error}")
+                return error
+            return RuntimeError(f"inference failed in the engine: {error}")
         # An answer the native path could not write (none should be).
-        return internal_error_response(
+        return RuntimeError(
             f"the native path could not write the answer to request {message.request_id!r}"
         )
+
+    async def infer_grpc(self, wire: bytes) -> bytes | None:
+        """A gRPC ModelInfer request message, taken here from its bytes to its answer's
+        (runtime_ext/front/grpc_infer.h), or None: declined (the servicer's to parse). Errors
+        raise: ServiceErrors for the binding to word as statuses."""
+        native = self._current()
+        if native is None:
+            return None
+        taken = native.take_grpc(wire)
+        if taken is None:
+            return None
+        request_id, message = taken
+        ticket = (native, request_id, self._link)
+        answer = asyncio.get_running_loop().create_future()
+
+        def answered(message) -> None:
+            if answer.done():  # its caller went away: only the slot to free
+                self.forget(ticket, message)
+            else:
+                answer.set_result(message)
+
+        self._send(ticket, message, answered, GRPC)
+        try:
+            message = await answer
+        except asyncio.CancelledError:  # the call was cancelled, or its client went away
+            if answer.cancelled():  # the engine need not answer; answered() frees the slot
+                self.cancel(ticket)
+            else:  # answered already, but this call will not write it: only the slot to free
+                self.forget(ticket, answer.result())
+            raise
+        return self._grpc_answer(ticket, message)
+
+    def _grpc_answer(self, ticket, message) -> bytes:
+        native, request_id, _ = ticket
+        kind = getattr(message, "kind", None)
+        written = None
+        if kind == frames.LANE_DONE:
+            written = native.answer_lane_grpc(request_id, bytes(message.payload))
+        elif kind == frames.DONE and message.ok:
+            placed = self._placed(ticket, message)
+            if placed is not None:
+                written = native.answer_grpc(request_id, message.payload[0], placed)
+        if written is not None:
+            return written
+        native.release(request_id)
+        raise self._error(message)
 
     def _header_bytes(self, default_headers: list) -> bytes:
         # uvicorn replaces its list (date, server) once a second: joined once per list.
@@ -250,11 +318,9 @@ class NativePath:
         return self._headers
 
 
-def _protocol(head: bytes | None) -> str:
+def _protocol(head: bytes) -> str:
     """The request's protocol as the gate shares a full queue's places out (as the Python path
     names it: InferRequest.protocol), from the bytes it began with."""
-    if head is None:  # streamed: only v2 binary bodies are
-        return "v2 binary"
     if head.startswith(b"POST /infer "):
         return "native"
     end = head.find(b"\r\n\r\n")

@@ -6,8 +6,9 @@ parser uvicorn uses) for the head, the fast routes' own matching, the token poli
 codecs (native/infer_body.py, v2_rest/binary.py and codec.py) and the binding to the method's
 signature (dataplane/signature.py), over a model table that also feeds the native path
 (`entries`), so the two read the same models. `python_answer` writes the bytes the Python path
-writes for an engine's answer. Nothing here decides anything of its own: each step is the
-server's function, called as the server calls it.
+writes for an engine's answer. `python_take_grpc` and `python_answer_grpc` do the same for a
+gRPC ModelInfer message (v2_grpc/servicer.py). Nothing here decides anything of its own: each
+step is the server's function, called as the server calls it.
 """
 
 from __future__ import annotations
@@ -18,15 +19,23 @@ from types import SimpleNamespace
 
 import httptools
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from service import auth
 from service.dataplane.signature import bind_inputs, select_outputs
-from service.dataplane.types import InferResponse, MethodSignature, Tensor, TensorSpec
+from service.dataplane.types import (
+    InferRequest,
+    InferResponse,
+    MethodSignature,
+    Tensor,
+    TensorSpec,
+)
 from service.errors import ServiceError
 from service.front.engine_requests import _lane_plan, _lane_refs
 from service.front.protocols import json_tensors
 from service.front.protocols.fast_routes import FastRoute, FastRoutes
 from service.front.protocols.native import infer_body
+from service.front.protocols.v2_grpc import servicer as grpc_servicer
 from service.front.protocols.v2_rest import binary, codec
 from service.front.protocols.v2_rest import routes as v2_routes
 from service.shared import lane_frames
@@ -139,7 +148,7 @@ class Taken:
     arrays: list[np.ndarray]  # in the method's input order (an input in a region: no bytes)
     outputs: list[int]  # method output indices, in the order answered
     keep_alive: bool
-    parsed: codec.ParsedRequest | None = None  # v2
+    parsed: object = None  # v2: codec.ParsedRequest; gRPC: the ModelInferRequest
     headers: list = field(default_factory=list)
     refs: list = field(default_factory=list)  # shared memory references, as lane_frames.request
 
@@ -320,3 +329,45 @@ def python_answer(taken: Taken, outputs: list[np.ndarray]) -> bytes:
     if not taken.keep_alive:
         head += b"connection: close\r\n"
     return head + b"\r\n" + body
+
+
+def python_take_grpc(wire: bytes) -> Taken:
+    """A ModelInfer message as the servicer reads it (parse_infer, then ModelInfer's request,
+    with no deadline) and the front sends it as a lane request; Refused for anything it would
+    not send so."""
+    try:
+        parsed = grpc_servicer.parse_infer(wire)
+        request = parsed.request
+        parameters = grpc_servicer._parameters(request.parameters)
+        method = parameters.pop("method", "forward")
+        if parsed.shared is not None or not isinstance(method, str):
+            raise Refused("shared memory or an odd method: not compared here")
+        timeout_s = grpc_servicer._timeout_s(parameters, None)
+        asked = grpc_servicer._requested_outputs(request.outputs)
+        entry = _entry(request.model_name, request.model_version or None)
+        found = _signature(entry, method)
+        signature = found.signature
+        arrays = bind_inputs([Tensor(*item) for item in parsed.inputs], signature)
+        outputs = select_outputs(signature, asked)
+    except (ServiceError, DecodeError) as exc:
+        raise Refused(f"{type(exc).__name__}: {exc}") from None
+    routes = SimpleNamespace(routes={method: found.route}, version=entry.version)
+    infer = InferRequest(request.model_name, [], method, parameters=parameters, timeout_s=timeout_s)
+    if _lane_plan(routes, infer, signature, outputs) is None:
+        raise Refused("not a lane request: the engine's Python would run it")
+    arrays = [np.array(a) for a in arrays]
+    return Taken(
+        "gRPC", entry, request.model_name, method, found.route, arrays, outputs, True, request
+    )
+
+
+def python_answer_grpc(taken: Taken, outputs: list[np.ndarray]) -> bytes:
+    """The ModelInferResponse message the servicer writes for the engine's `outputs`."""
+    specs = taken.entry.methods[taken.method].signature.outputs
+    tensors = [
+        Tensor(specs[i].name, specs[i].datatype, array) for i, array in zip(taken.outputs, outputs)
+    ]
+    response = InferResponse(
+        taken.model, taken.entry.version, taken.method, taken.parsed.id or None, tensors
+    )
+    return grpc_servicer._infer_response(response)

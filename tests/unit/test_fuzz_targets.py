@@ -29,7 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CORPUS = REPO / "runtime_ext" / "fuzz" / "corpus"
 DICTIONARY = REPO / "runtime_ext" / "fuzz" / "front.dict"
-TARGETS = ("fuzz_http_head", "fuzz_request_bodies", "fuzz_front_take", "fuzz_lane_answer")
+TARGETS = (
+    "fuzz_http_head",
+    "fuzz_request_bodies",
+    "fuzz_front_take",
+    "fuzz_lane_answer",
+    "fuzz_grpc_take",
+)
 SECONDS = int(os.environ.get("ETHOST_FUZZ_SECONDS", "60"))
 # What a sanitizer, libFuzzer (a crash, a leak, a timeout) or a target's own check prints.
 FINDING = re.compile(
@@ -49,6 +55,7 @@ UNIT_TESTS = (
     "lane_shm_test",
     "batcher_test",
     "front_test",
+    "grpc_infer_test",
 )
 
 

@@ -78,6 +78,6 @@ def test_cpp_unit_tests_pass_under_ctest(tmp_path, programs_dir):
     assert "100% tests passed" in tested.stdout, tested.stdout[-4000:]
     tests = ("engine_runner_test", "backend_test", "arenas_test", "tensor_io_test")
     others = ("device_inputs_test", "plan_reader_test", "execute_registry_test", "lane_test")
-    others += ("lane_shm_test",)
+    others += ("lane_shm_test", "grpc_infer_test")
     for name in (*tests, *others, "front_test"):
         assert f" {name} " in tested.stdout, f"{name} did not run"

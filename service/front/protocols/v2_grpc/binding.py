@@ -53,6 +53,8 @@ STATUS = {
     Forbidden: grpc.StatusCode.PERMISSION_DENIED,
     ExecutionFailed: grpc.StatusCode.INTERNAL,
 }
+# The RPC the fronts' native path takes (service/front/native_path.py infer_grpc).
+NATIVE_RPC = "ModelInfer"
 # Below this many bytes a thread hop costs more than the copying it would move off the loop.
 OFF_LOOP_BYTES = 1 << 20
 # After a call of at least this many bytes, freed heap memory is handed back to the system.
@@ -139,49 +141,72 @@ def _refuse(
     return b""
 
 
+async def _answered(
+    name: str, context: grpc.aio.ServicerContext, answer: Awaitable
+) -> bytes | None:
+    """The call's response message, or its status for what went wrong (None: the native path
+    declined the call)."""
+    try:
+        response = await answer
+        if response is None or isinstance(response, bytes):
+            return response
+        return response.SerializeToString()
+    except ServiceError as exc:
+        return _refuse(context, _status(exc), *refusal(exc))
+    except DecodeError:
+        return _refuse(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid {name} request message",
+        )
+    except Exception:
+        log.exception("gRPC %s failed", name)
+        return _refuse(
+            context,
+            grpc.StatusCode.INTERNAL,
+            f"{name} failed inside the server; its log has the details",
+        )
+
+
 def _bound(
-    name: str, parse: Callable[[bytes], object], handler: Callable[..., Awaitable]
+    name: str, parse: Callable[[bytes], object], handler: Callable[..., Awaitable], native=None
 ) -> Callable[..., Awaitable[bytes]]:
+    """`native`: the fronts' native path, offered ModelInfer's messages first."""
+
     async def call(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            return await serve(wire, context)
+            # A lane request carries no deadline, and the native path copies on the loop: a call
+            # with a deadline, or a message the servicer would parse off the loop, is the
+            # servicer's.
+            if native is not None and len(wire) < OFF_LOOP_BYTES:
+                if context.time_remaining() is None:
+                    answer = await _answered(name, context, native.infer_grpc(wire))
+                    if answer is not None:
+                        return answer
+            return await _answered(name, context, serve(wire, context))
         finally:
             if len(wire) >= TRIM_BYTES:
                 await release_freed_memory()
 
-    async def serve(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        try:
-            request = await off_loop(len(wire), parse, wire)
-            response = await handler(request, context)
-            return response if isinstance(response, bytes) else response.SerializeToString()
-        except ServiceError as exc:
-            return _refuse(context, _status(exc), *refusal(exc))
-        except DecodeError:
-            return _refuse(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the request is not a valid {name} request message",
-            )
-        except Exception:
-            log.exception("gRPC %s failed", name)
-            return _refuse(
-                context,
-                grpc.StatusCode.INTERNAL,
-                f"{name} failed inside the server; its log has the details",
-            )
+    async def serve(wire: bytes, context: grpc.aio.ServicerContext):
+        request = await off_loop(len(wire), parse, wire)
+        return await handler(request, context)
 
     return call
 
 
-def generic_handler(servicer) -> grpc.GenericRpcHandler:
+def generic_handler(servicer, native_path=None) -> grpc.GenericRpcHandler:
     """Every RPC of the service descriptor, bound to the servicer's method of that name; its
-    request is parsed by servicer.PARSERS[name] if there is one, else as the RPC's message."""
+    request is parsed by servicer.PARSERS[name] if there is one, else as the RPC's message.
+    `native_path` (service/front/native_path.py, in a front) is offered each ModelInfer message
+    first: what it takes goes from the message's bytes to the answer's without the servicer."""
     handlers = {}
     for method in messages.service_descriptor.methods:
         parse = (
             servicer.PARSERS.get(method.name) or messages.message(method.input_type.name).FromString
         )
+        native = native_path if method.name == NATIVE_RPC else None
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _bound(method.name, parse, getattr(servicer, method.name))
+            _bound(method.name, parse, getattr(servicer, method.name), native)
         )
     return grpc.method_handlers_generic_handler(messages.SERVICE, handlers)

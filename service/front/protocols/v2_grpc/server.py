@@ -41,10 +41,12 @@ async def start(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     policy: auth.Policy | None = None,
     private: PrivateSocket | None = None,
+    native_path=None,
 ) -> grpc.aio.Server:
     """`policy`: the tokens the interceptors check, which the health service applies to model
     checks itself (its calls carry the model in the message, not in the method). `private`: the
-    socket the HTTP port relays HTTP/2 connections to."""
+    socket the HTTP port relays HTTP/2 connections to. `native_path`: a front's
+    (service/front/native_path.py), offered each ModelInfer first."""
     server = grpc.aio.server(
         interceptors=tuple(interceptors),
         options=(
@@ -57,7 +59,7 @@ async def start(
             ("grpc.so_reuseport", int(settings.workers > 1)),
         ),
     )
-    server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service)),))
+    server.add_generic_rpc_handlers((generic_handler(InferenceServicer(service), native_path),))
     health.add_to(server, service, policy)  # grpc.health.v1, for Kubernetes' gRPC probes
     addresses = [_address(settings.host, settings.grpc_port)] if settings.grpc_port else []
     if private is not None:
@@ -85,13 +87,14 @@ async def grpc_listener(
     policy: auth.Policy | None = None,
     private: PrivateSocket | None = None,
     drain: Drain | None = None,
+    native_path=None,
 ) -> AsyncIterator[None]:
     """Serves gRPC for the duration of the block; grpc_port 0 without `private` serves nothing.
     At its end, calls in flight get what is left of the drain's grace."""
     if not settings.grpc_port and private is None:
         yield
         return
-    server = await start(service, settings, interceptors, policy, private)
+    server = await start(service, settings, interceptors, policy, private, native_path)
     try:
         yield
     finally:

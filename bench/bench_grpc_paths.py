@@ -1,0 +1,91 @@
+"""Benchmark: gRPC ModelInfer on a front's two paths, in the same run. A call without a deadline
+is taken by the front's native path (runtime_ext/front/grpc_infer.h); the same call with a
+deadline (60 s, never reached) by the servicer, as every call went before. Closed-loop calls
+from `--connections` channels (bench_workers.grpc_load), for a small request (the [1, 4] FP32
+linear program) and an image (1x3x224x224 FP32 in and out, XNNPACK), the two paths alternating
+for `--rounds` rounds; prints req/s and the fronts' CPU per call, and per case the ratio
+servicer / native of that CPU (medians over the rounds).
+
+usage: python bench/bench_grpc_paths.py [--workers 1] [--seconds 4] [--connections 16]
+       [--rounds 3] [--programs-dir DIR]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_workers import grpc_load  # noqa: E402
+from support import programs  # noqa: E402
+from support.processes import role_pids  # noqa: E402
+from support.server import ServerProcess, upload  # noqa: E402
+
+PATHS = (("native path", None), ("servicer", 60.0))
+
+
+def _cpu_s(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--programs-dir", type=Path, default=None)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-grpc-paths-"))
+    folder = args.programs_dir or scratch / "programs"
+    small = programs.export_linear_relu(folder)
+    image = programs.export_image(folder, xnnpack=True)
+    cases = {
+        "small [1, 4] FP32": ("small", small, small.example_inputs[0].numpy()),
+        "image 1x3x224x224 FP32": (
+            "image",
+            image,
+            np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32),
+        ),
+    }
+    server = ServerProcess(scratch / "artifacts", "--log-level", "warning", "--workers",
+                           str(args.workers))  # fmt: skip
+    with server:
+        with server.client() as client:
+            for model, program, _ in cases.values():
+                assert upload(client, model, program.pte, program.ptds).status_code == 201
+        fronts = role_pids(server, "front")
+        print(f"gRPC ModelInfer, --workers {args.workers}, {args.connections} channels, "
+              f"{args.seconds:g} s x {args.rounds} rounds")  # fmt: skip
+        for label, (model, _, x) in cases.items():
+            per_call: dict[str, list[float]] = {name: [] for name, _ in PATHS}
+            for _ in range(args.rounds):
+                for name, deadline in PATHS:
+                    grpc_load(server.grpc_url, model, x, 1, args.connections, deadline)  # warm
+                    before = _cpu_s(fronts)
+                    load = grpc_load(
+                        server.grpc_url, model, x, args.seconds, args.connections, deadline
+                    )
+                    used = _cpu_s(fronts) - before
+                    us = used / max(1.0, load.rps * args.seconds) * 1e6
+                    per_call[name].append(us)
+                    print(f"  {label:<24} {name:<12} {load}  fronts {us:.0f} us a call")
+            native, servicer = (statistics.median(per_call[name]) for name, _ in PATHS)
+            print(f"  {label}: fronts' CPU a call, servicer / native path = "
+                  f"{servicer / native:.2f}x ({servicer:.0f} / {native:.0f} us)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""NativePath.infer_grpc's Python glue (service/front/native_path.py) over a stand-in native
+reader and engine link: the answer the lane relays becomes the response message, and a call
+that goes away frees its arena slot whenever it goes: while the engine runs it (a cancel is
+sent; the slot is freed when the answer comes) or after the answer came but before the call
+resumed (freed at once: no answer will come again). Real ones: tests/e2e/test_grpc_native_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from service.errors import Unavailable
+from service.front.native_path import NativePath
+from service.shared import lane_frames, messages
+from service.shared.frames import LANE_DONE
+
+ROUTE = 3
+REQUEST_ID = 7
+LANE_MESSAGE = struct.pack("<II", 0, ROUTE)  # a route id at byte 4, as lane requests carry it
+
+
+class FakeNative:
+    """The native reader: takes b"ok", answers every lane answer with b"answer"."""
+
+    def __init__(self):
+        self.released: list[int] = []
+
+    def take_grpc(self, wire: bytes):
+        return (REQUEST_ID, LANE_MESSAGE) if wire == b"ok" else None
+
+    def answer_lane_grpc(self, request_id: int, payload: bytes) -> bytes:
+        self.released.append(request_id)
+        return b"answer"
+
+    def release(self, request_id: int):
+        self.released.append(request_id)
+        return ("gRPC", True)
+
+
+def _path():
+    sent = []
+    link = SimpleNamespace(
+        alive=True, relays={}, protocol=SimpleNamespace(send_payload=sent.append)
+    )
+    client = SimpleNamespace(
+        gate=SimpleNamespace(open_for=lambda *_: True),
+        native_requests=0,
+        down=lambda: Unavailable("the inference engine is restarting; retry shortly"),
+    )
+    settings = SimpleNamespace(max_json_bytes=1 << 20, max_infer_bytes=1 << 20)
+    path = NativePath(client, settings, None, {})
+    native = FakeNative()
+    path._current = lambda: native
+    path._link = link
+    path._routes = {ROUTE: ("m", "1", "forward")}
+    return path, native, link, sent
+
+
+def _done() -> object:
+    return messages.lane_done((LANE_DONE, REQUEST_ID, b"payload"))
+
+
+def test_the_lanes_answer_is_the_response_and_a_declined_call_is_none():
+    async def run():
+        path, native, link, sent = _path()
+        assert await path.infer_grpc(b"other") is None
+        call = asyncio.ensure_future(path.infer_grpc(b"ok"))
+        await asyncio.sleep(0)
+        assert sent == [LANE_MESSAGE]
+        link.relays.pop(REQUEST_ID)(_done())
+        assert await call == b"answer"
+        assert native.released == [REQUEST_ID]
+
+    asyncio.run(run())
+
+
+def test_a_call_cancelled_while_the_engine_runs_it_frees_its_slot_when_the_answer_comes():
+    async def run():
+        path, native, link, sent = _path()
+        call = asyncio.ensure_future(path.infer_grpc(b"ok"))
+        await asyncio.sleep(0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert sent == [LANE_MESSAGE, lane_frames.cancel(REQUEST_ID)]
+        assert native.released == []  # the engine may still write into the slot
+        link.relays.pop(REQUEST_ID)(_done())
+        assert native.released == [REQUEST_ID]
+
+    asyncio.run(run())
+
+
+def test_a_call_cancelled_after_its_answer_came_frees_its_slot_at_once():
+    async def run():
+        path, native, link, sent = _path()
+        call = asyncio.ensure_future(path.infer_grpc(b"ok"))
+        await asyncio.sleep(0)
+        link.relays.pop(REQUEST_ID)(_done())  # the answer is here; the call has not resumed
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert native.released == [REQUEST_ID]
+        assert sent == [LANE_MESSAGE]  # nothing to cancel
+
+    asyncio.run(run())
+
+
+def test_an_engine_that_went_away_is_the_clients_unavailable():
+    async def run():
+        path, native, link, _ = _path()
+        call = asyncio.ensure_future(path.infer_grpc(b"ok"))
+        await asyncio.sleep(0)
+        link.relays.pop(REQUEST_ID)(None)  # the link was lost
+        with pytest.raises(Unavailable, match="restarting"):
+            await call
+        assert native.released == [REQUEST_ID]
+
+    asyncio.run(run())
