@@ -2,15 +2,17 @@
 is taken by the front's native path (runtime_ext/front/grpc_infer.h); the same call with a
 deadline (60 s, never reached) by the servicer, as every call went before. Closed-loop calls
 from `--connections` channels (bench_workers.grpc_load), for a small request (the [1, 4] FP32
-linear program) and an image (1x3x224x224 FP32 in and out, XNNPACK), the two paths alternating
-for `--rounds` rounds; prints req/s and the fronts' CPU per call, and per case the ratio
-servicer / native of that CPU (medians over the rounds).
+linear program), the same with its input and output in system shared memory regions
+(tritonclient's set_shared_memory parameters), and an image (1x3x224x224 FP32 in and out,
+XNNPACK), the two paths alternating for `--rounds` rounds; prints req/s and the fronts' CPU per
+call, and per case the ratio servicer / native of that CPU (medians over the rounds).
 
 usage: python bench/bench_grpc_paths.py [--workers 1] [--seconds 4] [--connections 16]
        [--rounds 3] [--programs-dir DIR]
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -18,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -40,6 +44,28 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
+def _shm_message(server, x: np.ndarray, regions: list) -> bytes:
+    """A ModelInfer message whose input and output lie in system shared memory regions, made
+    and registered here (tritonclient's utility and client)."""
+    from service.front.protocols.v2_grpc import messages
+
+    name = f"b{os.getpid()}"
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        for side in ("in", "out"):
+            handle = shm.create_shared_memory_region(f"{side}{name}", f"/{side}{name}", 4096)
+            regions.append(handle)
+            client.register_system_shared_memory(f"{side}{name}", f"/{side}{name}", 4096)
+    shm.set_shared_memory_region(regions[0], [x])
+    request = messages.ModelInferRequest(model_name="small")
+    tensor = request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
+    tensor.parameters["shared_memory_region"].string_param = f"in{name}"
+    tensor.parameters["shared_memory_byte_size"].int64_param = x.nbytes
+    output = request.outputs.add(name="output_0")
+    output.parameters["shared_memory_region"].string_param = f"out{name}"
+    output.parameters["shared_memory_byte_size"].int64_param = 4096
+    return request.SerializeToString()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=1)
@@ -52,8 +78,10 @@ def main() -> None:
     folder = args.programs_dir or scratch / "programs"
     small = programs.export_linear_relu(folder)
     image = programs.export_image(folder, xnnpack=True)
+    x_small = small.example_inputs[0].numpy()
     cases = {
-        "small [1, 4] FP32": ("small", small, small.example_inputs[0].numpy()),
+        "small [1, 4] FP32": ("small", small, x_small),
+        "small, system shm": ("small", small, x_small),
         "image 1x3x224x224 FP32": (
             "image",
             image,
@@ -61,11 +89,14 @@ def main() -> None:
         ),
     }
     server = ServerProcess(scratch / "artifacts", "--log-level", "warning", "--workers",
-                           str(args.workers))  # fmt: skip
-    with server:
+                           str(args.workers), "--allow-client-shm")  # fmt: skip
+    regions = []
+    with server, contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: [shm.destroy_shared_memory_region(r) for r in regions])
         with server.client() as client:
-            for model, program, _ in cases.values():
+            for model, program in {model: program for model, program, _ in cases.values()}.items():
                 assert upload(client, model, program.pte, program.ptds).status_code == 201
+        bodies = {"small, system shm": _shm_message(server, x_small, regions)}
         fronts = role_pids(server, "front")
         print(f"gRPC ModelInfer, --workers {args.workers}, {args.connections} channels, "
               f"{args.seconds:g} s x {args.rounds} rounds")  # fmt: skip
@@ -73,10 +104,11 @@ def main() -> None:
             per_call: dict[str, list[float]] = {name: [] for name, _ in PATHS}
             for _ in range(args.rounds):
                 for name, deadline in PATHS:
-                    grpc_load(server.grpc_url, model, x, 1, args.connections, deadline)  # warm
+                    body = bodies.get(label)
+                    grpc_load(server.grpc_url, model, x, 1, args.connections, deadline, body)
                     before = _cpu_s(fronts)
                     load = grpc_load(
-                        server.grpc_url, model, x, args.seconds, args.connections, deadline
+                        server.grpc_url, model, x, args.seconds, args.connections, deadline, body
                     )
                     used = _cpu_s(fronts) - before
                     us = used / max(1.0, load.rps * args.seconds) * 1e6

@@ -135,14 +135,17 @@ def grpc_load(
     seconds: float,
     connections: int,
     deadline: float | None = None,
+    body: bytes | None = None,
 ) -> Load:
-    """Closed-loop ModelInfer calls; `deadline`: each call's, in seconds (None: none)."""
+    """Closed-loop ModelInfer calls; `deadline`: each call's, in seconds (None: none); `body`:
+    the request message (default: `x` as input_0's raw contents)."""
     from service.front.protocols.v2_grpc import messages
 
-    request = messages.ModelInferRequest(model_name=model)
-    request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
-    request.raw_input_contents.append(x.tobytes())
-    body = request.SerializeToString()
+    if body is None:
+        request = messages.ModelInferRequest(model_name=model)
+        request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
+        request.raw_input_contents.append(x.tobytes())
+        body = request.SerializeToString()
     processes = 4
     queue = multiprocessing.get_context("spawn").Queue()
     workers = [

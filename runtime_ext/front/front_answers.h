@@ -36,8 +36,11 @@ struct AnswerPlan {
   std::string id;
   // Per method output: whether it is sent as binary data (v2), when asked for.
   std::vector<bool> binary;
-  // Per method output: the region it is written into (v2; it wins over binary data).
+  // Per method output: the region it is written into (v2 and gRPC; it wins over binary data).
   std::vector<AnsweredRegion> regions;
+  // Any tensor of the request, input or output, lies in a region (gRPC then leaves out the
+  // empty raw_output_contents entries at the end, as the servicer does).
+  bool any_region = false;
   bool keep_alive = true;
 };
 

@@ -247,10 +247,12 @@ FrontLane::Take FrontLane::place(std::shared_ptr<const FrontTable> table,
     wire.offset = at;
     at += align_up(input.count * input.datatype->size);
   }
+  bool any_region = !refs.empty();
   message.refs = std::move(refs);
   message.request_id = next_id_++;
   Pending pending;
   AnswerPlan& plan = pending.plan;
+  plan.any_region = any_region;
   plan.protocol = request.protocol;
   plan.model = request.model;
   plan.method = request.method;

@@ -389,6 +389,22 @@ def grpc_seeds() -> dict[str, bytes]:
     tensor = pb_field(1, b"x") + pb_field(2, b"FP32") + pb_field(3, dims)
     seeds["wrapping-byte-count"] = pb_field(1, b"wide") + pb_field(5, tensor) + pb_field(7, b"")
     seeds["long-varint"] = pb_field(1, b"tiny") + b"\x2a" + b"\xff" * 11
+
+    def parameter(key: bytes, choice: bytes) -> bytes:  # a map<string, InferParameter> entry
+        return pb_field(1, key) + pb_field(2, choice)
+
+    region = parameter(b"shared_memory_region", pb_field(3, b"in")) + b""
+    sized = parameter(b"shared_memory_byte_size", b"\x10" + pb_varint(32))
+    tensor = pb_field(1, b"input_0") + pb_field(2, b"FP32") + pb_field(3, b"\x01\x08")
+    tensor += pb_field(4, region) + pb_field(4, sized)
+    out = pb_field(1, b"output_0") + pb_field(
+        2, parameter(b"shared_memory_region", pb_field(3, b"o"))
+    )
+    out += pb_field(2, parameter(b"shared_memory_byte_size", b"\x10" + pb_varint(1024)))
+    seeds["shm-in-and-out"] = pb_field(1, b"tiny") + pb_field(5, tensor) + pb_field(6, out)
+    seeds["shm-output-only"] = grpc_message("tiny", [("input_0", "FP32", [1, 8])]) + pb_field(
+        6, out
+    )
     return seeds
 
 

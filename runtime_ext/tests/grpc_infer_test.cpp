@@ -84,6 +84,7 @@ TEST(the_answer_is_the_servicers_message_with_its_tensors_where_they_lie) {
   plan.version = "1";
   plan.has_id = true;
   plan.id = "q7";
+  plan.regions.assign(2, {});  // one per method output (none in a region)
   TensorSpec y;
   y.name = "y";
   y.datatype = Datatype::I16;
@@ -108,4 +109,61 @@ TEST(the_answer_is_the_servicers_message_with_its_tensors_where_they_lie) {
   CHECK(answer.binary[1].data() == reinterpret_cast<const char*>(data.data()) &&
         answer.binary[1].size() == 6 && answer.binary[3].size() == 4);
   CHECK(answer.size() == expected.size() + 2 + 6 + 2 + 4);
+}
+
+namespace {
+
+std::string parameter(const std::string& key, const std::string& choice) {
+  return field(1, key) + field(2, choice);
+}
+
+std::string integer(uint64_t value) {  // InferParameter.int64_param
+  return varint(2 << 3) + varint(value);
+}
+
+}  // namespace
+
+TEST(an_input_in_a_region_takes_no_raw_contents_and_needs_its_tensors_byte_size) {
+  std::string region = field(4, parameter("shared_memory_region", field(3, "r1"))) +
+                       field(4, parameter("shared_memory_byte_size", integer(24))) +
+                       field(4, parameter("shared_memory_offset", integer(256)));
+  std::string input = field(1, "x") + field(2, "FP32") + field(3, varint(2) + varint(3)) + region;
+  std::string bytes = field(1, "m") + field(5, input);  // what the request's views point into
+  GivenRequest request;
+  CHECK(read(bytes, request));
+  CHECK(request.inputs[0].shm.named() && request.inputs[0].shm.region == "r1");
+  CHECK(request.inputs[0].shm.byte_size == 24 && request.inputs[0].shm.offset == 256);
+  CHECK(request.inputs[0].bytes == nullptr);
+  GivenRequest other;
+  std::string wrong = input;
+  wrong.replace(wrong.find(integer(24)), integer(24).size(), integer(20));
+  CHECK(!read(field(1, "m") + field(5, wrong), other));  // not the tensor's byte size
+  GivenRequest extra;
+  CHECK(!read(field(1, "m") + field(5, input) + field(7, std::string(24, '\0')), extra));
+  std::string odd = field(1, "x") + field(2, "FP32") + field(3, varint(2) + varint(3)) +
+                    field(4, parameter("binary_data_size", integer(24)));
+  GivenRequest unknown;
+  CHECK(!read(field(1, "m") + field(5, odd) + field(7, std::string(24, '\0')), unknown));
+}
+
+TEST(an_output_in_a_region_is_answered_with_its_parameters_and_no_bytes) {
+  AnswerPlan plan;
+  plan.protocol = Protocol::Grpc;
+  plan.model = "m";
+  plan.version = "1";
+  plan.regions = {AnsweredRegion{"r2", 256}};
+  plan.any_region = true;
+  TensorSpec y;
+  y.name = "y";
+  y.datatype = Datatype::F32;
+  std::vector<Output> outputs(1);
+  outputs[0].shape = {2};
+  AnswerBytes answer;
+  write_grpc_answer(plan, {y}, outputs, answer);
+  std::string tensor = field(1, "y") + field(2, "FP32") + field(3, varint(2)) +
+                       field(4, parameter("shared_memory_region", field(3, "r2"))) +
+                       field(4, parameter("shared_memory_byte_size", integer(8))) +
+                       field(4, parameter("shared_memory_offset", integer(256)));
+  CHECK(answer.head == field(1, "m") + field(2, "1") + field(5, tensor));
+  CHECK(answer.binary.empty());  // no empty raw entry after the last output with bytes
 }

@@ -24,7 +24,10 @@ INFER = "/inference.GRPCInferenceService/ModelInfer"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, linear_relu_program, dynamic_lookup_program):  # noqa: F811
     server = ServerProcess(
-        tmp_path_factory.mktemp("grpc-native") / "artifacts", "--workers", str(FRONTS)
+        tmp_path_factory.mktemp("grpc-native") / "artifacts",
+        "--workers",
+        str(FRONTS),
+        "--allow-client-shm",
     ).start()
     with server.client() as client:
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201
@@ -183,3 +186,58 @@ def test_calls_cancelled_at_any_point_leave_no_arena_slot_behind(served):
                     pass
         assert isinstance(_call(channel, message, deadline=False), bytes)
     _eventually(lambda: _arena_in_use(server) and not any(_arena_in_use(server)))
+
+
+def test_tensors_in_system_shared_memory_take_the_native_path_too(served):
+    """tritonclient's set_shared_memory parameters on an input and an output: the native path
+    sends the references (the engine reads and writes the regions), and its answer is the
+    servicer's message (an output's parameters are a map: compared as messages)."""
+    import uuid
+
+    import tritonclient.utils.shared_memory as shm
+
+    server, x = served
+    name = uuid.uuid4().hex[:8]
+    regions = [shm.create_shared_memory_region(f"{side}{name}", f"/etrt_grpc_{side}{name}", 4096)
+               for side in ("i", "o")]  # fmt: skip
+    try:
+        shm.set_shared_memory_region(regions[0], [x])
+        with triton.InferenceServerClient(server.grpc_url) as client:
+            for side in ("i", "o"):
+                client.register_system_shared_memory(
+                    f"{side}{name}", f"/etrt_grpc_{side}{name}", 4096
+                )
+            request = service_pb2.ModelInferRequest(model_name="lin")
+            tensor = request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
+            tensor.parameters["shared_memory_region"].string_param = f"i{name}"
+            tensor.parameters["shared_memory_byte_size"].int64_param = x.nbytes
+            output = request.outputs.add(name="output_0")
+            output.parameters["shared_memory_region"].string_param = f"o{name}"
+            output.parameters["shared_memory_byte_size"].int64_param = 1024
+            output.parameters["shared_memory_offset"].int64_param = 256
+            message = request.SerializeToString()
+            with grpc.insecure_channel(server.grpc_url) as channel:
+                _call(channel, message, deadline=False)  # each front learns the table
+                _call(channel, message, deadline=False)
+                time.sleep(1.5)
+                before = _native_count(server)
+                answers, written = {}, {}
+                for deadline in (True, False):
+                    shm.set_shared_memory_region(regions[1], [np.zeros(1024, np.uint8)])
+                    answer = _call(channel, message, deadline)
+                    assert isinstance(answer, bytes), answer
+                    answers[deadline] = service_pb2.ModelInferResponse.FromString(answer)
+                    words = shm.get_contents_as_numpy(regions[1], np.float32, [1024])
+                    written[deadline] = words[64:]  # from the offset on
+            assert answers[True] == answers[False]
+            count = int(np.prod(answers[False].outputs[0].shape))
+            assert np.array_equal(written[True], written[False]) and written[False][:count].any()
+            assert not answers[False].raw_output_contents
+            parameters = answers[False].outputs[0].parameters
+            assert parameters["shared_memory_region"].string_param == f"o{name}"
+            assert parameters["shared_memory_offset"].int64_param == 256
+            _eventually(lambda: _native_count(server) >= before + 1)
+            client.unregister_system_shared_memory()
+    finally:
+        for region in regions:
+            shm.destroy_shared_memory_region(region)

@@ -10,6 +10,7 @@ bytes, truncations), so that both sides see what a client may send. `grpc_case(r
 from __future__ import annotations
 
 import random
+import struct
 
 import numpy as np
 
@@ -26,6 +27,7 @@ NATIVE_DECLINES = (
     "request parameters",  # a method other than forward is named by one
     "bytes flipped",  # into any of the above
     "truncated",  # an empty tensor left without raw contents has typed ones (none)
+    "another tensor parameter",  # the servicer reads the shared memory ones only
 )
 
 
@@ -61,8 +63,53 @@ def _shape(dims: list[int], rng: random.Random) -> bytes:
     return b"".join(_varint(3 << 3) + _varint(d, rng.choice([0, 0, 1])) for d in dims)
 
 
-def _input(name: str, datatype: str, dims: list[int], rng: random.Random) -> bytes:
+def _parameter(key: str, value) -> bytes:
+    """One map<string, InferParameter> entry; `value` a str, an int (int64_param), or
+    ("uint", n), ("bool", b), ("double", x) for the other choices."""
+    if isinstance(value, str):
+        choice = _field(3, value.encode())
+    elif isinstance(value, int):
+        choice = _varint(2 << 3) + _varint(value & (2**64 - 1))
+    elif value[0] == "uint":
+        choice = _varint(5 << 3) + _varint(value[1])
+    elif value[0] == "bool":
+        choice = _varint(1 << 3) + _varint(int(value[1]))
+    else:
+        choice = _varint(4 << 3 | 1) + struct.pack("<d", value[1])
+    return _field(1, key.encode()) + _field(2, choice)
+
+
+def _region(name: str, nbytes: int, rng: random.Random, labels: list[str]) -> list[bytes]:
+    """A tensor's shared memory parameters (tritonclient's set_shared_memory), sometimes odd."""
+    entries = {"shared_memory_region": name, "shared_memory_byte_size": nbytes}
+    if rng.random() < 0.3:
+        entries["shared_memory_offset"] = rng.choice([0, 256, 4096])
+    r = rng.random()
+    if r < 0.1:
+        entries["shared_memory_byte_size"] = ("uint", nbytes)
+    elif r < 0.14:
+        entries["shared_memory_byte_size"] = nbytes + rng.choice([-1, 1, 4])
+        labels.append("a region byte size other than the tensor's")
+    elif r < 0.17:
+        entries["shared_memory_byte_size"] = rng.choice([str(nbytes), ("bool", True), -1])
+        labels.append("a region byte size of another type")
+    elif r < 0.19:
+        del entries["shared_memory_byte_size"]
+        labels.append("no region byte size")
+    elif r < 0.21:
+        entries["shared_memory_region"] = ""
+        labels.append("an empty region name")
+    elif r < 0.23:
+        entries["binary_data_size"] = nbytes
+        labels.append(NATIVE_DECLINES[7])
+    keys = list(entries)
+    rng.shuffle(keys)
+    return [_parameter(key, entries[key]) for key in keys]
+
+
+def _input(name: str, datatype: str, dims: list[int], rng: random.Random, parameters=()) -> bytes:
     parts = [_field(1, name.encode()), _field(2, datatype.encode()), _shape(dims, rng)]
+    parts += [_field(4, entry) for entry in parameters]
     if rng.random() < 0.1:
         rng.shuffle(parts)
     return b"".join(parts)
@@ -121,7 +168,11 @@ def grpc_case(rng: random.Random) -> tuple[bytes, str]:
         if rng.random() < 0.02:
             raw = raw[:-1] if raw else b"\0"
             labels.append("a byte count off by one")
-        inputs.append(_input(spec.name, datatype, dims, rng))
+        parameters = ()
+        if rng.random() < 0.15:  # its bytes in a client's region: no raw contents for it
+            parameters = _region(f"in_{spec.name}", len(raw), rng, labels)
+            raw = None
+        inputs.append(_input(spec.name, datatype, dims, rng, parameters))
         raws.append(raw)
     order = list(range(len(inputs)))
     if rng.random() < 0.3:
@@ -134,8 +185,15 @@ def grpc_case(rng: random.Random) -> tuple[bytes, str]:
         if rng.random() < 0.1:
             rng.shuffle(asked)
             labels.append("outputs in another order")
-        fields += [_field(6, _field(1, name.encode())) for name in asked]
-    raw_fields = [_field(7, raws[i]) for i in order]
+        for name in asked:
+            entries = b""
+            if rng.random() < 0.25:  # written into a client's region
+                nbytes = rng.choice([4, 64, 1 << 20])
+                entries = b"".join(
+                    _field(2, e) for e in _region(f"out_{name}", nbytes, rng, labels)
+                )
+            fields.append(_field(6, _field(1, name.encode()) + entries))
+    raw_fields = [_field(7, raws[i]) for i in order if raws[i] is not None]
     if rng.random() < 0.5:
         fields += raw_fields
     else:  # raw contents anywhere among the other fields

@@ -151,6 +151,7 @@ class Taken:
     parsed: object = None  # v2: codec.ParsedRequest; gRPC: the ModelInferRequest
     headers: list = field(default_factory=list)
     refs: list = field(default_factory=list)  # shared memory references, as lane_frames.request
+    shared: object = None  # gRPC: the request's SharedTensors (service/shm/refs.py)
 
 
 class _Message:
@@ -333,32 +334,39 @@ def python_answer(taken: Taken, outputs: list[np.ndarray]) -> bytes:
 
 def python_take_grpc(wire: bytes) -> Taken:
     """A ModelInfer message as the servicer reads it (parse_infer, then ModelInfer's request,
-    with no deadline) and the front sends it as a lane request; Refused for anything it would
-    not send so."""
+    with no deadline) and the front sends it as a lane request, its shared memory references
+    included; Refused for anything it would not send so."""
     try:
         parsed = grpc_servicer.parse_infer(wire)
         request = parsed.request
         parameters = grpc_servicer._parameters(request.parameters)
         method = parameters.pop("method", "forward")
-        if parsed.shared is not None or not isinstance(method, str):
-            raise Refused("shared memory or an odd method: not compared here")
+        if not isinstance(method, str):
+            raise Refused("an odd method: not compared here")
         timeout_s = grpc_servicer._timeout_s(parameters, None)
         asked = grpc_servicer._requested_outputs(request.outputs)
         entry = _entry(request.model_name, request.model_version or None)
         found = _signature(entry, method)
         signature = found.signature
-        arrays = bind_inputs([Tensor(*item) for item in parsed.inputs], signature)
+        bound = bind_inputs([Tensor(*item) for item in parsed.inputs], signature)
         outputs = select_outputs(signature, asked)
     except (ServiceError, DecodeError) as exc:
         raise Refused(f"{type(exc).__name__}: {exc}") from None
+    shared = parsed.shared
+    infer = InferRequest(
+        request.model_name, [], method, parameters=parameters, timeout_s=timeout_s,
+        shared_memory=shared,
+    )  # fmt: skip
     routes = SimpleNamespace(routes={method: found.route}, version=entry.version)
-    infer = InferRequest(request.model_name, [], method, parameters=parameters, timeout_s=timeout_s)
     if _lane_plan(routes, infer, signature, outputs) is None:
         raise Refused("not a lane request: the engine's Python would run it")
-    arrays = [np.array(a) for a in arrays]
+    refs = _refs(entry, infer, signature, outputs, bound) if shared else []
+    arrays = [a if shared and s.name in shared.inputs else np.array(a)
+              for s, a in zip(signature.inputs, bound)]  # fmt: skip
     return Taken(
-        "gRPC", entry, request.model_name, method, found.route, arrays, outputs, True, request
-    )
+        "gRPC", entry, request.model_name, method, found.route, arrays, outputs, True, request,
+        refs=refs, shared=shared,
+    )  # fmt: skip
 
 
 def python_answer_grpc(taken: Taken, outputs: list[np.ndarray]) -> bytes:
@@ -370,4 +378,4 @@ def python_answer_grpc(taken: Taken, outputs: list[np.ndarray]) -> bytes:
     response = InferResponse(
         taken.model, taken.entry.version, taken.method, taken.parsed.id or None, tensors
     )
-    return grpc_servicer._infer_response(response)
+    return grpc_servicer._infer_response(response, taken.shared or None)

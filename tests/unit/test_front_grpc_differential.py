@@ -20,6 +20,7 @@ import etrt_front
 import numpy as np
 from test_front_differential import _same_request
 
+from service.front.protocols.v2_grpc import messages
 from service.shared import lane_frames
 from service.shared.arena import Arena, align_up
 from support.front_cases import answer_array
@@ -49,10 +50,17 @@ def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng) -
     _, _, _, room, size, _, _, _ = lane_frames.read_request(message)
     specs = taken.entry.methods[taken.method].signature.outputs
     arrays, placed, by_python, at = [], [], [], room
+    in_region = {tensor for tensor, output, *_ in taken.refs if output}
     for index in taken.outputs:
         spec = specs[index]
         shape = [rng.randint(0, min(bound, 4)) if spec.dynamic else bound for bound in spec.shape]
         array = answer_array(spec.datatype, shape, rng)
+        if index in in_region:  # the engine wrote it into the client's region
+            arrays.append(array)
+            placed.append(_OUTPUT.pack(index, len(shape), lane_frames.IN_REGION))
+            placed[-1] += struct.pack(f"<{len(shape)}q", *shape)
+            by_python.append((index, shape, None))
+            continue
         if at + array.nbytes > room + size:
             native.release(request_id)
             return []  # a room the engine would not fill so (the lane declines it)
@@ -68,9 +76,18 @@ def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng) -
         payload = _DONE.pack(lane_frames.DONE_TAG, len(placed), 0, 0, request_id)
         written = native.answer_lane_grpc(request_id, payload + b"".join(placed))
     expected = python_answer_grpc(taken, arrays)
-    if written != expected:
+    if written is None:
+        return ["the native path wrote no answer"]
+    if written != expected and not (in_region and _same_message(written, expected)):
         return [f"answer differs:\n{written[:400]!r}\n{expected[:400]!r}"]
     return []
+
+
+def _same_message(written: bytes, expected: bytes) -> bool:
+    """The same ModelInferResponse: an output's parameters are a map, whose entries protobuf
+    may write in any order."""
+    read = messages.ModelInferResponse.FromString
+    return read(written) == read(expected)
 
 
 def test_what_the_native_path_takes_from_grpc_the_servicer_takes_and_answers_alike():
@@ -82,6 +99,7 @@ def test_what_the_native_path_takes_from_grpc_the_servicer_takes_and_answers_ali
     control = np.array([GENERATION, 1, 1], np.uint64)  # generation, ready, serving
     native = _lane(arena, control)
     started, taken_count, by_python, failures, missed = time.monotonic(), 0, 0, [], []
+    in_regions = 0
     for number in range(cases):
         wire, label = grpc_case(rng)
         got = native.take_grpc(wire)
@@ -99,6 +117,7 @@ def test_what_the_native_path_takes_from_grpc_the_servicer_takes_and_answers_ali
             continue
         taken_count += 1
         request_id, message = got
+        in_regions += bool(taken.refs)
         problems = _same_request(arena, message, taken)
         if problems:
             native.release(request_id)
@@ -107,8 +126,9 @@ def test_what_the_native_path_takes_from_grpc_the_servicer_takes_and_answers_ali
         if problems:
             failures.append((number, label, "; ".join(problems), wire))
     elapsed = time.monotonic() - started
-    print(f"{cases} cases, {by_python} taken by the servicer, {taken_count} natively, "
-          f"{len(failures)} disagreements, {elapsed:.1f} s")  # fmt: skip
+    print(f"{cases} cases, {by_python} taken by the servicer, {taken_count} natively "
+          f"({in_regions} with tensors in shared memory regions), {len(failures)} disagreements, "
+          f"{elapsed:.1f} s")  # fmt: skip
     report = "\n".join(
         f"case {n} [{label}]: {why}\n  {wire[:300]!r}" for n, label, why, wire in failures[:8]
     )
@@ -118,3 +138,4 @@ def test_what_the_native_path_takes_from_grpc_the_servicer_takes_and_answers_ali
     # the servicer by design; and a fair share of all reach the comparison.
     assert not missed, f"seed {seed}: declined natively: {missed[:4]}"
     assert taken_count >= cases // 3, (taken_count, cases)
+    assert in_regions >= cases // 40, (in_regions, cases)
