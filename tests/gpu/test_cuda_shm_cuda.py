@@ -161,6 +161,33 @@ def test_grpc_registers_and_lists_cuda_regions(server, region):
         assert not call("CudaSharedMemoryStatus", name="").regions
 
 
+def test_grpc_model_infer_through_cuda_shm_on_both_front_paths(server, region):
+    """ModelInfer with its input and output in a CUDA region, without a deadline (the front's
+    native path sends the references: runtime_ext/front/grpc_infer.h) and with one (the
+    servicer's path): the same answer message and the same output written into the region."""
+    x = np.random.default_rng(3).standard_normal(IMAGE, dtype=np.float32)
+    region.write(x, 0)
+    assert register(server, "grpc_cuda", region).status_code == 200
+    request = messages.ModelInferRequest(model_name="img")
+    tensor = request.inputs.add(name="input_0", datatype="FP32", shape=list(IMAGE))
+    tensor.parameters["shared_memory_region"].string_param = "grpc_cuda"
+    tensor.parameters["shared_memory_byte_size"].int64_param = IMAGE_BYTES
+    output = request.outputs.add(name="output_0")
+    output.parameters["shared_memory_region"].string_param = "grpc_cuda"
+    output.parameters["shared_memory_byte_size"].int64_param = IMAGE_BYTES
+    output.parameters["shared_memory_offset"].int64_param = IMAGE_BYTES + 256
+    answers = []
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        infer_call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for deadline in (None, None, 60.0):  # the first teaches the front the model table
+            region.write(np.zeros(IMAGE, np.float32), IMAGE_BYTES + 256)
+            answer = infer_call(request.SerializeToString(), timeout=deadline)
+            answers.append(messages.ModelInferResponse.FromString(answer))
+            np.testing.assert_allclose(region.read(IMAGE, IMAGE_BYTES + 256), x * 2 + 1, rtol=1e-6)
+    assert answers[1] == answers[2] and not answers[1].raw_output_contents
+    unregister(server, "grpc_cuda")
+
+
 def test_hostile_cuda_regions_are_refused_naming_them(server, region):
     too_big = register(server, "huge", region, byte_size=region.nbytes + (1 << 20))
     assert too_big.status_code == 400 and "'huge'" in too_big.json()["error"]
