@@ -28,20 +28,12 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_workers import grpc_load  # noqa: E402
+from grpc_floor import cpu_s  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
 PATHS = (("native path", None), ("servicer", 60.0))
-
-
-def _cpu_s(pids: list[int]) -> float:
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def _shm_message(server, x: np.ndarray, regions: list) -> bytes:
@@ -106,11 +98,11 @@ def main() -> None:
                 for name, deadline in PATHS:
                     body = bodies.get(label)
                     grpc_load(server.grpc_url, model, x, 1, args.connections, deadline, body)
-                    before = _cpu_s(fronts)
+                    before = cpu_s(fronts)
                     load = grpc_load(
                         server.grpc_url, model, x, args.seconds, args.connections, deadline, body
                     )
-                    used = _cpu_s(fronts) - before
+                    used = cpu_s(fronts) - before
                     us = used / max(1.0, load.rps * args.seconds) * 1e6
                     per_call[name].append(us)
                     print(f"  {label:<24} {name:<12} {load}  fronts {us:.0f} us a call")

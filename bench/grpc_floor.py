@@ -77,7 +77,7 @@ def _serve(port: int, mode: str, nbytes: int, ready) -> None:
     asyncio.run(main())
 
 
-def _cpu_s(pids: list[int]) -> float:
+def cpu_s(pids: list[int]) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
@@ -102,9 +102,9 @@ def floor(mode: str, workers: int, x: np.ndarray, seconds: float, connections: i
             ready.wait(60)
         address = f"127.0.0.1:{port}"
         grpc_load(address, "image", x, 1, connections)  # warm-up
-        before = _cpu_s([s.pid for s in servers])
+        before = cpu_s([s.pid for s in servers])
         load = grpc_load(address, "image", x, seconds, connections)
-        used = _cpu_s([s.pid for s in servers]) - before
+        used = cpu_s([s.pid for s in servers]) - before
         return load, used / max(1, load.rps * seconds) * 1e6
     finally:
         for server in servers:

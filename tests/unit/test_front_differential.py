@@ -97,10 +97,13 @@ def _same_request(arena: Arena, message: bytes, taken) -> list[str]:
     return found
 
 
-def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
-    """Writes an engine's answer into the request's room: (how the two answers differ, the
-    native path's answer)."""
-    _, _, _, room, size, _, _, _ = lane_frames.read_request(message)
+def engine_answer(arena: Arena, message: bytes, taken, rng):
+    """An engine's answer to the lane request `message`, its outputs (random shapes within their
+    bounds, any bit pattern) written into the request's room or, where the request named one,
+    into the client's region: (the arrays, the lane's answer payload, the outputs as the
+    engine's Python places them), or None when they do not fit the room (the lane declines
+    such an answer). Both differential tests answer with it."""
+    _, request_id, _, room, size, _, _, _ = lane_frames.read_request(message)
     base = arena.region.address
     specs = taken.entry.methods[taken.method].signature.outputs
     arrays, placed, by_python, at = [], [], [], room
@@ -116,23 +119,31 @@ def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
             by_python.append((index, shape, None))
             continue
         if at + array.nbytes > room + size:
-            native.release(request_id)
-            return [], None  # a room the engine would not fill so (the lane declines it)
+            return None
         arena.region.view(at, array.nbytes)[:] = array.tobytes()
         arrays.append(array)
         placed.append(_OUTPUT.pack(index, len(shape), at) + struct.pack(f"<{len(shape)}q", *shape))
         by_python.append((index, shape, array.tobytes() if rng.random() < 0.5 else base + at))
         at += align_up(max(array.nbytes, 1))
+    payload = _DONE.pack(lane_frames.DONE_TAG, len(placed), 0, 0, request_id) + b"".join(placed)
+    return arrays, payload, by_python
+
+
+def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng):
+    """Writes an engine's answer into the request's room: (how the two answers differ, the
+    native path's answer)."""
+    answered = engine_answer(arena, message, taken, rng)
+    if answered is None:
+        native.release(request_id)
+        return [], None  # a room the engine would not fill so (the lane declines it)
+    arrays, payload, by_python = answered
     # Half of the answers go to a socket first (answer_send.h), the rest of them after.
     sock = _sockets()[0] if rng.random() < 0.5 else None
     fd = -1 if sock is None else sock.fileno()
     if rng.random() < 0.3:  # outputs the engine's Python placed (a request the lane declined)
         written, keep_alive = native.answer(request_id, taken.entry.version, by_python, HEADERS, fd)
     else:
-        payload = _DONE.pack(lane_frames.DONE_TAG, len(placed), 0, 0, request_id)
-        written, keep_alive = native.answer_lane(
-            request_id, payload + b"".join(placed), HEADERS, fd
-        )
+        written, keep_alive = native.answer_lane(request_id, payload, HEADERS, fd)
     if sock is not None:
         written = _received() + written
     expected = python_answer(taken, arrays)

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 import time
 
 import etrt_front
 import numpy as np
-from test_front_differential import _same_request
+from test_front_differential import _same_request, engine_answer
 
 from service.front.protocols.v2_grpc import messages
-from service.shared import lane_frames
-from service.shared.arena import Arena, align_up
-from support.front_cases import answer_array
+from service.shared.arena import Arena
 from support.front_grpc_cases import NATIVE_DECLINES, grpc_case
 from support.front_reference import (
     GENERATION,
@@ -32,9 +29,6 @@ from support.front_reference import (
     python_answer_grpc,
     python_take_grpc,
 )
-
-_DONE = struct.Struct("<BBHIQ")
-_OUTPUT = struct.Struct("<IIQ")
 
 
 def _lane(arena: Arena, control: np.ndarray):
@@ -47,34 +41,16 @@ def _lane(arena: Arena, control: np.ndarray):
 
 def _answer(arena: Arena, native, request_id: int, message: bytes, taken, rng) -> list[str]:
     """Writes an engine's answer into the request's room; how the two answers differ."""
-    _, _, _, room, size, _, _, _ = lane_frames.read_request(message)
-    specs = taken.entry.methods[taken.method].signature.outputs
-    arrays, placed, by_python, at = [], [], [], room
-    in_region = {tensor for tensor, output, *_ in taken.refs if output}
-    for index in taken.outputs:
-        spec = specs[index]
-        shape = [rng.randint(0, min(bound, 4)) if spec.dynamic else bound for bound in spec.shape]
-        array = answer_array(spec.datatype, shape, rng)
-        if index in in_region:  # the engine wrote it into the client's region
-            arrays.append(array)
-            placed.append(_OUTPUT.pack(index, len(shape), lane_frames.IN_REGION))
-            placed[-1] += struct.pack(f"<{len(shape)}q", *shape)
-            by_python.append((index, shape, None))
-            continue
-        if at + array.nbytes > room + size:
-            native.release(request_id)
-            return []  # a room the engine would not fill so (the lane declines it)
-        arena.region.view(at, array.nbytes)[:] = array.tobytes()
-        arrays.append(array)
-        placed.append(_OUTPUT.pack(index, len(shape), at) + struct.pack(f"<{len(shape)}q", *shape))
-        address = arena.region.address + at
-        by_python.append((index, shape, array.tobytes() if rng.random() < 0.5 else address))
-        at += align_up(max(array.nbytes, 1))
+    answered = engine_answer(arena, message, taken, rng)
+    if answered is None:
+        native.release(request_id)
+        return []  # a room the engine would not fill so (the lane declines it)
+    arrays, payload, by_python = answered
     if rng.random() < 0.3:  # outputs the engine's Python placed (a request the lane declined)
         written = native.answer_grpc(request_id, taken.entry.version, by_python)
     else:
-        payload = _DONE.pack(lane_frames.DONE_TAG, len(placed), 0, 0, request_id)
-        written = native.answer_lane_grpc(request_id, payload + b"".join(placed))
+        written = native.answer_lane_grpc(request_id, payload)
+    in_region = any(output for _, output, *_ in taken.refs)
     expected = python_answer_grpc(taken, arrays)
     if written is None:
         return ["the native path wrote no answer"]
