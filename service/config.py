@@ -111,6 +111,9 @@ class Settings:
     admin_token_file: Path | None = None
     infer_token_file: Path | None = None
     metrics_auth: str = "none"
+    # How old a /metrics page a front with requests in flight may answer from the engine's last
+    # render instead of asking (service/shared/metrics_snapshot.py); 0: every scrape asks.
+    metrics_max_age_ms: float = 250.0
     # Triton's GPU gauges (service/gpu_gauges.py) from NVML, where NVML is present.
     gpu_metrics: bool = True
     # A model blamed for poisoning the GPU context this many times within the window is not
@@ -444,6 +447,14 @@ _OPTIONS = (
         "none: /metrics is open; infer: it needs the infer token",
     ),
     (
+        "--metrics-max-age-ms",
+        "ETRT_METRICS_MAX_AGE_MS",
+        "metrics_max_age_ms",
+        float,
+        "a front busy with requests answers /metrics from a page the engine rendered at most this "
+        "long ago instead of asking it (0: every scrape asks the engine)",
+    ),
+    (
         "--gpu-metrics",
         "ETRT_GPU_METRICS",
         "gpu_metrics",
@@ -578,6 +589,8 @@ def parse_settings(
             parser.error(f"{_flag(attr)} must be positive")
     if settings.inline_execute_us < 0:
         parser.error("--inline-execute-us must be 0 or more")
+    if settings.metrics_max_age_ms < 0:
+        parser.error("--metrics-max-age-ms must be 0 or more")
     if not 0 <= settings.front_nice <= 19:
         parser.error("--front-nice must be between 0 and 19")
     return settings

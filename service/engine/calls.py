@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import pickle
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from service.dataplane.service import ModelService
+from service.engine.metrics_refresh import MetricsRefresh
 from service.errors import ServiceError
 from service.shared import contract as c
 from service.shared import messages
@@ -19,43 +21,54 @@ from service.shm.regions import SharedMemory
 
 log = logging.getLogger(__name__)
 
-_Handler = Callable[[ModelService, SharedMemory, c.EngineCall], Awaitable[object]]
+
+@dataclass(frozen=True, slots=True)
+class EngineParts:
+    """What the handlers answer from."""
+
+    service: ModelService
+    shm: SharedMemory | None
+    metrics: MetricsRefresh  # renders the /metrics page and keeps the fronts' copy fresh
+
+
+_Handler = Callable[[EngineParts, c.EngineCall], Awaitable[object]]
 HANDLERS: dict[type[c.EngineCall], _Handler] = {
-    c.GetTable: lambda service, shm, call: service.table(),
-    c.ModelReady: lambda service, shm, call: service.model_ready(call.model, call.version),
-    c.Signatures: lambda service, shm, call: service.signatures(call.model, call.version),
-    c.ServedVersions: lambda service, shm, call: service.served_versions(call.model),
-    c.ModelConfig: lambda service, shm, call: service.model_config(call.model, call.version),
-    c.ModelStats: lambda service, shm, call: service.model_stats(call.model, call.version),
-    c.ListModels: lambda service, shm, call: service.list_models(),
-    c.Describe: lambda service, shm, call: service.describe(call.model, call.version),
-    c.MetricsText: lambda service, shm, call: service.metrics_text(),
-    c.RepositoryIndex: lambda service, shm, call: service.repository_index(),
-    c.Deploy: lambda service, shm, call: service.deploy(call.upload, call.received_s),
-    c.Reload: lambda service, shm, call: service.load_model(call.model, None, call.config),
-    c.Unload: lambda service, shm, call: service.unload_model(call.model),
-    c.Delete: lambda service, shm, call: service.delete(call.model, call.version),
-    c.ShmRegisterSystem: lambda service, shm, call: shm.shm_register_system(
+    c.GetTable: lambda parts, call: parts.service.table(),
+    c.ModelReady: lambda parts, call: parts.service.model_ready(call.model, call.version),
+    c.Signatures: lambda parts, call: parts.service.signatures(call.model, call.version),
+    c.ServedVersions: lambda parts, call: parts.service.served_versions(call.model),
+    c.ModelConfig: lambda parts, call: parts.service.model_config(call.model, call.version),
+    c.ModelStats: lambda parts, call: parts.service.model_stats(call.model, call.version),
+    c.ListModels: lambda parts, call: parts.service.list_models(),
+    c.Describe: lambda parts, call: parts.service.describe(call.model, call.version),
+    c.MetricsText: lambda parts, call: parts.metrics.page(),
+    c.RepositoryIndex: lambda parts, call: parts.service.repository_index(),
+    c.Deploy: lambda parts, call: parts.service.deploy(call.upload, call.received_s),
+    c.Reload: lambda parts, call: parts.service.load_model(call.model, None, call.config),
+    c.Unload: lambda parts, call: parts.service.unload_model(call.model),
+    c.Delete: lambda parts, call: parts.service.delete(call.model, call.version),
+    c.ShmRegisterSystem: lambda parts, call: parts.shm.shm_register_system(
         call.name, call.key, call.offset, call.byte_size
     ),
-    c.ShmRegisterCuda: lambda service, shm, call: shm.shm_register_cuda(
+    c.ShmRegisterCuda: lambda parts, call: parts.shm.shm_register_cuda(
         call.name, call.raw_handle, call.device_id, call.byte_size
     ),
-    c.ShmStatus: lambda service, shm, call: shm.shm_status(call.kind, call.name),
-    c.ShmUnregister: lambda service, shm, call: shm.shm_unregister(call.kind, call.name),
+    c.ShmStatus: lambda parts, call: parts.shm.shm_status(call.kind, call.name),
+    c.ShmUnregister: lambda parts, call: parts.shm.shm_unregister(call.kind, call.name),
 }
 
-_NoteHandler = Callable[[ModelService, object], None]
+_NoteHandler = Callable[[EngineParts, object], None]
 NOTE_HANDLERS: dict[type, _NoteHandler] = {
-    c.RequestRefused: lambda service, note: service.record_refused(
+    c.RequestRefused: lambda parts, note: parts.service.record_refused(
         note.model, note.method, note.outcome, note.elapsed_s, note.version
     ),
-    c.UploadRefused: lambda service, note: service.upload_refused(
+    c.UploadRefused: lambda parts, note: parts.service.upload_refused(
         note.model, note.error, note.elapsed_s
     ),
-    c.ArenaUsage: lambda service, note: service.arena_usage(
+    c.ArenaUsage: lambda parts, note: parts.service.arena_usage(
         note.front, note.in_use, note.size, note.native_requests
     ),
+    c.MetricsScraped: lambda parts, note: parts.metrics.scraped(),
 }
 
 
@@ -67,9 +80,12 @@ class Calls:
     """Serves the calls and notes of every front over one ModelService and its shared memory
     regions."""
 
-    def __init__(self, service: ModelService, shm: SharedMemory):
-        self._service = service
-        self._shm = shm
+    def __init__(
+        self, service: ModelService, shm: SharedMemory | None, metrics: MetricsRefresh | None = None
+    ):
+        if metrics is None:  # no fronts' copy: every page rendered when asked
+            metrics = MetricsRefresh(service.metrics_text, None, 0.0)
+        self._parts = EngineParts(service, shm, metrics)
 
     async def answer(self, message: messages.Call) -> messages.Result:
         name = "call"
@@ -79,7 +95,7 @@ class Calls:
             handler = HANDLERS.get(type(call))
             if handler is None:
                 raise ContractError(f"the engine has no call {name}")
-            value = await handler(self._service, self._shm, call)
+            value = await handler(self._parts, call)
             if not isinstance(value, call.answers):
                 raise ContractError(f"{name} answered {type(value).__name__}, not {call.answers}")
             ok, payload = True, pickle.dumps(value, protocol=5)
@@ -96,4 +112,4 @@ class Calls:
         handler = NOTE_HANDLERS.get(type(note))
         if handler is None:
             raise ContractError(f"the engine has no note {type(note).__name__}")
-        handler(self._service, note)
+        handler(self._parts, note)

@@ -38,6 +38,7 @@ from service.engine.adoption import Adoption
 from service.engine.calls import Calls
 from service.engine.control import ControlPage
 from service.engine.lane_routes import LaneRoutes
+from service.engine.metrics_refresh import MetricsRefresh
 from service.errors import Aborted, Unavailable
 from service.native_host import import_host
 from service.shared import frames, lane_frames, messages
@@ -175,7 +176,10 @@ class EngineServer:
         self.shm = SharedMemory(service.settings)
         self.shm.lane = self.hub  # the lane binds lane requests' tensors in system regions
         service.metrics.backends.append(ShmMetrics(self.shm))
-        self.calls = Calls(service, self.shm)
+        self.metrics_refresh = MetricsRefresh(
+            service.metrics_text, self._control.metrics, service.settings.metrics_max_age_ms / 1e3
+        )
+        self.calls = Calls(service, self.shm, self.metrics_refresh)
         self.dispatch = dispatch.Dispatch(service, self.shm)
 
     def _publish(self) -> None:
@@ -268,6 +272,7 @@ class EngineServer:
 
     def close(self) -> None:
         self._adoption.close()
+        self.metrics_refresh.close()
         if self._loop is not None:
             self._loop.remove_reader(self.hub.inbox_fd)
         for front in list(self.fronts.values()):

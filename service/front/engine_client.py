@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import pickle
+import time
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -32,7 +33,7 @@ from service.front.engine_link import Link, Outage
 from service.front.engine_requests import EngineRequests
 from service.ingest.staging import StagedUpload, Staging, stage_files
 from service.shared import contract as c
-from service.shared import frames, handshake, messages
+from service.shared import frames, handshake, messages, metrics_snapshot
 from service.shared.arena import Arena
 from service.shared.engine_events import EngineEvents
 from service.store.storage import StagingArea
@@ -90,6 +91,8 @@ class EngineClient(EngineRequests):
         # Set when the front drains after SIGTERM (service/front/draining.py): from then on it
         # reads not ready, whatever the engine says, on every protocol that asks.
         self.draining = False
+        self._metrics_max_age_s = settings.metrics_max_age_ms / 1e3
+        self._scrape_noted_at = 0.0
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -225,6 +228,20 @@ class EngineClient(EngineRequests):
         return await self._call(c.Describe(model, version))
 
     async def metrics_text(self) -> str:
+        """The engine's last page when this front has requests in flight and the page is at most
+        --metrics-max-age-ms old: asking would wait two more turns of this busy loop (see
+        service/shared/metrics_snapshot.py). An idle front asks, so a scrape after a client's
+        last answer counts it."""
+        link = self._link
+        busy = link is not None and (link.arena.in_use or link.pending or link.relays or link.calls)
+        if busy and link.alive:
+            snapshot = metrics_snapshot.read(link.control)
+            now = time.monotonic()
+            if snapshot is not None and now - snapshot.rendered_at <= self._metrics_max_age_s:
+                if now - self._scrape_noted_at >= 1.0:
+                    self._scrape_noted_at = now
+                    self._note(c.MetricsScraped())
+                return snapshot.text
         return await self._call(c.MetricsText())
 
     async def repository_index(self) -> list[dict]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from service.dataplane.scheduling.gate import Refusal
     from service.ingest.staging import StagedUpload, Staging
 
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 
 
 class Capability(enum.Flag):
@@ -281,9 +281,15 @@ class ArenaUsage:
     native_requests: int
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsScraped:
+    """A front answered a scrape from the engine's last page (service/shared/metrics_snapshot.py):
+    the engine keeps that page fresh while scrapes come."""
+
+
 CALLS: tuple[type[EngineCall], ...] = (
     GetTable, ModelReady, Signatures, ServedVersions, ModelConfig, ModelStats, ListModels,
     Describe, MetricsText, RepositoryIndex, Deploy, Reload, Unload, Delete,
     ShmRegisterSystem, ShmRegisterCuda, ShmStatus, ShmUnregister,
 )  # fmt: skip
-NOTES = (RequestRefused, UploadRefused, ArenaUsage)
+NOTES = (RequestRefused, UploadRefused, ArenaUsage, MetricsScraped)

@@ -20,11 +20,14 @@ import secrets
 import socket
 import struct
 
+from service.shared import metrics_snapshot
 from service.shared.contract import CONTRACT_VERSION
 
 CONTROL_BYTES = mmap.PAGESIZE
 # The control page: model-table generation, ready, serving (written by the engine, read by fronts).
 CONTROL = struct.Struct("<QQQ")
+# The control memfd as mapped: the control page, then the last /metrics page (metrics_snapshot).
+MAPPED_BYTES = metrics_snapshot.BODY_AT + metrics_snapshot.CAPACITY
 _TIMEOUT_S = 10.0
 _MAX_HELLO = 4096
 
@@ -88,7 +91,7 @@ def connect(
         if answer.get("contract") != CONTRACT_VERSION:
             os.close(fds[0])
             raise ContractMismatch(_mismatch(CONTRACT_VERSION, answer.get("contract")))
-        control = mmap.mmap(fds[0], CONTROL_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
+        control = mmap.mmap(fds[0], MAPPED_BYTES, mmap.MAP_SHARED, mmap.PROT_READ)
         os.close(fds[0])
         sock.setblocking(False)
         return sock, control, bool(answer.get("pinned"))

@@ -6,8 +6,17 @@ that reads host memory, so only alignment makes the delegate stage a buffer: a p
 ingest predicted per call, under the model, method and delegate index the description uses.
 """
 
-import numpy as np
+import json
+import os
+import signal
+import threading
+import time
 
+import numpy as np
+import pytest
+
+from support import programs
+from support.processes import role_pids
 from support.program_fixtures import linear_relu_program  # noqa: F401
 from support.prometheus import parse, series, value
 from support.server import tensor, upload
@@ -136,3 +145,41 @@ def test_tensorrt_staging_copies_are_counted_per_model_and_delegate(
         parsed = scrape(client)
         assert staging(parsed, "mixed16") == {}
         assert staging(parsed, "mixed256") == aligned
+
+
+@pytest.fixture(scope="module")
+def slow(programs_dir):
+    return programs.export_slow(programs_dir, rounds=60)  # about a second per execute here
+
+
+def test_a_busy_front_answers_a_scrape_from_the_engines_last_page(start_server, slow):
+    """A front with a request in flight answers /metrics from the page the engine last rendered
+    (service/shared/metrics_snapshot.py): it answers while the engine is stopped. An idle front
+    asks the engine, so a scrape after an answer counts it."""
+    server = start_server("--workers", "1", "--metrics-max-age-ms", "60000")
+    config = {"instance_group": [{"count": 1}]}
+    with server.client() as client:
+        created = upload(client, "slow", slow.pte, slow.ptds, fields={"config": json.dumps(config)})
+        assert created.status_code == 201, created.text
+        body = {"inputs": [tensor(slow.example_inputs[0].numpy(), "input_0")]}
+        assert client.post("/v2/models/slow/infer", json=body).status_code == 200
+        ok = {"model": "slow", "method": "forward", "outcome": "ok"}
+        before = value(scrape(client), "etrt_inference_requests_total", **ok)  # asked; published
+        assert before == 1
+        answers = []
+        running = threading.Thread(
+            target=lambda: answers.append(client.post("/v2/models/slow/infer", json=body))
+        )
+        running.start()
+        time.sleep(0.3)  # the request is executing: its front holds its slot
+        (engine,) = role_pids(server, "engine")
+        os.kill(engine, signal.SIGSTOP)
+        try:
+            with server.client(timeout=5.0) as other:
+                during = value(scrape(other), "etrt_inference_requests_total", **ok)
+        finally:
+            os.kill(engine, signal.SIGCONT)
+        running.join(60)
+        assert answers and answers[0].status_code == 200, answers
+        assert during == before  # the engine's last page, rendered before the request ended
+        assert value(scrape(client), "etrt_inference_requests_total", **ok) == before + 1

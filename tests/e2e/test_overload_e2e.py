@@ -113,11 +113,11 @@ def test_a_mixed_flood_is_served_fairly_and_refused_with_a_drain_time(start_serv
         np.percentile(health.latencies_s, [50, 99]),
         inference_p50,
     )
-    # So was /metrics, which the engine renders: its memory gauges are measured off the event
-    # loop that serves inference (ModelService.metrics_text), so a scrape waits for neither the
-    # queue nor the executes. p90, not p99: a scrape crosses both processes' busy loops.
+    # So was /metrics, which the engine renders: a front with requests in flight answers from
+    # the engine's last page (service/shared/metrics_snapshot.py) in one turn of its loop, as
+    # it answers a probe, rather than waiting two more for the engine's answer.
     assert metrics.other == {} and metrics.ok >= SECONDS / PROBE_EVERY_S / 20, metrics
-    assert np.percentile(metrics.latencies_s, 90) < 0.5 * inference_p50, (
+    assert np.percentile(metrics.latencies_s, 99) < 0.5 * inference_p50, (
         np.percentile(metrics.latencies_s, [50, 90, 99]),
         inference_p50,
     )

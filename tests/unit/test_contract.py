@@ -23,13 +23,18 @@ from service.engine import calls as engine_calls
 from service.errors import NotFound
 from service.front import engine_client
 from service.front.engine_client import EngineClient
-from service.shared import contract, frames, handshake, lane_frames, messages
+from service.shared import contract, frames, handshake, lane_frames, messages, metrics_snapshot
 from service.shared.arena import Arena
 
-# The contract's digest at each version: a change to a call, a note, a message or the lane's
-# layout changes the digest, and this test fails until CONTRACT_VERSION is bumped and the new
-# digest recorded here (fronts and engines of different builds then refuse each other).
-DIGESTS = {1: "a61c1419ec1f38a2", 2: "51858fc7b1ce6eca", 3: "a26c51ad4be176e5"}
+# The contract's digest at each version: a change to a call, a note, a message, the lane's layout
+# or the control memfd's changes the digest, and this test fails until CONTRACT_VERSION is bumped
+# and the new digest recorded here (fronts and engines of different builds then refuse each other).
+DIGESTS = {
+    1: "a61c1419ec1f38a2",
+    2: "51858fc7b1ce6eca",
+    3: "a26c51ad4be176e5",
+    4: "81d42b2bc172eea5",
+}
 
 
 def _digest() -> str:
@@ -43,6 +48,11 @@ def _digest() -> str:
         parts.append(f"{record.__name__}{typing.get_type_hints(record)}")
     kinds = [frames.INFER, frames.CANCEL, frames.CALL, frames.NOTE, frames.DONE, frames.RESULT]
     parts.append(f"{kinds}{frames.LANE_DONE}")
+    # The control memfd's layout: the control page, then the last /metrics page.
+    snapshot = metrics_snapshot
+    parts.append(
+        f"{handshake.CONTROL.format}{snapshot.HEADER.format}{snapshot.AT}{snapshot.BODY_AT}"
+    )
     for name in sorted(n for n in dir(etrt_front) if n.isupper()):
         parts.append(f"{name}={getattr(etrt_front, name)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -238,7 +248,7 @@ def test_a_front_refuses_an_engine_of_another_contract_version_saying_both():
             for fd in fds:
                 os.close(fd)
             control = os.memfd_create("control")
-            os.ftruncate(control, handshake.CONTROL_BYTES)
+            os.ftruncate(control, handshake.MAPPED_BYTES)
             reply = {"ok": True, "pinned": False, "contract": other}
             socket.send_fds(sock, [json.dumps(reply).encode()], [control])
             os.close(control)
@@ -258,7 +268,7 @@ def test_front_and_engine_of_one_version_join():
     name = handshake.new_socket_name()
     listener = handshake.listen(name)
     control = os.memfd_create("control")
-    os.ftruncate(control, handshake.CONTROL_BYTES)
+    os.ftruncate(control, handshake.MAPPED_BYTES)
     joined = []
 
     def engine():
@@ -276,7 +286,7 @@ def test_front_and_engine_of_one_version_join():
     sock.close()
     listener.close()
     os.close(control)
-    assert joined == [3] and pinned is True and len(page) == handshake.CONTROL_BYTES
+    assert joined == [3] and pinned is True and len(page) == handshake.MAPPED_BYTES
 
 
 def test_a_front_whose_engine_speaks_another_version_fails_to_start(tmp_path):
