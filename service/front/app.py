@@ -132,13 +132,16 @@ def create_app(
     # The one table of routes served past FastAPI, each behind the token check and 500 guard.
     app.policy = policy
     app.fast = FastRoutes([http_routes.install(app), *v2_routes.FAST_ROUTES], guarded)
+    recent_metrics = None
     if service.capabilities & Capability.ENGINE_LINK:  # requests cross to the engine
         renderers = {
             "native": http_errors.service_error_response,
             "v2": v2_errors.service_error_response,
         }
         app.native_path = NativePath(service, settings, policy.infer_token, renderers)
-    app.inline_probes = InlineProbes(service)
+        if auth.http_scope("GET", "/metrics", policy.metrics_auth) == auth.OPEN:
+            recent_metrics = service.recent_metrics
+    app.inline_probes = InlineProbes(service, recent_metrics)
     v2_routes.install(app)
     docs_page.install(app)
     app.openapi = _openapi(app)

@@ -228,21 +228,26 @@ class EngineClient(EngineRequests):
         return await self._call(c.Describe(model, version))
 
     async def metrics_text(self) -> str:
-        """The engine's last page when this front has requests in flight and the page is at most
-        --metrics-max-age-ms old: asking would wait two more turns of this busy loop (see
-        service/shared/metrics_snapshot.py). An idle front asks, so a scrape after a client's
-        last answer counts it."""
+        return self.recent_metrics() or await self._call(c.MetricsText())
+
+    def recent_metrics(self) -> str | None:
+        """The engine's last /metrics page when this front has requests in flight and the page
+        is at most --metrics-max-age-ms old, else None (ask the engine): asking would wait two
+        more turns of this busy loop (service/shared/metrics_snapshot.py). An idle front asks,
+        so a scrape after a client's last answer counts it."""
         link = self._link
-        busy = link is not None and (link.arena.in_use or link.pending or link.relays or link.calls)
-        if busy and link.alive:
-            snapshot = metrics_snapshot.read(link.control)
-            now = time.monotonic()
-            if snapshot is not None and now - snapshot.rendered_at <= self._metrics_max_age_s:
-                if now - self._scrape_noted_at >= 1.0:
-                    self._scrape_noted_at = now
-                    self._note(c.MetricsScraped())
-                return snapshot.text
-        return await self._call(c.MetricsText())
+        if link is None or not link.alive:
+            return None
+        if not (link.arena.in_use or link.pending or link.relays or link.calls):
+            return None
+        snapshot = metrics_snapshot.read(link.control)
+        now = time.monotonic()
+        if snapshot is None or now - snapshot.rendered_at > self._metrics_max_age_s:
+            return None
+        if now - self._scrape_noted_at >= 1.0:
+            self._scrape_noted_at = now
+            self._note(c.MetricsScraped())
+        return snapshot.text
 
     async def repository_index(self) -> list[dict]:
         return await self._call(c.RepositoryIndex())

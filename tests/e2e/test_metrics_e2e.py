@@ -9,6 +9,7 @@ ingest predicted per call, under the model, method and delegate index the descri
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -175,11 +176,33 @@ def test_a_busy_front_answers_a_scrape_from_the_engines_last_page(start_server, 
         (engine,) = role_pids(server, "engine")
         os.kill(engine, signal.SIGSTOP)
         try:
-            with server.client(timeout=5.0) as other:
+            with server.client(timeout=5.0) as other:  # through the route (it sends Connection)
                 during = value(scrape(other), "etrt_inference_requests_total", **ok)
+            bare = _bare_scrape(server.port)  # answered where it arrives (protocols/health.py)
         finally:
             os.kill(engine, signal.SIGCONT)
         running.join(60)
         assert answers and answers[0].status_code == 200, answers
         assert during == before  # the engine's last page, rendered before the request ended
+        assert bare.startswith(b"HTTP/1.1 200 OK\r\n"), bare[:200]
+        assert b"content-type: text/plain; version=0.0.4" in bare.lower()
+        page = parse(bare.split(b"\r\n\r\n", 1)[1].decode())
+        assert value(page, "etrt_inference_requests_total", **ok) == before
         assert value(scrape(client), "etrt_inference_requests_total", **ok) == before + 1
+
+
+def _bare_scrape(port: int) -> bytes:
+    """GET /metrics as Prometheus sends it (no Connection header), read to its whole body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: t\r\nUser-Agent: Prometheus\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < _length(got):
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+        return got
+
+
+def _length(answer: bytes) -> int:
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    return next(int(line.split(":")[1]) for line in head.split("\r\n") if "content-length" in line)

@@ -62,3 +62,26 @@ def test_a_bare_probe_gets_the_routes_answer_with_uvicorns_headers(path, ready):
 )
 def test_anything_but_one_bare_whole_probe_is_left_to_the_routes(data):
     assert InlineProbes(_Service(True)).respond(data, HEADERS) is None
+
+
+SCRAPE = (
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nUser-Agent: Prometheus\r\n\r\n"
+)
+
+
+def test_a_bare_scrape_gets_the_fronts_recent_page_with_prometheus_content_type():
+    page = '# TYPE etrt_models gauge\netrt_models{state="ready"} 1\n'
+    raw = InlineProbes(_Service(True), lambda: page).respond(SCRAPE, HEADERS)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert lines[0] == "HTTP/1.1 200 OK" and body.decode() == page
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert int(headers["content-length"]) == len(body) and headers["server"] == "uvicorn"
+
+
+def test_a_scrape_goes_to_the_route_without_a_recent_page_or_when_it_needs_a_token():
+    assert InlineProbes(_Service(True), lambda: None).respond(SCRAPE, HEADERS) is None
+    assert InlineProbes(_Service(True)).respond(SCRAPE, HEADERS) is None  # metrics need a token
+    with_body = b"GET /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+    assert InlineProbes(_Service(True), lambda: "x 1\n").respond(with_body, HEADERS) is None

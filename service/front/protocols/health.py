@@ -8,12 +8,18 @@ a probe must never wait behind inference work). So a probe that arrives whole on
 connection is answered in the same callback that read it (http_transport.py), from the same
 answers the routes give (`answer`); anything else about it (a body, `Connection`, pipelining)
 goes the usual way, to the routes.
+
+A bare `GET /metrics` is answered the same way when the front holds a recent page of the
+engine's (EngineClient.recent_metrics: the front is busy and the page young enough) and the page
+needs no token; otherwise the route asks the engine.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+
+from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 # path -> its answer (status, body), from whether the server is ready and why not
 _ANSWERS: dict[str, Callable[[bool, Callable[[], str]], tuple[int, dict]]] = {
@@ -27,6 +33,8 @@ _ANSWERS: dict[str, Callable[[bool, Callable[[], str]], tuple[int, dict]]] = {
     ),
 }
 _REASONS = {200: b"OK", 503: b"Service Unavailable"}
+METRICS_PATH = "/metrics"
+_METRICS_TYPE = METRICS_CONTENT_TYPE.encode()
 # Headers that make a request more than a bare probe: the routes serve those.
 _NOT_BARE = (b"content-length", b"transfer-encoding", b"connection", b"expect", b"upgrade")
 
@@ -40,11 +48,15 @@ def answer(path: str, ready: bool, why: Callable[[], str] = str) -> tuple[int, d
 class InlineProbes:
     """Answers bare health probes at once: `respond(data, default_headers)` gives the whole
     HTTP answer to `data` if it is exactly one such probe, else None. `service`: what the
-    routes read readiness from (its `ready` and `not_ready_reason()`)."""
+    routes read readiness from (its `ready` and `not_ready_reason()`); `metrics`: the recent
+    /metrics page or None (None: scrapes go to the route)."""
 
-    def __init__(self, service):
+    def __init__(self, service, metrics: Callable[[], str | None] | None = None):
         self._service = service
+        self._metrics = metrics
         self._heads = {f"GET {path} HTTP/1.1\r\n".encode(): path for path in _ANSWERS}
+        if metrics is not None:
+            self._heads[b"GET /metrics HTTP/1.1\r\n"] = METRICS_PATH
 
     def respond(self, data: bytes, default_headers: list) -> bytes | None:
         if not data.startswith(b"GET ") or not data.endswith(b"\r\n\r\n"):
@@ -56,12 +68,18 @@ class InlineProbes:
         headers = data[line_end:].lower()
         if any(b"\n" + name + b":" in b"\n" + headers for name in _NOT_BARE):
             return None
-        service = self._service
-        status, body = answer(path, service.ready, service.not_ready_reason)
-        text = json.dumps(body, separators=(",", ":")).encode()
+        if path == METRICS_PATH:
+            page = self._metrics()
+            if page is None:
+                return None
+            status, text, kind = 200, page.encode(), _METRICS_TYPE
+        else:
+            service = self._service
+            status, body = answer(path, service.ready, service.not_ready_reason)
+            text, kind = json.dumps(body, separators=(",", ":")).encode(), b"application/json"
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS[status], b"\r\n"]
         for name, value in default_headers:
             parts += (name, b": ", value, b"\r\n")
-        parts += (b"content-type: application/json\r\ncontent-length: ", str(len(text)).encode())
+        parts += (b"content-type: ", kind, b"\r\ncontent-length: ", str(len(text)).encode())
         parts += (b"\r\n\r\n", text)
         return b"".join(parts)
