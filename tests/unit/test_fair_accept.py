@@ -122,3 +122,38 @@ def test_readiness_stops_waiting_for_a_front_that_never_listens(monkeypatch):
     assert not started()
     monkeypatch.setattr(fair_accept.time, "monotonic", lambda: float("inf"))
     assert started()  # and says which (logged)
+
+
+def test_a_connection_counts_from_its_accept_and_uncounts_when_lost():
+    """The other fronts' next accepts must see a connection as soon as it is taken, not a turn
+    later when it is set up."""
+    from service.front.protocols import fair_accept
+
+    loads = fair_accept.FrontLoads(fair_accept.new_loads_fd(1), 0)
+    listener = CountingListener()
+    made: list = []
+    client = socket.create_connection(listener.getsockname())
+
+    async def main():
+        server = OneAtATimeServer(
+            asyncio.get_running_loop(), lambda: Counting(made), listener, loads
+        )
+        while listener.accepts == 0:
+            await asyncio.sleep(0)
+        at_accept = int(loads.counts[0]), len(made)  # taken, not yet set up
+        for _ in range(50):
+            if made:
+                break
+            await asyncio.sleep(0.01)
+        set_up = int(loads.counts[0])
+        made[0].close()
+        await asyncio.sleep(0.05)
+        server.close()
+        return at_accept, set_up, int(loads.counts[0])
+
+    try:
+        at_accept, set_up, after = _run(main)
+    finally:
+        client.close()
+        listener.close()
+    assert at_accept == (1, 0) and set_up == 1 and after == 0

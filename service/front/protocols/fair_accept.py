@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 # Out of descriptors or memory: the connection stays queued for another front (or a later try).
 _TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-# How long a front holding more connections than another leaves a new one to the others.
-DEFER_S = 0.005
+# How long a front holding more connections than another leaves a new one to the others: long
+# enough for an idle front to be scheduled on cores busy with clients (5 ms was not, on two).
+DEFER_S = 0.02
 LOADS_FD = "ETRT_FRONT_LOADS_FD"
 # A front's entry until it listens.
 NOT_LISTENING = -1
@@ -167,20 +168,28 @@ class OneAtATimeServer:
             log.warning("cannot accept a connection now: %s", exc)
             return
         conn.setblocking(False)
+        if self._loads is not None:
+            # Counted from the accept, not from when the connection is set up a turn later:
+            # the other fronts' next accepts must see it (four fronts on two busy cores took
+            # 3 / 1 / 2 / 2 of a pool's eight connections while their counts lagged).
+            self._loads.opened()
         self._loop.create_task(self._connect(conn))
 
     async def _connect(self, conn: socket.socket) -> None:
-        factory = self._factory if self._loads is None else self._counted
+        handed = []  # the protocol, once made: its connection_lost uncounts from then on
+        factory = self._factory if self._loads is None else lambda: self._counted(handed)
         try:
             await self._loop.connect_accepted_socket(factory, conn)
         except OSError:  # reset before it could be set up
             conn.close()
+            if self._loads is not None and not handed:
+                self._loads.closed()
 
-    def _counted(self):
-        """The protocol, its connection counted in FrontLoads from now until it is lost."""
+    def _counted(self, handed: list):
+        """The protocol, its connection (counted at the accept) uncounted when it is lost."""
         protocol = self._factory()
+        handed.append(protocol)
         loads, lost = self._loads, protocol.connection_lost
-        loads.opened()
 
         def connection_lost(exc) -> None:
             loads.closed()
