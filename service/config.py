@@ -54,7 +54,7 @@ class Settings:
     max_connections: int = 1000
     # How far below the engine's CPU priority the fronts run (nice; service/front/__main__.py
     # says why).
-    front_nice: int = 10
+    front_nice: int = 5
     # Open Inference Protocol over gRPC, on the same host; 0 serves no gRPC.
     grpc_port: int = 8001
     # gRPC (h2c) on the HTTP port too: a connection opening with HTTP/2's preface is relayed to

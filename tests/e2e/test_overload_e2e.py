@@ -25,6 +25,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from service.config import Settings
 from support import programs
 from support.flood import INFER_METHOD, PROBE_EVERY_S, PROBES, PROTOCOLS, flood
 from support.processes import role_pids
@@ -101,7 +102,8 @@ def test_a_mixed_flood_is_served_fairly_and_refused_with_a_drain_time(start_serv
     assert counted == {"busy": refused}, (counted, refused)
     # The fronts run below the engine's CPU priority: their refusals wait for its executes.
     (engine,) = role_pids(server, "engine")
-    lowered = min(os.getpriority(os.PRIO_PROCESS, engine) + 10, 19)  # 19: the lowest there is
+    below = Settings().front_nice
+    lowered = min(os.getpriority(os.PRIO_PROCESS, engine) + below, 19)  # 19: the lowest there is
     assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in role_pids(server, "front")] == [lowered]
     # Readiness probes were answered all along, and never waited behind inference work: a probe
     # that queued behind the flood's requests would take about as long as they do (their p50 is

@@ -190,7 +190,7 @@ def test_the_boolean_words_a_refusal_lists_are_the_ones_taken():
 
 
 def test_the_fronts_priority_below_the_engines_is_a_setting_within_nices_range(capsys):
-    assert parse_settings([], {}).front_nice == 10
+    assert parse_settings([], {}).front_nice == 5
     assert parse_settings([], {"ETRT_FRONT_NICE": "0"}).front_nice == 0
     assert parse_settings(["--front-nice", "19"], {}).front_nice == 19
     for wrong in ("-1", "20"):
