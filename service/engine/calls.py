@@ -27,7 +27,7 @@ class EngineParts:
     """What the handlers answer from."""
 
     service: ModelService
-    shm: SharedMemory | None
+    shm: SharedMemory
     metrics: MetricsRefresh  # renders the /metrics page and keeps the fronts' copy fresh
 
 
@@ -80,11 +80,7 @@ class Calls:
     """Serves the calls and notes of every front over one ModelService and its shared memory
     regions."""
 
-    def __init__(
-        self, service: ModelService, shm: SharedMemory | None, metrics: MetricsRefresh | None = None
-    ):
-        if metrics is None:  # no fronts' copy: every page rendered when asked
-            metrics = MetricsRefresh(service.metrics_text, None, 0.0)
+    def __init__(self, service: ModelService, shm: SharedMemory, metrics: MetricsRefresh):
         self._parts = EngineParts(service, shm, metrics)
 
     async def answer(self, message: messages.Call) -> messages.Result:

@@ -20,6 +20,7 @@ import pytest
 from service.config import Settings
 from service.dataplane.service import ModelService
 from service.engine import calls as engine_calls
+from service.engine.metrics_refresh import MetricsRefresh
 from service.errors import NotFound
 from service.front import engine_client
 from service.front.engine_client import EngineClient
@@ -160,8 +161,12 @@ class _NotACall:
     """What a front of another build might send: not a record of this contract."""
 
 
+# No fronts' copy of the /metrics page: every page rendered when asked.
+_RENDERED_WHEN_ASKED = MetricsRefresh(lambda: None, None, 0.0)
+
+
 def _answer(call) -> messages.Result:
-    served = engine_calls.Calls(_Service(), shm=None)
+    served = engine_calls.Calls(_Service(), None, _RENDERED_WHEN_ASKED)
     message = messages.Call(frames.CALL, 5, pickle.dumps(call))
     return asyncio.run(served.answer(message))
 
@@ -181,7 +186,7 @@ def test_the_engine_answers_calls_as_typed_results():
 
 def test_notes_are_served_by_their_handler_only():
     service = _Service()
-    served = engine_calls.Calls(service, shm=None)
+    served = engine_calls.Calls(service, None, _RENDERED_WHEN_ASKED)
     note = contract.RequestRefused("m", "forward", "busy", 0.5, "1")
     served.note(messages.Note(frames.NOTE, pickle.dumps(note)))
     assert service.refused == ("m", "forward", "busy", 0.5, "1")
