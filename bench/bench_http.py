@@ -60,6 +60,7 @@ class Load:
     p50_ms: float
     p99_ms: float
     failed: int
+    client_us: float | None = None  # the load's own CPU per request, where it measures it
 
     def __str__(self) -> str:
         failed = f", {self.failed} FAILED" if self.failed else ""

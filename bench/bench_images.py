@@ -24,7 +24,9 @@ which every call took before: the same run's baseline). Case `shms` (with `shm`)
 shared memory to the small-answer program; case `cudashm` (not by default: it needs cupy and a
 GPU) the image in a CUDA region, to both programs. Case `grpcfloor` measures grpcio alone in as
 many processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is
-the server's own code.
+the server's own code. Cases `grpcs` and `grpcsfloor` are the same with the classifier-sized
+answer (the image in, 3 values out). The gRPC clients are `--grpc-clients` processes of grpcio
+(4 by default); their CPU per call is printed too, since on one host they share its cores.
 
 Those programs run on the CPU, so a CUDA-region image is copied to the host first. Case
 `cudatrt` (a GPU host, with `--trt-programs DIR` from `python -m support.trt_programs DIR`)
@@ -55,6 +57,8 @@ sys.path.insert(0, str(REPO))
 from bench_http import Request, wrk  # noqa: E402
 from bench_workers import Ours, grpc_load  # noqa: E402
 from grpc_floor import MODES, floor  # noqa: E402
+from h2load_grpc import answered_ok, h2load_grpc, image_call  # noqa: E402
+from h2load_grpc import available as h2load_available  # noqa: E402
 from support import programs  # noqa: E402
 
 FP32 = (1, 3, 224, 224)
@@ -194,6 +198,12 @@ def cuda_trt_request(server: Ours, region: str, x: np.ndarray) -> Request:
     return Request("/v2/models/image_trt/infer", body)
 
 
+def answered(server, model: str) -> float:
+    """Requests for `model` the server answered ok so far."""
+    with server.server.client() as client:
+        return answered_ok(client.get("/metrics").text, model)
+
+
 def native_requests(server) -> float:
     """Requests the fronts' native paths have taken so far (etrt_front_native_requests_total)."""
     with server.server.client() as client:
@@ -215,6 +225,13 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=None, help="instances per model")
     parser.add_argument("--cases", default="fp32,fp32s,u8,shm,grpc,grpcfloor")
     parser.add_argument("--trt-programs", type=Path, help="case cudatrt: support.trt_programs'")
+    parser.add_argument("--grpc-clients", type=int, default=4, help="gRPC client processes")
+    parser.add_argument(
+        "--grpc-load",
+        choices=("grpcio", "h2load"),
+        default="grpcio",
+        help="gRPC clients: grpcio's (Python) or h2load's (C; bench/h2load_grpc.py)",
+    )
     args = parser.parse_args()
     if args.export:
         print({name: str(p.pte) for name, p in export(args.export).items()})
@@ -227,6 +244,9 @@ def main() -> None:
     fp32 = rng.standard_normal(FP32, dtype=np.float32)
     u8 = rng.integers(0, 256, UINT8, dtype=np.uint8)
     cases = args.cases.split(",")
+    h2load = args.grpc_load == "h2load"
+    if h2load and not h2load_available():
+        raise SystemExit("--grpc-load h2load needs h2load on PATH (Debian: nghttp2-client)")
     rows, costs = [], {}
     region = None
 
@@ -315,37 +335,57 @@ def main() -> None:
                 measure("FP32 CUDA shm, GPU program, Python path", request, fp32.nbytes, trt)
             finally:
                 trt.stop()
-        if "grpc" in cases:
+        for case, model, answer in (("grpc", "image", fp32.nbytes), ("grpcs", "image_small", 12)):
+            what = "FP32 gRPC" if case == "grpc" else "FP32 gRPC, small answer"
             # Without a deadline the fronts' native path takes the calls; with one (60 s, never
             # reached) the servicer does, as every gRPC call went before: the same run's baseline.
-            for label, deadline in (("native path", None), ("servicer", 60.0)):
+            paths = (("native path", None), ("servicer", 60.0)) if case in cases else ()
+            for label, deadline in paths:
                 address = server.server.grpc_url
-                grpc_load(address, "image", fp32, 1, args.connections, deadline)  # warm-up
+                clients = args.grpc_clients
+                if not h2load:  # a warm-up (h2load has its own)
+                    conns = args.connections
+                    grpc_load(address, model, fp32, 1, conns, deadline, processes=clients)
                 time.sleep(1.5)  # the fronts' counts reach the engine every half second
                 sent_before = sum(server.front_requests().values())
                 native_before = native_requests(server)
+                ok_before = answered(server, model)
                 before = server.cpu_s()
-                load = grpc_load(address, "image", fp32, args.seconds, args.connections, deadline)
+                if h2load:  # its warm-up second is inside the counts and the CPU alike
+                    message = image_call(model, fp32)
+                    load = h2load_grpc(
+                        address, message, args.seconds, args.connections, timeout_s=deadline
+                    )
+                else:
+                    load = grpc_load(
+                        address, model, fp32, args.seconds, args.connections, deadline,
+                        processes=clients,
+                    )  # fmt: skip
                 after = server.cpu_s()
                 time.sleep(1.5)
                 served = max(1, sum(server.front_requests().values()) - sent_before)
                 native = (native_requests(server) - native_before) / served
+                ok = (answered(server, model) - ok_before) / served
                 fronts_us = (after[0] - before[0]) / served * 1e6
-                name = f"FP32 gRPC, {label}"
+                name = f"{what}, {label}"
                 print(
                     f"  {name:<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
-                    f" CPU per request: fronts {fronts_us:.0f} us; native {native:.2f}",
+                    f" CPU per request: fronts {fronts_us:.0f} us, clients {load.client_us:.0f} us;"
+                    f" native {native:.2f}, answered ok {ok:.2f}",
                     flush=True,
                 )
-        if "grpcfloor" in cases:  # grpcio alone, in as many processes as there are fronts
-            for mode in MODES:
-                load, us = floor(mode, args.workers, fp32, args.seconds, args.connections)
-                label = f"FP32 gRPC, grpcio floor ({mode})"
-                print(
-                    f"  {label:<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
-                    f" CPU per request: servers {us:.0f} us",
-                    flush=True,
-                )
+            if f"{case}floor" in cases:  # grpcio alone, in as many processes as there are fronts
+                for mode in MODES:
+                    load, us = floor(
+                        mode, args.workers, fp32, args.seconds, args.connections, answer,
+                        processes=args.grpc_clients, h2load=h2load,
+                    )  # fmt: skip
+                    label = f"{what}, grpcio floor ({mode})"
+                    print(
+                        f"  {label:<34} {load}  {load.rps * fp32.nbytes / 1e9:.2f} GB/s;"
+                        f" CPU per request: servers {us:.0f} us, clients {load.client_us:.0f} us",
+                        flush=True,
+                    )
         found = dict(rows)
         kinds = ("FP32 v2 binary", "FP32, small answer", "UINT8 v2 binary", "FP32 system shm",
                  "FP32 system shm, small answer", "FP32 CUDA shm",

@@ -108,6 +108,7 @@ def _grpc_client(
         channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(connections)]
         done, latencies = 0, []
         ends = time.monotonic() + seconds
+        cpu_before = time.process_time()  # the load's own, not the process's start
 
         async def worker(channel):
             nonlocal done
@@ -121,9 +122,10 @@ def _grpc_client(
         try:
             await asyncio.gather(*[worker(channel) for channel in channels])
         finally:
+            cpu = time.process_time() - cpu_before
             for channel in channels:
                 await channel.close()
-        out.put((done, latencies))
+        out.put((done, latencies, cpu))
 
     asyncio.run(run())
 
@@ -136,9 +138,12 @@ def grpc_load(
     connections: int,
     deadline: float | None = None,
     body: bytes | None = None,
+    processes: int = 4,
 ) -> Load:
-    """Closed-loop ModelInfer calls; `deadline`: each call's, in seconds (None: none); `body`:
-    the request message (default: `x` as input_0's raw contents)."""
+    """Closed-loop ModelInfer calls from `processes` client processes; `deadline`: each call's,
+    in seconds (None: none); `body`: the request message (default: `x` as input_0's raw
+    contents). The clients' CPU per answered call goes in the returned Load's `client_us`:
+    grpcio's client costs about what its server does, so on a shared host it bounds the load."""
     from service.front.protocols.v2_grpc import messages
 
     if body is None:
@@ -146,7 +151,6 @@ def grpc_load(
         request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
         request.raw_input_contents.append(x.tobytes())
         body = request.SerializeToString()
-    processes = 4
     queue = multiprocessing.get_context("spawn").Queue()
     workers = [
         multiprocessing.get_context("spawn").Process(
@@ -160,14 +164,16 @@ def grpc_load(
     results = [queue.get() for _ in workers]
     for worker in workers:
         worker.join()
-    latencies = sorted(lat for _, lats in results for lat in lats)
-    total = sum(done for done, _ in results)
-    return Load(
+    latencies = sorted(lat for _, lats, _ in results for lat in lats)
+    total = sum(done for done, _, _ in results)
+    load = Load(
         total / seconds,
         latencies[len(latencies) // 2] * 1e3 if latencies else 0.0,
         latencies[int(len(latencies) * 0.99)] * 1e3 if latencies else 0.0,
         0,
     )
+    load.client_us = sum(cpu for _, _, cpu in results) / max(1, total) * 1e6
+    return load
 
 
 class Ours:

@@ -10,6 +10,9 @@ message); the floor bounds what any change to that code can win.
 
     from grpc_floor import floor
     load, us = floor("copies", workers=8, x=image, seconds=5, connections=64)
+
+`answer_nbytes` sizes the answer (default: as large as the request; 12 for a classifier-sized
+answer of 3 FP32 values).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _serve(port: int, mode: str, nbytes: int, ready) -> None:
+def _serve(port: int, mode: str, nbytes: int, answer_nbytes: int, ready) -> None:
     import asyncio
 
     import grpc
@@ -47,8 +50,8 @@ def _serve(port: int, mode: str, nbytes: int, ready) -> None:
     from service.front.heap_tuning import keep_freed_pages
 
     keep_freed_pages()  # as a front does
-    head = _HEAD_FIELDS + _RAW_TAG + _varint(nbytes)
-    answer = np.zeros(nbytes, np.uint8)  # stands for the engine's output in the arena
+    head = _HEAD_FIELDS + _RAW_TAG + _varint(answer_nbytes)
+    answer = np.zeros(answer_nbytes, np.uint8)  # stands for the engine's output in the arena
     slot = np.zeros(nbytes, np.uint8)  # stands for the request's arena slot
     prebuilt = head + answer.tobytes()
 
@@ -86,24 +89,44 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
-def floor(mode: str, workers: int, x: np.ndarray, seconds: float, connections: int):
-    """(the load grpc_load measured, the servers' CPU per answered request in us)."""
+def floor(
+    mode: str,
+    workers: int,
+    x: np.ndarray,
+    seconds: float,
+    connections: int,
+    answer_nbytes: int | None = None,
+    processes: int = 4,
+    h2load: bool = False,
+):
+    """(the load measured, the servers' CPU per answered request in us); the load from
+    `processes` grpcio clients, or from h2load (bench/h2load_grpc.py) with `h2load`."""
     from bench_workers import grpc_load
+    from h2load_grpc import h2load_grpc, image_call
     from support.server import free_port
 
     port = free_port()
     spawn = multiprocessing.get_context("spawn")
     readies = [spawn.Event() for _ in range(workers)]
-    servers = [spawn.Process(target=_serve, args=(port, mode, x.nbytes, r)) for r in readies]
+    answer = x.nbytes if answer_nbytes is None else answer_nbytes
+    servers = [
+        spawn.Process(target=_serve, args=(port, mode, x.nbytes, answer, r)) for r in readies
+    ]
     for server in servers:
         server.start()
     try:
         for ready in readies:
             ready.wait(60)
         address = f"127.0.0.1:{port}"
-        grpc_load(address, "image", x, 1, connections)  # warm-up
+        if h2load:
+            message = image_call("image", x)
+            before = cpu_s([s.pid for s in servers])
+            load = h2load_grpc(address, message, seconds, connections, warm_up_s=1.0)
+            used = cpu_s([s.pid for s in servers]) - before
+            return load, used / max(1, load.rps * (seconds + 1.0)) * 1e6
+        grpc_load(address, "image", x, 1, connections, processes=processes)  # warm-up
         before = cpu_s([s.pid for s in servers])
-        load = grpc_load(address, "image", x, seconds, connections)
+        load = grpc_load(address, "image", x, seconds, connections, processes=processes)
         used = cpu_s([s.pid for s in servers]) - before
         return load, used / max(1, load.rps * seconds) * 1e6
     finally:
