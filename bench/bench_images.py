@@ -19,14 +19,17 @@ measured; its answer is as large as the request), and FP32 x[:, :, 0, 0] + 1 and
 x[:, 0, 0, :] + 1 (3-value answers: a classifier's size). Goals (issue 31, on
 the 16-core host with 8 fronts): FP32 v2 binary >= 15,000 req/s, UINT8 >= 30,000 req/s, system
 shared memory >= 50,000 req/s, gRPC images >= 4 GB/s. Case `grpc` runs the image calls twice:
-without a deadline (the fronts' native path takes them) and with one (the servicer's path,
-which every call took before: the same run's baseline). Case `shms` (with `shm`) adds system
-shared memory to the small-answer program; case `cudashm` (not by default: it needs cupy and a
-GPU) the image in a CUDA region, to both programs. Case `grpcfloor` measures grpcio alone in as
-many processes as fronts (bench/grpc_floor.py): the fronts' gRPC CPU per request minus it is
-the server's own code. Cases `grpcs` and `grpcsfloor` are the same with the classifier-sized
-answer (the image in, 3 values out). The gRPC clients are `--grpc-clients` processes of grpcio
-(4 by default); their CPU per call is printed too, since on one host they share its cores.
+as they are (the fronts' native path takes them) and naming the default method in a request
+parameter (the servicer's path, which every call took before: the same run's baseline). Case
+`shms` (with `shm`) adds system shared memory to the small-answer program; case `cudashm` (not
+by default: it needs cupy and a GPU) the image in a CUDA region, to both programs. Case
+`grpcfloor` measures grpcio alone in as many processes as fronts (bench/grpc_floor.py): the
+fronts' gRPC CPU per request minus it is the server's own code. Cases `grpcs` and `grpcsfloor`
+are the same with the classifier-sized answer (the image in, 3 values out). The gRPC clients
+are `--grpc-clients` processes of grpcio (4 by default), or h2load with `--grpc-load h2load`
+(bench/h2load_grpc.py: C, about half grpcio's CPU per image call); their CPU per call is printed
+too, since on one host they share its cores, and so is the share of calls the server answered
+ok (h2load sees only HTTP statuses).
 
 Those programs run on the CPU, so a CUDA-region image is copied to the host first. Case
 `cudatrt` (a GPU host, with `--trt-programs DIR` from `python -m support.trt_programs DIR`)
@@ -337,29 +340,27 @@ def main() -> None:
                 trt.stop()
         for case, model, answer in (("grpc", "image", fp32.nbytes), ("grpcs", "image_small", 12)):
             what = "FP32 gRPC" if case == "grpc" else "FP32 gRPC, small answer"
-            # Without a deadline the fronts' native path takes the calls; with one (60 s, never
-            # reached) the servicer does, as every gRPC call went before: the same run's baseline.
-            paths = (("native path", None), ("servicer", 60.0)) if case in cases else ()
-            for label, deadline in paths:
+            # The fronts' native path takes the calls; with a request parameter (the default
+            # method named) the servicer does, as every gRPC call went before: the baseline.
+            paths = (("native path", False), ("servicer", True)) if case in cases else ()
+            for label, servicer in paths:
                 address = server.server.grpc_url
                 clients = args.grpc_clients
                 if not h2load:  # a warm-up (h2load has its own)
                     conns = args.connections
-                    grpc_load(address, model, fp32, 1, conns, deadline, processes=clients)
+                    grpc_load(address, model, fp32, 1, conns, processes=clients, servicer=servicer)
                 time.sleep(1.5)  # the fronts' counts reach the engine every half second
                 sent_before = sum(server.front_requests().values())
                 native_before = native_requests(server)
                 ok_before = answered(server, model)
                 before = server.cpu_s()
                 if h2load:  # its warm-up second is inside the counts and the CPU alike
-                    message = image_call(model, fp32)
-                    load = h2load_grpc(
-                        address, message, args.seconds, args.connections, timeout_s=deadline
-                    )
+                    message = image_call(model, fp32, servicer)
+                    load = h2load_grpc(address, message, args.seconds, args.connections)
                 else:
                     load = grpc_load(
-                        address, model, fp32, args.seconds, args.connections, deadline,
-                        processes=clients,
+                        address, model, fp32, args.seconds, args.connections,
+                        processes=clients, servicer=servicer,
                     )  # fmt: skip
                 after = server.cpu_s()
                 time.sleep(1.5)

@@ -130,6 +130,17 @@ def _grpc_client(
     asyncio.run(run())
 
 
+def servicer_parameter() -> bytes:
+    """`method: forward` as a ModelInferRequest's request parameter, to append to a message (as
+    protobuf merges fields): the default method, so the same request, but request parameters
+    are the servicer's to read, so the fronts' native path leaves the call to it."""
+    from service.front.protocols.v2_grpc import messages
+
+    request = messages.ModelInferRequest()
+    request.parameters["method"].string_param = "forward"
+    return request.SerializeToString()
+
+
 def grpc_load(
     address: str,
     model: str,
@@ -139,11 +150,13 @@ def grpc_load(
     deadline: float | None = None,
     body: bytes | None = None,
     processes: int = 4,
+    servicer: bool = False,
 ) -> Load:
     """Closed-loop ModelInfer calls from `processes` client processes; `deadline`: each call's,
     in seconds (None: none); `body`: the request message (default: `x` as input_0's raw
-    contents). The clients' CPU per answered call goes in the returned Load's `client_us`:
-    grpcio's client costs about what its server does, so on a shared host it bounds the load."""
+    contents); `servicer`: sent so that the fronts' servicer answers it (servicer_parameter).
+    The clients' CPU per answered call goes in the returned Load's `client_us`: grpcio's client
+    costs about what its server does, so on a shared host it bounds the load."""
     from service.front.protocols.v2_grpc import messages
 
     if body is None:
@@ -151,6 +164,8 @@ def grpc_load(
         request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
         request.raw_input_contents.append(x.tobytes())
         body = request.SerializeToString()
+    if servicer:
+        body += servicer_parameter()
     queue = multiprocessing.get_context("spawn").Queue()
     workers = [
         multiprocessing.get_context("spawn").Process(

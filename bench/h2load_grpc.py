@@ -28,14 +28,16 @@ from bench_http import Load
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
-def image_call(model: str, x) -> bytes:
-    """A ModelInferRequest message: `x` as input_0's raw contents."""
+def image_call(model: str, x, servicer: bool = False) -> bytes:
+    """A ModelInferRequest message: `x` as input_0's raw contents; `servicer`: for the fronts'
+    servicer to answer (bench_workers.servicer_parameter)."""
+    from bench_workers import servicer_parameter
     from service.front.protocols.v2_grpc import messages
 
     request = messages.ModelInferRequest(model_name=model)
     request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
     request.raw_input_contents.append(x.tobytes())
-    return request.SerializeToString()
+    return request.SerializeToString() + (servicer_parameter() if servicer else b"")
 
 
 def available() -> bool:

@@ -39,6 +39,9 @@ constexpr uint32_t kInt64 = 2, kString = 3;
 constexpr std::string_view kRegion = "shared_memory_region";
 constexpr std::string_view kByteSize = "shared_memory_byte_size";
 constexpr std::string_view kOffset = "shared_memory_offset";
+// An input's byte count, as HTTP clients send it; KServe's gRPC client sends it too. The servicer
+// ignores it (the raw contents' length is the byte count), and so does this reader.
+constexpr std::string_view kBinaryDataSize = "binary_data_size";
 namespace response_field {
 constexpr uint32_t kModelName = 1, kModelVersion = 2, kId = 3, kOutputs = 5, kRawOutputContents = 6;
 }
@@ -64,13 +67,15 @@ bool read_text(WireReader& reader, uint32_t type, bool& seen, std::string_view& 
 // A tensor's shared memory parameters as they arrive, one map entry at a time.
 struct RegionParameters {
   bool has_region = false, has_size = false, has_offset = false;
+  bool has_binary_data_size = false;  // an input's, read and ignored
   RegionRef ref;
 };
 
 // One entry of a tensor's parameters: a shared memory key with a value of the type the servicer
-// reads (refs.parse: a non-empty string region, non-negative integers), each key once; any other
-// key, type or value is the servicer's to judge.
-bool read_parameter(std::string_view entry, RegionParameters& found) {
+// reads (refs.parse: a non-empty string region, non-negative integers), or an input's
+// binary_data_size (a non-negative integer, ignored), each key once; any other key, type or value
+// is the servicer's to judge.
+bool read_parameter(std::string_view entry, RegionParameters& found, bool input) {
   WireReader reader(entry);
   std::string_view key, value;
   bool has_key = false, has_value = false;
@@ -117,6 +122,9 @@ bool read_parameter(std::string_view entry, RegionParameters& found) {
     if (is_text || found.has_offset) return false;
     found.has_offset = true;
     found.ref.offset = integer;
+  } else if (key == kBinaryDataSize && input) {
+    if (is_text || found.has_binary_data_size) return false;
+    found.has_binary_data_size = true;
   } else {
     return false;  // another parameter (classification, binary data): the servicer's
   }
@@ -168,7 +176,7 @@ bool read_input(std::string_view message, GivenInput& input) {
     } else if (number == input_field::kShape) {
       if (!read_shape(reader, type, input)) return false;
     } else if (number == input_field::kParameters && type == kLengthDelimited) {
-      if (!reader.bytes(entry) || !read_parameter(entry, parameters)) return false;
+      if (!reader.bytes(entry) || !read_parameter(entry, parameters, true)) return false;
     } else {
       return false;  // typed contents, anything unknown: the Python path's
     }
@@ -188,7 +196,7 @@ bool read_output(std::string_view message, GivenOutput& output) {
     if (number == output_field::kName) {
       if (!read_text(reader, type, has_name, output.name)) return false;
     } else if (number == output_field::kParameters && type == kLengthDelimited) {
-      if (!reader.bytes(entry) || !read_parameter(entry, parameters)) return false;
+      if (!reader.bytes(entry) || !read_parameter(entry, parameters, false)) return false;
     } else {
       return false;
     }

@@ -7,9 +7,11 @@
 // grpcio has already taken the call (its token and drain interceptors ran) and hands its message
 // here whole, so there is no head to read. Inputs and outputs may lie in clients' shared memory
 // regions (Triton's shared_memory_region, _byte_size and _offset tensor parameters: string and
-// integer choices, as service/shm/refs.py reads them). Only what the Python path would accept
-// and send to the engine as a lane request is taken: request parameters (a timeout, a priority,
-// a method), any other tensor parameter (classification), typed contents, an unknown field, a
+// integer choices, as service/shm/refs.py reads them). An input's binary_data_size (an integer,
+// as KServe's gRPC client sends it) is ignored, as the Python path ignores it. Only what the
+// Python path would accept and send to the engine as a lane request is taken: request
+// parameters (a timeout, a priority, a method), any other tensor parameter (classification),
+// typed contents, an unknown field, a
 // repeated singular one or map key, text other than printable ASCII, or a byte count that does
 // not add up is declined, and the Python path parses the message from its first byte as before.
 #pragma once

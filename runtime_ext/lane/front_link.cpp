@@ -105,7 +105,7 @@ void FrontLink::waited(uint64_t request_id) {
   waiting_.erase(request_id);
 }
 
-bool FrontLink::cancel(uint64_t request_id) {
+bool FrontLink::cancel(uint64_t request_id, bool deadline) {
   Waiting found;
   {
     std::lock_guard<std::mutex> lock(waiting_mutex_);
@@ -119,7 +119,7 @@ bool FrontLink::cancel(uint64_t request_id) {
   bool forgotten = found.route->batcher != nullptr ? found.route->batcher->forget(found.waiter)
                                                    : found.route->gate->forget(found.waiter);
   if (!forgotten) return true;
-  inbox_.cancelled(key_, *found.message);
+  inbox_.cancelled(key_, *found.message, deadline);
   finished();
   return true;
 }
@@ -165,7 +165,8 @@ bool FrontLink::handle_messages() {
     Lane::Result result = Lane::Result::Declined;
     Status failure;
     uint64_t cancelled = 0;
-    if (read_cancel(message, length, cancelled) && cancel(cancelled)) {
+    bool deadline = false;
+    if (read_cancel(message, length, cancelled, deadline) && cancel(cancelled, deadline)) {
       at += 4 + length;  // the lane's own request: nothing for Python to cancel
       continue;
     }

@@ -63,9 +63,10 @@ class FrontLink final : public Replies {
   // Writes what waits, as far as the socket takes it now (the caller holds out_mutex_).
   bool flush_locked();
   void wake();
-  // The front's cancel of `request_id`: true when it was a lane request still waiting for an
-  // instance, now dropped (Python counts and answers it); false when the lane has none such.
-  bool cancel(uint64_t request_id);
+  // The front's cancel of `request_id` (`deadline`: its client stopped waiting at the request's
+  // deadline): true when it was a lane request still waiting for an instance, now dropped
+  // (Python counts and answers it); false when the lane has none such.
+  bool cancel(uint64_t request_id, bool deadline);
 
   const int fd_;
   const int key_;

@@ -21,9 +21,9 @@ void Inbox::failed(int link, std::string payload, Status why) {
   wake_locked();
 }
 
-void Inbox::cancelled(int link, std::string payload) {
+void Inbox::cancelled(int link, std::string payload, bool deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
-  items_.push_back(InboxItem{link, std::move(payload), false, {}, true});
+  items_.push_back(InboxItem{link, std::move(payload), false, {}, true, deadline});
   wake_locked();
 }
 

@@ -1,7 +1,7 @@
 // What the link threads hand the engine's Python side: messages the lane declined (and every
 // message that is not a lane request), lane requests that ran and failed (with why), lane
-// requests cancelled before they ran (their client went away), a link that ended, and a served
-// log that wants folding.
+// requests cancelled before they ran (their client went away, or stopped waiting at the
+// request's deadline), a link that ended, and a served log that wants folding.
 // One eventfd wakes the event loop (loop.add_reader); it is written once per batch, only when
 // the loop was not already due to look.
 #pragma once
@@ -21,6 +21,7 @@ struct InboxItem {
   bool lost = false;       // the link ended (payload empty)
   Status failure;          // not ok: the lane ran this request and it failed so (lane.h)
   bool cancelled = false;  // the lane request was cancelled while it waited: never ran
+  bool deadline = false;   // cancelled because its client stopped waiting at its deadline
 };
 
 class Inbox {
@@ -34,7 +35,7 @@ class Inbox {
 
   void push(int link, std::vector<std::string>& payloads);  // moved out of `payloads`
   void failed(int link, std::string payload, Status why);
-  void cancelled(int link, std::string payload);
+  void cancelled(int link, std::string payload, bool deadline);
   void lost(int link);
   void want_fold();
 

@@ -161,7 +161,7 @@ nb::tuple drain(LaneHub& hub) {
                   : nb::steal(PyBytes_FromStringAndSize(
                         item.payload.data(), static_cast<Py_ssize_t>(item.payload.size())));
     nb::object failure = item.failure.ok() ? nb::none() : python_error(item.failure);
-    out.append(nb::make_tuple(item.link, payload, failure, item.cancelled));
+    out.append(nb::make_tuple(item.link, payload, failure, item.cancelled, item.deadline));
   }
   return nb::make_tuple(out, fold);
 }
@@ -319,8 +319,8 @@ void register_lane(nb::module_& m) {
       .def("drain", &drain,
            "([(link key, message bytes or None when the link ended, None or the exception a "
            "lane request that ran failed with, as Method.execute raises it, whether the lane "
-           "request was cancelled while it waited (never ran))], whether the served log wants "
-           "folding)")
+           "request was cancelled while it waited (never ran), whether that cancel said its "
+           "deadline had passed)], whether the served log wants folding)")
       .def(
           "add_shm_region",
           [](LaneHub& self, const std::string& name, uintptr_t address, uint64_t size, int fd,

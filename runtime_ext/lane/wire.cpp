@@ -25,9 +25,10 @@ Status malformed(const std::string& why) {
 
 }  // namespace
 
-bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id) {
+bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id, bool& deadline) {
   if (size != kCancelSize || data[0] != kCancelTag) return false;
   request_id = load<uint64_t>(data + 8);
+  deadline = data[1] == 1;
   return true;
 }
 

@@ -95,8 +95,9 @@ struct WireOutput {
 // is cut short, is longer than its fields, or exceeds the limits above.
 Outcome<InferRequest> read_request(const uint8_t* data, size_t size);
 
-// The request id of the cancel in `data`; false when it is not a whole cancel message.
-bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id);
+// The request id of the cancel in `data` and whether its deadline passed (why 1); false when it
+// is not a whole cancel message.
+bool read_cancel(const uint8_t* data, size_t size, uint64_t& request_id, bool& deadline);
 
 // The request as a front writes it (tests, and the layout's one definition besides Python's).
 std::string write_request(const InferRequest& request);

@@ -140,10 +140,20 @@ TEST(an_input_in_a_region_takes_no_raw_contents_and_needs_its_tensors_byte_size)
   CHECK(!read(field(1, "m") + field(5, wrong), other));  // not the tensor's byte size
   GivenRequest extra;
   CHECK(!read(field(1, "m") + field(5, input) + field(7, std::string(24, '\0')), extra));
-  std::string odd = field(1, "x") + field(2, "FP32") + field(3, varint(2) + varint(3)) +
-                    field(4, parameter("binary_data_size", integer(24)));
-  GivenRequest unknown;
-  CHECK(!read(field(1, "m") + field(5, odd) + field(7, std::string(24, '\0')), unknown));
+  // An input's binary_data_size (KServe's gRPC client sends it) is ignored, as the servicer
+  // ignores it; one of another type, or any other parameter, is the servicer's.
+  std::string head = field(1, "x") + field(2, "FP32") + field(3, varint(2) + varint(3));
+  std::string raw = field(7, std::string(24, '\0'));
+  GivenRequest sized;
+  CHECK(read(
+      field(1, "m") + field(5, head + field(4, parameter("binary_data_size", integer(24)))) + raw,
+      sized));
+  CHECK(sized.inputs[0].bytes != nullptr && !sized.inputs[0].shm.named());
+  for (const std::string& odd :
+       {parameter("binary_data_size", field(3, "24")), parameter("classification", integer(3))}) {
+    GivenRequest unknown;
+    CHECK(!read(field(1, "m") + field(5, head + field(4, odd)) + raw, unknown));
+  }
 }
 
 TEST(an_output_in_a_region_is_answered_with_its_parameters_and_no_bytes) {

@@ -624,9 +624,10 @@ TEST(a_lane_request_waiting_for_an_instance_is_dropped_by_its_cancel) {
   CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
   auto link = std::make_unique<FrontLink>(pair[1], 5, 1, f.arena, routes, lane, inbox);
   CHECK(link->start());
-  auto cancel = [](uint64_t id) {
+  auto cancel = [](uint64_t id, bool deadline = false) {
     std::string message(kCancelSize, '\0');
     message[0] = static_cast<char>(kCancelTag);
+    message[1] = deadline ? 1 : 0;
     std::memcpy(message.data() + 8, &id, sizeof(id));
     return message;
   };
@@ -643,7 +644,23 @@ TEST(a_lane_request_waiting_for_an_instance_is_dropped_by_its_cancel) {
   CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
   std::vector<InboxItem> items = wait_for_items(inbox, 2);
   CHECK(items.size() == 2 && items[0].cancelled && items[0].payload == request);
+  CHECK(items.size() == 2 && !items[0].deadline);
   CHECK(items.size() == 2 && !items[1].cancelled && items[1].payload == cancel(77));
+  CHECK(f.gate->waiters() == 0);
+  // Cancelled at its deadline (a gRPC call's): handed over saying so, for Python to count.
+  InferRequest later = f.request();
+  later.request_id = 43;
+  std::string second = write_request(later);
+  sent = framed(second);
+  CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
+  for (int i = 0; i < 100 && f.gate->waiters() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  sent = framed(cancel(43, true));
+  CHECK(send(pair[0], sent.data(), sent.size(), 0) == static_cast<ssize_t>(sent.size()));
+  items = wait_for_items(inbox, 1);
+  CHECK(items.size() == 1 && items[0].cancelled && items[0].deadline);
+  CHECK(items.size() == 1 && items[0].payload == second);
   CHECK(f.gate->waiters() == 0);
   f.gate->release(f.instance.get());  // nobody waits for it now: nothing runs
   std::this_thread::sleep_for(std::chrono::milliseconds(20));

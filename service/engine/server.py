@@ -39,7 +39,7 @@ from service.engine.calls import Calls
 from service.engine.control import ControlPage
 from service.engine.lane_routes import LaneRoutes
 from service.engine.metrics_refresh import MetricsRefresh
-from service.errors import Aborted, Unavailable
+from service.errors import Aborted, DeadlineExceeded, Unavailable
 from service.native_host import import_host
 from service.shared import frames, lane_frames, messages
 from service.shared.arena import Region
@@ -89,12 +89,15 @@ class _Front:
         self.requests: dict[int, InferRequest] = {}  # of the tasks, by the same key
         self.protocol = _Sender(link, server._loop)
 
-    def _message(self, payload: bytes, failure: Exception | None, cancelled: bool) -> None:
+    def _message(
+        self, payload: bytes, failure: Exception | None, cancelled: bool, deadline: bool = False
+    ) -> None:
         """A message the lane handed over: a lane request it declined, one it ran that failed
-        with `failure`, one it dropped before it ran (`cancelled`: its client went away), a
-        cancel of a request of Python's, or a marshal tuple."""
+        with `failure`, one it dropped before it ran (`cancelled`: its client went away, or
+        stopped waiting at its `deadline`), a cancel of a request of Python's, or a marshal
+        tuple."""
         if cancelled:
-            return self.server.lane_cancelled(self, payload)
+            return self.server.lane_cancelled(self, payload, deadline)
         if failure is not None:
             return self.server.lane_failed(self, payload, failure)
         if payload[0] == lane_frames.CANCEL_TAG:
@@ -222,7 +225,7 @@ class EngineServer:
     def _drain(self) -> None:
         """What the lane handed over since the last look (the inbox's eventfd woke the loop)."""
         items, fold = self.hub.drain()
-        for key, payload, failure, cancelled in items:
+        for key, payload, failure, cancelled, deadline in items:
             front = self.fronts.get(key)
             if front is None:
                 continue
@@ -230,7 +233,7 @@ class EngineServer:
                 front._lost()
                 continue
             try:
-                front._message(payload, failure, cancelled)
+                front._message(payload, failure, cancelled, deadline)
             except Exception:  # one bad message must not stop the others
                 log.exception("a message from front %d could not be read", front.front_id)
         if fold:
@@ -256,16 +259,24 @@ class EngineServer:
         )
         front.protocol.send(dispatch.error(message.request_id, failed))
 
-    def lane_cancelled(self, front: _Front, payload: bytes) -> None:
-        """A lane request the lane dropped while it waited for an instance, its client gone:
-        counted as cancelled (it never ran) and answered, so that the front frees its slots."""
+    def lane_cancelled(self, front: _Front, payload: bytes, deadline: bool = False) -> None:
+        """A lane request the lane dropped while it waited for an instance, its client gone
+        (`deadline`: at the request's deadline): counted as cancelled, or as a deadline passed,
+        as a Python-scheduled request's cancel is (it never ran), and answered, so that the
+        front frees its slots."""
         self.service.metrics.front_request(front.front_id)
         message = self.lane_routes.message(payload)
         if message is None:  # its route is long gone: nothing says which method it was for
             return front._unknown_route(payload)
         service = self.service
-        service.record_refused(message.model, message.method, "cancelled", 0.0, message.version)
-        front.protocol.send(dispatch.error(message.request_id, Aborted("the client went away")))
+        outcome = "deadline_exceeded" if deadline else "cancelled"
+        service.record_refused(message.model, message.method, outcome, 0.0, message.version)
+        error = (
+            DeadlineExceeded("the request's deadline passed before an instance was free")
+            if deadline
+            else Aborted("the client went away")
+        )
+        front.protocol.send(dispatch.error(message.request_id, error))
 
     async def call(self, front: _Front, message: messages.Call) -> None:
         front.protocol.send(await self.calls.answer(message))

@@ -37,6 +37,14 @@ _SMOOTHING = 0.2  # weight of the newest request in the average time a request h
 _DEADLINE_EARLY_S = 0.01  # how early a call may be cancelled at its deadline
 
 
+def deadline_passed(timeout_s: float | None, elapsed_s: float) -> bool:
+    """Whether a call cancelled `elapsed_s` after it began was cancelled at its deadline
+    (`timeout_s` the time it had left then, read with no wait before it began; None: it had
+    none), so that its cancel is counted as a deadline passed. gRPC's timers may fire a few
+    milliseconds early."""
+    return timeout_s is not None and elapsed_s >= timeout_s - _DEADLINE_EARLY_S
+
+
 class _Refused(Exception):
     """A request this front refuses without crossing; `kind` is how statistics count it."""
 
@@ -212,12 +220,8 @@ class EngineRequests:
             answer = await pending.future
         except asyncio.CancelledError:
             # The engine may be writing the outputs: the slots stay held until it answers.
-            # A call cancelled at its deadline (gRPC's) is counted as a deadline passed: the
-            # deadline (timeout_s) was read just before `begun`, with no wait between them, and
-            # gRPC's timers may fire a few milliseconds early.
-            timeout_s = request.timeout_s
-            elapsed_s = time.perf_counter() - begun
-            deadline = timeout_s is not None and elapsed_s >= timeout_s - _DEADLINE_EARLY_S
+            # A call cancelled at its deadline (gRPC's) is counted as a deadline passed.
+            deadline = deadline_passed(request.timeout_s, time.perf_counter() - begun)
             link.protocol.send_payload(lane_frames.cancel(request_id, deadline))
             raise
         except BaseException:

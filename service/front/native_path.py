@@ -35,12 +35,14 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
+import time
 from collections.abc import Callable
 
 import numpy as np
 
 from service.dataplane.scheduling.gate import Refusal
 from service.errors import ServiceError
+from service.front.engine_requests import deadline_passed
 from service.front.protocols.bodies import NATIVE_BODY, STREAMED_BODY
 from service.front.protocols.http_errors import internal_error_response
 from service.shared import frames, lane_frames
@@ -185,11 +187,12 @@ class NativePath:
         native, request_id, _ = ticket
         native.release(request_id)
 
-    def cancel(self, ticket) -> None:
-        """The client went away: the engine need not answer (it frees the slot when it does)."""
+    def cancel(self, ticket, deadline: bool = False) -> None:
+        """The client went away (or stopped waiting at the request's `deadline`): the engine
+        need not answer (it frees the slot when it does)."""
         _, request_id, link = ticket
         if link.alive:
-            link.protocol.send_payload(lane_frames.cancel(request_id))
+            link.protocol.send_payload(lane_frames.cancel(request_id, deadline))
 
     def answer(self, ticket, message, default_headers: list, fd: int = -1) -> tuple[bytes, bool]:
         """(the HTTP answer to write, whether the connection stays open) for the engine's
@@ -264,10 +267,16 @@ class NativePath:
             f"the native path could not write the answer to request {message.request_id!r}"
         )
 
-    async def infer_grpc(self, wire: bytes) -> bytes | None:
+    async def infer_grpc(self, wire: bytes, timeout_s: float | None = None) -> bytes | None:
         """A gRPC ModelInfer request message, taken here from its bytes to its answer's
         (runtime_ext/front/grpc_infer.h), or None: declined (the servicer's to parse). Errors
-        raise: ServiceErrors for the binding to word as statuses."""
+        raise: ServiceErrors for the binding to word as statuses.
+
+        `timeout_s`: the time the call has left before its deadline (None: no deadline). grpcio
+        cancels the call at its deadline; the cancel then says so, and the engine drops the
+        request if it still waits for an instance, counted as a deadline passed, as the
+        servicer's path counts one."""
+        begun = time.perf_counter()
         native = self._current()
         if native is None:
             return None
@@ -289,7 +298,7 @@ class NativePath:
             message = await answer
         except asyncio.CancelledError:  # the call was cancelled, or its client went away
             if answer.cancelled():  # the engine need not answer; answered() frees the slot
-                self.cancel(ticket)
+                self.cancel(ticket, deadline_passed(timeout_s, time.perf_counter() - begun))
             else:  # answered already, but this call will not write it: only the slot to free
                 self.forget(ticket, answer.result())
             raise

@@ -1,9 +1,10 @@
 """gRPC ModelInfer through the fronts' native path (service/front/native_path.py infer_grpc,
-runtime_ext/front/grpc_infer.h) in real server processes: a call without a deadline is taken
-by it, the same call with a deadline (which it never takes: a lane request carries none) by the
-servicer, and the two answers are the same bytes, errors the same status, details and trailing
-metadata; the front's count says the native path answered the first kind. tritonclient.grpc,
-unmodified, gets its outputs from it."""
+runtime_ext/front/grpc_infer.h) in real server processes: a call is taken by it, with or without
+a deadline (KServe's client sends one of 60 s by default), and the same call naming the method
+in a request parameter (which it leaves to the servicer) by the servicer; the two answers are
+the same bytes, errors the same status, details and trailing metadata; the front's count says
+the native path answered the first kind. tritonclient.grpc, unmodified, gets its outputs from
+it. A deadline that passes while the call waits: tests/e2e/test_cancel_e2e.py."""
 
 import time
 
@@ -62,11 +63,21 @@ def _message(model: str, inputs, version: str = "", id: str = "", outputs=(), ty
     return request.SerializeToString()
 
 
-def _call(channel, message: bytes, deadline: bool):
-    """(response bytes, or (code, details, trailing metadata) of the error)."""
+# `method: forward` (the default method, so the same request): request parameters are the
+# servicer's to read, so the native path leaves a message with one to it. Appended to a message
+# as protobuf merges fields.
+_SERVICER_PARAMETER = service_pb2.ModelInferRequest(
+    parameters={"method": service_pb2.InferParameter(string_param="forward")}
+).SerializeToString()
+
+
+def _call(channel, message: bytes, servicer: bool = False, deadline: bool = False):
+    """(response bytes, or (code, details, trailing metadata) of the error); `servicer`: sent
+    so that the servicer answers it; `deadline`: with one, of 60 s (never reached)."""
     infer = channel.unary_unary(INFER)  # bytes in, bytes out
     try:
-        return infer(message, timeout=60 if deadline else None)
+        return infer(message + _SERVICER_PARAMETER if servicer else message,
+                     timeout=60 if deadline else None)  # fmt: skip
     except grpc.RpcError as error:
         return error.code(), error.details(), tuple(error.trailing_metadata() or ())
 
@@ -94,7 +105,7 @@ def _refused(x: np.ndarray) -> dict[str, bytes]:
         # Declined by it: the servicer answers both ways.
         "a wrong shape": _message("lin", [("input_0", "FP32", np.zeros(9, np.float32))]),
         "an unknown model": _message("nope", [("input_0", "FP32", x)]),
-        "not a message": b"\xff\xff\xff",
+        "not a message": b"\x0a\xff\xff",  # a length past its end, whatever follows
     }
 
 
@@ -102,11 +113,13 @@ def test_answers_are_the_same_bytes_whichever_path_made_them(served):
     server, x = served
     with grpc.insecure_channel(server.grpc_url) as channel:
         for case, message in {**_cases(x), **_refused(x)}.items():
-            _call(channel, message, deadline=False)  # the lane serves known methods
-            native, servicer = (_call(channel, message, deadline) for deadline in (False, True))
-            assert native == servicer, (case, native, servicer)
-        answers = {case: _call(channel, m, False) for case, m in _cases(x).items()}
-        codes = {case: _call(channel, m, False)[0] for case, m in _refused(x).items()}
+            _call(channel, message)  # the lane serves known methods
+            native = _call(channel, message)
+            for servicer, deadline in ((True, False), (True, True), (False, True)):
+                other = _call(channel, message, servicer, deadline)
+                assert native == other, (case, servicer, deadline, native, other)
+        answers = {case: _call(channel, m) for case, m in _cases(x).items()}
+        codes = {case: _call(channel, m)[0] for case, m in _refused(x).items()}
     assert all(isinstance(answer, bytes) for answer in answers.values()), answers
     assert codes == {
         "an execute refusing the inputs": grpc.StatusCode.INVALID_ARGUMENT,
@@ -116,19 +129,20 @@ def test_answers_are_the_same_bytes_whichever_path_made_them(served):
     }
 
 
-def test_the_native_path_takes_calls_without_a_deadline_only(served):
+def test_the_native_path_takes_calls_with_a_deadline_or_without_and_leaves_parameters(served):
     server, x = served
     message = _cases(x)["FP32"]
     with grpc.insecure_channel(server.grpc_url) as channel:
-        _call(channel, message, deadline=False)
+        _call(channel, message)
         time.sleep(1.5)  # fronts report their counts every half second
         before = _native_count(server)
         for _ in range(20):
-            assert isinstance(_call(channel, message, deadline=True), bytes)
+            assert isinstance(_call(channel, message, servicer=True, deadline=True), bytes)
         time.sleep(1.5)
         assert _native_count(server) == before
-        for _ in range(20):
-            assert isinstance(_call(channel, message, deadline=False), bytes)
+        for deadline in (True, False):
+            for _ in range(10):
+                assert isinstance(_call(channel, message, deadline=deadline), bytes)
     _eventually(lambda: _native_count(server) >= before + 20)
 
 
@@ -147,7 +161,8 @@ def test_tritonclient_reads_the_native_answer(served):
             response = result.get_response()
             assert (response.model_name, response.model_version, response.id) == ("lin", "1", "r1")
             with grpc.insecure_channel(server.grpc_url) as channel:
-                expected = _call(channel, _message("lin", [("input_0", "FP32", x)]), True)
+                message = _message("lin", [("input_0", "FP32", x)])
+                expected = _call(channel, message, servicer=True)
             parsed = service_pb2.ModelInferResponse.FromString(expected)
             assert np.array_equal(
                 result.as_numpy("output_0"),
@@ -184,7 +199,7 @@ def test_calls_cancelled_at_any_point_leave_no_arena_slot_behind(served):
                     assert isinstance(call.result(timeout=30), bytes)
                 except grpc.FutureCancelledError:
                     pass
-        assert isinstance(_call(channel, message, deadline=False), bytes)
+        assert isinstance(_call(channel, message), bytes)
     _eventually(lambda: _arena_in_use(server) and not any(_arena_in_use(server)))
 
 
@@ -217,18 +232,18 @@ def test_tensors_in_system_shared_memory_take_the_native_path_too(served):
             output.parameters["shared_memory_offset"].int64_param = 256
             message = request.SerializeToString()
             with grpc.insecure_channel(server.grpc_url) as channel:
-                _call(channel, message, deadline=False)  # each front learns the table
-                _call(channel, message, deadline=False)
+                _call(channel, message)  # each front learns the table
+                _call(channel, message)
                 time.sleep(1.5)
                 before = _native_count(server)
                 answers, written = {}, {}
-                for deadline in (True, False):
+                for servicer in (True, False):
                     shm.set_shared_memory_region(regions[1], [np.zeros(1024, np.uint8)])
-                    answer = _call(channel, message, deadline)
+                    answer = _call(channel, message, servicer)
                     assert isinstance(answer, bytes), answer
-                    answers[deadline] = service_pb2.ModelInferResponse.FromString(answer)
+                    answers[servicer] = service_pb2.ModelInferResponse.FromString(answer)
                     words = shm.get_contents_as_numpy(regions[1], np.float32, [1024])
-                    written[deadline] = words[64:]  # from the offset on
+                    written[servicer] = words[64:]  # from the offset on
             assert answers[True] == answers[False]
             count = int(np.prod(answers[False].outputs[0].shape))
             assert np.array_equal(written[True], written[False]) and written[False][:count].any()
@@ -241,3 +256,61 @@ def test_tensors_in_system_shared_memory_take_the_native_path_too(served):
     finally:
         for region in regions:
             shm.destroy_shared_memory_region(region)
+
+
+_KSERVE_CLIENT = """
+import asyncio, json, sys
+import numpy as np
+from kserve import InferenceGRPCClient, InferInput, InferRequest
+
+url, calls, values, shape = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+x = np.array(values, np.float32).reshape([int(d) for d in shape.split(",")])
+
+async def infer():
+    client = InferenceGRPCClient(url)  # its default deadline: 60 s
+    try:
+        for _ in range(calls):
+            tensor = InferInput("input_0", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            answer = await client.infer(InferRequest("lin", [tensor]))
+            print(json.dumps(answer.outputs[0].as_numpy().ravel().tolist()))
+    finally:
+        await client.close()
+
+asyncio.run(infer())
+"""
+
+
+def _kserve_calls(server, x: np.ndarray, calls: int) -> list[list[float]]:
+    """The outputs KServe's client got, one per call; in a process of its own, as a user's:
+    its gRPC messages share the `inference` proto package with tritonclient's."""
+    import json
+    import subprocess
+    import sys
+
+    shape = ",".join(str(d) for d in x.shape)
+    values = json.dumps(x.ravel().tolist())
+    ran = subprocess.run(
+        [sys.executable, "-c", _KSERVE_CLIENT, server.grpc_url, str(calls), values, shape],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return [json.loads(line) for line in ran.stdout.splitlines()]
+
+
+def test_kserves_grpc_client_and_its_default_deadline_take_the_native_path(served):
+    """KServe's InferenceGRPCClient sends every call with a deadline (60 s unless told
+    otherwise): the native path takes such calls, and the outputs are the servicer's."""
+    server, x = served
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        message = _message("lin", [("input_0", "FP32", x)])
+        expected = service_pb2.ModelInferResponse.FromString(_call(channel, message, servicer=True))
+    want = np.frombuffer(expected.raw_output_contents[0], np.float32).tolist()
+    _kserve_calls(server, x, 1)  # the front its connection reached learns the model table
+    time.sleep(1.5)  # fronts report their counts every half second
+    before = _native_count(server)
+    got = _kserve_calls(server, x, 10)
+    assert len(got) == 10 and all(np.allclose(answer, want, rtol=0) for answer in got), got
+    _eventually(lambda: _native_count(server) >= before + 10)

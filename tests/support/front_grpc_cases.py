@@ -79,7 +79,9 @@ def _parameter(key: str, value) -> bytes:
     return _field(1, key.encode()) + _field(2, choice)
 
 
-def _region(name: str, nbytes: int, rng: random.Random, labels: list[str]) -> list[bytes]:
+def _region(
+    name: str, nbytes: int, rng: random.Random, labels: list[str], output: bool = False
+) -> list[bytes]:
     """A tensor's shared memory parameters (tritonclient's set_shared_memory), sometimes odd."""
     entries = {"shared_memory_region": name, "shared_memory_byte_size": nbytes}
     if rng.random() < 0.3:
@@ -100,11 +102,26 @@ def _region(name: str, nbytes: int, rng: random.Random, labels: list[str]) -> li
         entries["shared_memory_region"] = ""
         labels.append("an empty region name")
     elif r < 0.23:
-        entries["binary_data_size"] = nbytes
-        labels.append(NATIVE_DECLINES[7])
+        entries["binary_data_size"] = nbytes  # an input's is read and ignored, as by the servicer
+        if output:
+            labels.append(NATIVE_DECLINES[7])
     keys = list(entries)
     rng.shuffle(keys)
     return [_parameter(key, entries[key]) for key in keys]
+
+
+def _binary_data_size(nbytes: int, rng: random.Random, labels: list[str]) -> bytes:
+    """An input's binary_data_size parameter: usually its byte count; any non-negative integer is
+    ignored by both readers, any other value is the servicer's to judge."""
+    r = rng.random()
+    if r < 0.6:
+        return _parameter("binary_data_size", nbytes)
+    if r < 0.75:
+        return _parameter("binary_data_size", rng.choice([0, nbytes + 1, ("uint", nbytes)]))
+    labels.append(NATIVE_DECLINES[7])
+    return _parameter(
+        "binary_data_size", rng.choice([str(nbytes), ("bool", True), -1, ("double", 1.0)])
+    )
 
 
 def _input(name: str, datatype: str, dims: list[int], rng: random.Random, parameters=()) -> bytes:
@@ -172,6 +189,8 @@ def grpc_case(rng: random.Random) -> tuple[bytes, str]:
         if rng.random() < 0.15:  # its bytes in a client's region: no raw contents for it
             parameters = _region(f"in_{spec.name}", len(raw), rng, labels)
             raw = None
+        elif rng.random() < 0.1:  # its byte count, as KServe's client sends it: ignored
+            parameters = [_binary_data_size(len(raw), rng, labels)]
         inputs.append(_input(spec.name, datatype, dims, rng, parameters))
         raws.append(raw)
     order = list(range(len(inputs)))
@@ -190,7 +209,7 @@ def grpc_case(rng: random.Random) -> tuple[bytes, str]:
             if rng.random() < 0.25:  # written into a client's region
                 nbytes = rng.choice([4, 64, 1 << 20])
                 entries = b"".join(
-                    _field(2, e) for e in _region(f"out_{name}", nbytes, rng, labels)
+                    _field(2, e) for e in _region(f"out_{name}", nbytes, rng, labels, True)
                 )
             fields.append(_field(6, _field(1, name.encode()) + entries))
     raw_fields = [_field(7, raws[i]) for i in order if raws[i] is not None]

@@ -1,8 +1,9 @@
 """NativePath.infer_grpc's Python glue (service/front/native_path.py) over a stand-in native
 reader and engine link: the answer the lane relays becomes the response message, and a call
 that goes away frees its arena slot whenever it goes: while the engine runs it (a cancel is
-sent; the slot is freed when the answer comes) or after the answer came but before the call
-resumed (freed at once: no answer will come again). Real ones: tests/e2e/test_grpc_native_e2e.py.
+sent, saying whether the call's deadline passed; the slot is freed when the answer comes) or
+after the answer came but before the call resumed (freed at once: no answer will come again).
+Real ones: tests/e2e/test_grpc_native_e2e.py.
 """
 
 from __future__ import annotations
@@ -90,6 +91,30 @@ def test_a_call_cancelled_while_the_engine_runs_it_frees_its_slot_when_the_answe
         assert native.released == []  # the engine may still write into the slot
         link.relays.pop(REQUEST_ID)(_done())
         assert native.released == [REQUEST_ID]
+
+    asyncio.run(run())
+
+
+def test_a_call_cancelled_at_its_deadline_says_so_and_one_cancelled_before_does_not():
+    """grpcio cancels a call at its deadline: the cancel tells the engine, which counts a
+    request it drops then as a deadline passed (a call with time left went away)."""
+
+    async def cancelled_after(timeout_s: float | None, wait_s: float) -> list:
+        path, native, link, sent = _path()
+        call = asyncio.ensure_future(path.infer_grpc(b"ok", timeout_s))
+        await asyncio.sleep(wait_s)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return sent
+
+    async def run():
+        at_deadline = await cancelled_after(0.05, 0.05)
+        assert at_deadline == [LANE_MESSAGE, lane_frames.cancel(REQUEST_ID, deadline=True)]
+        before_it = await cancelled_after(5.0, 0.01)
+        assert before_it == [LANE_MESSAGE, lane_frames.cancel(REQUEST_ID, deadline=False)]
+        no_deadline = await cancelled_after(None, 0.05)
+        assert no_deadline == [LANE_MESSAGE, lane_frames.cancel(REQUEST_ID, deadline=False)]
 
     asyncio.run(run())
 

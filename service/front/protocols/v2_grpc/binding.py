@@ -175,14 +175,13 @@ def _bound(
 
     async def call(wire: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            # A lane request carries no deadline, and the native path copies on the loop: a call
-            # with a deadline, or a message the servicer would parse off the loop, is the
-            # servicer's.
+            # The native path copies on the loop: a message the servicer would parse off the
+            # loop is the servicer's. A deadline is kept by grpcio, which cancels the call then.
             if native is not None and len(wire) < OFF_LOOP_BYTES:
-                if context.time_remaining() is None:
-                    answer = await _answered(name, context, native.infer_grpc(wire))
-                    if answer is not None:
-                        return answer
+                taken = native.infer_grpc(wire, context.time_remaining())
+                answer = await _answered(name, context, taken)
+                if answer is not None:
+                    return answer
             return await _answered(name, context, serve(wire, context))
         finally:
             if len(wire) >= TRIM_BYTES:
