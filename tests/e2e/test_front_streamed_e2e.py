@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from support.program_fixtures import image_program  # noqa: F401
+from support.program_fixtures import image_program, linear_relu_program  # noqa: F401
 from support.prometheus import parse, series
 from support.server import upload
 
@@ -180,6 +180,83 @@ def test_a_body_in_pieces_is_answered_natively_with_the_python_paths_bytes(serve
     assert _settled(server, lambda v: v >= before + 2, "etrt_front_native_requests_total") >= (
         before + 2
     )
+
+
+def _head_then_body(sock: socket.socket, raw: bytes) -> bytes:
+    """`raw` as h11's clients (httpx, KServe's REST client) send it: the head in one write,
+    the body in another a moment later (here after the head surely arrived alone)."""
+    end = raw.index(b"\r\n\r\n") + 4
+    sock.sendall(raw[:end])
+    time.sleep(0.05)
+    sock.sendall(raw[end:])
+    return _answer(sock)
+
+
+def test_a_head_arriving_alone_is_held_for_its_body_and_answered_natively(
+    server,
+    linear_relu_program,  # noqa: F811
+):
+    """A JSON body and an image-sized binary one, each sent after its head in a write of its own:
+    the native path takes both once the body's first bytes come (it was offered the head alone
+    before, declined, and uvicorn read it); the answers are the Python path's bytes."""
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    raw, _ = _raw(x)
+    python_raw, _ = _raw(x, "?path=python")
+    with server.client() as client:
+        assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+    small = linear_relu_program.example_inputs[0].numpy()
+    tensor = {"name": "input_0", "shape": list(small.shape), "datatype": "FP32"}
+    body = json.dumps({"inputs": [{**tensor, "data": small.ravel().tolist()}]}).encode()
+
+    def json_raw(query: str = "") -> bytes:
+        return (
+            f"POST /v2/models/lin/infer{query} HTTP/1.1\r\nhost: t\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(python_raw)
+        expected = _answer(sock)
+        sock.sendall(json_raw("?path=python"))
+        expected_json = _answer(sock)
+    assert expected.startswith(b"HTTP/1.1 200 ") and expected_json.startswith(b"HTTP/1.1 200 ")
+    _every_front_native(server, raw, expected)
+    for _ in range(4):  # each front learns the new model's table from a first request
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(json_raw())
+            assert _answer(sock) == expected_json
+    time.sleep(1.5)  # the fronts report their counts every half second
+    before = _count(server, "etrt_front_native_requests_total")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        for _ in range(3):
+            assert _head_then_body(sock, raw) == expected
+            assert _head_then_body(sock, json_raw()) == expected_json
+    assert _settled(server, lambda v: v >= before + 6, "etrt_front_native_requests_total") >= (
+        before + 6
+    )
+
+
+def test_a_held_head_whose_body_never_comes_is_answered_408(server):
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    raw, _ = _raw(x)
+    end = raw.index(b"\r\n\r\n") + 4
+    with socket.create_connection(("127.0.0.1", server.port), timeout=BODY_TIMEOUT_S + 10) as sock:
+        sock.sendall(raw[:end])
+        begun = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    assert BODY_TIMEOUT_S - 0.5 <= time.monotonic() - begun <= BODY_TIMEOUT_S + 5
+    # A head that asks `Expect: 100-continue` is not held: its client waits for the interim
+    # answer before it sends the body.
+    expecting = raw[: end - 2] + b"expect: 100-continue\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(expecting)
+        interim = sock.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100 "), interim[:200]
+        sock.sendall(raw[end:])
+        assert _answer(sock).startswith(b"HTTP/1.1 200 ")
 
 
 def test_a_client_leaving_or_stalling_mid_body_holds_no_slot(server):

@@ -287,3 +287,25 @@ def test_pipelined_whole_answers_leave_in_order_and_a_closing_request_closes():
     assert [a.rpartition(b"\r\n\r\n")[2] for a in answers] == answered
     assert b"connection: close" in answers[2] and b"connection: close" not in answers[0]
     assert calls[-1] == ("close", None)
+
+
+def test_a_head_read_alone_is_held_for_a_declared_body_that_has_not_all_come():
+    from service.front.protocols.bodies import STREAMED_BODY, body_to_come
+
+    head = b"POST /v2/models/m/infer HTTP/1.1\r\nhost: t\r\ncontent-length: 10\r\n\r\n"
+    assert body_to_come(head)  # as h11's clients send it: the head, then the body
+    assert body_to_come(head + b"12345")  # part of it
+    assert not body_to_come(head + b"1234567890")  # all of it: offered as it is
+    last = b"POST /infer HTTP/1.1\r\nhost: t\r\nContent-Length: 10\r\n\r\n"
+    assert body_to_come(last)  # any case; the last header
+    for odd in (
+        head[:-2],  # the head not whole yet
+        head.replace(b"POST", b"GET"),
+        head.replace(b"content-length: 10", b"transfer-encoding: chunked"),
+        head.replace(b"host: t", b"expect: 100-continue"),  # its client waits for uvicorn's 100
+        head.replace(b"10", b"ten"),
+        head.replace(b"10", b"-1"),
+        head.replace(b"10", str(STREAMED_BODY + 1).encode()),  # the Python path's anyway
+        head.replace(b"10", b"99999999999999999999"),
+    ):
+        assert not body_to_come(odd), odd

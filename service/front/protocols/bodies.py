@@ -38,6 +38,32 @@ NATIVE_BODY = 64 * 1024
 # go from each chunk into their arena slot); larger ones take the Python path, whose memory grows
 # with what arrives (v2_rest/transport.py: read_aligned_body).
 STREAMED_BODY = 16 * 1024 * 1024
+_CONTENT_LENGTH = b"\r\ncontent-length:"
+
+
+def body_to_come(data: bytes) -> bool:
+    """Whether `data`, a connection's first read of a request that the native path declined, is
+    a whole POST head whose body (at most STREAMED_BODY bytes, declared) has not all come: the
+    native path is offered it once more with the next read. Clients built on h11 (httpx, so
+    KServe's REST client) send a request's head and body in two writes, so the head often
+    arrives alone, and the native path takes only a request whose JSON body, or a binary body's
+    JSON header, is in the read it is offered. A head asking `Expect: 100-continue` is not held:
+    its client waits for uvicorn's interim answer."""
+    if not data.startswith(b"POST "):
+        return False
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    head = data[:end].lower()
+    at = head.find(_CONTENT_LENGTH)
+    if at < 0 or b"\r\nexpect:" in head:
+        return False
+    value_at = at + len(_CONTENT_LENGTH)
+    line_end = head.find(b"\r\n", value_at)
+    value = head[value_at : line_end if line_end >= 0 else end].strip()
+    if not value.isdigit() or len(value) > 9:
+        return False
+    return len(data) - end - 4 < int(value) <= STREAMED_BODY
 
 
 class BodySink:

@@ -39,7 +39,13 @@ import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.front.protocols import h2_relay
-from service.front.protocols.bodies import BODY_INTO, NATIVE_BODY, RESPOND, BodySink
+from service.front.protocols.bodies import (
+    BODY_INTO,
+    NATIVE_BODY,
+    RESPOND,
+    BodySink,
+    body_to_come,
+)
 from service.front.protocols.half_close import PeerWatch
 from service.front.protocols.read_timeouts import (
     BODY_TIMEOUT_S,
@@ -158,6 +164,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         self._native = None  # what the native path needs to answer the request it took
         self._arriving = None  # the same, for a request it took whose body is still arriving
         self._held = b""  # what the client sent meanwhile
+        self._head = b""  # a request read in part, held for more of it (bodies.body_to_come)
         self._parsing = False  # uvicorn's parser is inside a request
         self._gone = False
         self._close_after = False
@@ -190,6 +197,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
             if len(self._held) > _HELD_AT_MOST:
                 self.flow.pause_reading()
             return
+        retried = bool(self._head)
+        if retried:  # the head came alone: with the body's first bytes, offered once more
+            data, self._head = self._head + data, b""
         idle = (
             not self._parsing
             and (self.cycle is None or self.cycle.response_complete)
@@ -225,7 +235,18 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
                     self._reading.body_begins()
                     self._arriving = ticket
                 return
+            if not retried and body_to_come(data):  # offered again with what comes next
+                self._head = data
+                self._reading.body_begins()  # its body must come, as any body must
+                return
         HttpToolsProtocol.data_received(self, data)
+
+    def _release_head(self) -> None:
+        """A head held for its body goes to uvicorn's parser after all (the connection is ending
+        or the server stopping): the request is uvicorn's to finish, or to log as aborted."""
+        if self._head:
+            head, self._head = self._head, b""
+            HttpToolsProtocol.data_received(self, head)
 
     def _fill(self, data: bytes) -> None:
         consumed, sent = self._front_lane.fill(self._arriving, data, self._native_answered)
@@ -285,6 +306,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         if self._native is not None or self._arriving is not None:  # closed once answered
             self._close_after = True
             return
+        self._release_head()  # uvicorn serves that request to its end before it closes
         HttpToolsProtocol.shutdown(self)
 
     def on_message_begin(self) -> None:
@@ -298,6 +320,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_complete(self)
 
     def connection_lost(self, exc) -> None:
+        self._release_head()
         if self._relay is not None:
             self._relay.client_lost()
         HttpToolsProtocol.connection_lost(self, exc)
@@ -322,6 +345,7 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         as leaving (the connection closes, as uvicorn does). With one, it may be a half-close
         or a close: half_close.PeerWatch tells them apart (a probe the peer resets if it left);
         a half-closed client gets its answer, then the connection closes."""
+        self._release_head()
         self._reading.stop()
         native = self._native is not None
         cycle = self.cycle
