@@ -117,10 +117,10 @@ def test_what_the_lane_declines_reaches_python_unchanged(lane):
     for payload in (stale, unknown, marshalled):
         _send(front, payload)
     items += _drained(hub, 3)
-    assert [payload for _, payload, _, _ in items] == [slow, stale, unknown, marshalled]
-    assert {key for key, _, _, _ in items} == {1}
-    assert {failure for _, _, failure, _ in items} == {None}
-    assert not any(cancelled for *_, cancelled in items)
+    assert [payload for _, payload, *_ in items] == [slow, stale, unknown, marshalled]
+    assert {key for key, *_ in items} == {1}
+    assert {failure for _, _, failure, *_ in items} == {None}
+    assert not any(cancelled or deadline for *_, cancelled, deadline in items)
     assert link.served == 0 and hub.served() == []
 
 
@@ -155,7 +155,7 @@ def test_a_short_request_without_a_free_instance_waits_for_one_and_a_closed_meth
 def test_a_front_going_away_is_reported_once(lane):
     ethost, hub, gate, instances, region, front, link = lane
     front.close()
-    assert _drained(hub, 1) == [(1, None, None, False)]
+    assert _drained(hub, 1) == [(1, None, None, False, False)]
 
 
 def test_a_declined_request_reads_back_as_the_message_it_stands_for(lane):
@@ -242,12 +242,12 @@ def test_a_request_that_ran_is_answered_from_its_execute_never_run_again(countin
     # with the request, to answer it; the lane does not hand it over to be run again.
     failing = _ids(region, [9])
     _send(front, failing)
-    [(key, payload, failure, cancelled)] = _drained(hub, 1)
+    [(key, payload, failure, cancelled, _)] = _drained(hub, 1)
     assert not cancelled
     assert payload == failing and type(failure).__name__ == "ExecuTorchError"
     assert failure.error_name == "InvalidArgument" and "9" in failure.context
     # A room too small for the outputs' upper bounds is declined before anything runs.
     small = _ids(region, [1], room=64)
     _send(front, small)
-    assert _drained(hub, 1) == [(1, small, None, False)]
+    assert _drained(hub, 1) == [(1, small, None, False, False)]
     assert count() - before == 2 + 1 + 1

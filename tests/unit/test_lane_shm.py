@@ -135,7 +135,7 @@ def test_what_the_lane_leaves_to_python_reads_back_with_its_references(lane):
     for payload in declined:
         front.sendall(_LENGTH.pack(len(payload)) + payload)
     items = _drained(hub, len(declined))
-    assert [payload for _, payload, _, _ in items] == declined
+    assert [payload for _, payload, *_ in items] == declined
     assert hub.shm_served == (0, 0) and hub.shm_in_flight("r") == 0
     message = routes.message(declined[2])
     assert message.inputs == [("input_0", "FP32", (2, 4), ("r", NBYTES - 4, 0))]
@@ -188,7 +188,7 @@ def test_an_output_below_its_bound_is_copied_into_its_window_or_fails_once_it_ra
     payload = lane_frames.request(ROUTE, 10, GENERATION, 4096, 4096, 1, [(0, (3, 4))], [
         (0, False, "r", 0, 48), (0, True, "r", OUT_AT, 24)])  # fmt: skip
     front.sendall(_LENGTH.pack(len(payload)) + payload)
-    [(_, handed, failure, cancelled)] = _drained(hub, 1)
+    [(_, handed, failure, cancelled, _)] = _drained(hub, 1)
     assert handed == payload and not cancelled
     assert type(failure).__name__ == "OutputWindowError"
     assert (failure.index, failure.nbytes, failure.shrunk_to) == (0, 36, None)
@@ -253,7 +253,7 @@ def test_tensors_in_a_cuda_region_are_served_by_the_lane(dynamic_batch_program):
         assert hub.shm_served == (2, 0) and hub.shm_to_device == 1
         payload = request(3, 24)
         front.sendall(_LENGTH.pack(len(payload)) + payload)
-        [(_, handed, failure, _)] = _drained(hub, 1)
+        [(_, handed, failure, *_)] = _drained(hub, 1)
         assert handed == payload and type(failure).__name__ == "OutputWindowError"
         assert (failure.nbytes, failure.shrunk_to) == (36, None)
         assert hub.shm_to_device == 1 and hub.shm_in_flight("g", True) == 0
