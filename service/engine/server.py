@@ -90,7 +90,7 @@ class _Front:
         self.protocol = _Sender(link, server._loop)
 
     def _message(
-        self, payload: bytes, failure: Exception | None, cancelled: bool, deadline: bool = False
+        self, payload: bytes, failure: Exception | None, cancelled: bool, deadline: bool
     ) -> None:
         """A message the lane handed over: a lane request it declined, one it ran that failed
         with `failure`, one it dropped before it ran (`cancelled`: its client went away, or
@@ -259,7 +259,7 @@ class EngineServer:
         )
         front.protocol.send(dispatch.error(message.request_id, failed))
 
-    def lane_cancelled(self, front: _Front, payload: bytes, deadline: bool = False) -> None:
+    def lane_cancelled(self, front: _Front, payload: bytes, deadline: bool) -> None:
         """A lane request the lane dropped while it waited for an instance, its client gone
         (`deadline`: at the request's deadline): counted as cancelled, or as a deadline passed,
         as a Python-scheduled request's cancel is (it never ran), and answered, so that the
