@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -23,18 +22,15 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
+from grpc_floor import cpu_s  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.prometheus import parse, series  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
 URL = "/v2/models/lin/infer"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _native(server) -> float:
@@ -65,13 +61,13 @@ def main() -> None:
                     for _ in range(200):  # warm-up
                         client.post(URL + query, content=body, headers=headers)
                     time.sleep(1.5)  # the fronts report their counts every half second
-                    native_before, cpu_before = _native(server), _cpu_s(front)
+                    native_before, cpu_before = _native(server), cpu_s([front])
                     begun = time.perf_counter()
                     for _ in range(args.requests):
                         answer = client.post(URL + query, content=body, headers=headers)
                         assert answer.status_code == 200, answer.text
                     took = time.perf_counter() - begun
-                    cpu_us = (_cpu_s(front) - cpu_before) / args.requests * 1e6
+                    cpu_us = (cpu_s([front]) - cpu_before) / args.requests * 1e6
                     time.sleep(1.5)
                     share = (_native(server) - native_before) / args.requests
                     print(

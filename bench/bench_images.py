@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from bench_http import Request, wrk  # noqa: E402
-from bench_workers import Ours, grpc_load  # noqa: E402
+from bench_workers import Ours, grpc_load, image_call  # noqa: E402
 from grpc_floor import MODES, floor  # noqa: E402
-from h2load_grpc import answered_ok, h2load_grpc, image_call  # noqa: E402
+from h2load_grpc import answered_ok, h2load_grpc  # noqa: E402
 from h2load_grpc import available as h2load_available  # noqa: E402
 from support import programs  # noqa: E402
 

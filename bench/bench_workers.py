@@ -141,6 +141,17 @@ def servicer_parameter() -> bytes:
     return request.SerializeToString()
 
 
+def image_call(model: str, x: np.ndarray, servicer: bool = False) -> bytes:
+    """A ModelInferRequest message: `x` as input_0's raw contents; `servicer`: for the fronts'
+    servicer to answer (servicer_parameter)."""
+    from service.front.protocols.v2_grpc import messages
+
+    request = messages.ModelInferRequest(model_name=model)
+    request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
+    request.raw_input_contents.append(x.tobytes())
+    return request.SerializeToString() + (servicer_parameter() if servicer else b"")
+
+
 def grpc_load(
     address: str,
     model: str,
@@ -157,13 +168,7 @@ def grpc_load(
     contents); `servicer`: sent so that the fronts' servicer answers it (servicer_parameter).
     The clients' CPU per answered call goes in the returned Load's `client_us`: grpcio's client
     costs about what its server does, so on a shared host it bounds the load."""
-    from service.front.protocols.v2_grpc import messages
-
-    if body is None:
-        request = messages.ModelInferRequest(model_name=model)
-        request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
-        request.raw_input_contents.append(x.tobytes())
-        body = request.SerializeToString()
+    body = image_call(model, x) if body is None else body
     if servicer:
         body += servicer_parameter()
     queue = multiprocessing.get_context("spawn").Queue()

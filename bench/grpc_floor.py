@@ -101,8 +101,8 @@ def floor(
 ):
     """(the load measured, the servers' CPU per answered request in us); the load from
     `processes` grpcio clients, or from h2load (bench/h2load_grpc.py) with `h2load`."""
-    from bench_workers import grpc_load
-    from h2load_grpc import h2load_grpc, image_call
+    from bench_workers import grpc_load, image_call
+    from h2load_grpc import h2load_grpc
     from support.server import free_port
 
     port = free_port()

@@ -10,7 +10,7 @@ application/grpc`, `te: trailers`) over one HTTP/2 connection per client, one ca
 It sees only HTTP statuses, and a gRPC error is an HTTP 200 with `grpc-status` in its trailers:
 callers check the server's own count of answered requests against what h2load counts.
 
-    load = h2load_grpc("127.0.0.1:8001", message, seconds=3, connections=64, threads=4)
+    load = h2load_grpc(address, bench_workers.image_call("image", x), seconds=3, connections=64)
 """
 
 from __future__ import annotations
@@ -26,18 +26,6 @@ from pathlib import Path
 from bench_http import Load
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
-
-
-def image_call(model: str, x, servicer: bool = False) -> bytes:
-    """A ModelInferRequest message: `x` as input_0's raw contents; `servicer`: for the fronts'
-    servicer to answer (bench_workers.servicer_parameter)."""
-    from bench_workers import servicer_parameter
-    from service.front.protocols.v2_grpc import messages
-
-    request = messages.ModelInferRequest(model_name=model)
-    request.inputs.add(name="input_0", datatype="FP32", shape=list(x.shape))
-    request.raw_input_contents.append(x.tobytes())
-    return request.SerializeToString() + (servicer_parameter() if servicer else b"")
 
 
 def available() -> bool:
