@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from bench_http import Load, Request, wrk  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.prometheus import parse, series  # noqa: E402
 from support.server import ServerProcess, tensor, upload  # noqa: E402
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--programs-dir", type=Path)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="bench_batching_"))
+    work = scratch_dir("bench_batching_")
     exported = programs.export_weight_bound(
         args.programs_dir or work / "programs", args.width, args.layers
     )

@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402 (torch only when it exports)
 from support.flood import PROBES, PROTOCOLS, flood, sequential  # noqa: E402
 from support.processes import role_pids  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--programs-dir", type=Path, default=None)
     parser.add_argument("--export-only", action="store_true", help="export the program and stop")
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-flood-"))
+    scratch = scratch_dir("bench-flood-")
     program = _program(args.programs_dir or scratch / "programs", args.width, args.layers)
     if args.export_only:
         print(f"exported {program.pte} and {[str(p) for p in program.ptds]}")

@@ -37,7 +37,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -52,6 +51,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_http import Request, wrk  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
@@ -300,9 +300,9 @@ def main() -> None:
     from support.trt_models import TrtProgram
 
     modes = args.modes.split(",")
-    scratch = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-"))
+    scratch = scratch_dir("bench-gpu-busy-")
     # On tmpfs: Linux pins a file's pages for the GPU (the kernels write there) only on shmem.
-    stats = Path(tempfile.mkdtemp(prefix="bench-gpu-busy-", dir="/dev/shm")) / "spin-records"
+    stats = scratch_dir("bench-gpu-busy-", "/dev/shm") / "spin-records"
     env = {
         "ETRT_TEST_SPIN_US": str(args.spin_us),
         "ETRT_TEST_SPIN_ROW_US": str(args.row_us),

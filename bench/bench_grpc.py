@@ -10,7 +10,6 @@ usage: python bench/bench_grpc.py [--seconds 5] [--programs-dir DIR]
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.server import ServerProcess, tensor, upload  # noqa: E402
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-grpc-"))
+    scratch = scratch_dir("bench-grpc-")
     image = programs.export_image(args.programs_dir or scratch / "programs")
     x = image.example_inputs[0].numpy()
     expected = x * 2 + 1

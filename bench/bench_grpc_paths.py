@@ -17,7 +17,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_workers import grpc_load  # noqa: E402
 from grpc_floor import cpu_s  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-grpc-paths-"))
+    scratch = scratch_dir("bench-grpc-paths-")
     folder = args.programs_dir or scratch / "programs"
     small = programs.export_linear_relu(folder)
     image = programs.export_image(folder, xnnpack=True)

@@ -10,7 +10,6 @@ usage: python bench/bench_host.py [--programs-dir DIR]   (ethost must be importa
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import ethost  # noqa: E402
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
-    out_dir = args.programs_dir or Path(tempfile.mkdtemp(prefix="bench-host-"))
+    out_dir = args.programs_dir or scratch_dir("bench-host-")
 
     trivial = programs.export_linear_relu(out_dir)
     heavy = programs.export_cpu_heavy(out_dir, size=16384)

@@ -28,7 +28,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.server import ServerProcess, free_port, tensor, upload  # noqa: E402
 
@@ -384,7 +384,7 @@ def main() -> None:
         "--sections", default="1234", help="which of the sections 1-4 to run (default: all)"
     )
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-http-"))
+    scratch = scratch_dir("bench-http-")
     exported = export_all(args.programs_dir or scratch / "programs")
     rng = np.random.default_rng(0)
     tiny_x = rng.standard_normal((2, 8)).astype(np.float32)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from grpc_floor import cpu_s  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.prometheus import parse, series  # noqa: E402
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-httpx-"))
+    scratch = scratch_dir("bench-httpx-")
     program = programs.export_linear_relu(scratch / "programs")
     with ServerProcess(scratch / "artifacts", "--workers", "1") as server:
         with server.client() as client:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -62,6 +61,7 @@ from bench_workers import Ours, grpc_load, image_call  # noqa: E402
 from grpc_floor import MODES, floor  # noqa: E402
 from h2load_grpc import answered_ok, h2load_grpc  # noqa: E402
 from h2load_grpc import available as h2load_available  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 
 FP32 = (1, 3, 224, 224)
@@ -240,7 +240,7 @@ def main() -> None:
         print({name: str(p.pte) for name, p in export(args.export).items()})
         return
     exported = export(args.programs)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-images-"))
+    scratch = scratch_dir("bench-images-")
     instances = args.instances or max(2, args.workers)
     server = Ours(scratch, exported, args.workers, instances, ["--allow-client-shm"])
     rng = np.random.default_rng(0)

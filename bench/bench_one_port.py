@@ -12,7 +12,6 @@ usage: python bench/bench_one_port.py [--seconds 3] [--rounds 2] [--concurrency 
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-one-port-"))
+    scratch = scratch_dir("bench-one-port-")
     made = args.programs_dir or scratch / "programs"
     tiny, image = programs.export_linear_relu(made), programs.export_image(made)
     cases = {

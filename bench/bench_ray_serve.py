@@ -27,7 +27,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402 (torch only when it exports)
 from support.server import ServerProcess, free_port, upload  # noqa: E402
 
@@ -136,7 +136,7 @@ def main() -> None:
     if args.export:
         print({name: str(p.pte) for name, p in export_all(args.export).items()})
         return
-    scratch = Path(tempfile.mkdtemp(prefix="bench-ray-"))
+    scratch = scratch_dir("bench-ray-")
     rng = np.random.default_rng(0)
     requests = {"tiny JSON": native_json("tiny", rng.standard_normal((2, 8)).astype(np.float32))}
     names = ["tiny"]

@@ -23,7 +23,6 @@ import ctypes
 import json
 import multiprocessing
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
 
@@ -319,7 +319,7 @@ def main() -> None:
     )
     parser.add_argument("--programs-dir", type=Path, default=None)
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-shm-"))
+    scratch = scratch_dir("bench-shm-")
     if args.cuda:
         cuda_main(args, scratch)
         return

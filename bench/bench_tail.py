@@ -22,7 +22,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_workers import Ours, export, tiny_json  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 
 CONNECTIONS = 256
@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
     exported = export(args.programs)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-tail-"))
+    scratch = scratch_dir("bench-tail-")
     print(f"{os.cpu_count()} cores, load {os.getloadavg()}, wrk -c{CONNECTIONS}, {args.seconds} s")
     server, flags_now = None, None
     try:

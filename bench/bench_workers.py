@@ -29,7 +29,6 @@ import multiprocessing
 import os
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from bench_http import Baseline, Load, Request, _modules, wrk  # noqa: E402
+from scratch import scratch_dir  # noqa: E402
 from support import programs  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 from support.server import ServerProcess, upload  # noqa: E402
@@ -343,7 +343,7 @@ def main() -> None:
     n, seconds, scratch = (
         args.workers,
         args.seconds,
-        Path(tempfile.mkdtemp(prefix="bench-workers-")),
+        scratch_dir("bench-workers-"),
     )
     image_model = "image" if args.image == "xnnpack" else "image_portable"
     tiny_pte, image_pte = exported["tiny"].pte, exported[image_model].pte

@@ -14,11 +14,12 @@ usage: python bench/bench_xnnpack.py [--runs 10] [--portable-runs 2] [--out DIR]
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from scratch import scratch_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -102,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    out = args.out or Path(tempfile.mkdtemp(prefix="bench-xnnpack-"))
+    out = args.out or scratch_dir("bench-xnnpack-")
     model = resnet18()
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
