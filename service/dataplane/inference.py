@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service import oip, rules
+from service import oip
 from service.dataplane.catalog import Served, parse_version
 from service.dataplane.deployment import outcome_of
 from service.dataplane.gpu_faults import GpuFaulted
-from service.dataplane.kernel_errors import is_input_fault, kernel_reason
+from service.dataplane.kernel_errors import execution_error, inputs_sent, is_input_fault
 from service.dataplane.metrics import UNKNOWN
 from service.dataplane.model_pool import PoolClosed
 from service.dataplane.scheduler import Policy, policy_for
@@ -35,8 +35,6 @@ from service.errors import (
     ServiceError,
     Unavailable,
     clip,
-    input_problem,
-    server_fault,
 )
 
 # The service's logger: operators filter its upload and access lines by this name.
@@ -290,16 +288,11 @@ class Inference:
         and the native lane's): a GPU fault when the device context no longer works after it
         (service/dataplane/gpu_faults.py), else what the failure itself means."""
         if not isinstance(exc, ValueError) and not is_input_fault(exc):
-            names = (
-                signature.input_names()
-                if signature is not None
-                else [f"input {i}" for i in range(len(shapes))]
-            )
-            sent = ", ".join(f"{n} {list(shape)}" for n, shape in zip(names, shapes))
+            sent = inputs_sent(signature, shapes)
             faulted = self.gpu_faults.classify(model, version, method, f"[{sent}]", exc)
             if faulted is not None:
                 return faulted
-        return _execution_error(exc, model, method, signature, shapes)
+        return execution_error(exc, model, method, signature, shapes)
 
     def _route(self, model: str, version: str | None, method: str) -> _Route | None:
         if self.gpu_faults.fault is not None:  # infer() answers why
@@ -466,38 +459,3 @@ def _unbounded(queue) -> bool:
 def _most_bytes(served: Served, method: str) -> list:
     """Per output of the method, the most bytes it can take (its upper bounds), else inf."""
     return [spec.get("nbytes", math.inf) for spec in served.pool.meta(method)["outputs"]]
-
-
-def _execution_error(
-    exc: Exception,
-    model: str,
-    method: str,
-    signature: MethodSignature | None,
-    shapes: list,
-) -> ServiceError:
-    """What an execute's failure means for the client: the host's own input validation
-    (ethost.InputError, a ValueError), a kernel or delegate refusing the inputs, or a real
-    failure. A refusal names the shapes sent: a delegate's reason may not (XNNPACK's does not),
-    and it names the one input of a one-input method (`signature` None: the method is no longer
-    served, its inputs are named by position)."""
-    if isinstance(exc, ValueError):
-        label = getattr(exc, "input_name", None) or f"input {getattr(exc, 'index', '?')}"
-        return input_problem(label, rules.INPUT_INVALID, str(exc))
-    if is_input_fault(exc):
-        reason = kernel_reason(exc)
-        # One line per refused input: the host captures ExecuTorch's own lines instead of
-        # printing them, so this is the only trace of it in the log.
-        log.warning("infer model=%r method=%r outcome=input_rejected: %s", model, method, reason)
-        names = (
-            signature.input_names()
-            if signature is not None
-            else [f"input {i}" for i in range(len(shapes))]
-        )
-        sent = ", ".join(f"{n} {list(shape)}" for n, shape in zip(names, shapes))
-        return input_problem(
-            names[0] if len(names) == 1 else None,
-            rules.INPUT_REJECTED,
-            f"model {model!r} method {method!r} rejected the inputs ({sent}) while executing: "
-            f"{reason}",
-        )
-    return server_fault(f"executing {model!r} method {method!r}", kernel_reason(exc))
