@@ -109,6 +109,7 @@ def _protocol(app):
         lifespan="off",
         log_level="error",
         proxy_headers=False,  # as the fronts run it (service/front/__main__.py)
+        access_log=False,  # their default (--access-log): the transport writes whole answers
     )
     protocol = GatheringHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     protocol.connection_made(RecordingTransport())
@@ -287,6 +288,29 @@ def test_pipelined_whole_answers_leave_in_order_and_a_closing_request_closes():
     assert [a.rpartition(b"\r\n\r\n")[2] for a in answers] == answered
     assert b"connection: close" in answers[2] and b"connection: close" not in answers[0]
     assert calls[-1] == ("close", None)
+
+
+def test_a_pipelined_answer_the_transport_cannot_write_itself_has_the_same_bytes():
+    """A request alone gets its answer written by the transport; pipelined ones, read by
+    uvicorn's parser while the one before runs, go through uvicorn's send: the same headers in
+    the same order (the native path writes them so too)."""
+    answered: list = []
+
+    async def main():
+        protocol = _protocol(_responding_app(answered))
+        protocol.server_state.default_headers[:] = [(b"date", b"Wed, 02 Dec 2026 05:00:00 GMT")]
+        protocol.data_received(_post(b"same"))  # alone: the transport writes its answer
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+        protocol.data_received(_post(b"same") + _post(b"same"))
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        return protocol.transport.calls
+
+    calls = asyncio.run(main())
+    answers = _answers(b"".join(data for call, data in calls if call == "write"))
+    assert answered == [b"same"] * 3 and len(answers) == 3
+    assert answers[1] == answers[0] and answers[2] == answers[0], answers
 
 
 def test_a_head_read_alone_is_held_for_a_declared_body_that_has_not_all_come():

@@ -141,7 +141,10 @@ async def read_body(scope: dict, receive: Receive, limit: int, what: str) -> byt
 
 
 async def respond(scope: dict, send, content_type: bytes, headers: list, body: bytes) -> None:
-    """A complete 200 answer, written by the transport itself where it offers to (RESPOND)."""
+    """A complete 200 answer, written by the transport itself where it offers to (RESPOND), else
+    sent through uvicorn (a pipelined request's, or with the access log on) with the headers
+    in the same order: the answer's own, then its content-type and length, as the transport
+    and the native path write them."""
     direct = scope.get("extensions", {}).get(RESPOND)
     if direct is not None and direct(scope, content_type, headers, body):
         return
@@ -150,8 +153,8 @@ async def respond(scope: dict, send, content_type: bytes, headers: list, body: b
             "type": "http.response.start",
             "status": 200,
             "headers": [
-                (b"content-type", content_type),
                 *headers,
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
             ],
         }

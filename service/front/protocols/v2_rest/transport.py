@@ -151,9 +151,9 @@ async def send_parts(
             {
                 "type": "http.response.start",
                 "status": 200,
-                "headers": [
-                    (b"content-type", media_type),
+                "headers": [  # in bodies.respond's order, the native path's too
                     *headers,
+                    (b"content-type", media_type),
                     (b"content-length", str(length).encode()),
                 ],
             }
