@@ -7,9 +7,10 @@ native path takes a whole request on an idle connection, uvicorn's parser reads 
 head cut short, requests pipelined behind one that runs), and a Python answer is written by the
 transport itself or, behind another request, through uvicorn's send. Whichever it was, the
 client must not be able to tell: this found the two Python ways writing a binary answer's
-headers in different orders. Seeded cases of six kinds of request (v2 JSON and binary, the
-native API, and three refusals), one to four a connection, cut at up to five random places
-with pauses of up to 50 ms between the pieces."""
+headers in different orders, and the health probes answered where they arrive writing theirs
+in another order than the routes. Seeded cases of eight kinds of request (v2 JSON and binary,
+the native API, three refusals, two probes), one to four a connection, cut at up to five
+random places with pauses of up to 50 ms between the pieces."""
 
 import json
 import random
@@ -72,6 +73,10 @@ def _native(query: str) -> bytes:
     return _post(f"/infer{query}", "application/json", body)
 
 
+def _probe(path: str):
+    return lambda query: f"GET {path}{query} HTTP/1.1\r\nhost: t\r\n\r\n".encode()
+
+
 KINDS = {
     "v2 JSON": _v2_json,
     "v2 binary": _v2_binary,
@@ -79,6 +84,9 @@ KINDS = {
     "a shape the method cannot take": lambda query: _v2_json(query, shape=(4, 2)),
     "no such model": lambda query: _v2_binary(query, model="nope"),
     "a binary size that is not the tensor's": lambda query: _v2_binary(query, size=X.nbytes - 1),
+    # Whole and alone, a probe is answered where it arrives (health.py's InlineProbes).
+    "a readiness probe": _probe("/v2/health/ready"),
+    "a liveness probe": _probe("/health/live"),
 }
 
 

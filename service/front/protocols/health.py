@@ -16,8 +16,9 @@ needs no token; otherwise the route asks the engine.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+
+from starlette.responses import JSONResponse, Response
 
 from service.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
@@ -34,7 +35,6 @@ _ANSWERS: dict[str, Callable[[bool, Callable[[], str]], tuple[int, dict]]] = {
 }
 _REASONS = {200: b"OK", 503: b"Service Unavailable"}
 METRICS_PATH = "/metrics"
-_METRICS_TYPE = METRICS_CONTENT_TYPE.encode()
 # Headers that make a request more than a bare probe: the routes serve those.
 _NOT_BARE = (b"content-length", b"transfer-encoding", b"connection", b"expect", b"upgrade")
 
@@ -72,14 +72,16 @@ class InlineProbes:
             page = self._metrics()
             if page is None:
                 return None
-            status, text, kind = 200, page.encode(), _METRICS_TYPE
+            response = Response(page, media_type=METRICS_CONTENT_TYPE)
         else:
             service = self._service
             status, body = answer(path, service.ready, service.not_ready_reason)
-            text, kind = json.dumps(body, separators=(",", ":")).encode(), b"application/json"
+            response = JSONResponse(body, status_code=status)
+        # The routes' own response classes make the body and its headers, so that an answer
+        # given here has the routes' bytes (uvicorn's default headers first, as it writes them).
+        status = response.status_code
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS[status], b"\r\n"]
-        for name, value in default_headers:
+        for name, value in (*default_headers, *response.raw_headers):
             parts += (name, b": ", value, b"\r\n")
-        parts += (b"content-type: ", kind, b"\r\ncontent-length: ", str(len(text)).encode())
-        parts += (b"\r\n\r\n", text)
+        parts += (b"\r\n", response.body)
         return b"".join(parts)
