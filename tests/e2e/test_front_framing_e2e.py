@@ -8,9 +8,9 @@ head cut short, requests pipelined behind one that runs), and a Python answer is
 transport itself or, behind another request, through uvicorn's send. Whichever it was, the
 client must not be able to tell: this found the two Python ways writing a binary answer's
 headers in different orders, and the health probes answered where they arrive writing theirs
-in another order than the routes. Seeded cases of eight kinds of request (v2 JSON and binary,
-the native API, three refusals, two probes), one to four a connection, cut at up to five
-random places with pauses of up to 50 ms between the pieces."""
+in another order than the routes. Seeded cases of nine kinds of request (v2 JSON and binary,
+a 602 KB image, the native API, three refusals, two probes), one to four a connection, cut at
+up to five random places with pauses of up to 50 ms between the pieces."""
 
 import json
 import random
@@ -21,13 +21,14 @@ import time
 import numpy as np
 import pytest
 
-from support.program_fixtures import linear_relu_program  # noqa: F401
+from support.program_fixtures import image_program, linear_relu_program  # noqa: F401
 from support.prometheus import parse, series
 from support.server import upload
 
 CASES = 400
 SECONDS = 60  # at most, on a loaded machine
 X = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+IMAGE = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
 _LENGTH = re.compile(rb"\r\ncontent-length: (\d+)", re.IGNORECASE)
 _DATE = re.compile(rb"\r\ndate: [^\r]*", re.IGNORECASE)
 
@@ -46,14 +47,14 @@ def _v2_json(query: str, shape=(2, 4)) -> bytes:
     return _post(f"/v2/models/lin/infer{query}", "application/json", body)
 
 
-def _v2_binary(query: str, model: str = "lin", size: int = X.nbytes) -> bytes:
+def _v2_binary(query: str, model: str = "lin", x: np.ndarray = X, size: int | None = None) -> bytes:
     header = {
         "inputs": [
             {
                 "name": "input_0",
-                "shape": [2, 4],
+                "shape": list(x.shape),
                 "datatype": "FP32",
-                "parameters": {"binary_data_size": size},
+                "parameters": {"binary_data_size": x.nbytes if size is None else size},
             }
         ],
         "outputs": [{"name": "output_0", "parameters": {"binary_data": True}}],
@@ -62,7 +63,7 @@ def _v2_binary(query: str, model: str = "lin", size: int = X.nbytes) -> bytes:
     return _post(
         f"/v2/models/{model}/infer{query}",
         "application/octet-stream",
-        text + X.tobytes(),
+        text + x.tobytes(),
         f"inference-header-content-length: {len(text)}\r\n",
     )
 
@@ -84,6 +85,9 @@ KINDS = {
     "a shape the method cannot take": lambda query: _v2_json(query, shape=(4, 2)),
     "no such model": lambda query: _v2_binary(query, model="nope"),
     "a binary size that is not the tensor's": lambda query: _v2_binary(query, size=X.nbytes - 1),
+    # Its body may arrive after its head and in pieces: taken as it comes, into its arena slot;
+    # its answer is as large (sent in parts through uvicorn on the Python path).
+    "an image": lambda query: _v2_binary(query, model="image", x=IMAGE),
     # Whole and alone, a probe is answered where it arrives (health.py's InlineProbes).
     "a readiness probe": _probe("/v2/health/ready"),
     "a liveness probe": _probe("/health/live"),
@@ -110,7 +114,7 @@ def _answers(sock: socket.socket, count: int) -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, linear_relu_program):  # noqa: F811
+def server(tmp_path_factory, linear_relu_program, image_program):  # noqa: F811
     from support.server import ServerProcess
 
     server = ServerProcess(
@@ -118,6 +122,7 @@ def server(tmp_path_factory, linear_relu_program):  # noqa: F811
     ).start()
     with server.client() as client:
         assert upload(client, "lin", linear_relu_program.pte).status_code == 201
+        assert upload(client, "image", image_program.pte).status_code == 201
     yield server
     server.stop()
 
