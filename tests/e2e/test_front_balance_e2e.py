@@ -60,7 +60,9 @@ def test_a_pool_opened_the_moment_the_server_is_ready_is_spread_over_every_front
     start_server, linear_relu_program, tmp_path
 ):
     """Readiness waits for every front to listen (fair_accept.StartedFronts): a pool opened as
-    soon as the server says ready otherwise kept only the fronts that had started."""
+    soon as the server says ready otherwise kept only the fronts that had started (5 of 8 on
+    the 16-core host). Here the fronts are often all up before the engine is; the gate itself is
+    held by tests/unit/test_fair_accept.py."""
     fronts = 4
     artifacts = tmp_path / "artifacts"
     first = start_server(artifacts=artifacts)
@@ -92,5 +94,10 @@ def test_a_pool_opened_the_moment_the_server_is_ready_is_spread_over_every_front
         if sum(served.values()) >= len(pool) * REQUESTS:
             break
         time.sleep(0.2)
-    # Two connections per front, each front's requests those of its connections.
-    assert sorted(served.values()) == [2 * REQUESTS] * fronts, served
+    # Every front holds connections of the pool, each front's requests those of its
+    # connections. Two each as a rule; on cores too busy for a front to accept within
+    # fair_accept.DEFER_S, a more loaded one takes the connection (measured: 3 / 2 / 2 / 1 in 1
+    # of 5 runs beside a busy loop on one of 2 cores), so the count is not asserted exactly
+    # here: test_four_keep_alive_clients_are_spread_over_two_fronts holds the spread.
+    assert len(served) == fronts and sum(served.values()) == len(pool) * REQUESTS, served
+    assert all(v >= REQUESTS and v % REQUESTS == 0 for v in served.values()), served
