@@ -44,6 +44,7 @@ from service.front.protocols.bodies import (
     NATIVE_BODY,
     RESPOND,
     BodySink,
+    answer_headers,
     body_to_come,
 )
 from service.front.protocols.half_close import PeerWatch
@@ -403,10 +404,9 @@ class GatheringHttpToolsProtocol(HttpToolsProtocol):
         cycle.response_started = True
         cycle.waiting_for_100_continue = False
         parts = [_OK]
-        for name, value in (*self.server_state.default_headers, *headers):
+        own = answer_headers(content_type, headers, len(body))
+        for name, value in (*self.server_state.default_headers, *own):
             parts += (name, b": ", value, b"\r\n")
-        parts += (b"content-type: ", content_type, b"\r\ncontent-length: ")
-        parts += (str(len(body)).encode(), b"\r\n")
         if not cycle.keep_alive:
             parts.append(b"connection: close\r\n")
         parts += (b"\r\n", body)

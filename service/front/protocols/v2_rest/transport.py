@@ -24,7 +24,14 @@ import numpy as np
 
 from service.errors import Invalid, too_large
 from service.front.protocols.arriving import ArrivingBodies
-from service.front.protocols.bodies import BODY_INTO, chunks, declared_length, read_body, respond
+from service.front.protocols.bodies import (
+    BODY_INTO,
+    answer_headers,
+    chunks,
+    declared_length,
+    read_body,
+    respond,
+)
 
 _SLICE = 4 * 1024 * 1024
 # Up to this many bytes, an answer's parts are joined and sent in one body message.
@@ -151,11 +158,7 @@ async def send_parts(
             {
                 "type": "http.response.start",
                 "status": 200,
-                "headers": [  # in bodies.respond's order, the native path's too
-                    *headers,
-                    (b"content-type", media_type),
-                    (b"content-length", str(length).encode()),
-                ],
+                "headers": answer_headers(media_type, headers, length),
             }
         )
         for part in parts:
