@@ -7,6 +7,11 @@ and over system and CUDA shared memory, at batch 1 and with dynamic batching (ma
         [--spin-us 200] [--row-us 10] [--connections 64,256] [--modes binary,system,cuda]
         [--instances 4] [--batched-instances 4]
 
+`--cuda-graphs on` (or `both`: each batch-1 case twice, without and with) deploys the batch-1
+models with `use_cuda_graphs`: the delegate captures the kernel once per instance and replays it
+from C++, with no provider call and no GIL (batched models change shape, so they never replay).
+The kernels number their own records, so replays are counted like launches.
+
 Each model has 4 instances by default (`--instances`, `--batched-instances`), so that a launch
 is always queued behind the one running: with 2, a batch's turnaround (its outputs back, the next
 batch formed and launched) must fit in the other instance's one kernel.
@@ -66,12 +71,16 @@ class Model:
     name: str
     planned: bool  # inputs planned (binary, system shm) or unplanned (CUDA shm)
     batched: bool
+    graphs: bool = False  # use_cuda_graphs: replays launched by the delegate, no provider call
 
 
-def _config(batched: bool, instances: int) -> dict:
+def _config(model: Model, instances: int) -> dict:
     # Several executes in flight, so that a launch is always queued behind the one running.
-    if not batched:
-        return {"instance_group": [{"count": instances}]}
+    if not model.batched:
+        config = {"instance_group": [{"count": instances}]}
+        if model.graphs:
+            config["parameters"] = {"use_cuda_graphs": {"string_value": "true"}}
+        return config
     return {
         "max_batch_size": MAX_BATCH,
         "dynamic_batching": {"preferred_batch_size": [MAX_BATCH]},
@@ -296,6 +305,12 @@ def main() -> None:
     parser.add_argument(
         "--batched-instances", type=int, default=4, help="of the dynamic-batching models"
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        choices=("off", "on", "both"),
+        default="off",
+        help="the batch-1 models with use_cuda_graphs (replays need no provider call, no GIL)",
+    )
     args = parser.parse_args()
     from support.trt_models import TrtProgram
 
@@ -308,13 +323,16 @@ def main() -> None:
         "ETRT_TEST_SPIN_ROW_US": str(args.row_us),
         "ETRT_TEST_SPIN_STATS": str(stats),
     }
+    graphs = {"off": (False,), "on": (True,), "both": (False, True)}[args.cuda_graphs]
     models = []
     for batching in args.batching.split(","):
         batched = batching != "1"
         for planned in (True, False):
-            if planned or "cuda" in modes:
-                name = f"spin{'_batched' if batched else ''}{'' if planned else '_unplanned'}"
-                models.append(Model(name, planned, batched))
+            for replayed in (False,) if batched else graphs:
+                if planned or "cuda" in modes:
+                    name = f"spin{'_batched' if batched else ''}{'' if planned else '_unplanned'}"
+                    name += "_graphs" if replayed else ""
+                    models.append(Model(name, planned, batched, replayed))
     flags = ["--workers", str(args.workers), "--allow-client-shm", "--log-level", "warning"]
     rows_out = []
     with ServerProcess(
@@ -328,7 +346,7 @@ def main() -> None:
                 if not program.exists():
                     raise SystemExit(f"{program.pte} is missing: see --help")
                 count = args.batched_instances if model.batched else args.instances
-                fields = {"config": json.dumps(_config(model.batched, count))}
+                fields = {"config": json.dumps(_config(model, count))}
                 response = upload(client, model.name, program.pte, fields=fields)
                 assert response.status_code == 201, response.text
             regions = Regions(client, "cuda" in modes)
@@ -403,7 +421,8 @@ def _summary(rows, args) -> str:
         if not model.batched and conns == 64:
             goal = 0.90 if mode == "binary" else 0.95
             met = "met" if seen["busy"] >= goal else "MISSED"
-            lines.append(f"  batch 1 {mode} 64 conns: busy {seen['busy']:.3f} >= {goal}: {met}")
+            label = f"batch 1{' graphs' if model.graphs else ''} {mode}"
+            lines.append(f"  {label} 64 conns: busy {seen['busy']:.3f} >= {goal}: {met}")
         if model.batched and conns == 256:
             # at full batches: requests' rows / s against the limit at 32 rows
             ratio = load.rps / _limit(MAX_BATCH, args)

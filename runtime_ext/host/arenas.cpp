@@ -81,6 +81,22 @@ Outcome<std::shared_ptr<DeviceMemory>> find_device_memory(const std::string& act
 
 }  // namespace
 
+bool lock_pages(DeviceMemory& memory, void* p, size_t size) {
+  if (size > kMaxPinnedBuffer) return false;
+  if (!memory.pin_host(p, locked_size(size)).ok()) {
+    g_pin_refused.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  g_pinned.fetch_add(1, std::memory_order_relaxed);
+  g_locked_bytes.fetch_add(locked_size(size), std::memory_order_relaxed);
+  return true;
+}
+
+void unlock_pages(DeviceMemory& memory, void* p, size_t size) {
+  memory.unpin_host(p);
+  g_locked_bytes.fetch_sub(locked_size(size), std::memory_order_relaxed);
+}
+
 PinnedCounts pinned_counts() {
   return {g_pinned.load(std::memory_order_relaxed), g_pin_refused.load(std::memory_order_relaxed),
           g_locked_bytes.load(std::memory_order_relaxed)};
@@ -112,9 +128,7 @@ PlannedArenas::~PlannedArenas() {
   // Before the buffers are freed (members go after this body): a freed page must not stay
   // registered with the driver.
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    if (pin_state_[i] != 1) continue;
-    pinned_by_->unpin_host(buffers_[i].get());
-    g_locked_bytes.fetch_sub(locked_size(spans_[i].size()), std::memory_order_relaxed);
+    if (pin_state_[i] == 1) unlock_pages(*pinned_by_, buffers_[i].get(), spans_[i].size());
   }
 }
 
@@ -123,19 +137,12 @@ void PlannedArenas::pin_for_copies(const void* p, const std::shared_ptr<DeviceMe
   if (!i || !devices_[*i].is_cpu() || pin_state_[*i] != 0) return;
   const Span<uint8_t>& span = spans_[*i];
   // A second device memory (never one per process today) would need its own bookkeeping.
-  if (span.size() > kMaxPinnedBuffer || (pinned_by_ && pinned_by_ != memory)) {
+  if ((pinned_by_ && pinned_by_ != memory) || !lock_pages(*memory, span.data(), span.size())) {
     pin_state_[*i] = 2;
     return;
   }
-  if (memory->pin_host(span.data(), locked_size(span.size())).ok()) {
-    pin_state_[*i] = 1;
-    pinned_by_ = memory;
-    g_pinned.fetch_add(1, std::memory_order_relaxed);
-    g_locked_bytes.fetch_add(locked_size(span.size()), std::memory_order_relaxed);
-  } else {
-    pin_state_[*i] = 2;
-    g_pin_refused.fetch_add(1, std::memory_order_relaxed);
-  }
+  pin_state_[*i] = 1;
+  pinned_by_ = memory;
 }
 
 Outcome<std::unique_ptr<PlannedArenas>> PlannedArenas::allocate(const MethodMeta& meta,

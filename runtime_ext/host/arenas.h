@@ -26,12 +26,20 @@ constexpr size_t kHostPage = 4096;
 // large model's activations never take that much unswappable memory.
 constexpr size_t kMaxPinnedBuffer = size_t{256} << 20;
 
-// Planned host buffers page-locked since the process started, those the driver refused, and
-// the bytes locked now (buffers of instances since closed are unlocked).
+// Host buffers (planned ones, and instances' own: host_buffer.h) page-locked since the process
+// started, those the driver refused, and the bytes locked now (buffers of instances since closed
+// are unlocked).
 struct PinnedCounts {
   uint64_t pinned = 0, refused = 0, locked_bytes = 0;
 };
 PinnedCounts pinned_counts();
+
+// Page-locks the whole pages from `p` (page-aligned) holding `size` bytes, for copies between
+// them and `memory`'s device, counted in pinned_counts. False, and left pageable, where the driver
+// refuses (counted) or where `size` is over kMaxPinnedBuffer (not asked).
+bool lock_pages(ethost_device::DeviceMemory& memory, void* p, size_t size);
+// Undoes lock_pages; before the pages are freed, since a freed page must not stay registered.
+void unlock_pages(ethost_device::DeviceMemory& memory, void* p, size_t size);
 
 struct ArenaFree {
   ethost_device::DeviceMemory* device = nullptr;  // null: host memory from aligned_alloc

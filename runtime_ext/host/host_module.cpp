@@ -384,7 +384,7 @@ NB_MODULE(ethost, m) {
       "where they went: bound (not memory-planned: the method read them in place), "
       "device_to_device or to_host (copied into a buffer planned in device or host memory).");
   m.def(
-      "pinned_planned_buffers",
+      "pinned_host_buffers",
       [] {
         PinnedCounts counts = pinned_counts();
         nb::dict out;
@@ -393,9 +393,9 @@ NB_MODULE(ethost, m) {
         out["locked_bytes"] = counts.locked_bytes;
         return out;
       },
-      "Planned host buffers page-locked for copies to and from device memory since the process "
-      "started (pinned), those the driver refused (left pageable), and the bytes locked now "
-      "(arenas.h: PlannedArenas::pin_for_copies).");
+      "Host buffers (planned ones, and instances' own for tensors left out of planning) "
+      "page-locked for copies to and from device memory since the process started (pinned), "
+      "those the driver refused (left pageable), and the bytes locked now (arenas.h).");
   m.def(
       "device_output_counts",
       [] {

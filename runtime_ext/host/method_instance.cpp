@@ -58,19 +58,6 @@ Status queue_device_input(Tensor& planned, const InputBinding& in, DeviceCopies&
 
 }  // namespace
 
-Outcome<void*> HostBuffer::reserve(size_t nbytes) {
-  if (nbytes <= capacity_ && data_) return data_.get();
-  size_t rounded = (nbytes + 255) / 256 * 256;
-  void* memory = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
-  if (memory == nullptr) {
-    return Status(Error::MemoryAllocationFailed,
-                  "could not allocate " + std::to_string(nbytes) + " bytes of host memory");
-  }
-  data_.reset(memory);
-  capacity_ = rounded;
-  return memory;
-}
-
 Outcome<std::unique_ptr<MethodInstance>> MethodInstance::load(
     std::shared_ptr<const LoadedProgram> program, const std::string& name) {
   std::unique_ptr<MethodInstance> instance(new MethodInstance());
@@ -215,6 +202,7 @@ Status MethodInstance::set_device_input(size_t index, InputBinding& in,
       // Not planned, but a CPU kernel (or the output copy) may read it: it gets host memory.
       ETHOST_ASSIGN_OR_RETURN(
           data, host_copies_[index].reserve(std::max(spec.nbytes, tensor_nbytes(in))));
+      host_copies_[index].lock_for_copies(copies->shared_memory());
       placed = to_host(data, in.data, tensor_nbytes(in));
       if (!placed.ok()) {
         placed.reason = "copying it from device memory: " + placed.reason;
@@ -352,7 +340,12 @@ Outcome<OutputBuffer> MethodInstance::write_output(size_t index,
   if (route == DeviceOutputRoute::DeviceToDevice) {
     copied = device_copies_->device_to_device(destination.data, source, nbytes);
   } else if (route == DeviceOutputRoute::FromHost && nbytes > 0) {
-    arenas_->pin_for_copies(source, device_copies_->shared_memory());  // a planned output's
+    const auto& memory = device_copies_->shared_memory();
+    if (output_buffers_[index].holds(source)) {
+      output_buffers_[index].lock_for_copies(memory);  // an output left out of planning
+    } else {
+      arenas_->pin_for_copies(source, memory);  // a planned output's
+    }
     copied = device_copies_->to_device(destination.data, source, nbytes);
   }
   if (!copied.ok()) {

@@ -5,6 +5,7 @@
 #include "arenas.h"
 #include "device_copies.h"
 #include "device_inputs.h"
+#include "host_buffer.h"
 #include "method_spec.h"
 #include "program.h"
 #include "tensor_io.h"
@@ -14,7 +15,6 @@
 #include <executorch/runtime/executor/method.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -23,16 +23,6 @@
 #include <vector>
 
 namespace ethost {
-
-// 256-byte aligned host memory that grows to the largest size asked of it.
-class HostBuffer {
- public:
-  Outcome<void*> reserve(size_t nbytes);
-
- private:
-  std::unique_ptr<void, void (*)(void*)> data_{nullptr, &std::free};
-  size_t capacity_ = 0;
-};
 
 class MethodInstance {
  public:

@@ -328,6 +328,39 @@ TEST(a_buffer_the_driver_refuses_to_lock_stays_pageable_and_its_copies_still_wor
   ethost_device::use_memory(nullptr);
 }
 
+// An unplanned input CPU kernels read is copied into the instance's own host memory: locked on
+// the first copy, in whole pages of its own (not an arena's), and unlocked when the instance
+// closes.
+TEST(an_instances_own_host_copy_of_a_device_input_is_locked_once_and_unlocked_when_closed) {
+  auto program = open("unplanned.pte");
+  if (!program) return;
+  auto memory = std::make_shared<CountingMemory>();
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return;
+  std::vector<uintptr_t> arenas = method.value()->arena_addresses();
+  PinnedCounts before = pinned_counts();
+  Runs first = run_both(*method.value(), *memory);
+  CHECK(first.device_status.ok() && first.from_device == first.from_host);
+  Runs second = run_both(*method.value(), *memory);
+  CHECK(second.device_status.ok() && second.from_device == first.from_host);
+  CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 2);
+  CHECK(memory->pins.size() == 1);
+  if (memory->pins.size() != 1) return;
+  auto [locked, nbytes] = memory->pins[0];
+  CHECK(std::find(arenas.begin(), arenas.end(), reinterpret_cast<uintptr_t>(locked)) ==
+        arenas.end());
+  CHECK(reinterpret_cast<uintptr_t>(locked) % kHostPage == 0 && nbytes == kHostPage);
+  CHECK(pinned_counts().pinned == before.pinned + 1);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes + nbytes);
+  CHECK(memory->unpins.empty());
+  method.value().reset();
+  CHECK(memory->unpins.size() == 1 && !memory->unpins.empty() && memory->unpins[0] == locked);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes);
+  ethost_device::use_memory(nullptr);
+}
+
 TEST(a_destination_too_small_or_not_device_memory_is_refused_naming_the_output) {
   auto program = open("cpu.pte");
   if (!program) return;

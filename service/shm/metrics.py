@@ -14,10 +14,10 @@ from service.shm.regions import KINDS, SharedMemory
 
 
 def _locked_bytes() -> int | None:
-    """Bytes of planned host memory page-locked for copies to and from CUDA memory (the
-    native host locks a planned buffer on its first such copy); None before it is imported."""
+    """Bytes of instances' host memory page-locked for copies to and from CUDA memory (the
+    native host locks a buffer on its first such copy); None before it is imported."""
     host = sys.modules.get("ethost")
-    return None if host is None else host.pinned_planned_buffers()["locked_bytes"]
+    return None if host is None else host.pinned_host_buffers()["locked_bytes"]
 
 
 def _native_counts() -> tuple[dict[str, int], dict[str, int]]:
@@ -104,9 +104,10 @@ class ShmMetrics:
         locked = _locked_bytes()
         if locked is not None:
             gauge = Gauge(
-                "etrt_shm_locked_planned_bytes",
-                "Planned host memory of method instances page-locked for copies to and from "
-                "CUDA memory (a buffer a CUDA input is copied into or a CUDA output out of is "
+                "etrt_shm_locked_host_bytes",
+                "Host memory of method instances (planned buffers, and the instances' own for "
+                "tensors left out of planning) page-locked for copies to and from CUDA memory "
+                "(a buffer a CUDA input is copied into or a CUDA output out of is "
                 "locked on its first copy, up to 256 MiB a buffer, and unlocked when its "
                 "instance closes), in bytes",
             )

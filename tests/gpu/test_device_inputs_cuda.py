@@ -5,9 +5,8 @@ they sit on a 256-byte boundary, staged when 16 bytes off, copied device-to-devi
 host into planned buffers otherwise.
 
 Programs: exported beforehand into $ETHOST_TRT_PROGRAMS (`cd tests && python -m
-support.trt_programs DIR`, plus linear_relu_align256_unplanned.pte from
-support.programs.export_linear_relu), since executorch.exir does not import on the GPU machine;
-exported here when that variable is unset.
+support.trt_programs DIR`, which adds the CPU programs of export_cpu_programs), since
+executorch.exir does not import on the GPU machine; exported here when that variable is unset.
 """
 
 import os
@@ -17,6 +16,7 @@ import pytest
 
 from support.device_input_cases import DeviceInputCases
 from support.trt_models import (
+    CPU_PROGRAMS,
     DEVICE_PLANNED_SET,
     GPU_SET,
     UNPLANNED_INPUTS_SET,
@@ -44,15 +44,14 @@ def device_input_programs(programs_dir):
         found = {k: TrtProgram.at(where, *spec, **kw) for k, (spec, kw) in FLAVOURS.items()}
         missing = [str(p.pte) for p in found.values() if not p.exists()]
         assert not missing, f"ETHOST_TRT_PROGRAMS lacks {missing}"
-        cpu = Path(where) / "linear_relu_align256_unplanned.pte"
-        assert cpu.exists(), f"ETHOST_TRT_PROGRAMS lacks {cpu}"
-        return {**found, "cpu_unplanned": cpu}
-    from support.programs import export_linear_relu
-    from support.trt_programs import export_trt_program
+        cpu = {k: Path(where) / f"{f}.pte" for k, f in CPU_PROGRAMS.items()}
+        missing = [str(p) for p in cpu.values() if not p.exists()]
+        assert not missing, f"ETHOST_TRT_PROGRAMS lacks {missing}"
+        return {**found, **cpu}
+    from support.trt_programs import export_cpu_programs, export_trt_program
 
     found = {k: export_trt_program(programs_dir, *spec, **kw) for k, (spec, kw) in FLAVOURS.items()}
-    cpu = export_linear_relu(programs_dir, alignment=256, planned_inputs=False).pte
-    return {**found, "cpu_unplanned": cpu}
+    return {**found, **export_cpu_programs(programs_dir)}
 
 
 class TestDeviceInputsCudaMemory(DeviceInputCases):

@@ -95,3 +95,26 @@ def test_spin_kernels_of_two_instances_take_turns(spin_program, spin_provider):
     # its start a fraction of a microsecond sooner (seen: 160 ns); overlapping kernels would
     # overlap by most of their 200+ us.
     assert np.all(got[1:, 0] >= got[:-1, 1] - 2_000), got
+
+
+def test_launches_replayed_from_a_cuda_graph_are_recorded_too(spin_program, spin_provider):
+    """With use_cuda_graphs the delegate captures the spin kernel once and replays it without
+    calling the provider; the kernel numbers its own records, so every replay is counted (what
+    bench_gpu_busy.py --cuda-graphs measures)."""
+    provider, records = spin_provider
+    trt.set_load_options(use_cuda_graphs=True)
+    try:
+        method = ethost.Program(str(spin_program.pte), []).load_method("forward")
+        x = np.ones((1, 64), np.float32)
+        for _ in range(6):
+            (out,) = method.execute([x, x])
+            np.testing.assert_array_equal(np.asarray(out), x + x)
+    finally:
+        trt.set_load_options()
+    assert provider.calls["execute"] == 2  # the warm-up and the captured one; 4 replays
+    launches = int(records[0])
+    assert launches == 6
+    got = records[1:].reshape(RING, 3)[:launches].astype(np.int64)
+    assert list(got[:, 2]) == [1] * 6
+    assert np.all(got[1:, 0] >= got[:-1, 1] - 2_000), got  # six launches, one after another
+    assert np.all((got[:, 1] - got[:, 0]) / 1e3 >= 0.95 * (BASE_US + ROW_US)), got

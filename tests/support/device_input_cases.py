@@ -17,7 +17,8 @@ boundary and staged off it; one planned in device memory is copied device to dev
 planned in host memory from the host. ethost.device_output_counts() says which.
 
 A test module provides the `device_input_programs` fixture: {"unplanned" | "unplanned_outputs" |
-"device_planned" | "host_planned": TrtProgram, "cpu_unplanned": Path of a .pte}.
+"device_planned" | "host_planned": TrtProgram, "cpu_unplanned" | "cpu_unplanned_io": Path of
+a .pte, the second with its output left out of planning too}.
 """
 
 import gc
@@ -106,13 +107,13 @@ class DeviceInputCases(SelectedMemory):
         page-locked on the first copy (CUDA), or left pageable where nothing can lock it (the
         stand-in), and unlocked when the instance closes."""
         program = device_input_programs["host_planned"]
-        before = ethost.pinned_planned_buffers()
+        before = ethost.pinned_host_buffers()
         method = load(program)
         for seed in (0, 1):
             inputs = program.example_inputs(seed)
             [output] = method.execute(self.on_device(inputs))
             np.testing.assert_allclose(output, program.reference(*inputs)[0], rtol=1e-5, atol=1e-5)
-        locked = counts_since(before, ethost.pinned_planned_buffers)
+        locked = counts_since(before, ethost.pinned_host_buffers)
         if self.memory_kind == "cuda":
             assert locked["pinned"] == 1 and locked["refused"] == 0, locked
             assert locked["locked_bytes"] > 0 and locked["locked_bytes"] % 4096 == 0, locked
@@ -120,7 +121,37 @@ class DeviceInputCases(SelectedMemory):
             assert locked == {"pinned": 0, "refused": 1, "locked_bytes": 0}
         del method
         gc.collect()
-        assert ethost.pinned_planned_buffers()["locked_bytes"] == before["locked_bytes"]
+        assert ethost.pinned_host_buffers()["locked_bytes"] == before["locked_bytes"]
+
+    def test_the_host_memory_of_tensors_left_out_of_planning_is_locked_once(
+        self, device_input_programs
+    ):
+        """An unplanned input that CPU kernels read is copied from the device into host memory
+        of the instance's own, and an unplanned output a CPU kernel writes is copied from there
+        into its device destination: each buffer is page-locked on its first copy (CUDA), or left
+        pageable where nothing can lock it (the stand-in), once, and unlocked when the instance
+        closes."""
+        program = device_input_programs["cpu_unplanned_io"]
+        method = ethost.Program(str(program)).load_method("forward")
+        assert [t["memory_planned"] for t in method.meta["inputs"]] == [False]
+        assert [t["memory_planned"] for t in method.meta["outputs"]] == [False]
+        x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+        [expected] = method.execute([x])  # from and to the host: nothing to lock
+        before = ethost.pinned_host_buffers()
+        for _ in range(3):
+            address = self.arena.buf(expected.nbytes)
+            destination = DeviceArray(address, (expected.nbytes,), np.dtype(np.uint8), 0)
+            [written] = method.execute(self.on_device([x]), [destination])
+            assert isinstance(written, ethost.WrittenOutput)
+            np.testing.assert_array_equal(get(address, expected.shape), expected)
+        locked = counts_since(before, ethost.pinned_host_buffers)
+        if self.memory_kind == "cuda":
+            assert locked == {"pinned": 2, "refused": 0, "locked_bytes": 2 * 4096}, locked
+        else:
+            assert locked == {"pinned": 0, "refused": 2, "locked_bytes": 0}, locked
+        del method
+        gc.collect()
+        assert ethost.pinned_host_buffers()["locked_bytes"] == before["locked_bytes"]
 
     def test_an_unplanned_input_cpu_kernels_read_is_copied_to_the_host_first(
         self, device_input_programs

@@ -170,13 +170,16 @@ def _export(
         }
     alignment = config_kwargs.pop("memory_planning_alignment", None)
     unplanned_inputs = config_kwargs.pop("unplanned_inputs", False)
-    if alignment is not None or unplanned_inputs:
+    unplanned_outputs = config_kwargs.pop("unplanned_outputs", False)
+    if alignment is not None or unplanned_inputs or unplanned_outputs:
         # Imported only when exporting: reading cached files must work without the exporter.
         from executorch.exir.passes import MemoryPlanningPass
         from executorch.exir.passes.memory_planning_pass import ALIGNMENT
 
         config_kwargs["memory_planning_pass"] = MemoryPlanningPass(
-            alignment=alignment or ALIGNMENT, alloc_graph_input=not unplanned_inputs
+            alignment=alignment or ALIGNMENT,
+            alloc_graph_input=not unplanned_inputs,
+            alloc_graph_output=not unplanned_outputs,
         )
     program = _lower(exported, config_kwargs)
     program.save(str(pte))
@@ -197,11 +200,15 @@ def _seeded():
 
 
 def export_linear_relu(
-    out_dir: Path, alignment: int | None = None, planned_inputs: bool = True
+    out_dir: Path,
+    alignment: int | None = None,
+    planned_inputs: bool = True,
+    planned_outputs: bool = True,
 ) -> ExportedProgram:
     """alignment: planning alignment for memory-planned tensors (e.g. 256 for TensorRT
     placement); planned_inputs False leaves the input out of memory planning, so the host
-    hands the method the caller's buffer itself."""
+    hands the method the caller's buffer itself; planned_outputs False the output, which the
+    host then gives memory of its own (or the caller's destination)."""
     torch = _seeded()
     module = _modules()[0]()
     inputs = (torch.randn(2, 4),)
@@ -213,6 +220,9 @@ def export_linear_relu(
     if not planned_inputs:
         config["unplanned_inputs"] = True
         folder = folder.with_name(folder.name + "_unplanned")
+    if not planned_outputs:
+        config["unplanned_outputs"] = True
+        folder = folder.with_name(folder.name + "_unplanned_outputs")
     pte, ptds = _export(folder, {"forward": (module, inputs)}, config)
     return ExportedProgram(pte, ptds, module, inputs)
 

@@ -15,9 +15,11 @@ rows / (base_us + per_row_us * rows) per second.
 Kernel time is accounted on the GPU's own clock: block 0 of each launch writes its start and end
 (%globaltimer, ns) and its rows into one record of a ring in a file mapped here and registered
 with CUDA (ETRT_TEST_SPIN_STATS), which the benchmark reads from its own process
-(bench/bench_gpu_busy.py: SpinRecords): the union of the intervals over the span they cover is
+(bench/bench_gpu_busy.py: Kernels): the union of the intervals over the span they cover is
 the fraction of time a kernel held the GPU. The clock rate that turns microseconds into cycles
-is the device's highest; the records say what actually ran.
+is the device's highest; the records say what actually ran. The kernel numbers its own record
+(a counter in device memory, started at the file's count), so that launches the delegate
+replays from a CUDA graph, which never call the provider, are each recorded too.
 
 Configured by the environment of the engine process: ETRT_TEST_SPIN_US (base, default 200),
 ETRT_TEST_SPIN_ROW_US (per row, default 0), ETRT_TEST_SPIN_STATS (a path on tmpfs, e.g.
@@ -39,10 +41,12 @@ from support.test_engine_provider import TestEngineProvider
 # One block per SM: with this much dynamic shared memory a second block cannot fit beside it.
 _SHARED_BYTES = 160 * 1024
 _THREADS = 256
+RING = 1 << 20  # records: (start ns, end ns, rows), after a header of one u64 (launches)
 _SOURCE = r"""
 extern "C" __global__ void spin_op(const float* a, const float* b, float* out,
                                    unsigned long long n, int op, long long cycles,
-                                   unsigned long long* record, unsigned long long rows) {
+                                   unsigned long long* ring, unsigned long long* launches,
+                                   unsigned long long rows) {
   extern __shared__ char hold[];  // only held, so that the block has its SM to itself
   unsigned long long started;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(started));
@@ -55,19 +59,22 @@ extern "C" __global__ void spin_op(const float* a, const float* b, float* out,
     hold[0] = 0;
     while (clock64() - begun < cycles) {
     }
-    if (blockIdx.x == 0 && record != 0) {
+    if (blockIdx.x == 0 && ring != 0) {
       unsigned long long ended;
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ended));
+      unsigned long long launch = atomicAdd(launches, 1ULL);
+      unsigned long long* record = ring + 1 + 3 * (launch % RING_RECORDS);
       record[0] = started;
       record[1] = ended;
       record[2] = rows;
+      __threadfence_system();  // the record before the count that makes it readable
+      ring[0] = launch + 1;
       __threadfence_system();
     }
   }
 }
-"""
+""".replace("RING_RECORDS", f"{RING}ULL")
 _OPS = {"add": 0, "scale": 1}
-RING = 1 << 20  # records: (start ns, end ns, rows), after a header of one u64 (launches)
 
 
 def spin_records(path: str) -> np.ndarray:
@@ -107,6 +114,9 @@ class SpinEngineProvider(TestEngineProvider):
         path = env.get("ETRT_TEST_SPIN_STATS")
         self._records = spin_records(path) if path else None
         self._ring = 0 if path is None else self._device_pointer(self._records)
+        # Numbered on from the file's count: the load check's process may have recorded first.
+        start = 0 if self._records is None else int(self._records[0])
+        self._launches = cupy.full(1, start, dtype=cupy.uint64)
 
     def _device_pointer(self, records: np.ndarray) -> int:
         """The mapped file's pages, pinned and visible to the GPU (a kernel writes there)."""
@@ -149,13 +159,9 @@ class SpinEngineProvider(TestEngineProvider):
         b = ctx.addresses[e.inputs[-1]["name"]]
         out = ctx.addresses[e.outputs[0]["name"]]
         on = self._cupy.cuda.ExternalStream(stream)
-        record = 0
-        if self._records is not None:
-            launch = int(self._records[0])
-            record = self._ring + 8 * (1 + 3 * (launch % RING))
-            self._records[0] = launch + 1
         args = (np.uint64(a), np.uint64(b), np.uint64(out), np.uint64(n), np.int32(_OPS[op]))
-        args += (np.int64(self.cycles(rows)), np.uint64(record), np.uint64(rows))
+        args += (np.int64(self.cycles(rows)), np.uint64(self._ring))
+        args += (np.uint64(self._launches.data.ptr), np.uint64(rows))
         with on:  # the current stream of this thread, for the launch
             self._kernel((self._sms,), (_THREADS,), args, shared_mem=_SHARED_BYTES)
 

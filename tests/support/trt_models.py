@@ -49,6 +49,13 @@ UNPLANNED_INPUTS_SET = [("add", 256), ("image_add", 256)]
 # The image-sized one is bench/bench_images.py's case `cudatrt` (the whole request on the GPU).
 UNPLANNED_OUTPUTS_SET = [("add", 256), ("image_add", 256)]
 
+# CPU programs (linear + relu, no delegate) the device-input cases use beside the TensorRT ones:
+# key -> file name in the programs folder (trt_programs.export_cpu_programs writes them there).
+CPU_PROGRAMS = {
+    "cpu_unplanned": "linear_relu_align256_unplanned",
+    "cpu_unplanned_io": "linear_relu_align256_unplanned_unplanned_outputs",
+}
+
 # The GPU-busy benchmark's programs (model, inputs planned): planned for v2 binary and system
 # shared memory, unplanned so that a CUDA shared-memory input reaches the delegate as it is.
 SPIN_SET = [("spin_add", True), ("spin_add", False)]

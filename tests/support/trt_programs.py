@@ -22,6 +22,7 @@ use on a machine whose torch cannot run executorch.exir.
 
 import hashlib
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
 
 from support.trt_blob import io, make_blob, metadata, plan_bytes
 from support.trt_models import (
+    CPU_PROGRAMS,
     DEVICE_PLANNED_SET,
     FAULT_SET,
     GPU_SET,
@@ -286,7 +288,28 @@ def with_plans_rewritten(source, target, blob_fields=None, io_fields=None, **fie
     return Path(target)
 
 
+def export_cpu_programs(out_dir) -> dict[str, Path]:
+    """trt_models.CPU_PROGRAMS as single files in `out_dir` (where the GPU tests look for them)."""
+    from support.programs import export_linear_relu
+
+    exported = {
+        "cpu_unplanned": export_linear_relu(out_dir, alignment=256, planned_inputs=False),
+        "cpu_unplanned_io": export_linear_relu(
+            out_dir, alignment=256, planned_inputs=False, planned_outputs=False
+        ),
+    }
+    files = {}
+    for key, program in exported.items():
+        assert not program.ptds, f"{program.pte} keeps its weights in .ptd files"
+        files[key] = Path(out_dir) / f"{CPU_PROGRAMS[key]}.pte"
+        if program.pte != files[key]:
+            shutil.copyfile(program.pte, files[key])
+    return files
+
+
 if __name__ == "__main__":
+    for path in export_cpu_programs(sys.argv[1]).values():
+        print(path)
     for model, alignment, external in GPU_SET:
         print(export_trt_program(sys.argv[1], model, alignment, external).pte)
     for model, alignment in DEVICE_PLANNED_SET:

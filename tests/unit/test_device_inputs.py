@@ -36,6 +36,9 @@ def device_input_programs(programs_dir):
         ),
         "host_planned": export_trt_program(programs_dir, *host_planned),
         "cpu_unplanned": export_linear_relu(programs_dir, alignment=256, planned_inputs=False).pte,
+        "cpu_unplanned_io": export_linear_relu(
+            programs_dir, alignment=256, planned_inputs=False, planned_outputs=False
+        ).pte,
     }
 
 
