@@ -37,7 +37,9 @@ puts the whole request on the GPU, as a TensorRT program would take it: a second
 TensorRT delegate runs the spin stand-in (tests/support/spin_engine_provider.py: a real CUDA
 kernel, here with no spin, launched from Python under the GIL where TensorRT's enqueue takes
 none) over an image-sized add whose inputs and output are left out of memory planning, so the
-image is bound where it lies in the region and the answer is written into the region.
+image is bound where it lies in the region and the answer is written into the region. Case
+`cudatrtg` is the same with the model configured `use_cuda_graphs`: each instance captures the
+launch once and replays it from C++, with no provider call and no GIL per request.
 """
 
 from __future__ import annotations
@@ -164,9 +166,13 @@ def cuda_region(server, x: np.ndarray) -> str:
     return name
 
 
-def trt_server(scratch: Path, trt_programs: Path, workers: int, instances: int) -> Ours:
+def trt_server(
+    scratch: Path, trt_programs: Path, workers: int, instances: int, graphs: bool = False
+) -> Ours:
     """A server whose TensorRT delegate runs the spin stand-in with no spin, serving `image_trt`
-    (x + y, 1x3x224x224 FP32, inputs and output unplanned: bound where they lie)."""
+    (x + y, 1x3x224x224 FP32, inputs and output unplanned: bound where they lie); `graphs`:
+    configured with use_cuda_graphs, so that each instance replays its captured launch from
+    C++ instead of calling the provider (Python) per request."""
     from support.trt_models import UNPLANNED_OUTPUTS_SET, TrtProgram
 
     program = TrtProgram.at(
@@ -174,10 +180,12 @@ def trt_server(scratch: Path, trt_programs: Path, workers: int, instances: int) 
     )
     if not program.exists():
         raise SystemExit(f"{program.pte} is missing: python -m support.trt_programs DIR")
-    (scratch / "trt").mkdir()
+    home = scratch / ("trt-graphs" if graphs else "trt")
+    home.mkdir()
     flags = ("--allow-client-shm", "--log-level", "warning", "--backend-setup", SPIN_BACKEND)
     env = {"ETRT_TEST_SPIN_US": "0", "ETRT_TEST_SPIN_ROW_US": "0"}
-    return Ours(scratch / "trt", {"image_trt": program}, workers, instances, flags, env=env)
+    config = {"parameters": {"use_cuda_graphs": {"string_value": "true"}}} if graphs else None
+    return Ours(home, {"image_trt": program}, workers, instances, flags, env=env, config=config)
 
 
 def cuda_trt_request(server: Ours, region: str, x: np.ndarray) -> Request:
@@ -324,18 +332,21 @@ def main() -> None:
                 measure(f"FP32 CUDA shm, {path}", request, fp32.nbytes)
                 request = system_shm("image_small", cuda_name, fp32, "FP32", 12, query)
                 measure(f"FP32 CUDA shm, small answer, {path}", request, fp32.nbytes)
-        if "cudatrt" in cases:  # the whole request on the GPU, as a TensorRT program takes it
+        for case, graphs in (("cudatrt", False), ("cudatrtg", True)):
+            if case not in cases:  # the whole request on the GPU, as a TensorRT program takes it
+                continue
             if args.trt_programs is None:
-                raise SystemExit("case cudatrt needs --trt-programs")
-            trt = trt_server(scratch, args.trt_programs, args.workers, instances)
+                raise SystemExit(f"case {case} needs --trt-programs")
+            trt = trt_server(scratch, args.trt_programs, args.workers, instances, graphs)
+            what = "GPU program, CUDA graphs" if graphs else "GPU program"
             try:
                 request = cuda_trt_request(trt, cuda_region(trt, fp32), fp32)
                 with trt.server.client() as client:
                     probe = client.post(request.path, content=request.body)
                 assert probe.status_code == 200, probe.text
-                measure("FP32 CUDA shm, GPU program, native path", request, fp32.nbytes, trt)
+                measure(f"FP32 CUDA shm, {what}, native path", request, fp32.nbytes, trt)
                 request = Request(request.path + "?path=python", request.body)
-                measure("FP32 CUDA shm, GPU program, Python path", request, fp32.nbytes, trt)
+                measure(f"FP32 CUDA shm, {what}, Python path", request, fp32.nbytes, trt)
             finally:
                 trt.stop()
         for case, model, answer in (("grpc", "image", fp32.nbytes), ("grpcs", "image_small", 12)):

@@ -207,7 +207,9 @@ class Ours:
         instances: int | None,
         server_args: tuple[str, ...] = (),
         env: dict | None = None,
+        config: dict | None = None,
     ):
+        """`config`: more of each model's configuration (e.g. `parameters`)."""
         (scratch / f"ours-{workers}").mkdir()
         self.server = ServerProcess(
             scratch / f"ours-{workers}" / "artifacts",
@@ -224,11 +226,10 @@ class Ours:
                 # memory each, weights and engine shared): as a Triton user would configure it.
                 # The same count with 1 and N fronts, so that section e compares like with like.
                 # None: no configuration, the server's own instance default.
-                fields = (
-                    {}
-                    if instances is None
-                    else {"config": json.dumps({"instance_group": [{"count": instances}]})}
-                )
+                configured = dict(config or {})
+                if instances is not None:
+                    configured["instance_group"] = [{"count": instances}]
+                fields = {"config": json.dumps(configured)} if configured else {}
                 response = upload(client, name, program.pte, fields=fields)
                 assert response.status_code == 201, response.text
 
