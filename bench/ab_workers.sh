@@ -3,7 +3,7 @@
 # each built from source into its own site folder, measured alternately so both see the same
 # machine. Made for the device tool (see docs/benchmarks.md):
 #   git archive <baseline> service runtime_ext bench tests pyproject.toml | tar -x -C .ab/base
-#   ../shared/device/wheels.sh --trt --service --bench --wrk
+#   ../shared/device/wheels.sh --trt --service --bench --wrk 'grpcio-health-checking>=1.76,<1.81'
 #   bench/bench_workers.py --export .gpu/bench_programs     (here: torch exports the programs)
 #   bash bench/ab_workers.sh SECTIONS SECONDS [extra bench_workers flags for B...]
 # carrying .whl .gpu .wrk .ab. Logs land in $OUT.
@@ -12,6 +12,11 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 sections=${1:-abd}; seconds=${2:-3}; shift 2 || true
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
+# The server's fronts import grpc_health, which wheels.sh --service does not fetch: without it
+# every server these runs start fails, after the build.
+PYTHONPATH=/tmp/site python3 -c "import grpc_health.v1.health_pb2" 2>/dev/null || {
+  echo "the carried wheels lack grpcio-health-checking:" \
+    "../shared/device/wheels.sh --service 'grpcio-health-checking>=1.76,<1.81'"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
 build() {  # build SOURCE TARGET (once per machine)
   [ -f "$2/.built" ] && return

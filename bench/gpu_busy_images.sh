@@ -4,7 +4,7 @@
 # 8 fronts, bench_gpu_busy.py (a 200 us kernel per batch: GPU busy and rows/s against the
 # kernel-bound limit) and bench_images.py (image requests/s, native path against the Python path
 # in the same run, system shared memory, gRPC). Made for the device tool; prepare here:
-#   ../shared/device/wheels.sh --service --wrk
+#   ../shared/device/wheels.sh --service --wrk 'grpcio-health-checking>=1.76,<1.81'
 #   (cd tests && python -m support.trt_programs ../.gpu/trt_programs)   # spin_add among them
 #   python bench/bench_images.py --export .gpu/image_programs
 # then run `bash bench/gpu_busy_images.sh [SECONDS] [busy,images] [BUSY_OPTIONS]` carrying .whl
@@ -17,6 +17,11 @@ sections=${2:-busy,images}
 busy_options=${3:-}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
+# The server's fronts import grpc_health, which wheels.sh --service does not fetch: without it
+# every server these runs start fails, after the build.
+PYTHONPATH=/tmp/site python3 -c "import grpc_health.v1.health_pb2" 2>/dev/null || {
+  echo "the carried wheels lack grpcio-health-checking:" \
+    "../shared/device/wheels.sh --service 'grpcio-health-checking>=1.76,<1.81'"; exit 1; }
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
 if [ ! -f /tmp/siteB/.built ]; then
   PYTHONPATH=/tmp/site python3 -m pip install --no-build-isolation --no-deps --no-index --target /tmp/siteB \
