@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <executorch/runtime/platform/runtime.h>
@@ -132,6 +133,27 @@ Runs run_both(MethodInstance& method, CountingMemory& memory) {
   if (on_device.ok()) runs.from_device = values(on_device.value()[0]);
   memory.release(device);
   return runs;
+}
+
+// The one lock taken since `before`, checked: whole pages from a page boundary, counted. Null
+// when there is not exactly one.
+std::pair<void*, size_t> the_one_lock(const CountingMemory& memory, const PinnedCounts& before) {
+  CHECK(memory.pins.size() == 1);
+  if (memory.pins.size() != 1) return {nullptr, 0};
+  auto [locked, nbytes] = memory.pins[0];
+  CHECK(reinterpret_cast<uintptr_t>(locked) % kHostPage == 0 && nbytes % kHostPage == 0);
+  CHECK(pinned_counts().pinned == before.pinned + 1);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes + nbytes);
+  return {locked, nbytes};
+}
+
+// Closing the instance unlocks `locked`, and only it, before its pages are freed.
+void closing_unlocks(std::unique_ptr<MethodInstance>& method, const CountingMemory& memory,
+                     void* locked, const PinnedCounts& before) {
+  CHECK(memory.unpins.empty());
+  method.reset();
+  CHECK(memory.unpins.size() == 1 && !memory.unpins.empty() && memory.unpins[0] == locked);
+  CHECK(pinned_counts().locked_bytes == before.locked_bytes);
 }
 
 }  // namespace
@@ -280,14 +302,10 @@ TEST(planned_host_buffers_device_copies_touch_are_locked_once_and_unlocked_when_
   PinnedCounts before = pinned_counts();
   Runs first = run_both(*method.value(), *memory);
   CHECK(first.device_status.ok() && first.from_device == first.from_host);
-  CHECK(memory->pins.size() == 1);
-  if (memory->pins.size() != 1) return;
-  auto [locked, nbytes] = memory->pins[0];
+  auto [locked, nbytes] = the_one_lock(*memory, before);
+  if (locked == nullptr) return;
   CHECK(std::find(buffers.begin(), buffers.end(), reinterpret_cast<uintptr_t>(locked)) !=
         buffers.end());
-  CHECK(reinterpret_cast<uintptr_t>(locked) % kHostPage == 0 && nbytes % kHostPage == 0);
-  CHECK(pinned_counts().pinned == before.pinned + 1);
-  CHECK(pinned_counts().locked_bytes == before.locked_bytes + nbytes);
   // The output, planned in the same buffer, and a second request lock nothing more.
   Runs second = run_both(*method.value(), *memory);
   CHECK(second.from_device == first.from_host);
@@ -300,10 +318,7 @@ TEST(planned_host_buffers_device_copies_touch_are_locked_once_and_unlocked_when_
   CHECK(method.value()->run(inputs, &into).ok());
   memory->release(device);
   CHECK(memory->pins.size() == 1);
-  CHECK(memory->unpins.empty());
-  method.value().reset();
-  CHECK(memory->unpins.size() == 1 && !memory->unpins.empty() && memory->unpins[0] == locked);
-  CHECK(pinned_counts().locked_bytes == before.locked_bytes);
+  closing_unlocks(method.value(), *memory, locked, before);
   ethost_device::use_memory(nullptr);
 }
 
@@ -346,18 +361,12 @@ TEST(an_instances_own_host_copy_of_a_device_input_is_locked_once_and_unlocked_wh
   Runs second = run_both(*method.value(), *memory);
   CHECK(second.device_status.ok() && second.from_device == first.from_host);
   CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 2);
-  CHECK(memory->pins.size() == 1);
-  if (memory->pins.size() != 1) return;
-  auto [locked, nbytes] = memory->pins[0];
+  auto [locked, nbytes] = the_one_lock(*memory, before);
+  if (locked == nullptr) return;
   CHECK(std::find(arenas.begin(), arenas.end(), reinterpret_cast<uintptr_t>(locked)) ==
         arenas.end());
-  CHECK(reinterpret_cast<uintptr_t>(locked) % kHostPage == 0 && nbytes == kHostPage);
-  CHECK(pinned_counts().pinned == before.pinned + 1);
-  CHECK(pinned_counts().locked_bytes == before.locked_bytes + nbytes);
-  CHECK(memory->unpins.empty());
-  method.value().reset();
-  CHECK(memory->unpins.size() == 1 && !memory->unpins.empty() && memory->unpins[0] == locked);
-  CHECK(pinned_counts().locked_bytes == before.locked_bytes);
+  CHECK(nbytes == kHostPage);
+  closing_unlocks(method.value(), *memory, locked, before);
   ethost_device::use_memory(nullptr);
 }
 
