@@ -10,13 +10,7 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 sections=${1:-abd}; seconds=${2:-3}; shift 2 || true
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && tar xzf .gpu/executorch-slim.tgz -C /tmp/site || { echo "wheel install failed"; exit 1; }
-# The server's fronts import grpc_health, which wheels.sh --service does not fetch: without it
-# every server these runs start fails, after the build.
-PYTHONPATH=/tmp/site python3 -c "import grpc_health.v1.health_pb2" 2>/dev/null || {
-  echo "the carried wheels lack grpcio-health-checking:" \
-    "../shared/device/wheels.sh --service 'grpcio-health-checking>=1.76,<1.81'"; exit 1; }
+source tests/gpu/device_site.sh
 export PATH=$PWD/.wrk:$PATH LD_LIBRARY_PATH=$PWD/.wrk PYTHONUNBUFFERED=1
 build() {  # build SOURCE TARGET (once per machine)
   [ -f "$2/.built" ] && return

@@ -6,15 +6,9 @@
 # Logs land in $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-# The server's fronts import grpc_health, which wheels.sh --service does not fetch: without it
-# every server these runs start fails, after the build.
-PYTHONPATH=/tmp/site python3 -c "import grpc_health.v1.health_pb2" 2>/dev/null || {
-  echo "the carried wheels lack grpcio-health-checking:" \
-    "../shared/device/wheels.sh --service 'grpcio-health-checking>=1.76,<1.81'"; exit 1; }
-# executorch's libraries and headers only (the whole wheel and TensorRT's do not fit in one call).
-[ -f .gpu/executorch-slim.tgz ] && tar xzf .gpu/executorch-slim.tgz -C /tmp/site
+# The carried wheels, and executorch's libraries and headers only (its whole wheel and
+# TensorRT's do not fit in one call).
+source tests/gpu/device_site.sh
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # With the test hooks (ethost_tensorrt_testing), which the shipped build leaves out.
