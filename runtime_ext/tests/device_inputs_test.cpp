@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,26 @@ class CountingMemory final : public DeviceMemory {
  private:
   std::shared_ptr<DeviceMemory> inner_;
 };
+
+// `file`'s forward method, loaded with a fresh counting memory as the process's device memory
+// (`refuse_pins`: one that refuses to lock host memory); none, and a failed check, when it
+// does not load.
+struct OnCounting {
+  std::shared_ptr<CountingMemory> memory;
+  std::unique_ptr<MethodInstance> method;
+};
+
+std::optional<OnCounting> load_on_counting(const char* file, bool refuse_pins = false) {
+  auto program = open(file);
+  if (!program) return std::nullopt;
+  auto memory = std::make_shared<CountingMemory>();
+  memory->refuse_pins = refuse_pins;
+  ethost_device::use_memory(memory);
+  auto method = MethodInstance::load(program, "forward");
+  CHECK(method.ok());
+  if (!method.ok()) return std::nullopt;
+  return OnCounting{memory, method.take()};
+}
 
 constexpr float kInput[8] = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f, -2.0f, 3.0f};
 
@@ -166,17 +187,13 @@ TEST(routes_follow_where_the_input_is_planned_and_who_reads_it) {
 }
 
 TEST(an_unplanned_input_cpu_kernels_read_is_copied_into_host_memory) {
-  auto program = open("unplanned.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
-  CHECK(!method.value()->spec().inputs[0].memory_planned);
-  CHECK(!method.value()->spec().inputs[0].read_by_device_delegates_only);
+  auto loaded = load_on_counting("unplanned.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
+  CHECK(!method->spec().inputs[0].memory_planned);
+  CHECK(!method->spec().inputs[0].read_by_device_delegates_only);
   DeviceInputCounts before = device_input_counts();
-  Runs runs = run_both(*method.value(), *memory);
+  Runs runs = run_both(*method, *memory);
   CHECK(runs.device_status.ok());
   CHECK(!runs.from_host.empty() && runs.from_device == runs.from_host);
   CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 1);
@@ -187,16 +204,12 @@ TEST(an_unplanned_input_cpu_kernels_read_is_copied_into_host_memory) {
 }
 
 TEST(an_input_planned_in_host_memory_takes_one_device_to_host_copy) {
-  auto program = open("cpu.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
-  CHECK(method.value()->spec().inputs[0].memory_planned);
+  auto loaded = load_on_counting("cpu.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
+  CHECK(method->spec().inputs[0].memory_planned);
   DeviceInputCounts before = device_input_counts();
-  Runs runs = run_both(*method.value(), *memory);
+  Runs runs = run_both(*method, *memory);
   CHECK(runs.device_status.ok());
   CHECK(!runs.from_host.empty() && runs.from_device == runs.from_host);
   CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 1);
@@ -207,15 +220,12 @@ TEST(an_input_planned_in_host_memory_takes_one_device_to_host_copy) {
 }
 
 TEST(an_address_the_device_memory_does_not_own_is_refused) {
-  auto program = open("unplanned.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  if (!method.ok()) return;
+  auto loaded = load_on_counting("unplanned.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
   float host[8] = {};
   std::vector<InputBinding> inputs{input_at(host, true)};
-  auto ran = method.value()->run(inputs);
+  auto ran = method->run(inputs);
   CHECK(!ran.ok());
   if (!ran.ok()) {
     CHECK(ran.status().code == Error::InvalidArgument);
@@ -251,25 +261,21 @@ TEST(output_routes_follow_planning_and_who_writes_it) {
 }
 
 TEST(an_output_planned_in_host_memory_takes_one_host_to_device_copy_into_its_destination) {
-  auto program = open("cpu.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
-  CHECK(method.value()->spec().outputs[0].memory_planned);
+  auto loaded = load_on_counting("cpu.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
+  CHECK(method->spec().outputs[0].memory_planned);
   float host[8];
   std::memcpy(host, kInput, sizeof(host));
   std::vector<InputBinding> inputs{input_at(host, false)};
-  auto expected = method.value()->run(inputs);
+  auto expected = method->run(inputs);
   CHECK(expected.ok());
   if (!expected.ok()) return;
   size_t nbytes = values(expected.value()[0]).size() * sizeof(float);
   void* device = memory->allocate(nbytes).take();
   std::vector<OutputDestination> into{{device, nbytes}};
   DeviceOutputCounts before = device_output_counts();
-  auto ran = method.value()->run(inputs, &into);
+  auto ran = method->run(inputs, &into);
   CHECK(ran.ok());
   if (ran.ok()) {
     const OutputBuffer& out = ran.value()[0];
@@ -291,23 +297,19 @@ TEST(an_output_planned_in_host_memory_takes_one_host_to_device_copy_into_its_des
 // A copy from pageable memory is staged through the CPU by the driver; the planned buffers a
 // device copy touches are page-locked once, in whole pages, and unlocked before they are freed.
 TEST(planned_host_buffers_device_copies_touch_are_locked_once_and_unlocked_when_closed) {
-  auto program = open("cpu.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
-  std::vector<uintptr_t> buffers = method.value()->arena_addresses();
+  auto loaded = load_on_counting("cpu.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
+  std::vector<uintptr_t> buffers = method->arena_addresses();
   PinnedCounts before = pinned_counts();
-  Runs first = run_both(*method.value(), *memory);
+  Runs first = run_both(*method, *memory);
   CHECK(first.device_status.ok() && first.from_device == first.from_host);
   auto [locked, nbytes] = the_one_lock(*memory, before);
   if (locked == nullptr) return;
   CHECK(std::find(buffers.begin(), buffers.end(), reinterpret_cast<uintptr_t>(locked)) !=
         buffers.end());
   // The output, planned in the same buffer, and a second request lock nothing more.
-  Runs second = run_both(*method.value(), *memory);
+  Runs second = run_both(*method, *memory);
   CHECK(second.from_device == first.from_host);
   size_t out_bytes = first.from_host.size() * sizeof(float);
   void* device = memory->allocate(out_bytes).take();
@@ -315,30 +317,25 @@ TEST(planned_host_buffers_device_copies_touch_are_locked_once_and_unlocked_when_
   std::memcpy(host, kInput, sizeof(host));
   std::vector<InputBinding> inputs{input_at(host, false)};
   std::vector<OutputDestination> into{{device, out_bytes}};
-  CHECK(method.value()->run(inputs, &into).ok());
+  CHECK(method->run(inputs, &into).ok());
   memory->release(device);
   CHECK(memory->pins.size() == 1);
-  closing_unlocks(method.value(), *memory, locked, before);
+  closing_unlocks(method, *memory, locked, before);
   ethost_device::use_memory(nullptr);
 }
 
 TEST(a_buffer_the_driver_refuses_to_lock_stays_pageable_and_its_copies_still_work) {
-  auto program = open("cpu.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  memory->refuse_pins = true;
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
+  auto loaded = load_on_counting("cpu.pte", true);
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
   PinnedCounts before = pinned_counts();
-  Runs first = run_both(*method.value(), *memory);
+  Runs first = run_both(*method, *memory);
   CHECK(first.device_status.ok() && first.from_device == first.from_host);
-  Runs second = run_both(*method.value(), *memory);  // not asked again
+  Runs second = run_both(*method, *memory);  // not asked again
   CHECK(second.device_status.ok() && second.from_device == first.from_host);
   CHECK(pinned_counts().refused == before.refused + 1);
   CHECK(pinned_counts().pinned == before.pinned);
-  method.value().reset();
+  method.reset();
   CHECK(memory->unpins.empty());
   ethost_device::use_memory(nullptr);
 }
@@ -347,18 +344,14 @@ TEST(a_buffer_the_driver_refuses_to_lock_stays_pageable_and_its_copies_still_wor
 // the first copy, in whole pages of its own (not an arena's), and unlocked when the instance
 // closes.
 TEST(an_instances_own_host_copy_of_a_device_input_is_locked_once_and_unlocked_when_closed) {
-  auto program = open("unplanned.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  CHECK(method.ok());
-  if (!method.ok()) return;
-  std::vector<uintptr_t> arenas = method.value()->arena_addresses();
+  auto loaded = load_on_counting("unplanned.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
+  std::vector<uintptr_t> arenas = method->arena_addresses();
   PinnedCounts before = pinned_counts();
-  Runs first = run_both(*method.value(), *memory);
+  Runs first = run_both(*method, *memory);
   CHECK(first.device_status.ok() && first.from_device == first.from_host);
-  Runs second = run_both(*method.value(), *memory);
+  Runs second = run_both(*method, *memory);
   CHECK(second.device_status.ok() && second.from_device == first.from_host);
   CHECK(memory->copies[static_cast<int>(CopyKind::DeviceToHost)] == 2);
   auto [locked, nbytes] = the_one_lock(*memory, before);
@@ -366,24 +359,21 @@ TEST(an_instances_own_host_copy_of_a_device_input_is_locked_once_and_unlocked_wh
   CHECK(std::find(arenas.begin(), arenas.end(), reinterpret_cast<uintptr_t>(locked)) ==
         arenas.end());
   CHECK(nbytes == kHostPage);
-  closing_unlocks(method.value(), *memory, locked, before);
+  closing_unlocks(method, *memory, locked, before);
   ethost_device::use_memory(nullptr);
 }
 
 TEST(a_destination_too_small_or_not_device_memory_is_refused_naming_the_output) {
-  auto program = open("cpu.pte");
-  if (!program) return;
-  auto memory = std::make_shared<CountingMemory>();
-  ethost_device::use_memory(memory);
-  auto method = MethodInstance::load(program, "forward");
-  if (!method.ok()) return;
+  auto loaded = load_on_counting("cpu.pte");
+  if (!loaded) return;
+  auto& [memory, method] = *loaded;
   float host[8];
   std::memcpy(host, kInput, sizeof(host));
   std::vector<InputBinding> inputs{input_at(host, false)};
   void* device = memory->allocate(4).take();
   DeviceOutputCounts before = device_output_counts();
   std::vector<OutputDestination> small{{device, 4}};
-  auto ran = method.value()->run(inputs, &small);
+  auto ran = method->run(inputs, &small);
   CHECK(!ran.ok());
   if (!ran.ok()) {
     CHECK(ran.status().code == Error::InvalidArgument);
@@ -392,11 +382,11 @@ TEST(a_destination_too_small_or_not_device_memory_is_refused_naming_the_output) 
   }
   float not_device[64] = {};
   std::vector<OutputDestination> host_memory{{not_device, sizeof(not_device)}};
-  ran = method.value()->run(inputs, &host_memory);
+  ran = method->run(inputs, &host_memory);
   CHECK(!ran.ok());
   if (!ran.ok()) CHECK_CONTAINS(ran.status().message(), "is not counting device memory");
   std::vector<OutputDestination> two{{}, {}};
-  ran = method.value()->run(inputs, &two);
+  ran = method->run(inputs, &two);
   CHECK(!ran.ok());
   if (!ran.ok()) CHECK_CONTAINS(ran.status().message(), "expected 1 output destinations");
   CHECK(memory->copies[static_cast<int>(CopyKind::HostToDevice)] == 0);
