@@ -47,7 +47,7 @@ def _serve(port: int, mode: str, nbytes: int, answer_nbytes: int, ready) -> None
     import grpc
 
     sys.path.insert(0, str(REPO))
-    from service.front.heap_tuning import keep_freed_pages
+    from service.shared.heap_tuning import keep_freed_pages
 
     keep_freed_pages()  # as a front does
     head = _HEAD_FIELDS + _RAW_TAG + _varint(answer_nbytes)

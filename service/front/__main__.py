@@ -21,13 +21,13 @@ from service.config import decode_settings
 from service.front.app import create_app
 from service.front.draining import DrainingServer
 from service.front.engine_client import EngineClient
-from service.front.heap_tuning import keep_freed_pages
 from service.front.protocols import fair_accept
 from service.front.protocols.drain import Drain
 from service.front.protocols.http_transport import GatheringHttpToolsProtocol
 from service.front.protocols.read_timeouts import ReadTimeouts
 from service.ingest import child_guard
 from service.shared.gc_tuning import tune_for_serving
+from service.shared.heap_tuning import keep_freed_pages
 
 
 def main() -> None:

@@ -9,7 +9,8 @@ protocol and new requests get 503 or UNAVAILABLE, synchronously in the signal ha
 front keeps accepting meanwhile, so a new connection gets its 503 rather than a stall, and
 stops (uvicorn's own shutdown, then gRPC's with what is left of the grace for its calls) once
 no HTTP request is in flight or the grace (--shutdown-grace) is over. A second SIGINT stops at
-once, as with uvicorn.
+once, as with uvicorn. Its ticks also hand the front's freed heap memory back to the kernel once
+a TRIM_PERIOD_S (service/shared/heap_tuning.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 
 import uvicorn
 
 from service.front.engine_client import EngineClient
 from service.front.protocols.drain import Drain
+from service.shared.heap_tuning import TRIM_PERIOD_S, release_freed_memory
 
 log = logging.getLogger(__name__)
 # Seconds uvicorn's shutdown waits for what the drain left running before cancelling it.
@@ -30,11 +33,14 @@ _AFTER_GRACE_S = 1.0
 
 
 class DrainingServer(uvicorn.Server):
+    _clock = staticmethod(time.monotonic)
+
     def __init__(self, config: uvicorn.Config, drain: Drain, client: EngineClient):
         config.timeout_graceful_shutdown = _AFTER_GRACE_S
         super().__init__(config)
         self.drain = drain
         self.client = client
+        self._next_trim = 0.0  # the first tick trims
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -71,6 +77,10 @@ class DrainingServer(uvicorn.Server):
         )
 
     async def on_tick(self, counter: int) -> bool:
+        now = self._clock()
+        if now >= self._next_trim:
+            self._next_trim = now + TRIM_PERIOD_S
+            await release_freed_memory()
         if self.drain.active and not self.should_exit:
             self.should_exit = not self._in_flight() or self.drain.remaining_s() == 0
         return await super().on_tick(counter)

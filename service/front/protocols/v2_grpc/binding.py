@@ -13,7 +13,6 @@ its retry hint (`retry-after`).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,7 @@ from service.errors import (
     retry_after_seconds,
 )
 from service.front.protocols.v2_grpc import messages
+from service.shared.heap_tuning import release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -68,36 +68,6 @@ async def off_loop(size: int, function: Callable, *args):
     if size < OFF_LOOP_BYTES:
         return function(*args)
     return await asyncio.to_thread(function, *args)
-
-
-def _malloc_trim():
-    """glibc's malloc_trim, or None where the C library has none (musl)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_trim = _malloc_trim()
-_trim_running = _trim_wanted = False
-
-
-async def release_freed_memory() -> None:
-    """Returns freed heap pages to the system. grpcio receives a message in many slices,
-    allocated and freed by its own threads; glibc keeps such freed memory in those threads'
-    arenas, so eight 64 MiB messages left ~150 MiB resident for good. One trim runs at a time;
-    a call that ends meanwhile gets one more pass after it."""
-    global _trim_running, _trim_wanted
-    _trim_wanted = True
-    if _trim is None or _trim_running:
-        return
-    _trim_running = True
-    try:
-        while _trim_wanted:
-            _trim_wanted = False
-            await asyncio.to_thread(_trim, 0)
-    finally:
-        _trim_running = False
 
 
 def _status(exc: ServiceError) -> grpc.StatusCode:
