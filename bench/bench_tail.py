@@ -9,6 +9,11 @@ one. Issue 36's goal: p99 <= 2 ms at 256 connections with the defaults, on the 1
     python bench/bench_workers.py --export DIR          # here: the tiny program (torch)
     python bench/bench_tail.py --programs DIR [--variants ":4,:4"] [--seconds 8]
 
+`--h2load` adds the same load from h2load after each wrk run (its per-request log gives the
+percentiles outright), and every run prints its mean against Little's law (the connections over
+the rate): on the VM hosts of 12-05 wrk reported p99 66-206 ms at 290-630k req/s, which Little's
+law at p50 0.4-0.8 ms does not allow, so the client's figures are checked before the server's.
+
 A variant is `SERVER FLAGS:WRK THREADS`; consecutive variants with the same flags share one
 server, the first on it fresh (started and measured at once, as a client that opens its pool
 the moment the server says ready), the next ones warm. E.g. ":4,:4,--front-nice 0:4,:8".
@@ -93,6 +98,12 @@ def _rows(before: dict, after: dict, span_s: float) -> list[str]:
     return rows
 
 
+def _ms(text: str) -> float:
+    """wrk's duration ("412.00us", "1.63ms", "2.01s") in ms."""
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
+    return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+
+
 def _script(scratch: Path, body: bytes, content_type: str) -> Path:
     path = scratch / "body.bin"
     path.write_bytes(body)
@@ -129,13 +140,49 @@ def _run(server: Ours, threads: int, seconds: int, scratch: Path) -> str:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     quantiles = ", ".join(f"p{q} {v}" for q, v in re.findall(r"\s(50|75|90|99)%\s+(\S+)", out))
     p999, most = (float(v) / 1e3 for v in re.search(r"TAIL (\S+) (\S+)", out).groups())
+    mean, spread = (_ms(v) for v in re.search(r"Latency\s+(\S+)\s+(\S+)", out).groups())
     shares = sorted(after_fronts[f] - before_fronts.get(f, 0) for f in after_fronts)
     lines = [
         f"  {rps:,.0f} req/s, {quantiles}, p99.9 {p999:.2f}ms, slowest {most:.2f}ms",
+        # One request in flight per connection: the mean latency is the connections over the
+        # rate (Little's law). wrk's own mean, and its percentiles, should agree with it.
+        f"  mean {mean:.2f}ms (sd {spread:.2f}ms); {CONNECTIONS} connections at this rate:"
+        f" {CONNECTIONS / rps * 1e3:.2f}ms",
         f"  requests per front, fewest to most: {shares}",
         *_rows(first, last, span),
     ]
     return "\n".join(lines)
+
+
+def _h2load(server: Ours, threads: int, seconds: int, scratch: Path) -> str:
+    """The same load from h2load (HTTP/1.1, one request in flight per connection), a second
+    client whose per-request log gives the distribution outright: where wrk's percentiles and
+    its rate disagree (Little's law), this one says which to believe."""
+    request = tiny_json("tiny")
+    body = scratch / "h2load-body.bin"
+    body.write_bytes(request.body)
+    log = scratch / "h2load.tsv"
+    command = [
+        "h2load", "--h1", f"--duration={seconds}s", "--warm-up-time=1s",
+        f"--clients={CONNECTIONS}", f"--threads={threads}", f"--data={body}",
+        f"--header=content-type: {request.content_type}", f"--log-file={log}",
+        server.url + request.path,
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    took = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
+    if run.returncode != 0 or not took:
+        return f"  h2load failed ({run.returncode}): {run.stderr[-300:]}"
+    rps = len(took) / seconds
+    mean = sum(took) / len(took) / 1e3
+
+    def q(share: float) -> str:
+        return f"{took[min(len(took) - 1, int(len(took) * share))] / 1e3:.2f}ms"
+
+    return (
+        f"  h2load -t{threads}: {rps:,.0f} req/s, p50 {q(0.5)}, p90 {q(0.9)}, p99 {q(0.99)},"
+        f" p99.9 {q(0.999)}, slowest {took[-1] / 1e3:.2f}ms; mean {mean:.2f}ms,"
+        f" {CONNECTIONS} connections at this rate: {CONNECTIONS / rps * 1e3:.2f}ms"
+    )
 
 
 def main() -> None:
@@ -144,6 +191,9 @@ def main() -> None:
     parser.add_argument("--variants", default=":4,:4", help="'SERVER FLAGS:WRK THREADS', ...")
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument(
+        "--h2load", action="store_true", help="after each wrk run, the same load from h2load"
+    )
     args = parser.parse_args()
     exported = export(args.programs)
     scratch = scratch_dir("bench-tail-")
@@ -165,6 +215,8 @@ def main() -> None:
             state = "fresh" if fresh else "warm"
             print(f"\nserver '{flags}' ({state}), wrk -t{threads}:", flush=True)
             print(_run(server, int(threads), args.seconds, scratch), flush=True)
+            if args.h2load:
+                print(_h2load(server, int(threads), args.seconds, scratch), flush=True)
     finally:
         if server is not None:
             server.stop()

@@ -7,9 +7,10 @@ request (a gRPC request's and answer's bytes, an HTTP body's pieces, the Python 
 and every call in flight holds its own: with eight FP32 1x3x224x224 gRPC calls in flight, each
 holding its 602 KB message while the engine runs it, the top of the event-loop thread's heap rose
 and fell by several MiB between calls, went back to the kernel each time (a 4 MiB threshold), and
-the next calls faulted it in again page by page, zeroed: 93 page faults a call on that thread on
-the 16-core GPU host, where grpcio's own floor takes 0.1 (with the trim threshold out of reach:
-0.2 faults, the thread's CPU per call 1,254 -> 936 us, 4,180 -> 4,717 calls/s).
+the next calls faulted it in again page by page, zeroed: 55-93 page faults a call on that thread
+on two 16-core GPU hosts, where grpcio's own floor takes 0.1. As below, alternated with the
+4 MiB threshold on one host (8 fronts, 64 h2load connections; docs/benchmarks.md): 0.6 faults,
+the thread's CPU per call 586-601 -> 489-513 us, 7,679-7,716 -> 7,983-8,447 calls/s.
 
 So `keep_freed_pages` serves buffers up to MMAP_BYTES from the heap, turns glibc's automatic trim
 off, and keeps one arena for all of the front's threads: malloc_trim gives back the free pages of
