@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_workers import Ours, export, tiny_json  # noqa: E402
+from h2load_grpc import logged_us  # noqa: E402
 from scratch import scratch_dir  # noqa: E402
 from support.processes import role_pids  # noqa: E402
 
@@ -169,7 +170,7 @@ def _h2load(server: Ours, threads: int, seconds: int, scratch: Path) -> str:
         server.url + request.path,
     ]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
-    took = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
+    took = logged_us(log)
     if run.returncode != 0 or not took:
         return f"  h2load failed ({run.returncode}): {run.stderr[-300:]}"
     rps = len(took) / seconds

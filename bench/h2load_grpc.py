@@ -37,6 +37,12 @@ def _children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def logged_us(log: Path) -> list[int]:
+    """The durations in h2load's --log-file, sorted, in microseconds: the measured requests only
+    (after the warm-up), one per line as start, status, duration."""
+    return sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
+
+
 def h2load_grpc(
     address: str,
     message: bytes,
@@ -79,8 +85,7 @@ def h2load_grpc(
         if done is None:
             raise RuntimeError(f"h2load's summary not found in:\n{run.stdout[-1500:]}")
         finished, succeeded = int(done.group(1)), int(done.group(2))
-        # The log has the measured calls only (after the warm-up): start, status, microseconds.
-        took = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
+        took = logged_us(log)
     load = Load(
         succeeded / seconds,
         took[len(took) // 2] / 1e3 if took else 0.0,
