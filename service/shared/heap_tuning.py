@@ -50,10 +50,13 @@ def _libc():
         return None
 
 
+_LIBC = _libc()
+
+
 def keep_freed_pages() -> bool:
     """Fixes the thresholds in this process (glibc only; elsewhere nothing changes). Whether
     they were set."""
-    mallopt = getattr(_libc(), "mallopt", None)
+    mallopt = getattr(_LIBC, "mallopt", None)
     if mallopt is None:  # not glibc (musl has no mallopt)
         return False
     done = (
@@ -66,7 +69,7 @@ def keep_freed_pages() -> bool:
     return done
 
 
-_trim = getattr(_libc(), "malloc_trim", None)  # None where the C library has none (musl)
+_trim = getattr(_LIBC, "malloc_trim", None)  # None where the C library has none (musl)
 _trim_running = _trim_wanted = False
 
 
