@@ -144,7 +144,7 @@ class NativePath:
                 native.release(request_id)
                 return None
             return consumed, ticket, False
-        self._send(ticket, message, answered, _protocol(data))
+        self._send(ticket, message, answered, data)
         return consumed, ticket, True
 
     def fill(self, ticket, data: bytes, answered: Callable) -> tuple[int, bool]:
@@ -157,10 +157,12 @@ class NativePath:
         self._send(ticket, message, answered, _STREAMED)
         return consumed, True
 
-    def _send(self, ticket, message: bytes, answered: Callable, protocol: str) -> None:
+    def _send(self, ticket, message: bytes, answered: Callable, protocol: str | bytes) -> None:
         """Sends the request's lane message, unless the engine went away or the gate refuses
         it: then `answered` gets None or the Refusal, after the caller has the ticket.
-        `protocol`: as the gate shares a full queue's places out (InferRequest.protocol)."""
+        `protocol`: as the gate shares a full queue's places out (InferRequest.protocol), or the
+        bytes the request began with, read for it only when a queue is full (reading them cost
+        0.6 us of the 15 us a tiny request costs a front on 2 cores)."""
         _, request_id, link = ticket
         if not link.alive:  # the engine went away while the body arrived: its 503, once
             asyncio.get_running_loop().call_soon(answered, None)  # the caller holds the ticket
@@ -173,12 +175,16 @@ class NativePath:
         link.protocol.send_payload(message)
         self._client.native_requests += 1
 
-    def _gate(self, message: bytes, protocol: str) -> Refusal | None:
+    def _gate(self, message: bytes, protocol: str | bytes) -> Refusal | None:
         """The gate's refusal of the request `message` stands for, if its queue is full."""
-        model, version, method = self._routes[_ROUTE.unpack_from(message, _ROUTE_AT)[0]]
         client = self._client
+        if not client.gate.any_closed:  # no queue is full: nothing of the request to read
+            return None
+        model, version, method = self._routes[_ROUTE.unpack_from(message, _ROUTE_AT)[0]]
         if client.gate.open_for(model, version, method):
             return None
+        if isinstance(protocol, bytes):
+            protocol = _protocol(protocol)
         return client.admits(model, version, method, protocol)
 
     def drop(self, ticket) -> None:

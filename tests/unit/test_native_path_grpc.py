@@ -48,7 +48,7 @@ def _path():
         alive=True, relays={}, protocol=SimpleNamespace(send_payload=sent.append)
     )
     client = SimpleNamespace(
-        gate=SimpleNamespace(open_for=lambda *_: True),
+        gate=SimpleNamespace(any_closed=False),
         native_requests=0,
         down=lambda: Unavailable("the inference engine is restarting; retry shortly"),
     )
