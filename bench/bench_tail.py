@@ -163,6 +163,7 @@ def _h2load(server: Ours, threads: int, seconds: int, scratch: Path) -> str:
     body = scratch / "h2load-body.bin"
     body.write_bytes(request.body)
     log = scratch / "h2load.tsv"
+    log.unlink(missing_ok=True)  # h2load appends: a run on a warm server read the fresh one's too
     command = [
         "h2load", "--h1", f"--duration={seconds}s", "--warm-up-time=1s",
         f"--clients={CONNECTIONS}", f"--threads={threads}", f"--data={body}",
