@@ -7,17 +7,14 @@ tests/e2e/test_overload_e2e.py."""
 from __future__ import annotations
 
 import asyncio
-import struct
 from types import SimpleNamespace
 
 import pytest
 
 from service.dataplane.scheduling.gate import Gate, Refusal
 from service.errors import QueueFull
-from service.front.native_path import NativePath
+from support.native_path_stub import LANE_MESSAGE, native_path_over
 
-ROUTE = 3
-LANE_MESSAGE = struct.pack("<II", 0, ROUTE)  # a route id at byte 4, as lane requests carry it
 HEADS = {
     "native": b"POST /infer HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
     "v2 JSON": b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
@@ -38,23 +35,15 @@ class FakeNative:
 
 
 def _path():
-    sent, asked = [], []
+    asked = []
     gate = Gate()
 
     def admits(model, version, method, protocol):
         asked.append(protocol)
         return gate.admit(model, version, method, protocol)
 
-    link = SimpleNamespace(
-        alive=True, relays={}, protocol=SimpleNamespace(send_payload=sent.append)
-    )
     client = SimpleNamespace(gate=gate, admits=admits, native_requests=0)
-    path = NativePath(
-        client, SimpleNamespace(max_json_bytes=1 << 20, max_infer_bytes=1 << 20), None, {}
-    )
-    path._current = lambda: FakeNative()
-    path._link = link
-    path._routes = {ROUTE: ("m", "1", "forward")}
+    path, _, sent = native_path_over(client, FakeNative())
     return path, gate, sent, asked
 
 

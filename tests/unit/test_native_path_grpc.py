@@ -9,19 +9,16 @@ Real ones: tests/e2e/test_grpc_native_e2e.py.
 from __future__ import annotations
 
 import asyncio
-import struct
 from types import SimpleNamespace
 
 import pytest
 
 from service.errors import Unavailable
-from service.front.native_path import NativePath
 from service.shared import lane_frames, messages
 from service.shared.frames import LANE_DONE
+from support.native_path_stub import LANE_MESSAGE, native_path_over
 
-ROUTE = 3
 REQUEST_ID = 7
-LANE_MESSAGE = struct.pack("<II", 0, ROUTE)  # a route id at byte 4, as lane requests carry it
 
 
 class FakeNative:
@@ -43,21 +40,13 @@ class FakeNative:
 
 
 def _path():
-    sent = []
-    link = SimpleNamespace(
-        alive=True, relays={}, protocol=SimpleNamespace(send_payload=sent.append)
-    )
     client = SimpleNamespace(
         gate=SimpleNamespace(any_closed=False),
         native_requests=0,
         down=lambda: Unavailable("the inference engine is restarting; retry shortly"),
     )
-    settings = SimpleNamespace(max_json_bytes=1 << 20, max_infer_bytes=1 << 20)
-    path = NativePath(client, settings, None, {})
     native = FakeNative()
-    path._current = lambda: native
-    path._link = link
-    path._routes = {ROUTE: ("m", "1", "forward")}
+    path, link, sent = native_path_over(client, native)
     return path, native, link, sent
 
 
